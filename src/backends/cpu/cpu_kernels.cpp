@@ -1,0 +1,2 @@
+#include "backends/cpu/cpu_kernels.h"
+namespace strata { void register_cpu_kernels(Backend&) {} }

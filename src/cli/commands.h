@@ -1,0 +1,13 @@
+#pragma once
+// Each `strata` subcommand lives in its own file and adds itself here.
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+void add_train_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
+void add_data_command(CLI::App& app);
+void add_topo_command(CLI::App& app);
+void add_comm_bench_command(CLI::App& app);
+
+}  // namespace strata::cli

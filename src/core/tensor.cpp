@@ -1,0 +1,185 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace strata {
+
+std::shared_ptr<Buffer> Buffer::allocate(size_t bytes) {
+  size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (rounded == 0) rounded = kTensorAlignment;
+  void* data = std::aligned_alloc(kTensorAlignment, rounded);
+  if (data == nullptr) fail("out of memory allocating {} bytes", bytes);
+  return std::shared_ptr<Buffer>(new Buffer(static_cast<std::byte*>(data), bytes, true));
+}
+
+std::shared_ptr<Buffer> Buffer::borrow(void* data, size_t bytes) {
+  return std::shared_ptr<Buffer>(new Buffer(static_cast<std::byte*>(data), bytes, false));
+}
+
+Buffer::~Buffer() {
+  if (owned_) std::free(data_);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t extent : shape) {
+    if (extent < 0) fail("negative extent in shape {}", shape_str(shape));
+  }
+  Tensor tensor;
+  tensor.shape_ = shape;
+  tensor.strides_ = contiguous_strides(shape);
+  tensor.dtype_ = dtype;
+  tensor.buffer_ = Buffer::allocate(tensor.nbytes());
+  return tensor;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor tensor = empty(shape, dtype);
+  tensor.fill_zero();
+  return tensor;
+}
+
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype) {
+  Tensor tensor;
+  tensor.shape_ = shape;
+  tensor.strides_ = contiguous_strides(shape);
+  tensor.dtype_ = dtype;
+  tensor.buffer_ = Buffer::borrow(data, tensor.nbytes());
+  return tensor;
+}
+
+int64_t Tensor::size(int64_t axis) const {
+  int64_t rank = dim();
+  if (axis < 0) axis += rank;
+  STRATA_CHECK(axis >= 0 && axis < rank, "axis {} out of range for shape {}", axis, shape_str(shape_));
+  return shape_[static_cast<size_t>(axis)];
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  STRATA_CHECK(is_contiguous(), "reshape of a non-contiguous tensor");
+  STRATA_CHECK(shape_numel(shape) == numel(), "reshape {} -> {}", shape_str(shape_), shape_str(shape));
+  Tensor view = *this;
+  view.shape_ = shape;
+  view.strides_ = contiguous_strides(shape);
+  return view;
+}
+
+Tensor Tensor::narrow(int64_t axis, int64_t start, int64_t length) const {
+  if (axis < 0) axis += dim();
+  STRATA_CHECK(axis >= 0 && axis < dim(), "narrow axis {}", axis);
+  STRATA_CHECK(start >= 0 && length >= 0 && start + length <= shape_[axis], "narrow [{}, {}) of {}",
+               start, start + length, shape_[axis]);
+  Tensor view = *this;
+  view.offset_bytes_ += static_cast<size_t>(start * strides_[axis]) * dtype_size(dtype_);
+  view.shape_[axis] = length;
+  return view;
+}
+
+namespace {
+
+// Visits every element of a possibly strided tensor in row-major order,
+// passing the element's byte offset.
+template <typename Visit>
+void for_each_offset(const Shape& shape, const std::vector<int64_t>& strides, size_t element_size,
+                     Visit visit) {
+  int64_t count = shape_numel(shape);
+  std::vector<int64_t> index(shape.size(), 0);
+  for (int64_t linear = 0; linear < count; ++linear) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < shape.size(); ++d) offset += index[d] * strides[d];
+    visit(linear, static_cast<size_t>(offset) * element_size);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void Tensor::copy_from(const Tensor& source) {
+  STRATA_CHECK(source.shape_ == shape_ && source.dtype_ == dtype_, "copy {} {} into {} {}",
+               dtype_name(source.dtype_), shape_str(source.shape_), dtype_name(dtype_), shape_str(shape_));
+  if (is_contiguous() && source.is_contiguous()) {
+    if (nbytes() > 0) std::memmove(raw(), source.raw(), nbytes());
+    return;
+  }
+  size_t element = dtype_size(dtype_);
+  std::vector<size_t> source_offsets;
+  source_offsets.reserve(static_cast<size_t>(numel()));
+  for_each_offset(source.shape_, source.strides_, element,
+                  [&](int64_t, size_t offset) { source_offsets.push_back(offset); });
+  auto* source_base = static_cast<const std::byte*>(source.raw());
+  auto* target_base = static_cast<std::byte*>(raw());
+  for_each_offset(shape_, strides_, element, [&](int64_t linear, size_t offset) {
+    std::memcpy(target_base + offset, source_base + source_offsets[static_cast<size_t>(linear)], element);
+  });
+}
+
+Tensor Tensor::clone() const {
+  Tensor copy = empty(shape_, dtype_);
+  copy.copy_from(*this);
+  return copy;
+}
+
+void Tensor::fill_zero() {
+  if (is_contiguous()) {
+    if (nbytes() > 0) std::memset(raw(), 0, nbytes());
+    return;
+  }
+  size_t element = dtype_size(dtype_);
+  auto* base = static_cast<std::byte*>(raw());
+  for_each_offset(shape_, strides_, element,
+                  [&](int64_t, size_t offset) { std::memset(base + offset, 0, element); });
+}
+
+namespace {
+
+double load_as_double(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::F64: return static_cast<const double*>(data)[index];
+    case DType::F32: return static_cast<const float*>(data)[index];
+    case DType::BF16: return bf16_to_float(static_cast<const bf16*>(data)[index]);
+    case DType::F16: return fp16_to_float(static_cast<const fp16*>(data)[index]);
+    case DType::I32: return static_cast<const int32_t*>(data)[index];
+    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(data)[index]);
+  }
+  return 0;
+}
+
+void store_from_double(void* data, DType dtype, int64_t index, double value) {
+  switch (dtype) {
+    case DType::F64: static_cast<double*>(data)[index] = value; break;
+    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); break;
+    case DType::BF16: static_cast<bf16*>(data)[index] = float_to_bf16(static_cast<float>(value)); break;
+    case DType::F16: static_cast<fp16*>(data)[index] = float_to_fp16(static_cast<float>(value)); break;
+    case DType::I32: static_cast<int32_t*>(data)[index] = static_cast<int32_t>(value); break;
+    case DType::I64: static_cast<int64_t*>(data)[index] = static_cast<int64_t>(value); break;
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor source = is_contiguous() ? *this : clone();
+  Tensor result = empty(shape_, dtype);
+  int64_t count = numel();
+  if (dtype == dtype_) {
+    result.copy_from(source);
+    return result;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    store_from_double(result.raw(), dtype, i, load_as_double(source.raw(), dtype_, i));
+  }
+  return result;
+}
+
+double Tensor::item() const {
+  STRATA_CHECK(numel() == 1, "item() of a tensor with {} elements", numel());
+  return load_as_double(raw(), dtype_, 0);
+}
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+#pragma once
+// Chooses how each op runs on a backend: its own kernel, else the op's
+// decomposition into other ops, else the `ref` backend's kernel. Every
+// decomposition and fallback is counted, per (op, dtype, shape), so that a
+// migration never silently runs on slow or different code.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "ops/backend.h"
+
+namespace strata {
+
+enum class FallbackPolicy { Allow, Warn, Error };
+FallbackPolicy parse_fallback_policy(const std::string& text);  // "allow" | "warn" | "error"
+
+enum class Route { Native, Decomposed, Reference };
+std::string_view route_name(Route route);
+
+struct KernelChoice {
+  const OpSchema* schema = nullptr;
+  Route route = Route::Native;
+  const KernelFn* kernel = nullptr;  // unset for Route::Decomposed
+  DType dtype = DType::F32;
+};
+
+struct FallbackRecord {
+  std::string op;
+  DType dtype;
+  std::string shape;  // shape of the dtype-selecting input
+  Route route;
+  int64_t count;
+};
+
+class Dispatcher {
+ public:
+  // `reference` is the backend of last resort (normally `ref`).
+  Dispatcher(const Backend& primary, const Backend& reference, FallbackPolicy policy);
+
+  const Backend& backend() const { return primary_; }
+
+  // Decides the route for (op, dtype); throws under FallbackPolicy::Error
+  // when the route is not native, and warns once per (op, dtype) under Warn.
+  KernelChoice resolve(const std::string& op, DType dtype);
+
+  // Runs a resolved op; outputs are preallocated. Counts non-native runs.
+  void execute(const KernelChoice& choice, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+
+  // Eager conveniences: resolve and run; `call` allocates the outputs.
+  void run(const std::string& op, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs = {});
+  Tensors call(const std::string& op, const Tensors& inputs, const Attrs& attrs = {});
+
+  std::vector<FallbackRecord> records() const;
+  std::string summary() const;  // human-readable table, empty when all native
+
+ private:
+  DType selecting_dtype(const OpSchema& schema, const Tensors& inputs) const;
+
+  const Backend& primary_;
+  const Backend& reference_;
+  FallbackPolicy policy_;
+  mutable std::mutex mutex_;
+  std::map<std::tuple<std::string, DType, std::string, Route>, int64_t> counts_;
+  std::set<std::pair<std::string, DType>> warned_;
+};
+
+}  // namespace strata

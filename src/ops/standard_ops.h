@@ -1,0 +1,10 @@
+#pragma once
+#include "ops/schema.h"
+
+namespace strata {
+
+// Registers every op Strata's models use; semantics are documented in
+// src/ops/README.md and in each schema's summary.
+void register_standard_ops(OpRegistry& registry);
+
+}  // namespace strata
