@@ -1,0 +1,99 @@
+#include "graph/grad_rules.h"
+
+#include <map>
+
+namespace strata {
+
+namespace {
+
+std::string grad_label(const Node& node, const std::string& what) {
+  return (node.label.empty() ? node.op : node.label) + ".grad_" + what;
+}
+
+// Gradient of a broadcast operand: sum over the dims it was broadcast along.
+int reduce_to_shape(Graph& graph, int grad, const Shape& shape, const std::string& label) {
+  if (graph.value(grad).meta.shape == shape) return grad;
+  return graph.apply1("sum_to", {grad}, {{"shape", shape}}, label);
+}
+
+std::vector<int> only_primary(const Node& node, const std::vector<int>& output_grads) {
+  for (size_t i = 1; i < output_grads.size(); ++i) {
+    STRATA_CHECK(output_grads[i] == kNoGradient, "op '{}' output {} is not differentiable", node.op, i);
+  }
+  return {};
+}
+
+const std::map<std::string, GradRule>& rules() {
+  static const std::map<std::string, GradRule> table = {
+      {"embedding",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         int64_t rows = g.value(n.inputs[0]).meta.shape[0];
+         int dweight = g.apply1("embedding_backward", {dy[0], n.inputs[1]}, {{"num_embeddings", rows}},
+                                grad_label(n, "weight"));
+         return {dweight, kNoGradient};
+       }},
+      {"add",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {dy[0], reduce_to_shape(g, dy[0], g.value(n.inputs[1]).meta.shape, grad_label(n, "b"))};
+       }},
+      {"scale",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("scale", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
+      {"gelu",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("gelu_backward", {dy[0], n.inputs[0]}, {}, grad_label(n, "x"))};
+       }},
+      {"layernorm",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         return g.apply("layernorm_backward", {dy[0], n.inputs[0], n.inputs[1], n.outputs[1], n.outputs[2]}, {},
+                        grad_label(n, "x"));
+       }},
+      {"matmul",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         STRATA_CHECK(!n.attrs.get_bool("trans_a"), "gradient of a trans_a matmul is not needed by any model");
+         bool trans_b = n.attrs.get_bool("trans_b");
+         // y = a b      : da = dy b^T, db = a^T dy
+         // y = a b^T    : da = dy b,   db = dy^T a
+         int da = g.apply1("matmul", {dy[0], n.inputs[1]}, {{"trans_a", false}, {"trans_b", !trans_b}},
+                           grad_label(n, "a"));
+         int db = trans_b ? g.apply1("matmul", {dy[0], n.inputs[0]}, {{"trans_a", true}, {"trans_b", false}},
+                                     grad_label(n, "b"))
+                          : g.apply1("matmul", {n.inputs[0], dy[0]}, {{"trans_a", true}, {"trans_b", false}},
+                                     grad_label(n, "b"));
+         return {da, db};
+       }},
+      {"linear",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         int dx = g.apply1("matmul", {dy[0], n.inputs[1]}, {{"trans_a", false}, {"trans_b", true}}, grad_label(n, "x"));
+         int dw = g.apply1("matmul", {n.inputs[0], dy[0]}, {{"trans_a", true}, {"trans_b", false}}, grad_label(n, "w"));
+         int db = reduce_to_shape(g, dy[0], g.value(n.inputs[2]).meta.shape, grad_label(n, "bias"));
+         return {dx, dw, db};
+       }},
+      {"attention",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         return {g.apply1("attention_backward", {dy[0], n.inputs[0], n.outputs[0], n.outputs[1]}, n.attrs,
+                          grad_label(n, "qkv"))};
+       }},
+      {"cross_entropy",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         int dlogits = g.apply1("cross_entropy_backward", {dy[0], n.inputs[0], n.inputs[1], n.outputs[1]}, {},
+                                grad_label(n, "logits"));
+         return {dlogits, kNoGradient};
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+const GradRule& grad_rule(const std::string& op) {
+  auto found = rules().find(op);
+  if (found == rules().end()) fail("op '{}' has no gradient rule", op);
+  return found->second;
+}
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+#include "model/gpt2.h"
+
+#include <cmath>
+
+namespace strata {
+
+namespace {
+
+std::string layer_prefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
+
+}  // namespace
+
+std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config) {
+  const int64_t c = config.n_embd;
+  const float stddev = 0.02f;
+  const float residual_stddev = stddev / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  std::vector<ParamSpec> specs;
+  auto weight = [&](const std::string& name, Shape shape, float sd) {
+    specs.push_back({name, std::move(shape), Init::Normal, sd, true});
+  };
+  auto bias = [&](const std::string& name, int64_t size) { specs.push_back({name, {size}, Init::Zeros, 0, false}); };
+  auto norm = [&](const std::string& name) {
+    specs.push_back({name + ".weight", {c}, Init::Ones, 0, false});
+    bias(name + ".bias", c);
+  };
+  weight("transformer.wte.weight", {config.vocab_size, c}, stddev);
+  weight("transformer.wpe.weight", {config.block_size, c}, stddev);
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    std::string p = layer_prefix(layer);
+    norm(p + "ln_1");
+    weight(p + "attn.c_attn.weight", {c, 3 * c}, stddev);
+    bias(p + "attn.c_attn.bias", 3 * c);
+    weight(p + "attn.c_proj.weight", {c, c}, residual_stddev);
+    bias(p + "attn.c_proj.bias", c);
+    norm(p + "ln_2");
+    weight(p + "mlp.c_fc.weight", {c, 4 * c}, stddev);
+    bias(p + "mlp.c_fc.bias", 4 * c);
+    weight(p + "mlp.c_proj.weight", {4 * c, c}, residual_stddev);
+    bias(p + "mlp.c_proj.bias", c);
+  }
+  norm("transformer.ln_f");
+  return specs;
+}
+
+GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training, DType dtype) {
+  config.validate();
+  if (seq > config.block_size) fail("sequence length {} exceeds model.block_size {}", seq, config.block_size);
+  GPT2Graph model;
+  Graph& g = model.graph;
+  std::map<std::string, int> param;
+  for (const ParamSpec& spec : gpt2_param_specs(config)) {
+    int id = g.add_param(spec.name, {spec.shape, dtype});
+    param[spec.name] = id;
+    model.params.push_back(id);
+  }
+  model.tokens = g.add_input("tokens", {{batch, seq}, DType::I32});
+  model.targets = g.add_input("targets", {{batch, seq}, DType::I32});
+  model.positions = g.add_input("positions", {{seq}, DType::I32});
+  Attrs eps{{"eps", config.layer_norm_eps}};
+
+  int wte = param.at("transformer.wte.weight");
+  int token_embeddings = g.apply1("embedding", {wte, model.tokens}, {}, "wte");
+  int position_embeddings = g.apply1("embedding", {param.at("transformer.wpe.weight"), model.positions}, {}, "wpe");
+  int x = g.apply1("add", {token_embeddings, position_embeddings}, {}, "embed");
+
+  auto layernorm = [&](int input, const std::string& name) {
+    return g.apply("layernorm", {input, param.at(name + ".weight"), param.at(name + ".bias")}, eps, name)[0];
+  };
+  auto linear = [&](int input, const std::string& name) {
+    return g.apply1("linear", {input, param.at(name + ".weight"), param.at(name + ".bias")}, {}, name);
+  };
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    std::string p = layer_prefix(layer);
+    int h = layernorm(x, p + "ln_1");
+    int qkv = linear(h, p + "attn.c_attn");
+    int attended = g.apply("attention", {qkv}, {{"n_head", config.n_head}}, p + "attn")[0];
+    x = g.apply1("add", {x, linear(attended, p + "attn.c_proj")}, {}, p + "attn.residual");
+    h = layernorm(x, p + "ln_2");
+    h = g.apply1("gelu", {linear(h, p + "mlp.c_fc")}, {}, p + "mlp.gelu");
+    x = g.apply1("add", {x, linear(h, p + "mlp.c_proj")}, {}, p + "mlp.residual");
+  }
+  x = layernorm(x, "transformer.ln_f");
+  model.logits = g.apply1("matmul", {x, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
+  model.loss = g.apply("cross_entropy", {model.logits, model.targets}, {}, "loss")[0];
+  if (training) model.grads = add_backward(g, model.loss, model.params);
+  return model;
+}
+
+Tensor position_ids(int64_t seq) {
+  Tensor ids = Tensor::empty({seq}, DType::I32);
+  for (int64_t i = 0; i < seq; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>(i);
+  return ids;
+}
+
+}  // namespace strata

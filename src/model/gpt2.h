@@ -1,0 +1,44 @@
+#pragma once
+// GPT-2 as a static graph, with HuggingFace parameter names and layouts:
+// transformer.wte.weight [V, C], transformer.wpe.weight [T, C],
+// transformer.h.{i}.ln_1.{weight,bias}, .attn.c_attn.{weight [C, 3C], bias},
+// .attn.c_proj.{weight [C, C], bias}, .ln_2.*, .mlp.c_fc.{weight [C, 4C], bias},
+// .mlp.c_proj.{weight [4C, C], bias}, transformer.ln_f.*. The LM head is the
+// token embedding (tied), stored once.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/autodiff.h"
+#include "graph/graph.h"
+#include "model/gpt2_config.h"
+#include "model/parameters.h"
+
+namespace strata {
+
+// GPT-2 initialisation: normal(0, 0.02), residual output projections
+// (attn.c_proj, mlp.c_proj) normal(0, 0.02 / sqrt(2 * n_layer)), biases 0,
+// LayerNorm weights 1.
+std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config);
+
+struct GPT2Graph {
+  Graph graph;
+  int tokens = -1;     // input [B, T] i32
+  int targets = -1;    // input [B, T] i32
+  int positions = -1;  // input [T] i32, bound to 0..T-1
+  int logits = -1;     // [B, T, V]
+  int loss = -1;       // [] mean cross-entropy
+  std::vector<int> params;  // value ids, in gpt2_param_specs order
+  Gradients grads;          // filled when built for training
+};
+
+// The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the
+// backward graph when `training`. Parameters and activations are `dtype`
+// (f64 serves finite-difference checks).
+GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
+                           DType dtype = DType::F32);
+
+// 0..seq-1 as an i32 tensor, for GPT2Graph::positions.
+Tensor position_ids(int64_t seq);
+
+}  // namespace strata

@@ -1,0 +1,37 @@
+#include "model/parameters.h"
+
+#include <algorithm>
+
+namespace strata {
+
+ParameterSet::ParameterSet(std::vector<ParamSpec> specs) : specs_(std::move(specs)) {
+  for (const ParamSpec& spec : specs_) tensors_.push_back(Tensor::empty(spec.shape, DType::F32));
+}
+
+void ParameterSet::initialise(const CounterRng& rng) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamSpec& spec = specs_[i];
+    float* data = tensors_[i].data<float>();
+    int64_t count = tensors_[i].numel();
+    switch (spec.init) {
+      case Init::Normal: fill_normal(data, count, rng, stream_id(spec.name), 0.0f, spec.stddev); break;
+      case Init::Zeros: std::fill(data, data + count, 0.0f); break;
+      case Init::Ones: std::fill(data, data + count, 1.0f); break;
+    }
+  }
+}
+
+const Tensor& ParameterSet::get(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].name == name) return tensors_[i];
+  }
+  fail("model has no parameter named '{}'", name);
+}
+
+int64_t ParameterSet::count() const {
+  int64_t total = 0;
+  for (const Tensor& tensor : tensors_) total += tensor.numel();
+  return total;
+}
+
+}  // namespace strata

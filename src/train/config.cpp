@@ -1,0 +1,213 @@
+#include "train/config.h"
+
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace strata {
+
+namespace {
+
+using FieldRef = std::variant<int64_t*, double*, std::string*, bool*>;
+
+struct Field {
+  std::string key;
+  FieldRef ref;
+};
+
+std::vector<Field> fields(TrainConfig& c) {
+  return {
+      {"model.n_layer", &c.model.n_layer},
+      {"model.n_head", &c.model.n_head},
+      {"model.n_embd", &c.model.n_embd},
+      {"model.vocab_size", &c.model.vocab_size},
+      {"model.block_size", &c.model.block_size},
+      {"model.layer_norm_eps", &c.model.layer_norm_eps},
+      {"model.init_from", &c.init_from},
+      {"data.dir", &c.data_dir},
+      {"ops.backend", &c.backend},
+      {"ops.fallback", &c.fallback},
+      {"ops.threads", &c.threads},
+      {"train.seed", &c.seed},
+      {"train.batch_size", &c.batch_size},
+      {"train.global_batch", &c.global_batch},
+      {"train.steps", &c.steps},
+      {"train.lr", &c.lr},
+      {"train.lr_min", &c.lr_min},
+      {"train.warmup_steps", &c.warmup_steps},
+      {"train.weight_decay", &c.weight_decay},
+      {"train.beta1", &c.beta1},
+      {"train.beta2", &c.beta2},
+      {"train.adam_eps", &c.adam_eps},
+      {"train.grad_clip", &c.grad_clip},
+      {"train.val_every", &c.val_every},
+      {"train.val_batches", &c.val_batches},
+      {"checkpoint.dir", &c.run_dir},
+      {"checkpoint.every", &c.checkpoint_every},
+      {"checkpoint.keep", &c.checkpoint_keep},
+      {"checkpoint.resume", &c.resume},
+  };
+}
+
+std::string type_name(const FieldRef& ref) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int64_t>) return "an integer";
+        else if constexpr (std::is_same_v<T, double>) return "a number";
+        else if constexpr (std::is_same_v<T, std::string>) return "a string";
+        else return "a boolean";
+      },
+      ref);
+}
+
+void assign(const Field& field, const toml::node& node, const std::string& source) {
+  bool ok = std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, double>) {
+          if (auto value = node.value_exact<double>()) return *target = *value, true;
+          if (auto value = node.value_exact<int64_t>()) return *target = static_cast<double>(*value), true;
+          return false;
+        } else {
+          if (auto value = node.value_exact<T>()) return *target = *value, true;
+          return false;
+        }
+      },
+      field.ref);
+  if (!ok) fail("{}: config key '{}' must be {}", source, field.key, type_name(field.ref));
+}
+
+void collect_leaves(const toml::table& table, const std::string& prefix,
+                    std::vector<std::pair<std::string, const toml::node*>>& leaves) {
+  for (const auto& [key, node] : table) {
+    std::string path = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+    if (const toml::table* child = node.as_table()) {
+      collect_leaves(*child, path, leaves);
+    } else {
+      leaves.emplace_back(path, &node);
+    }
+  }
+}
+
+toml::table parse_toml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    fail("{}:{}:{}: invalid TOML: {}", source, error.source().begin.line, error.source().begin.column,
+         error.description());
+  }
+}
+
+// `--set train.lr=3e-4`: the value is read as a TOML value, or as a bare
+// string when it is not one (so paths need no quotes).
+void apply_override(toml::table& table, const std::string& assignment) {
+  auto equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    fail("--set expects key=value, got '{}'", assignment);
+  }
+  std::string key = assignment.substr(0, equals);
+  std::string value = assignment.substr(equals + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value}};
+  }
+  toml::table* section = &table;
+  std::stringstream path(key);
+  std::vector<std::string> parts;
+  for (std::string part; std::getline(path, part, '.');) parts.push_back(part);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (!section->contains(parts[i])) section->insert(parts[i], toml::table{});
+    section = (*section)[parts[i]].as_table();
+    if (section == nullptr) fail("--set {}: '{}' is not a section", key, parts[i]);
+  }
+  section->insert_or_assign(parts.back(), *parsed.get("v"));
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  model.validate();
+  auto positive = [](const char* key, auto value) {
+    if (!(value > 0)) fail("config key '{}' must be positive, got {}", key, value);
+  };
+  auto non_negative = [](const char* key, auto value) {
+    if (value < 0) fail("config key '{}' must not be negative, got {}", key, value);
+  };
+  positive("train.batch_size", batch_size);
+  positive("train.global_batch", global_batch);
+  if (global_batch % batch_size != 0) {
+    fail("config key 'train.batch_size' ({}) must divide 'train.global_batch' ({})", batch_size, global_batch);
+  }
+  positive("train.steps", steps);
+  positive("train.lr", lr);
+  non_negative("train.lr_min", lr_min);
+  if (lr_min > lr) fail("config key 'train.lr_min' ({}) must not exceed 'train.lr' ({})", lr_min, lr);
+  non_negative("train.warmup_steps", warmup_steps);
+  non_negative("train.weight_decay", weight_decay);
+  if (!(beta1 >= 0 && beta1 < 1)) fail("config key 'train.beta1' must be in [0, 1), got {}", beta1);
+  if (!(beta2 >= 0 && beta2 < 1)) fail("config key 'train.beta2' must be in [0, 1), got {}", beta2);
+  positive("train.adam_eps", adam_eps);
+  non_negative("train.grad_clip", grad_clip);
+  non_negative("train.val_every", val_every);
+  positive("train.val_batches", val_batches);
+  non_negative("ops.threads", threads);
+  non_negative("checkpoint.every", checkpoint_every);
+  non_negative("checkpoint.keep", checkpoint_keep);
+  if (data_dir.empty()) fail("config key 'data.dir' must not be empty");
+  if (run_dir.empty()) fail("config key 'checkpoint.dir' must not be empty");
+  if (backend != "ref" && backend != "cpu") fail("config key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
+  if (fallback != "allow" && fallback != "warn" && fallback != "error") {
+    fail("config key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
+  }
+}
+
+TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  toml::table table = parse_toml(toml_text, source);
+  for (const std::string& assignment : overrides) apply_override(table, assignment);
+  TrainConfig config;
+  std::vector<Field> known = fields(config);
+  std::vector<std::pair<std::string, const toml::node*>> leaves;
+  collect_leaves(table, "", leaves);
+  for (const auto& [key, node] : leaves) {
+    auto field = std::find_if(known.begin(), known.end(), [&](const Field& f) { return f.key == key; });
+    if (field == known.end()) fail("{}: unknown config key '{}'", source, key);
+    assign(*field, *node, source);
+  }
+  try {
+    config.validate();
+  } catch (const Error& error) {
+    fail("{}: {}", source, error.what());
+  }
+  return config;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_train_config(read_text_file(path), path, overrides);
+}
+
+std::string to_toml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  std::map<std::string, toml::table> sections;
+  for (const Field& field : fields(copy)) {
+    auto dot = field.key.find('.');
+    std::string section = field.key.substr(0, dot);
+    std::string name = field.key.substr(dot + 1);
+    std::visit([&](auto* value) { sections[section].insert(name, *value); }, field.ref);
+  }
+  toml::table root;
+  for (auto& [name, table] : sections) root.insert(name, std::move(table));
+  std::ostringstream out;
+  out << root << "\n";
+  return out.str();
+}
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+#pragma once
+// The training job's configuration: a TOML file plus `--set key=value`
+// overrides, validated strictly (unknown keys, wrong types and impossible
+// values are errors naming the key).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt2_config.h"
+
+namespace strata {
+
+struct TrainConfig {
+  GPT2Config model;
+  std::string init_from;  // model.init_from: a HuggingFace-style GPT-2 safetensors file
+
+  std::string data_dir = "data/kjv";  // output of `strata data prepare`
+
+  std::string backend = "cpu";
+  std::string fallback = "warn";  // ops.fallback
+  int64_t threads = 0;            // 0: every core
+
+  int64_t seed = 1337;
+  int64_t batch_size = 8;     // rows per micro-batch; columns = model.block_size
+  int64_t global_batch = 8;   // rows per optimizer step (gradient accumulation)
+  int64_t steps = 1000;
+  double lr = 1e-3;
+  double lr_min = 1e-4;
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables
+
+  int64_t val_every = 100;   // 0 disables
+  int64_t val_batches = 10;
+
+  std::string run_dir = "runs/default";
+  int64_t checkpoint_every = 200;  // 0: only at the end
+  int64_t checkpoint_keep = 2;     // 0: keep all
+  bool resume = true;              // continue from run_dir/latest when present
+
+  int64_t accumulation_steps() const { return global_batch / batch_size; }
+  void validate() const;  // throws naming the key
+};
+
+// `source` names the file in error messages.
+TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
+                               const std::vector<std::string>& overrides);
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The effective configuration as TOML (saved beside the checkpoints).
+std::string to_toml(const TrainConfig& config);
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace strata {
+
+MetricsLog::MetricsLog(const std::string& path, int64_t total_steps)
+    : file_(path, std::ios::app), path_(path), total_steps_(total_steps), terminal_(isatty(STDOUT_FILENO) != 0) {
+  if (!file_) fail("cannot open metrics file '{}' for writing", path);
+}
+
+void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
+  nlohmann::json line{{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s}};
+  if (m.val_loss) line["val_loss"] = *m.val_loss;
+  file_ << line.dump() << "\n";
+  file_.flush();
+  if (!file_) fail("writing metrics file '{}' failed", path_);
+
+  double steps_left = static_cast<double>(total_steps_ - m.step);
+  double eta = m.step > 0 ? elapsed_s / static_cast<double>(m.step) * steps_left : 0;
+  std::string val = m.val_loss ? fmt::format(" val {:.4f}", *m.val_loss) : "";
+  if (terminal_) {
+    int width = 30;
+    int filled = static_cast<int>(width * m.step / std::max<int64_t>(total_steps_, 1));
+    fmt::print("\r[{}{}] step {}/{} loss {:.4f}{} | {:.0f} tok/s | ETA {:.0f}s   ", std::string(filled, '#'),
+               std::string(width - filled, '.'), m.step, total_steps_, m.loss, val, m.tokens_per_s, eta);
+    if (m.val_loss) fmt::print("\n");
+    std::fflush(stdout);
+  } else {
+    fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f} | {:.0f} tok/s | ETA {:.0f}s\n", m.step,
+               total_steps_, m.loss, val, m.lr, m.grad_norm, m.tokens_per_s, eta);
+  }
+}
+
+void MetricsLog::finish() {
+  if (terminal_) fmt::print("\n");
+}
+
+}  // namespace strata

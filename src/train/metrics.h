@@ -1,0 +1,34 @@
+#pragma once
+// Training progress: one JSON object per optimizer step in metrics.jsonl, and
+// a progress bar on a terminal (plain lines otherwise).
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace strata {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based optimizer step
+  double loss = 0;   // mean over the step's micro-batches
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;
+  std::optional<double> val_loss;
+};
+
+class MetricsLog {
+ public:
+  // Appends to `path` (a resumed run continues its file).
+  MetricsLog(const std::string& path, int64_t total_steps);
+  void record(const StepMetrics& metrics, double elapsed_s);
+  void finish();
+
+ private:
+  std::ofstream file_;
+  std::string path_;
+  int64_t total_steps_;
+  bool terminal_;
+};
+
+}  // namespace strata
