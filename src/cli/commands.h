@@ -9,5 +9,7 @@ void add_sample_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_topo_command(CLI::App& app);
 void add_comm_bench_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace strata::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   strata::cli::add_data_command(app);
   strata::cli::add_topo_command(app);
   strata::cli::add_comm_bench_command(app);
+  strata::cli::add_plan_command(app);
+  strata::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -94,9 +94,8 @@ GemmDims matmul_dims(const Metas& in, const Attrs& attrs) {
   }
   if (trans_b) fail("op 'matmul': trans_a and trans_b together are not supported");
   int64_t b_last = in[1].shape.back();
-  int64_t b_rows = shape_numel(drop_last(in[1].shape));
-  if (b_rows != a_rows) {
-    fail("op 'matmul': with trans_a, a {} and b {} must have the same number of rows", shape_str(in[0].shape),
+  if (drop_last(in[1].shape) != drop_last(in[0].shape)) {
+    fail("op 'matmul': with trans_a, a {} and b {} must have the same leading dims", shape_str(in[0].shape),
          shape_str(in[1].shape));
   }
   return {a_last, b_last, a_rows};
@@ -272,7 +271,8 @@ void add_elementwise(OpRegistry& registry) {
       .outputs = {"param_out", "m_out", "v_out"},
       .attrs = {"lr", "beta1", "beta2", "eps", "weight_decay", "step"},
       .infer =
-          [](const Metas& in, const Attrs&) -> Metas {
+          [](const Metas& in, const Attrs& attrs) -> Metas {
+            if (attrs.get_int("step") < 1) fail("op 'adamw': attribute 'step' counts from 1, got {}", attrs.get_int("step"));
             for (size_t i = 1; i < 4; ++i) {
               const char* names[] = {"param", "grad", "m", "v"};
               expect_shape("adamw", names[i], in[i], in[0].shape);
@@ -316,12 +316,19 @@ void add_layernorm(OpRegistry& registry) {
       .outputs = {"dx", "dgamma", "dbeta"},
       .infer =
           [](const Metas& in, const Attrs&) -> Metas {
-            expect_floating("layernorm_backward", "dy", in[0]);
-            expect_shape("layernorm_backward", "x", in[1], in[0].shape);
+            const std::string op = "layernorm_backward";
+            expect_floating(op, "dy", in[0]);
+            expect_rank_at_least(op, "dy", in[0], 1);
+            expect_shape(op, "x", in[1], in[0].shape);
+            expect_dtype(op, "x", in[1], in[0].dtype);
             Shape channels{in[0].shape.back()};
-            expect_shape("layernorm_backward", "gamma", in[2], channels);
-            expect_shape("layernorm_backward", "mean", in[3], drop_last(in[0].shape));
-            expect_shape("layernorm_backward", "rstd", in[4], drop_last(in[0].shape));
+            expect_shape(op, "gamma", in[2], channels);
+            expect_dtype(op, "gamma", in[2], in[0].dtype);
+            DType stats = stats_dtype(in[0].dtype);
+            expect_shape(op, "mean", in[3], drop_last(in[0].shape));
+            expect_dtype(op, "mean", in[3], stats);
+            expect_shape(op, "rstd", in[4], drop_last(in[0].shape));
+            expect_dtype(op, "rstd", in[4], stats);
             return {in[0], in[2], in[2]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 14.0 * count(in[0]); },
@@ -393,10 +400,15 @@ void add_attention(OpRegistry& registry) {
       .attrs = {"n_head"},
       .infer =
           [](const Metas& in, const Attrs& attrs) -> Metas {
-            AttentionDims d = attention_dims("attention_backward", in[1], attrs);
-            expect_shape("attention_backward", "dout", in[0], {d.batch, d.seq, d.width});
-            expect_shape("attention_backward", "out", in[2], {d.batch, d.seq, d.width});
-            expect_shape("attention_backward", "lse", in[3], {d.batch, d.heads, d.seq});
+            const std::string op = "attention_backward";
+            expect_floating(op, "qkv", in[1]);
+            AttentionDims d = attention_dims(op, in[1], attrs);
+            expect_shape(op, "dout", in[0], {d.batch, d.seq, d.width});
+            expect_dtype(op, "dout", in[0], in[1].dtype);
+            expect_shape(op, "out", in[2], {d.batch, d.seq, d.width});
+            expect_dtype(op, "out", in[2], in[1].dtype);
+            expect_shape(op, "lse", in[3], {d.batch, d.heads, d.seq});
+            expect_dtype(op, "lse", in[3], stats_dtype(in[1].dtype));
             return {in[1]};
           },
       .flops =
@@ -422,6 +434,8 @@ void add_attention(OpRegistry& registry) {
               fail("op '{}': k_cache {} does not match q {}", op, shape_str(in[1].shape), shape_str(in[0].shape));
             }
             expect_shape(op, "v_cache", in[2], in[1].shape);
+            expect_dtype(op, "k_cache", in[1], in[0].dtype);
+            expect_dtype(op, "v_cache", in[2], in[0].dtype);
             int64_t heads = attrs.get_int("n_head");
             if (heads <= 0 || in[0].shape[2] % heads != 0) fail("op '{}': n_head {} does not divide width", op, heads);
             if (attrs.get_int("position") < 0 || attrs.get_int("position") + in[0].shape[1] > in[1].shape[1]) {
@@ -453,6 +467,7 @@ void add_cross_entropy(OpRegistry& registry) {
             if (drop_last(in[0].shape) != in[1].shape) {
               fail("op 'cross_entropy': logits {} do not match targets {}", shape_str(in[0].shape), shape_str(in[1].shape));
             }
+            if (shape_numel(in[1].shape) == 0) fail("op 'cross_entropy': the mean over zero positions is undefined");
             DType stats = stats_dtype(in[0].dtype);
             return {{{}, stats}, {in[1].shape, stats}};
           },
@@ -466,10 +481,18 @@ void add_cross_entropy(OpRegistry& registry) {
       .dtype_input = 1,
       .infer =
           [](const Metas& in, const Attrs&) -> Metas {
-            expect_shape("cross_entropy_backward", "dloss", in[0], {});
-            expect_floating("cross_entropy_backward", "logits", in[1]);
-            expect_index("cross_entropy_backward", "targets", in[2]);
-            expect_shape("cross_entropy_backward", "lse", in[3], in[2].shape);
+            const std::string op = "cross_entropy_backward";
+            expect_floating(op, "logits", in[1]);
+            expect_rank_at_least(op, "logits", in[1], 1);
+            expect_index(op, "targets", in[2]);
+            if (drop_last(in[1].shape) != in[2].shape) {
+              fail("op '{}': logits {} do not match targets {}", op, shape_str(in[1].shape), shape_str(in[2].shape));
+            }
+            DType stats = stats_dtype(in[1].dtype);
+            expect_shape(op, "dloss", in[0], {});
+            expect_dtype(op, "dloss", in[0], stats);
+            expect_shape(op, "lse", in[3], in[2].shape);
+            expect_dtype(op, "lse", in[3], stats);
             return {in[1]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[1]); },

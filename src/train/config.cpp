@@ -1,5 +1,6 @@
 #include "train/config.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 #include <variant>

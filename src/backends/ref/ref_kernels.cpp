@@ -1,2 +1,17 @@
 #include "backends/ref/ref_kernels.h"
-namespace strata { void register_ref_kernels(Backend&) {} }
+
+#include "backends/ref/ref_ops.h"
+
+namespace strata {
+
+void register_ref_kernels(Backend& backend) {
+  ref::register_elementwise(backend);
+  ref::register_adamw(backend);
+  ref::register_embedding(backend);
+  ref::register_layernorm(backend);
+  ref::register_matmul(backend);
+  ref::register_attention(backend);
+  ref::register_cross_entropy(backend);
+}
+
+}  // namespace strata

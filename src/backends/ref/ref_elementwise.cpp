@@ -1,0 +1,75 @@
+#include <cmath>
+#include <numbers>
+
+#include "backends/ref/ref_io.h"
+#include "backends/ref/ref_ops.h"
+
+namespace strata::ref {
+
+namespace {
+
+// GPT-2's tanh approximation of GELU and its derivative.
+constexpr double kGeluCubic = 0.044715;
+const double kGeluScale = std::sqrt(2.0 / std::numbers::pi);
+
+double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluScale * (x + kGeluCubic * x * x * x))); }
+
+double gelu_derivative(double x) {
+  double t = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  double dinner = kGeluScale * (1.0 + 3.0 * kGeluCubic * x * x);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner;
+}
+
+void add(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> a = load(in[0]);
+  std::vector<double> b = load(in[1]);
+  // b's shape is a suffix of a's: b repeats every b.size() elements of a.
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i % b.size()];
+  store(out[0], a);
+}
+
+void sum_to(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> x = load(in[0]);
+  std::vector<double> sum(static_cast<size_t>(out[0].numel()), 0.0);
+  for (size_t i = 0; i < x.size(); ++i) sum[i % sum.size()] += x[i];
+  store(out[0], sum);
+}
+
+void scale(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  double factor = attrs.get_float("factor");
+  std::vector<double> x = load(in[0]);
+  for (double& value : x) value *= factor;
+  store(out[0], x);
+}
+
+void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
+  double sum = 0.0;
+  for (double value : load(in[0])) sum += value * value;
+  store(out[0], {sum});
+}
+
+void gelu_forward(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> x = load(in[0]);
+  for (double& value : x) value = gelu(value);
+  store(out[0], x);
+}
+
+void gelu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> dy = load(in[0]);
+  std::vector<double> x = load(in[1]);
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] *= gelu_derivative(x[i]);
+  store(out[0], dy);
+}
+
+}  // namespace
+
+void register_elementwise(Backend& backend) {
+  add_float_kernels(backend, "add", add);
+  add_float_kernels(backend, "sum_to", sum_to);
+  add_float_kernels(backend, "scale", scale);
+  add_float_kernels(backend, "sum_squares", sum_squares);
+  add_float_kernels(backend, "gelu", gelu_forward);
+  add_float_kernels(backend, "gelu_backward", gelu_backward);
+}
+
+}  // namespace strata::ref

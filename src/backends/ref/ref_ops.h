@@ -1,0 +1,15 @@
+#pragma once
+// The ref kernels, one registration function per family of ops.
+#include "ops/backend.h"
+
+namespace strata::ref {
+
+void register_elementwise(Backend& backend);     // add, sum_to, scale, sum_squares, gelu, gelu_backward
+void register_adamw(Backend& backend);
+void register_embedding(Backend& backend);       // embedding, embedding_backward
+void register_layernorm(Backend& backend);       // layernorm, layernorm_backward
+void register_matmul(Backend& backend);          // matmul, linear
+void register_attention(Backend& backend);       // attention, attention_backward, attention_cached
+void register_cross_entropy(Backend& backend);   // cross_entropy, cross_entropy_backward
+
+}  // namespace strata::ref

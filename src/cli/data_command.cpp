@@ -1,0 +1,43 @@
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "data/corpus.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;
+  std::string out_dir;
+  int vocab_size = 4096;
+  double val_fraction = 0.05;
+};
+
+void prepare(const PrepareArgs& args) {
+  std::vector<std::filesystem::path> inputs(args.inputs.begin(), args.inputs.end());
+  CorpusOptions options;
+  options.val_fraction = args.val_fraction;
+  CorpusMeta meta = prepare_corpus(inputs, args.out_dir, args.vocab_size, options);
+  fmt::print("corpus {}: vocab {}, {} train tokens in {} shard(s), {} val tokens\n", meta.dir.string(),
+             meta.vocab_size, meta.train_tokens, meta.train_shards.size(), meta.val_tokens);
+  fmt::print("unigram entropy of train tokens: {:.4f} nats/token; val cross-entropy under it: {:.4f}\n",
+             meta.train_unigram_entropy, meta.val_unigram_cross_entropy);
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "Prepare training data");
+  data->require_subcommand(1);
+  auto* command = data->add_subcommand("prepare", "Train a SentencePiece tokenizer on raw text and write llm.c token shards");
+  auto args = std::make_shared<PrepareArgs>();
+  command->add_option("inputs", args->inputs, "Raw UTF-8 text files")->required();
+  command->add_option("--out", args->out_dir, "Output directory")->required();
+  command->add_option("--vocab-size", args->vocab_size, "Tokenizer vocabulary size")->check(CLI::PositiveNumber);
+  command->add_option("--val-fraction", args->val_fraction, "Share of the text held out for validation")
+      ->check(CLI::Range(0.0, 0.5));
+  command->callback([args] { prepare(*args); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,202 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "backends/backends.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_gpt2.h"
+#include "core/file_io.h"
+#include "data/corpus.h"
+
+namespace strata {
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
+std::set<int> kept_values(const GPT2Graph& model) {
+  std::set<int> kept{model.loss};
+  for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
+  return kept;
+}
+
+AdamWSettings adamw_settings(const TrainConfig& config) {
+  return {config.beta1, config.beta2, config.adam_eps, config.weight_decay};
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config)
+    : config_(std::move(config)),
+      schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
+      dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
+      params_(gpt2_param_specs(config_.model)),
+      optimizer_(params_, adamw_settings(config_)) {
+  if (config_.threads > 0) omp_set_num_threads(static_cast<int>(config_.threads));
+  const int64_t batch = config_.batch_size;
+  const int64_t seq = config_.model.block_size;
+
+  CorpusMeta corpus = read_corpus_meta(config_.data_dir);
+  if (corpus.vocab_size > config_.model.vocab_size) {
+    fail("the tokenizer in '{}' has {} tokens but model.vocab_size is {}", config_.data_dir, corpus.vocab_size,
+         config_.model.vocab_size);
+  }
+  train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq);
+  val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq);
+
+  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true);
+  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false);
+  train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
+  eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, std::set<int>{eval_model_.loss});
+
+  tokens_ = Tensor::empty({batch, seq}, DType::I32);
+  targets_ = Tensor::empty({batch, seq}, DType::I32);
+  positions_ = position_ids(seq);
+  loss_seed_ = Tensor::empty({}, DType::F32);
+  loss_seed_.data<float>()[0] = 1.0f / static_cast<float>(config_.accumulation_steps());
+  for (auto [model, graph] : {std::pair{&train_model_, train_graph_.get()}, {&eval_model_, eval_graph_.get()}}) {
+    for (size_t i = 0; i < params_.size(); ++i) graph->bind(model->params[i], params_.tensor(i));
+    graph->bind(model->tokens, tokens_);
+    graph->bind(model->targets, targets_);
+    graph->bind(model->positions, positions_);
+  }
+  train_graph_->bind(train_model_.grads.seed, loss_seed_);
+  for (size_t i = 0; i < params_.size(); ++i) grads_.push_back(Tensor::zeros(params_.tensor(i).shape(), DType::F32));
+
+  std::filesystem::path run_dir(config_.run_dir);
+  bool resumable = config_.resume && std::filesystem::exists(run_dir / "latest");
+  if (resumable) {
+    restore(resolve_checkpoint(run_dir));
+  } else if (!config_.init_from.empty()) {
+    load_gpt2_weights(config_.init_from, params_);
+  } else {
+    params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
+  }
+}
+
+double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader) {
+  loader.next(tokens_, targets_);
+  graph.run();
+  return graph.tensor(model.loss).item();
+}
+
+StepMetrics Trainer::step() {
+  auto start = std::chrono::steady_clock::now();
+  const int64_t micro_batches = config_.accumulation_steps();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    loss_sum += run_micro_batch(*train_graph_, train_model_, *train_loader_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[i]));
+      if (micro == 0) {
+        grads_[i].copy_from(grad);
+      } else {
+        dispatcher_->run("add", {grads_[i], grad}, {grads_[i]});
+      }
+    }
+  }
+  StepMetrics metrics;
+  metrics.step = completed_steps_ + 1;
+  metrics.loss = loss_sum / static_cast<double>(micro_batches);
+  metrics.lr = schedule_.at(completed_steps_);
+  metrics.grad_norm = clip_grad_norm(grads_, config_.grad_clip, *dispatcher_);
+  optimizer_.update(params_, grads_, metrics.lr, metrics.step, *dispatcher_);
+  completed_steps_ = metrics.step;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double tokens = static_cast<double>(config_.global_batch * config_.model.block_size);
+  metrics.tokens_per_s = tokens / seconds;
+  return metrics;
+}
+
+double Trainer::validation_loss() {
+  val_loader_->seek({});
+  double total = 0;
+  for (int64_t batch = 0; batch < config_.val_batches; ++batch) {
+    total += run_micro_batch(*eval_graph_, eval_model_, *val_loader_);
+  }
+  return total / static_cast<double>(config_.val_batches);
+}
+
+void Trainer::save_checkpoint() {
+  CheckpointFiles files;
+  TensorMap& model = files[kModelFile];
+  TensorMap& optimizer = files[kOptimizerFile];
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_.spec(i).name;
+    model[name] = params_.tensor(i);
+    optimizer["exp_avg." + name] = optimizer_.first_moments()[i];
+    optimizer["exp_avg_sq." + name] = optimizer_.second_moments()[i];
+  }
+  LoaderPosition position = train_loader_->position();
+  nlohmann::json metadata{
+      {"train_loader", {{"shard", position.shard}, {"offset", position.offset}}},
+      {"seed", config_.seed},
+      {"rng", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"counter", 0}}},
+      {"model",
+       {{"n_layer", config_.model.n_layer},
+        {"n_head", config_.model.n_head},
+        {"n_embd", config_.model.n_embd},
+        {"vocab_size", config_.model.vocab_size},
+        {"block_size", config_.model.block_size},
+        {"layer_norm_eps", config_.model.layer_norm_eps}}},
+      {"tokenizer", (std::filesystem::absolute(config_.data_dir) / "tokenizer.model").string()},
+  };
+  strata::save_checkpoint(config_.run_dir, completed_steps_, files, metadata, static_cast<int>(config_.checkpoint_keep));
+}
+
+void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
+  Checkpoint checkpoint(checkpoint_dir);
+  TensorMap model, optimizer;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_.spec(i).name;
+    model[name] = params_.tensor(i);
+    optimizer["exp_avg." + name] = optimizer_.first_moments()[i];
+    optimizer["exp_avg_sq." + name] = optimizer_.second_moments()[i];
+  }
+  checkpoint.load_into(kModelFile, model);
+  checkpoint.load_into(kOptimizerFile, optimizer);
+  const nlohmann::json& loader = checkpoint.metadata().at("train_loader");
+  train_loader_->seek({loader.at("shard").get<int64_t>(), loader.at("offset").get<int64_t>()});
+  completed_steps_ = checkpoint.step();
+  fmt::print("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_);
+}
+
+void Trainer::run() {
+  std::filesystem::path run_dir(config_.run_dir);
+  std::filesystem::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.toml", to_toml(config_));
+  fmt::print("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
+             config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
+             config_.model.block_size, static_cast<double>(params_.count()) / 1e6);
+  fmt::print("backend: {} ({} threads); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
+             omp_get_max_threads(), static_cast<double>(arena_bytes()) / (1 << 20),
+             static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20));
+
+  MetricsLog log((run_dir / "metrics.jsonl").string(), config_.steps);
+  auto start = std::chrono::steady_clock::now();
+  int64_t first_step = completed_steps_;
+  while (completed_steps_ < config_.steps) {
+    StepMetrics metrics = step();
+    bool last = completed_steps_ == config_.steps;
+    if (config_.val_every > 0 && (completed_steps_ % config_.val_every == 0 || last)) {
+      metrics.val_loss = validation_loss();
+    }
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log.record(metrics, elapsed * static_cast<double>(completed_steps_) /
+                            static_cast<double>(std::max<int64_t>(completed_steps_ - first_step, 1)));
+    if (last || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
+      save_checkpoint();
+    }
+  }
+  log.finish();
+  std::string fallbacks = dispatcher_->summary();
+  fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
+}
+
+}  // namespace strata

@@ -1,0 +1,57 @@
+#pragma once
+// The training loop: hardware-agnostic. It builds the GPT-2 graph once, runs
+// micro-batches through the compiled graph on the configured backend,
+// accumulates gradients, clips, steps AdamW, validates, logs and checkpoints.
+#include <memory>
+#include <optional>
+
+#include "data/token_loader.h"
+#include "graph/executor.h"
+#include "model/gpt2.h"
+#include "train/config.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+
+namespace strata {
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig config);
+
+  // Trains from the current step to train.steps, validating and saving on
+  // schedule and at the end. Prints the fallback summary.
+  void run();
+
+  StepMetrics step();        // one optimizer step
+  double validation_loss();  // mean over train.val_batches micro-batches from the start of val
+  void save_checkpoint();
+
+  int64_t completed_steps() const { return completed_steps_; }
+  const ParameterSet& params() const { return params_; }
+  const Dispatcher& dispatcher() const { return *dispatcher_; }
+  size_t arena_bytes() const { return train_graph_->memory_plan().arena_bytes; }
+
+ private:
+  void restore(const std::filesystem::path& checkpoint_dir);
+  double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader);
+
+  TrainConfig config_;
+  LrSchedule schedule_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  ParameterSet params_;
+  AdamW optimizer_;
+  GPT2Graph train_model_;
+  GPT2Graph eval_model_;
+  std::unique_ptr<CompiledGraph> train_graph_;
+  std::unique_ptr<CompiledGraph> eval_graph_;
+  Tensor tokens_, targets_;
+  Tensor positions_;
+  Tensor loss_seed_;
+  std::vector<Tensor> grads_;  // accumulated over a step's micro-batches
+  std::unique_ptr<TokenLoader> train_loader_;
+  std::unique_ptr<TokenLoader> val_loader_;
+  int64_t completed_steps_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/backends.h"
+#include "graph/executor.h"
+#include "model/gpt2.h"
+#include "model/sampler.h"
+
+namespace strata {
+namespace {
+
+GPT2Config small_config() {
+  GPT2Config config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_embd = 16;
+  config.vocab_size = 29;
+  config.block_size = 12;
+  return config;
+}
+
+TEST(GPT2, ParameterCountMatchesTheClosedForm) {
+  // 124M for GPT-2 small: the published figure (tied head, 1024 positions).
+  GPT2Config gpt2_small;
+  gpt2_small.n_layer = 12;
+  gpt2_small.n_head = 12;
+  gpt2_small.n_embd = 768;
+  gpt2_small.vocab_size = 50257;
+  gpt2_small.block_size = 1024;
+  EXPECT_EQ(gpt2_small.num_parameters(), 124439808);
+  int64_t from_specs = 0;
+  for (const ParamSpec& spec : gpt2_param_specs(gpt2_small)) from_specs += shape_numel(spec.shape);
+  EXPECT_EQ(from_specs, 124439808);
+}
+
+TEST(GPT2, HuggingFaceNamesAndLayouts) {
+  std::vector<ParamSpec> specs = gpt2_param_specs(small_config());
+  auto find = [&](const std::string& name) -> const ParamSpec& {
+    for (const ParamSpec& spec : specs) {
+      if (spec.name == name) return spec;
+    }
+    ADD_FAILURE() << "missing " << name;
+    return specs[0];
+  };
+  EXPECT_EQ(find("transformer.wte.weight").shape, (Shape{29, 16}));
+  EXPECT_EQ(find("transformer.wpe.weight").shape, (Shape{12, 16}));
+  EXPECT_EQ(find("transformer.h.1.attn.c_attn.weight").shape, (Shape{16, 48}));
+  EXPECT_EQ(find("transformer.h.1.mlp.c_fc.weight").shape, (Shape{16, 64}));
+  EXPECT_EQ(find("transformer.h.1.mlp.c_proj.weight").shape, (Shape{64, 16}));
+  EXPECT_EQ(find("transformer.ln_f.bias").shape, (Shape{16}));
+  EXPECT_FLOAT_EQ(find("transformer.h.0.attn.c_proj.weight").stddev, 0.02f / std::sqrt(4.0f));
+  EXPECT_TRUE(find("transformer.h.0.mlp.c_fc.weight").decay);
+  EXPECT_FALSE(find("transformer.h.0.mlp.c_fc.bias").decay);
+  EXPECT_FALSE(find("transformer.h.0.ln_2.weight").decay);
+  for (const ParamSpec& spec : specs) EXPECT_NE(spec.name.find("transformer."), std::string::npos);
+}
+
+TEST(GPT2, InitialisationHasTheConfiguredStatistics) {
+  GPT2Config config = small_config();
+  config.n_embd = 64;
+  config.vocab_size = 500;
+  ParameterSet params(gpt2_param_specs(config));
+  params.initialise(CounterRng(3));
+  const Tensor& wte = params.get("transformer.wte.weight");
+  double sum = 0, squares = 0;
+  for (int64_t i = 0; i < wte.numel(); ++i) {
+    sum += wte.data<float>()[i];
+    squares += wte.data<float>()[i] * wte.data<float>()[i];
+  }
+  double mean = sum / wte.numel();
+  double stddev = std::sqrt(squares / wte.numel() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(stddev, 0.02, 0.0005);
+  EXPECT_EQ(params.get("transformer.h.0.ln_1.weight").data<float>()[5], 1.0f);
+  EXPECT_EQ(params.get("transformer.h.0.attn.c_attn.bias").data<float>()[5], 0.0f);
+}
+
+TEST(GPT2, ConfigErrorsNameTheKey) {
+  GPT2Config config = small_config();
+  config.n_head = 3;
+  try {
+    config.validate();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("model.n_head"), std::string::npos);
+  }
+  GPT2Config too_long = small_config();
+  EXPECT_THROW(build_gpt2_graph(too_long, 1, 13, false), Error);
+}
+
+// The KV-cache sampler must produce the same next-token logits as the full
+// forward graph over the whole prefix.
+TEST(GPT2Sampler, CachedDecodingMatchesTheFullForwardPass) {
+  GPT2Config config = small_config();
+  ParameterSet params(gpt2_param_specs(config));
+  params.initialise(CounterRng(5));
+  auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);
+  std::vector<int32_t> tokens{3, 17, 5, 0, 28, 11, 9};
+
+  GPT2Sampler sampler(config, params, *dispatcher);
+  sampler.feed({tokens[0], tokens[1], tokens[2]});
+  Tensor cached;
+  for (size_t i = 3; i < tokens.size(); ++i) cached = sampler.feed({tokens[i]});
+
+  const int64_t seq = static_cast<int64_t>(tokens.size());
+  GPT2Graph model = build_gpt2_graph(config, 1, seq, false);
+  CompiledGraph graph(model.graph, *dispatcher, {model.logits});
+  for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
+  Tensor ids = Tensor::empty({1, seq}, DType::I32);
+  for (int64_t i = 0; i < seq; ++i) ids.data<int32_t>()[i] = tokens[i];
+  graph.bind(model.tokens, ids);
+  graph.bind(model.targets, ids);
+  graph.bind(model.positions, position_ids(seq));
+  graph.run();
+  Tensor logits = graph.tensor(model.logits);
+  for (int64_t v = 0; v < config.vocab_size; ++v) {
+    EXPECT_NEAR(cached.data<float>()[v], logits.data<float>()[(seq - 1) * config.vocab_size + v], 1e-5);
+  }
+}
+
+TEST(GPT2Sampler, GreedyIsDeterministicAndSlidesPastTheContext) {
+  GPT2Config config = small_config();
+  ParameterSet params(gpt2_param_specs(config));
+  params.initialise(CounterRng(5));
+  auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);
+  GPT2Sampler sampler(config, params, *dispatcher);
+  SamplingOptions greedy{0.0, 0, 1};
+  auto first = sampler.generate({1, 2, 3}, 20, greedy);  // 23 > block_size 12
+  auto second = sampler.generate({1, 2, 3}, 20, greedy);
+  EXPECT_EQ(first.size(), 20u);
+  EXPECT_EQ(first, second);
+  SamplingOptions top1{1.0, 1, 9};  // top-1 sampling is greedy
+  EXPECT_EQ(sampler.generate({1, 2, 3}, 20, top1), first);
+  EXPECT_THROW(sampler.generate({}, 5, greedy), Error);
+  EXPECT_THROW(sampler.generate({29}, 5, greedy), Error);
+}
+
+}  // namespace
+}  // namespace strata

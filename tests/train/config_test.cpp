@@ -1,0 +1,82 @@
+#include "train/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_train_config(toml, "job.toml", overrides);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+const char* kValid = R"(
+[model]
+n_layer = 2
+n_head = 4
+n_embd = 64
+vocab_size = 512
+block_size = 32
+[train]
+batch_size = 4
+global_batch = 8
+lr = 3e-4
+lr_min = 3e-5
+)";
+
+TEST(TrainConfig, ReadsKeysAndOverrides) {
+  TrainConfig config = parse_train_config(kValid, "job.toml", {"train.steps=7", "data.dir=some/where", "train.lr=1"});
+  EXPECT_EQ(config.model.n_head, 4);
+  EXPECT_EQ(config.model.block_size, 32);
+  EXPECT_EQ(config.accumulation_steps(), 2);
+  EXPECT_EQ(config.steps, 7);
+  EXPECT_EQ(config.data_dir, "some/where");
+  EXPECT_DOUBLE_EQ(config.lr, 1.0);  // an integer is accepted where a number is expected
+}
+
+TEST(TrainConfig, UnknownKeyIsNamed) {
+  EXPECT_THAT(error_of(std::string(kValid) + "[optim]\nlearning_rate = 1\n"),
+              HasSubstr("unknown config key 'optim.learning_rate'"));
+  EXPECT_THAT(error_of(kValid, {"train.lrr=1"}), HasSubstr("'train.lrr'"));
+}
+
+TEST(TrainConfig, WrongTypeIsNamed) {
+  EXPECT_THAT(error_of(kValid, {"model.n_layer=\"two\""}), HasSubstr("'model.n_layer' must be an integer"));
+  EXPECT_THAT(error_of(kValid, {"train.lr=fast"}), HasSubstr("'train.lr' must be a number"));
+  EXPECT_THAT(error_of(kValid, {"checkpoint.resume=3"}), HasSubstr("'checkpoint.resume' must be a boolean"));
+}
+
+TEST(TrainConfig, ImpossibleValuesNameTheKey) {
+  EXPECT_THAT(error_of(kValid, {"model.n_head=5"}), HasSubstr("model.n_head"));
+  EXPECT_THAT(error_of(kValid, {"train.batch_size=3"}), HasSubstr("train.batch_size"));
+  EXPECT_THAT(error_of(kValid, {"train.lr_min=1"}), HasSubstr("train.lr_min"));
+  EXPECT_THAT(error_of(kValid, {"train.beta2=1.0"}), HasSubstr("train.beta2"));
+  EXPECT_THAT(error_of(kValid, {"ops.fallback=maybe"}), HasSubstr("ops.fallback"));
+  EXPECT_THAT(error_of(kValid, {"model.n_layer=0"}), HasSubstr("model.n_layer"));
+  EXPECT_THAT(error_of(kValid, {"train.global_batch=-8"}), HasSubstr("train.global_batch"));
+}
+
+TEST(TrainConfig, MalformedTomlNamesTheFileAndLine) {
+  EXPECT_THAT(error_of("[model]\nn_layer = = 2\n"), HasSubstr("job.toml:2"));
+  EXPECT_THAT(error_of(kValid, {"novalue"}), HasSubstr("key=value"));
+}
+
+TEST(TrainConfig, SavedTomlReadsBackIdentically) {
+  TrainConfig config = parse_train_config(kValid, "job.toml", {"model.init_from=/x/y.safetensors"});
+  TrainConfig again = parse_train_config(to_toml(config), "saved.toml", {});
+  EXPECT_EQ(to_toml(config), to_toml(again));
+  EXPECT_EQ(again.init_from, "/x/y.safetensors");
+  EXPECT_DOUBLE_EQ(again.lr_min, 3e-5);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,171 @@
+// End-to-end behaviour of the training loop on a tiny corpus: determinism,
+// bit-identical resume, and the bad-input cases that must never cost a checkpoint.
+#include "train/trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint.h"
+#include "data/corpus.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(fs::temp_directory_path() / ("strata_trainer_test_" + std::to_string(::getpid())));
+    fs::create_directories(*root_);
+    std::ofstream text(*root_ / "corpus.txt");
+    const char* verses[] = {"In the beginning God created the heaven and the earth.",
+                            "And the earth was without form, and void.",
+                            "And God said, Let there be light: and there was light.",
+                            "And God saw the light, that it was good."};
+    for (int i = 0; i < 400; ++i) text << verses[i % 4] << " " << i << "\n";
+    text.close();
+    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root_);
+    delete root_;
+  }
+
+  TrainConfig config(const std::string& run, std::vector<std::string> extra = {}) {
+    std::vector<std::string> overrides{
+        "data.dir=" + (*root_ / "data").string(), "checkpoint.dir=" + (*root_ / run).string(),
+        "train.steps=6", "train.warmup_steps=2", "train.val_every=3", "train.val_batches=2",
+        "checkpoint.every=0", "ops.threads=2"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_train_config(kTiny, "tiny.toml", overrides);
+  }
+
+  static constexpr const char* kTiny = R"(
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+vocab_size = 320
+block_size = 16
+[train]
+batch_size = 2
+global_batch = 4
+lr = 3e-3
+lr_min = 3e-4
+grad_clip = 0.5
+)";
+  static fs::path* root_;
+};
+
+fs::path* TrainerTest::root_ = nullptr;
+
+std::vector<double> losses(Trainer& trainer, int steps) {
+  std::vector<double> result;
+  for (int i = 0; i < steps; ++i) result.push_back(trainer.step().loss);
+  return result;
+}
+
+TEST_F(TrainerTest, SameConfigGivesBitIdenticalLosses) {
+  Trainer first(config("det_a"));
+  Trainer second(config("det_b"));
+  std::vector<double> a = losses(first, 5);
+  std::vector<double> b = losses(second, 5);
+  EXPECT_EQ(a, b);
+  EXPECT_LT(a.back(), a.front());  // it learns
+  EXPECT_EQ(first.validation_loss(), second.validation_loss());
+}
+
+TEST_F(TrainerTest, ResumeContinuesTheExactTrajectory) {
+  Trainer uninterrupted(config("straight"));
+  std::vector<double> expected = losses(uninterrupted, 6);
+
+  {
+    Trainer interrupted(config("resumed"));
+    losses(interrupted, 3);
+    interrupted.save_checkpoint();
+  }
+  Trainer resumed(config("resumed"));
+  EXPECT_EQ(resumed.completed_steps(), 3);
+  std::vector<double> tail = losses(resumed, 3);
+  EXPECT_EQ(tail, std::vector<double>(expected.begin() + 3, expected.end()));
+}
+
+TEST_F(TrainerTest, RunWritesMetricsConfigAndCheckpoint) {
+  Trainer trainer(config("full"));
+  trainer.run();
+  fs::path run = *root_ / "full";
+  EXPECT_TRUE(fs::exists(run / "config.toml"));
+  EXPECT_EQ(Checkpoint(resolve_checkpoint(run)).step(), 6);
+  std::ifstream metrics(run / "metrics.jsonl");
+  std::string line;
+  int lines = 0, with_val = 0;
+  while (std::getline(metrics, line)) {
+    auto json = nlohmann::json::parse(line);
+    ++lines;
+    EXPECT_EQ(json.at("step").get<int>(), lines);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"}) EXPECT_TRUE(json.contains(key)) << key;
+    with_val += json.contains("val_loss");
+  }
+  EXPECT_EQ(lines, 6);
+  EXPECT_EQ(with_val, 2);
+  // The saved config reproduces the run's settings.
+  TrainConfig saved = load_train_config((run / "config.toml").string(), {});
+  EXPECT_EQ(saved.model.n_embd, 32);
+  EXPECT_EQ(saved.steps, 6);
+}
+
+TEST_F(TrainerTest, MismatchedCheckpointIsRejectedAndKept) {
+  {
+    Trainer trainer(config("mismatch"));
+    losses(trainer, 1);
+    trainer.save_checkpoint();
+  }
+  fs::path latest = resolve_checkpoint(*root_ / "mismatch");
+  try {
+    Trainer wider(config("mismatch", {"model.n_embd=64"}));
+    FAIL() << "a checkpoint with other shapes was accepted";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("transformer."));
+  }
+  EXPECT_EQ(resolve_checkpoint(*root_ / "mismatch"), latest);
+  EXPECT_EQ(Checkpoint(latest).step(), 1);
+}
+
+TEST_F(TrainerTest, MissingDataDirectoryIsNamed) {
+  try {
+    Trainer trainer(config("nodata", {"data.dir=" + (*root_ / "absent").string()}));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("absent"));
+  }
+}
+
+TEST_F(TrainerTest, TokenizerLargerThanModelVocabIsNamed) {
+  try {
+    Trainer trainer(config("smallvocab", {"model.vocab_size=100"}));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("model.vocab_size"));
+  }
+}
+
+TEST_F(TrainerTest, UnwritableRunDirectoryIsNamed) {
+  fs::path blocker = *root_ / "blocker";
+  std::ofstream(blocker) << "a file where a directory should be";
+  Trainer trainer(config("blocker/run"));
+  losses(trainer, 1);
+  try {
+    trainer.save_checkpoint();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("blocker"));
+  }
+}
+
+}  // namespace
+}  // namespace strata
