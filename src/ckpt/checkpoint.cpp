@@ -1,0 +1,196 @@
+#include "ckpt/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <system_error>
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kStepPrefix = "step_";
+constexpr std::string_view kManifestFormat = "strata-checkpoint";
+constexpr int kManifestVersion = 1;
+
+// A name that stays inside its directory and cannot collide with the
+// manifest or with the hidden temporary files of atomic writes.
+bool is_plain_file_name(std::string_view name) {
+  return !name.empty() && name.front() != '.' && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
+bool parse_step_dir_name(std::string_view name, int64_t* step) {
+  if (!name.starts_with(kStepPrefix)) return false;
+  std::string_view digits = name.substr(kStepPrefix.size());
+  if (digits.size() < 8 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), *step);
+  return error == std::errc() && end == digits.data() + digits.size();
+}
+
+// Deletes older checkpoints so that `keep_last` remain, counting `written`.
+void prune_checkpoints(const fs::path& run_dir, const fs::path& written, int keep_last) {
+  std::vector<std::pair<int64_t, fs::path>> others;
+  std::error_code error;
+  for (const auto& item : fs::directory_iterator(run_dir, error)) {
+    int64_t step = 0;
+    if (item.path() != written && item.is_directory() &&
+        parse_step_dir_name(item.path().filename().string(), &step)) {
+      others.emplace_back(step, item.path());
+    }
+  }
+  if (error) {
+    spdlog::warn("checkpoint retention skipped: cannot list '{}': {}", run_dir.string(), error.message());
+    return;
+  }
+  std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = static_cast<size_t>(keep_last - 1); i < others.size(); ++i) {
+    fs::remove_all(others[i].second, error);
+    // The new checkpoint is already complete; a leftover old one only costs space.
+    if (error) spdlog::warn("cannot delete old checkpoint '{}': {}", others[i].second.string(), error.message());
+  }
+}
+
+json read_manifest(const fs::path& dir) {
+  fs::path manifest_path = dir / kCheckpointManifest;
+  json manifest;
+  try {
+    manifest = json::parse(read_text_file(manifest_path));
+  } catch (const json::parse_error& error) {
+    fail("'{}': not valid JSON: {}", manifest_path.string(), error.what());
+  }
+  auto bad = [&](std::string_view what) { fail("'{}': {}", manifest_path.string(), what); };
+  if (!manifest.is_object()) bad("not a JSON object");
+  if (manifest.value("format", "") != kManifestFormat) bad(fmt::format("\"format\" is not \"{}\"", kManifestFormat));
+  if (!manifest.contains("version") || manifest["version"] != kManifestVersion) {
+    bad(fmt::format("unsupported \"version\" (this build reads version {})", kManifestVersion));
+  }
+  if (!manifest.contains("step") || !manifest["step"].is_number_integer() || manifest["step"].get<int64_t>() < 0) {
+    bad("\"step\" is not a non-negative integer");
+  }
+  if (!manifest.contains("files") || !manifest["files"].is_array()) bad("\"files\" is not an array");
+  for (const json& file : manifest["files"]) {
+    if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
+      bad(fmt::format("\"files\" entry {} is not a plain file name", file.dump()));
+    }
+  }
+  if (!manifest.contains("metadata")) bad("missing \"metadata\"");
+  return manifest;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointFiles& files, const json& metadata,
+                         int keep_last) {
+  if (step < 0) fail("cannot save a checkpoint in '{}': step {} is negative", run_dir.string(), step);
+  if (keep_last < 0) fail("cannot save a checkpoint in '{}': keep_last {} is negative", run_dir.string(), keep_last);
+  for (const auto& item : files) {
+    if (!is_plain_file_name(item.first) || item.first == kCheckpointManifest) {
+      fail("cannot save a checkpoint in '{}': '{}' is not allowed as a file name", run_dir.string(), item.first);
+    }
+  }
+  std::error_code error;
+  fs::create_directories(run_dir, error);
+  if (error) fail("cannot create run directory '{}': {}", run_dir.string(), error.message());
+
+  std::string name = checkpoint_dir_name(step);
+  fs::path final_dir = run_dir / name;
+  if (fs::exists(final_dir)) {
+    fail("cannot save step {}: '{}' already exists (delete it, or resume from it)", step, final_dir.string());
+  }
+  fs::path temp_dir = create_unique_directory(run_dir, "." + name + ".tmp");
+  try {
+    json manifest = {{"format", std::string(kManifestFormat)}, {"version", kManifestVersion}, {"step", step},
+                     {"files", json::array()}, {"metadata", metadata}};
+    for (const auto& [file, tensors] : files) {
+      write_safetensors(temp_dir / file, tensors);
+      manifest["files"].push_back(file);
+    }
+    // The manifest goes last: a directory without it is never a checkpoint.
+    write_file_atomic(temp_dir / kCheckpointManifest, manifest.dump(2) + "\n");
+    fsync_directory(temp_dir);
+    if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
+      fail("cannot rename '{}' to '{}': {}", temp_dir.string(), final_dir.string(), errno_text(errno));
+    }
+  } catch (...) {
+    fs::remove_all(temp_dir, error);
+    throw;
+  }
+  fsync_directory(run_dir);
+  write_file_atomic(run_dir / kLatestPointer, name + "\n");
+  if (keep_last > 0) prune_checkpoints(run_dir, final_dir, keep_last);
+  return final_dir;
+}
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  if (!fs::exists(path)) fail("checkpoint path '{}' does not exist", path.string());
+  if (fs::exists(path / kCheckpointManifest)) return path;
+  fs::path pointer = path / kLatestPointer;
+  if (!fs::exists(pointer)) {
+    fail("'{}' is neither a checkpoint directory (no {}) nor a run directory (no {} file)", path.string(),
+         kCheckpointManifest, kLatestPointer);
+  }
+  std::string name = read_text_file(pointer);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (!is_plain_file_name(name)) fail("'{}' does not hold a checkpoint directory name: '{}'", pointer.string(), name);
+  fs::path dir = path / name;
+  if (!fs::exists(dir / kCheckpointManifest)) {
+    fail("'{}' points to '{}', which is not a complete checkpoint (no {})", pointer.string(), dir.string(),
+         kCheckpointManifest);
+  }
+  return dir;
+}
+
+Checkpoint::Checkpoint(const fs::path& path) : dir_(resolve_checkpoint(path)) {
+  json manifest = read_manifest(dir_);
+  step_ = manifest["step"].get<int64_t>();
+  metadata_ = manifest["metadata"];
+  files_ = manifest["files"].get<std::vector<std::string>>();
+}
+
+SafetensorsReader Checkpoint::open(const std::string& file) const {
+  if (std::find(files_.begin(), files_.end(), file) == files_.end()) {
+    fail("checkpoint '{}' has no file '{}' (it has: {})", dir_.string(), file, fmt::join(files_, ", "));
+  }
+  fs::path path = dir_ / file;
+  if (!fs::exists(path)) fail("checkpoint file '{}' is missing", path.string());
+  return SafetensorsReader(path);
+}
+
+TensorMap Checkpoint::load(const std::string& file) const { return open(file).load_all(); }
+
+void Checkpoint::load_into(const std::string& file, const TensorMap& targets) const {
+  SafetensorsReader reader = open(file);
+  for (const auto& [name, entry] : reader.entries()) {
+    if (targets.count(name) == 0) fail("'{}': tensor '{}' is not expected here", reader.path().string(), name);
+  }
+  for (const auto& [name, target] : targets) {
+    if (!reader.contains(name)) fail("'{}': tensor '{}' is missing", reader.path().string(), name);
+    const SafetensorsEntry& entry = reader.entry(name);
+    if (entry.dtype != target.dtype() || entry.shape != target.shape()) {
+      fail("'{}': tensor '{}' is {} {}, expected {} {}", reader.path().string(), name,
+           safetensors_dtype_name(entry.dtype), shape_str(entry.shape), safetensors_dtype_name(target.dtype()),
+           shape_str(target.shape()));
+    }
+  }
+  for (const auto& [name, target] : targets) {
+    Tensor destination = target;  // a view sharing the caller's buffer
+    destination.copy_from(reader.load(name));
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,241 @@
+#include "data/corpus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/token_shard.h"
+#include "data/tokenizer.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kCorpusFormat = "strata-corpus";
+constexpr int kCorpusVersion = 1;
+// Small corpora get smaller chunks so that validation still draws on about
+// this many places spread over the text.
+constexpr size_t kMinValidationChunks = 10;
+
+// The inputs concatenated in order, each ending with a newline.
+std::string read_inputs(const std::vector<fs::path>& inputs) {
+  if (inputs.empty()) fail("cannot prepare a corpus: no input text files given");
+  std::string text;
+  for (const fs::path& input : inputs) {
+    if (!fs::exists(input)) fail("corpus file '{}' does not exist", input.string());
+    std::string content = read_text_file(input);
+    if (content.empty()) fail("corpus file '{}' is empty", input.string());
+    text += content;
+    if (text.back() != '\n') text += '\n';
+  }
+  return text;
+}
+
+struct Split {
+  std::vector<std::string_view> train;
+  std::vector<std::string_view> val;
+  size_t chunk_bytes = 0;
+};
+
+// Cuts the text into consecutive chunks of whole lines, each closed as soon as
+// it reaches chunk_bytes, and sends every k-th chunk to validation.
+Split split_text(std::string_view text, size_t every_kth, size_t max_chunk_bytes) {
+  Split split;
+  size_t target = (text.size() + kMinValidationChunks * every_kth - 1) / (kMinValidationChunks * every_kth);
+  split.chunk_bytes = std::clamp<size_t>(target, 1, max_chunk_bytes);
+  size_t chunk_index = 0;
+  auto emit = [&](std::string_view chunk) {
+    (chunk_index % every_kth == every_kth - 1 ? split.val : split.train).push_back(chunk);
+    ++chunk_index;
+  };
+  size_t start = 0;
+  size_t position = 0;
+  while (position < text.size()) {
+    size_t newline = text.find('\n', position);
+    position = newline == std::string_view::npos ? text.size() : newline + 1;
+    if (position - start >= split.chunk_bytes) {
+      emit(text.substr(start, position - start));
+      start = position;
+    }
+  }
+  if (start < text.size()) emit(text.substr(start));
+  return split;
+}
+
+std::vector<int32_t> encode_chunks(const Tokenizer& tokenizer, const std::vector<std::string_view>& chunks) {
+  std::vector<int32_t> tokens;
+  for (std::string_view chunk : chunks) {
+    std::vector<int32_t> encoded = tokenizer.encode(chunk);
+    tokens.insert(tokens.end(), encoded.begin(), encoded.end());
+  }
+  return tokens;
+}
+
+// Splits tokens into ceil(count / shard_tokens) files of near-equal size, so
+// no shard is a tiny remainder.
+std::vector<std::string> write_shards(const fs::path& out_dir, std::string_view prefix,
+                                      const std::vector<int32_t>& tokens, int64_t shard_tokens, int64_t vocab_size) {
+  const size_t count = tokens.size();
+  const size_t shards = std::max<size_t>(1, (count + static_cast<size_t>(shard_tokens) - 1) /
+                                                static_cast<size_t>(shard_tokens));
+  std::vector<std::string> names;
+  size_t begin = 0;
+  for (size_t i = 0; i < shards; ++i) {
+    size_t size = count / shards + (i < count % shards ? 1 : 0);
+    names.push_back(fmt::format("{}_{:03d}.bin", prefix, i));
+    write_token_shard(out_dir / names.back(), std::span(tokens).subspan(begin, size), vocab_size);
+    begin += size;
+  }
+  return names;
+}
+
+std::vector<int64_t> unigram_counts(const std::vector<int32_t>& tokens, int64_t vocab_size) {
+  std::vector<int64_t> counts(static_cast<size_t>(vocab_size), 0);
+  for (int32_t token : tokens) ++counts[static_cast<size_t>(token)];
+  return counts;
+}
+
+double entropy_nats(const std::vector<int64_t>& counts, int64_t total) {
+  double entropy = 0;
+  for (int64_t count : counts) {
+    if (count == 0) continue;
+    double p = static_cast<double>(count) / static_cast<double>(total);
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
+// Mean of -ln q(t) over `tokens`, q being the add-one smoothed unigram
+// distribution of `counts`.
+double smoothed_cross_entropy_nats(const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts,
+                                   int64_t total) {
+  const double denominator = static_cast<double>(total + static_cast<int64_t>(counts.size()));
+  double sum = 0;
+  for (int32_t token : tokens) {
+    sum -= std::log(static_cast<double>(counts[static_cast<size_t>(token)] + 1) / denominator);
+  }
+  return sum / static_cast<double>(tokens.size());
+}
+
+}  // namespace
+
+CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& out_dir, int vocab_size,
+                          const CorpusOptions& options) {
+  if (!(options.val_fraction > 0 && options.val_fraction <= 0.5)) {
+    fail("cannot prepare corpus '{}': val_fraction {} must be in (0, 0.5]", out_dir.string(), options.val_fraction);
+  }
+  if (options.shard_tokens <= 0 || options.max_chunk_bytes == 0) {
+    fail("cannot prepare corpus '{}': shard_tokens ({}) and max_chunk_bytes ({}) must be positive", out_dir.string(),
+         options.shard_tokens, options.max_chunk_bytes);
+  }
+  std::vector<std::string> input_names(inputs.begin(), inputs.end());
+  const std::string corpus_name = fmt::format("'{}'", fmt::join(input_names, "', '"));
+
+  const std::string text = read_inputs(inputs);
+  const size_t every_kth = static_cast<size_t>(std::lround(1.0 / options.val_fraction));
+  Split split = split_text(text, every_kth, options.max_chunk_bytes);
+  if (split.val.empty()) {
+    fail("corpus {} is too small to split: it makes {} chunk(s) of whole lines, and validation takes every {}-th",
+         corpus_name, split.train.size(), every_kth);
+  }
+
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error) fail("cannot create corpus directory '{}': {}", out_dir.string(), error.message());
+  // Until the new meta.json lands, the directory must not pass for a complete corpus.
+  fs::remove(out_dir / kCorpusMetaFile, error);
+  if (error) fail("cannot remove the old '{}': {}", (out_dir / kCorpusMetaFile).string(), error.message());
+
+  Tokenizer tokenizer = train_tokenizer(split.train, out_dir / kCorpusTokenizerFile, vocab_size, corpus_name);
+  const int64_t vocab = tokenizer.vocab_size();
+  std::vector<int32_t> train_tokens = encode_chunks(tokenizer, split.train);
+  std::vector<int32_t> val_tokens = encode_chunks(tokenizer, split.val);
+
+  CorpusMeta meta;
+  meta.dir = out_dir;
+  meta.tokenizer = out_dir / kCorpusTokenizerFile;
+  meta.vocab_size = vocab;
+  meta.train_tokens = static_cast<int64_t>(train_tokens.size());
+  meta.val_tokens = static_cast<int64_t>(val_tokens.size());
+  std::vector<int64_t> counts = unigram_counts(train_tokens, vocab);
+  meta.train_unigram_entropy = entropy_nats(counts, meta.train_tokens);
+  meta.val_unigram_cross_entropy = smoothed_cross_entropy_nats(val_tokens, counts, meta.train_tokens);
+
+  std::vector<std::string> train_names = write_shards(out_dir, "train", train_tokens, options.shard_tokens, vocab);
+  std::vector<std::string> val_names = write_shards(out_dir, "val", val_tokens, options.shard_tokens, vocab);
+  for (const auto& name : train_names) meta.train_shards.push_back(out_dir / name);
+  for (const auto& name : val_names) meta.val_shards.push_back(out_dir / name);
+
+  std::vector<std::string> input_paths;
+  for (const fs::path& input : inputs) input_paths.push_back(fs::absolute(input).string());
+  json document = {
+      {"format", std::string(kCorpusFormat)},
+      {"version", kCorpusVersion},
+      {"tokenizer", std::string(kCorpusTokenizerFile)},
+      {"vocab_size", vocab},
+      {"train_tokens", meta.train_tokens},
+      {"val_tokens", meta.val_tokens},
+      {"train_shards", train_names},
+      {"val_shards", val_names},
+      {"train_unigram_entropy_nats", meta.train_unigram_entropy},
+      {"val_unigram_cross_entropy_nats", meta.val_unigram_cross_entropy},
+      {"val_fraction", options.val_fraction},
+      {"chunk_bytes", split.chunk_bytes},
+      {"train_chunks", split.train.size()},
+      {"val_chunks", split.val.size()},
+      {"text_bytes", text.size()},
+      {"inputs", input_paths},
+  };
+  write_file_atomic(out_dir / kCorpusMetaFile, document.dump(2) + "\n");
+  return meta;
+}
+
+CorpusMeta read_corpus_meta(const fs::path& dir) {
+  const fs::path path = dir / kCorpusMetaFile;
+  if (!fs::exists(path)) fail("'{}' is not a prepared corpus: '{}' does not exist", dir.string(), path.string());
+  json document;
+  try {
+    document = json::parse(read_text_file(path));
+  } catch (const json::parse_error& error) {
+    fail("'{}': not valid JSON: {}", path.string(), error.what());
+  }
+  auto bad = [&](std::string_view what) { fail("'{}': {}", path.string(), what); };
+  if (!document.is_object() || document.value("format", "") != kCorpusFormat) {
+    bad(fmt::format("not a corpus description (\"format\" is not \"{}\")", kCorpusFormat));
+  }
+  if (document.value("version", 0) != kCorpusVersion) {
+    bad(fmt::format("unsupported \"version\" (this build reads version {})", kCorpusVersion));
+  }
+  CorpusMeta meta;
+  meta.dir = dir;
+  try {
+    meta.tokenizer = dir / document.at("tokenizer").get<std::string>();
+    meta.vocab_size = document.at("vocab_size").get<int64_t>();
+    meta.train_tokens = document.at("train_tokens").get<int64_t>();
+    meta.val_tokens = document.at("val_tokens").get<int64_t>();
+    for (const auto& name : document.at("train_shards").get<std::vector<std::string>>()) {
+      meta.train_shards.push_back(dir / name);
+    }
+    for (const auto& name : document.at("val_shards").get<std::vector<std::string>>()) {
+      meta.val_shards.push_back(dir / name);
+    }
+    meta.train_unigram_entropy = document.at("train_unigram_entropy_nats").get<double>();
+    meta.val_unigram_cross_entropy = document.at("val_unigram_cross_entropy_nats").get<double>();
+  } catch (const json::exception& error) {
+    bad(error.what());
+  }
+  if (meta.train_shards.empty() || meta.val_shards.empty()) bad("lists no train or no val shards");
+  return meta;
+}
+
+}  // namespace strata

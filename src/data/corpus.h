@@ -1,0 +1,42 @@
+#pragma once
+// Turns raw text into a training corpus directory: tokenizer.model,
+// train_NNN.bin / val_NNN.bin token shards and meta.json (written last, so a
+// directory with meta.json is complete). The split rule is in data/README.md.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+inline constexpr std::string_view kCorpusMetaFile = "meta.json";
+inline constexpr std::string_view kCorpusTokenizerFile = "tokenizer.model";
+
+struct CorpusOptions {
+  double val_fraction = 0.05;          // every round(1/val_fraction)-th chunk is validation
+  int64_t shard_tokens = 100'000'000;  // most tokens per shard file
+  size_t max_chunk_bytes = 64 * 1024;  // chunks are smaller for small corpora (see README)
+};
+
+struct CorpusMeta {
+  std::filesystem::path dir;
+  std::filesystem::path tokenizer;
+  int64_t vocab_size = 0;
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  std::vector<std::filesystem::path> train_shards;
+  std::vector<std::filesystem::path> val_shards;
+  // Entropy of the train tokens' unigram distribution, in nats per token.
+  double train_unigram_entropy = 0;
+  // Cross-entropy of the val tokens under the train unigram distribution with
+  // add-one smoothing, in nats per token: the loss a model must beat.
+  double val_unigram_cross_entropy = 0;
+};
+
+CorpusMeta prepare_corpus(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
+                          int vocab_size, const CorpusOptions& options = {});
+
+CorpusMeta read_corpus_meta(const std::filesystem::path& dir);
+
+}  // namespace strata

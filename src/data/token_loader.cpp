@@ -1,0 +1,63 @@
+#include "data/token_loader.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+TokenLoader::TokenLoader(const std::vector<std::filesystem::path>& shards, int64_t batch_size, int64_t seq_len)
+    : batch_size_(batch_size), seq_len_(seq_len) {
+  if (shards.empty()) fail("token loader: no shard files given");
+  if (batch_size <= 0 || seq_len <= 0) {
+    fail("token loader over '{}': batch size {} and sequence length {} must be positive", shards.front().string(),
+         batch_size, seq_len);
+  }
+  const int64_t window = batch_size * seq_len;
+  for (const auto& path : shards) {
+    shards_.emplace_back(path);
+    if (shards_.back().size() < window + 1) {
+      fail("token shard '{}' has {} tokens, too few for one batch of B={} rows by T={} tokens (needs B*T+1 = {})",
+           path.string(), shards_.back().size(), batch_size, seq_len, window + 1);
+    }
+  }
+}
+
+void TokenLoader::next(Tensor& inputs, Tensor& targets) {
+  const Shape shape{batch_size_, seq_len_};
+  for (const Tensor* tensor : {&inputs, &targets}) {
+    STRATA_CHECK(tensor->dtype() == DType::I32 && tensor->shape() == shape && tensor->is_contiguous(),
+                 "batch tensors must be contiguous i32 {}, got {} {}", shape_str(shape), dtype_name(tensor->dtype()),
+                 shape_str(tensor->shape()));
+  }
+  const int64_t window = batch_size_ * seq_len_;
+  if (position_.offset + window + 1 > shards_[static_cast<size_t>(position_.shard)].size()) {
+    position_.shard = (position_.shard + 1) % static_cast<int64_t>(shards_.size());
+    position_.offset = 0;
+  }
+  const TokenShard& shard = shards_[static_cast<size_t>(position_.shard)];
+  shard.read(position_.offset, window, inputs.data<int32_t>());
+  shard.read(position_.offset + 1, window, targets.data<int32_t>());
+  position_.offset += window;
+}
+
+TokenBatch TokenLoader::next() {
+  TokenBatch batch{Tensor::empty({batch_size_, seq_len_}, DType::I32),
+                   Tensor::empty({batch_size_, seq_len_}, DType::I32)};
+  next(batch.inputs, batch.targets);
+  return batch;
+}
+
+void TokenLoader::seek(LoaderPosition position) {
+  const int64_t count = static_cast<int64_t>(shards_.size());
+  if (position.shard < 0 || position.shard >= count) {
+    fail("token loader: cannot seek to shard {}: there are {} shards (first '{}')", position.shard, count,
+         shards_.front().path().string());
+  }
+  const TokenShard& shard = shards_[static_cast<size_t>(position.shard)];
+  if (position.offset < 0 || position.offset > shard.size()) {
+    fail("token loader: cannot seek to offset {} of shard '{}', which has {} tokens", position.offset,
+         shard.path().string(), shard.size());
+  }
+  position_ = position;
+}
+
+}  // namespace strata

@@ -1,0 +1,45 @@
+#pragma once
+// llm.c token shards: a header of 256 little-endian int32 (magic, version,
+// token count, zeros) followed by the tokens. Version 1 stores uint16 tokens,
+// version 2 uint32. llm.c's own uint32 shards (magic 20240801, version 7, made
+// for LLaMA-3) are read too.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+#include "core/file_io.h"
+
+namespace strata {
+
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardMagicLlama3 = 20240801;
+inline constexpr int32_t kShardVersionU16 = 1;
+inline constexpr int32_t kShardVersionU32 = 2;
+inline constexpr int32_t kShardVersionLlama3 = 7;
+inline constexpr size_t kShardHeaderInts = 256;
+inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
+
+// Writes `tokens` atomically: version 1 when vocab_size <= 65536, else 2.
+// Every token must lie in [0, vocab_size).
+void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens, int64_t vocab_size);
+
+// A memory-mapped shard, validated when opened.
+class TokenShard {
+ public:
+  explicit TokenShard(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return file_.path(); }
+  int64_t size() const { return count_; }  // tokens
+  size_t token_bytes() const { return token_bytes_; }
+
+  // Copies tokens [begin, begin + count) into `out`.
+  void read(int64_t begin, int64_t count, int32_t* out) const;
+
+ private:
+  MappedFile file_;
+  int64_t count_ = 0;
+  size_t token_bytes_ = 2;
+};
+
+}  // namespace strata

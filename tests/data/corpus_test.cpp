@@ -1,0 +1,192 @@
+// prepare_corpus: the split rule of data/README.md restated here, shard
+// contents decoded back to the text they came from, and the unigram
+// baselines recomputed from the shards.
+#include "data/corpus.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/token_shard.h"
+#include "data/tokenizer.h"
+#include "test_files.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::list_names;
+using testing::read_bytes;
+using testing::TempDir;
+using testing::write_bytes;
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+std::string generated_lines(uint32_t seed, size_t bytes) {
+  const char* words[] = {"the", "king", "said", "to", "his", "queen", "and", "her", "lord", "of", "night", "day"};
+  std::string text;
+  while (text.size() < bytes) {
+    seed = seed * 1664525u + 1013904223u;
+    int count = 2 + static_cast<int>((seed >> 12) % 9);
+    for (int w = 0; w < count; ++w) {
+      seed = seed * 1664525u + 1013904223u;
+      text += words[(seed >> 10) % 12];
+      text += w + 1 < count ? " " : ".\n";
+    }
+  }
+  return text;
+}
+
+std::vector<int32_t> read_shards(const std::vector<fs::path>& paths) {
+  std::vector<int32_t> tokens;
+  for (const auto& path : paths) {
+    TokenShard shard(path);
+    size_t start = tokens.size();
+    tokens.resize(start + static_cast<size_t>(shard.size()));
+    shard.read(0, shard.size(), tokens.data() + start);
+  }
+  return tokens;
+}
+
+// The documented split: chunks of whole lines closed once they reach
+// min(64 KiB, ceil(bytes / (10 k))) bytes; chunk i is validation when i % k == k - 1.
+std::pair<std::string, std::string> expected_split(const std::string& text, double val_fraction) {
+  size_t k = static_cast<size_t>(std::lround(1 / val_fraction));
+  size_t target = std::min<size_t>(64 * 1024, (text.size() + 10 * k - 1) / (10 * k));
+  std::string train, val, chunk;
+  size_t index = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start) + 1;
+    chunk += text.substr(start, end - start);
+    start = end;
+    if (chunk.size() >= target || start == text.size()) {
+      (index % k == k - 1 ? val : train) += chunk;
+      chunk.clear();
+      ++index;
+    }
+  }
+  return {train, val};
+}
+
+TEST(Corpus, PreparesShardsTokenizerAndMeta) {
+  TempDir dir;
+  std::string first = generated_lines(1, 60000);
+  std::string second = generated_lines(2, 40000);
+  second.pop_back();  // no final newline: one is added when joining
+  write_bytes(dir / "a.txt", first);
+  write_bytes(dir / "b.txt", second);
+  CorpusOptions options;
+  options.shard_tokens = 10000;
+  CorpusMeta meta = prepare_corpus({dir / "a.txt", dir / "b.txt"}, dir / "out", 300, options);
+
+  // ceil(tokens / shard_tokens) shards each; the validation text fits in one.
+  const int64_t train_shards = (meta.train_tokens + 9999) / 10000;
+  ASSERT_GE(train_shards, 2);
+  std::vector<std::string> expected_names{"meta.json", "tokenizer.model"};
+  for (int64_t i = 0; i < train_shards; ++i) expected_names.push_back(fmt::format("train_{:03d}.bin", i));
+  expected_names.push_back("val_000.bin");
+  EXPECT_EQ(list_names(dir / "out"), expected_names);
+  EXPECT_EQ(meta.vocab_size, 300);
+  EXPECT_EQ(meta.tokenizer, dir / "out" / "tokenizer.model");
+
+  // Every token decodes back to exactly the text the split rule assigns.
+  auto [train_text, val_text] = expected_split(first + second + "\n", 0.05);
+  Tokenizer tokenizer(meta.tokenizer);
+  std::vector<int32_t> train = read_shards(meta.train_shards);
+  std::vector<int32_t> val = read_shards(meta.val_shards);
+  EXPECT_EQ(tokenizer.decode(train), train_text);
+  EXPECT_EQ(tokenizer.decode(val), val_text);
+  EXPECT_EQ(meta.train_tokens, static_cast<int64_t>(train.size()));
+  EXPECT_EQ(meta.val_tokens, static_cast<int64_t>(val.size()));
+  double val_share = static_cast<double>(val_text.size()) / static_cast<double>(first.size() + second.size() + 1);
+  EXPECT_NEAR(val_share, 0.05, 0.01);
+
+  // Near-equal shards, none above the limit.
+  for (const auto& path : meta.train_shards) {
+    int64_t size = TokenShard(path).size();
+    EXPECT_LE(size, 10000);
+    EXPECT_LE(std::abs(size - meta.train_tokens / train_shards), 1);
+  }
+
+  // Unigram baselines, from their definitions.
+  std::vector<double> counts(300, 0);
+  for (int32_t token : train) counts[static_cast<size_t>(token)] += 1;
+  double entropy = 0;
+  for (double count : counts) {
+    if (count > 0) entropy -= count / static_cast<double>(train.size()) * std::log(count / static_cast<double>(train.size()));
+  }
+  double cross_entropy = 0;
+  for (int32_t token : val) {
+    cross_entropy -= std::log((counts[static_cast<size_t>(token)] + 1) / static_cast<double>(train.size() + 300));
+  }
+  cross_entropy /= static_cast<double>(val.size());
+  EXPECT_NEAR(meta.train_unigram_entropy, entropy, 1e-9);
+  EXPECT_NEAR(meta.val_unigram_cross_entropy, cross_entropy, 1e-9);
+  EXPECT_LE(entropy, std::log(300.0));
+
+  // meta.json round trips and holds the documented keys.
+  CorpusMeta read = read_corpus_meta(dir / "out");
+  EXPECT_EQ(read.vocab_size, meta.vocab_size);
+  EXPECT_EQ(read.train_shards, meta.train_shards);
+  EXPECT_EQ(read.val_shards, meta.val_shards);
+  EXPECT_EQ(read.train_tokens, meta.train_tokens);
+  EXPECT_DOUBLE_EQ(read.val_unigram_cross_entropy, meta.val_unigram_cross_entropy);
+  nlohmann::json document = nlohmann::json::parse(read_bytes(dir / "out" / "meta.json"));
+  EXPECT_EQ(document["vocab_size"], 300);
+  EXPECT_EQ(document["train_tokens"], meta.train_tokens);
+  EXPECT_EQ(document["val_tokens"], meta.val_tokens);
+  EXPECT_DOUBLE_EQ(document["train_unigram_entropy_nats"].get<double>(), entropy);
+
+  // A failed re-preparation leaves no meta.json, so the directory is not mistaken for a complete corpus.
+  EXPECT_THAT(error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", 50); }), HasSubstr("vocab_size 50"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "meta.json"));
+}
+
+TEST(Corpus, ErrorsNameTheInput) {
+  TempDir dir;
+  write_bytes(dir / "good.txt", generated_lines(3, 30000));
+  write_bytes(dir / "empty.txt", "");
+  write_bytes(dir / "tiny.txt", "one line\ntwo lines\n");
+
+  std::string missing = (dir / "absent.txt").string();
+  EXPECT_THAT(error_of([&] { prepare_corpus({missing}, dir / "out", 300); }), HasSubstr(missing));
+
+  std::string message = error_of([&] { prepare_corpus({dir / "good.txt", dir / "empty.txt"}, dir / "out", 300); });
+  EXPECT_THAT(message, HasSubstr((dir / "empty.txt").string()));
+  EXPECT_THAT(message, HasSubstr("empty"));
+
+  message = error_of([&] { prepare_corpus({dir / "tiny.txt"}, dir / "out", 300); });
+  EXPECT_THAT(message, HasSubstr((dir / "tiny.txt").string()));
+  EXPECT_THAT(message, HasSubstr("too small to split"));
+
+  CorpusOptions bad_fraction;
+  bad_fraction.val_fraction = 0.7;
+  EXPECT_THAT(error_of([&] { prepare_corpus({dir / "good.txt"}, dir / "out", 300, bad_fraction); }),
+              HasSubstr("val_fraction 0.7"));
+
+  message = error_of([&] { prepare_corpus({dir / "good.txt"}, dir / "out", 50); });
+  EXPECT_THAT(message, HasSubstr("vocab_size 50"));
+  EXPECT_THAT(message, HasSubstr((dir / "good.txt").string()));
+  EXPECT_FALSE(fs::exists(dir / "out" / "meta.json"));
+
+  message = error_of([&] { read_corpus_meta(dir / "out"); });
+  EXPECT_THAT(message, HasSubstr((dir / "out" / "meta.json").string()));
+}
+
+}  // namespace
+}  // namespace strata
