@@ -1,2 +1,19 @@
 #include "backends/cpu/cpu_kernels.h"
-namespace strata { void register_cpu_kernels(Backend&) {} }
+
+#include "backends/cpu/cpu_ops.h"
+
+namespace strata {
+
+void register_cpu_kernels(Backend& backend) {
+  cpu::register_elementwise(backend);
+  cpu::register_reductions(backend);
+  cpu::register_adamw(backend);
+  cpu::register_embedding(backend);
+  cpu::register_layernorm(backend);
+  cpu::register_matmul(backend);
+  cpu::register_attention(backend);
+  cpu::register_attention_backward(backend);
+  cpu::register_cross_entropy(backend);
+}
+
+}  // namespace strata

@@ -1,0 +1,217 @@
+// Causal attention, forward (`attention`) and KV-cached decoding
+// (`attention_cached`), flash-attention style: one task per (batch, head,
+// tile of queries) walks the keys a tile at a time with an online softmax, so
+// the T x T score matrix never exists. Scores are computed transposed,
+// S^T = K Q^T, which reads keys and values straight from the input rows and
+// lets the softmax run along contiguous query columns. Each task writes only
+// its own rows, so results do not depend on scheduling.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/scratch.h"
+#include "backends/cpu/simd.h"
+#include "backends/cpu/tile_gemm.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;  // queries per task and keys per step
+// The running maximum starts finite so that fully masked (padding) queries
+// never compute inf - inf.
+constexpr float kNoScore = -1e30f;
+
+// One (batch, head): row i of q, k, v and out starts at pointer + i * stride.
+struct HeadSlices {
+  const float* q;
+  int64_t q_stride;
+  const float* k;
+  int64_t k_stride;
+  const float* v;
+  int64_t v_stride;
+  float* out;
+  int64_t out_stride;
+  float* lse;        // one per query, or nullptr
+  int64_t position;  // query i sees keys 0..position + i
+  int64_t head_dim;
+  float scale;
+};
+
+// Queries [first, first + rows) of one head, rows <= kTile.
+STRATA_CPU_CLONES void attend_tile(const HeadSlices& s, int64_t first, int64_t rows) {
+  const int64_t dim = s.head_dim;
+  const int64_t padded_dim = round_up(dim, 16);
+  const int64_t rows4 = round_up(rows, 4);
+  const int64_t cols = round_up(rows, 16);  // query columns of S^T, padding masked
+  float* q_t = thread_scratch<float>(0, static_cast<size_t>(dim * kTile));           // Q^T, scaled [dim][kTile]
+  float* scores = thread_scratch<float>(1, static_cast<size_t>(kTile * kTile));     // S^T, then P^T
+  float* acc = thread_scratch<float>(2, static_cast<size_t>(kTile * padded_dim));   // unnormalised out
+  float* stats = thread_scratch<float>(3, static_cast<size_t>(4 * kTile));
+  float* k_tail = thread_scratch<float>(4, static_cast<size_t>(kTile * dim));
+  float* v_pack = thread_scratch<float>(5, static_cast<size_t>(kTile * padded_dim));
+  float* row_max = stats;
+  float* row_sum = stats + kTile;
+  float* tile_max = stats + 2 * kTile;
+  float* alpha = stats + 3 * kTile;
+
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int64_t i = 0; i < cols; ++i) {
+      q_t[d * kTile + i] = i < rows ? s.q[(first + i) * s.q_stride + d] * s.scale : 0.0f;
+    }
+  }
+  for (int64_t i = 0; i < rows4 * padded_dim; ++i) acc[i] = 0.0f;
+  for (int64_t i = 0; i < cols; ++i) {
+    row_max[i] = kNoScore;
+    row_sum[i] = 0.0f;
+  }
+  // Query i of this tile sees keys j <= limit + i.
+  const int64_t limit = s.position + first;
+  const int64_t keys = limit + rows;
+  const bool direct_v = dim % 16 == 0;
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
+    const int64_t nk = std::min(kTile, keys - k0);
+    const int64_t key_rows4 = round_up(nk, 4);
+    TileA k_rows{s.k + k0 * s.k_stride, s.k_stride, 1};
+    if (key_rows4 != nk) {  // a partial tile: pad to whole blocks of 4 keys
+      for (int64_t j = 0; j < key_rows4; ++j) {
+        for (int64_t d = 0; d < dim; ++d) k_tail[j * dim + d] = j < nk ? s.k[(k0 + j) * s.k_stride + d] : 0.0f;
+      }
+      k_rows = {k_tail, dim, 1};
+    }
+    // Blocks of 4 keys skip the 16-column groups of queries that see none of
+    // them (on the diagonal), leaving zeros there for the masked softmax.
+    for (int64_t j0 = 0; j0 < key_rows4; j0 += 4) {
+      int64_t first_col = std::clamp<int64_t>(k0 + j0 - limit, 0, cols) / 16 * 16;
+      for (int64_t r = 0; r < 4; ++r) std::fill_n(scores + (j0 + r) * kTile, first_col, 0.0f);
+      tile_strip(cols - first_col, dim, TileA{k_rows.data + j0 * k_rows.row_stride, k_rows.row_stride, 1},
+                 q_t + first_col, kTile, scores + j0 * kTile + first_col, kTile, false);
+    }
+
+    // Online softmax down each query column; masked scores become 0.
+    for (int64_t i = 0; i < cols; ++i) tile_max[i] = row_max[i];
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* column = scores + j * kTile;
+#pragma omp simd
+      for (int64_t i = 0; i < cols; ++i) {
+        bool visible = i < rows && k0 + j <= limit + i;
+        tile_max[i] = visible && column[i] > tile_max[i] ? column[i] : tile_max[i];
+      }
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < cols; ++i) {
+      alpha[i] = exp_approx(row_max[i] - tile_max[i]);
+      row_sum[i] *= alpha[i];
+      row_max[i] = tile_max[i];
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      float* column = scores + j * kTile;
+#pragma omp simd
+      for (int64_t i = 0; i < cols; ++i) {
+        bool visible = i < rows && k0 + j <= limit + i;
+        float p = visible ? exp_approx(column[i] - tile_max[i]) : 0.0f;
+        column[i] = p;
+        row_sum[i] += p;
+      }
+    }
+    for (int64_t i = 0; i < rows4; ++i) {
+      if (alpha[i] == 1.0f) continue;
+      float* acc_row = acc + i * padded_dim;
+#pragma omp simd
+      for (int64_t d = 0; d < padded_dim; ++d) acc_row[d] *= alpha[i];
+    }
+
+    // out += P V, with P read transposed out of P^T.
+    const float* v_rows = s.v + k0 * s.v_stride;
+    int64_t v_ld = s.v_stride;
+    if (!direct_v) {
+      for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t d = 0; d < padded_dim; ++d) {
+          v_pack[j * padded_dim + d] = d < dim ? v_rows[j * s.v_stride + d] : 0.0f;
+        }
+      }
+      v_rows = v_pack;
+      v_ld = padded_dim;
+    }
+    // Blocks of 4 queries stop at the last key they see.
+    for (int64_t i0 = 0; i0 < rows4; i0 += 4) {
+      int64_t depth = std::clamp<int64_t>(limit + i0 + 4 - k0, 0, nk);
+      tile_strip(padded_dim, depth, TileA{scores + i0, 1, kTile}, v_rows, v_ld, acc + i0 * padded_dim, padded_dim,
+                 true);
+    }
+  }
+
+  for (int64_t i = 0; i < rows; ++i) {
+    float inverse = 1.0f / row_sum[i];
+    float* out_row = s.out + (first + i) * s.out_stride;
+    const float* acc_row = acc + i * padded_dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) out_row[d] = acc_row[d] * inverse;
+    if (s.lse != nullptr) s.lse[first + i] = row_max[i] + std::log(row_sum[i]);
+  }
+}
+
+// Runs every (batch, head, query tile), the tiles with the most keys first
+// so the dynamic schedule ends evenly. slices(b, h) describes one head.
+template <typename Slices>
+void attend_all(int64_t batch, int64_t heads, int64_t queries, const Slices& slices) {
+  int64_t tiles = (queries + kTile - 1) / kTile;
+  int64_t heads_total = batch * heads;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < heads_total * tiles; ++item) {
+    int64_t tile = tiles - 1 - item / heads_total;
+    int64_t head = item % heads_total;
+    int64_t first = tile * kTile;
+    attend_tile(slices(head / heads, head % heads), first, std::min(kTile, queries - first));
+  }
+}
+
+void attention(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  int64_t batch = in[0].size(0), seq = in[0].size(1), width = in[0].size(2) / 3;
+  int64_t heads = attrs.get_int("n_head");
+  int64_t dim = width / heads;
+  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float* qkv = in[0].data<float>();
+  float* result = out[0].data<float>();
+  float* lse = out[1].data<float>();
+  attend_all(batch, heads, seq, [&](int64_t b, int64_t h) {
+    const float* base = qkv + b * seq * 3 * width + h * dim;
+    return HeadSlices{.q = base, .q_stride = 3 * width,
+                      .k = base + width, .k_stride = 3 * width,
+                      .v = base + 2 * width, .v_stride = 3 * width,
+                      .out = result + b * seq * width + h * dim, .out_stride = width,
+                      .lse = lse + (b * heads + h) * seq,
+                      .position = 0, .head_dim = dim, .scale = scale};
+  });
+}
+
+void attention_cached(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  int64_t batch = in[0].size(0), queries = in[0].size(1), width = in[0].size(2);
+  int64_t cache_len = in[1].size(1);
+  int64_t heads = attrs.get_int("n_head");
+  int64_t dim = width / heads;
+  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float* q = in[0].data<float>();
+  const float* k_cache = in[1].data<float>();
+  const float* v_cache = in[2].data<float>();
+  float* result = out[0].data<float>();
+  int64_t position = attrs.get_int("position");
+  attend_all(batch, heads, queries, [&](int64_t b, int64_t h) {
+    return HeadSlices{.q = q + b * queries * width + h * dim, .q_stride = width,
+                      .k = k_cache + b * cache_len * width + h * dim, .k_stride = width,
+                      .v = v_cache + b * cache_len * width + h * dim, .v_stride = width,
+                      .out = result + b * queries * width + h * dim, .out_stride = width,
+                      .lse = nullptr,
+                      .position = position, .head_dim = dim, .scale = scale};
+  });
+}
+
+}  // namespace
+
+void register_attention(Backend& backend) {
+  backend.add_kernel("attention", DType::F32, attention);
+  backend.add_kernel("attention_cached", DType::F32, attention_cached);
+}
+
+}  // namespace strata::cpu

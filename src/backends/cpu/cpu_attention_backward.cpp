@@ -1,0 +1,179 @@
+// attention_backward, flash-attention style: probabilities are recomputed
+// tile by tile from the forward's lse (p = exp(s - lse)), and with
+// dP = dO V^T and delta_i = dO_i . O_i, dS = P * (dP - delta). One task per
+// (batch, head) packs that head once, then walks key tiles (accumulating
+// their dK and dV in small buffers) and, inside, the query tiles at or after
+// them (accumulating dQ for the whole head). A task owns every output it
+// touches, so the result is deterministic without atomics.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/scratch.h"
+#include "backends/cpu/simd.h"
+#include "backends/cpu/tile_gemm.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;
+
+struct BackwardHead {
+  const float* q;  // rows of q, k, v and dq, dk, dv are qkv_stride apart
+  const float* k;
+  const float* v;
+  int64_t qkv_stride;
+  const float* dout;  // rows of dout and out are out_stride apart
+  const float* out;
+  int64_t out_stride;
+  const float* lse;
+  float* dq;
+  float* dk;
+  float* dv;
+  int64_t seq;
+  int64_t head_dim;
+  float scale;
+};
+
+STRATA_CPU_CLONES void attention_backward_head(const BackwardHead& h) {
+  const int64_t seq = h.seq, dim = h.head_dim;
+  const int64_t padded_seq = round_up(seq, kTile);
+  const int64_t pd = round_up(dim, 16);  // padded head dim, the row length of packed tiles
+  const auto area = static_cast<size_t>(padded_seq * pd);
+  // Packed copies, zero-padded to padded_seq rows and pd columns (or the
+  // transpose, [pd][padded_seq]).
+  float* q_pack = thread_scratch<float>(0, area);   // q * scale
+  float* k_pack = thread_scratch<float>(1, area);
+  float* k_t = thread_scratch<float>(2, area);      // transposed
+  float* v_t = thread_scratch<float>(3, area);      // transposed
+  float* do_pack = thread_scratch<float>(4, area);
+  float* dq_acc = thread_scratch<float>(5, area);
+  float* small = thread_scratch<float>(6, static_cast<size_t>(padded_seq + 2 * kTile * kTile + 2 * kTile * pd));
+  float* delta = small;                          // dO_i . O_i
+  float* probs = delta + padded_seq;             // P tile [kTile][kTile]
+  float* dscores = probs + kTile * kTile;        // dP, then dS
+  float* dk_acc = dscores + kTile * kTile;       // [kTile][pd]
+  float* dv_acc = dk_acc + kTile * pd;           // [kTile][pd]
+
+  for (int64_t i = 0; i < padded_seq; ++i) {
+    bool row = i < seq;
+    float dot = 0.0f;
+    for (int64_t d = 0; d < pd; ++d) {
+      bool in = row && d < dim;
+      float q = in ? h.q[i * h.qkv_stride + d] : 0.0f;
+      float k = in ? h.k[i * h.qkv_stride + d] : 0.0f;
+      float v = in ? h.v[i * h.qkv_stride + d] : 0.0f;
+      float g = in ? h.dout[i * h.out_stride + d] : 0.0f;
+      if (in) dot += g * h.out[i * h.out_stride + d];
+      q_pack[i * pd + d] = q * h.scale;
+      k_pack[i * pd + d] = k;
+      k_t[d * padded_seq + i] = k;
+      v_t[d * padded_seq + i] = v;
+      do_pack[i * pd + d] = g;
+      dq_acc[i * pd + d] = 0.0f;
+    }
+    delta[i] = dot;
+  }
+
+  for (int64_t k0 = 0; k0 < seq; k0 += kTile) {
+    const int64_t nk = std::min(kTile, seq - k0);
+    const int64_t cols = round_up(nk, 16);
+    const int64_t key_rows4 = round_up(nk, 4);
+    for (int64_t i = 0; i < 2 * kTile * pd; ++i) dk_acc[i] = 0.0f;
+    for (int64_t q0 = k0; q0 < seq; q0 += kTile) {
+      const int64_t nq = std::min(kTile, seq - q0);
+      const int64_t rows4 = round_up(nq, 4);
+      // Query r of this tile sees keys j < offset + r + 1: all of them off
+      // the diagonal; on it, blocks of the triangle that is all masked are
+      // skipped in every product below.
+      const int64_t offset = q0 - k0;
+      // S = (Q * scale) K^T and dP = dO V^T, 4 query rows at a time, up to the
+      // last 16-column group a row of the block sees (zeros after it).
+      for (int64_t r0 = 0; r0 < rows4; r0 += 4) {
+        int64_t block_cols = std::min(cols, round_up(offset + r0 + 4, 16));
+        tile_strip(block_cols, pd, TileA{q_pack + (q0 + r0) * pd, pd, 1}, k_t + k0, padded_seq, probs + r0 * kTile,
+                   kTile, false);
+        tile_strip(block_cols, pd, TileA{do_pack + (q0 + r0) * pd, pd, 1}, v_t + k0, padded_seq,
+                   dscores + r0 * kTile, kTile, false);
+        for (int64_t r = r0; r < r0 + 4; ++r) {
+          std::fill(probs + r * kTile + block_cols, probs + r * kTile + cols, 0.0f);
+          std::fill(dscores + r * kTile + block_cols, dscores + r * kTile + cols, 0.0f);
+        }
+      }
+      // P = exp(S - lse) and dS = P * (dP - delta), 0 where masked.
+      for (int64_t r = 0; r < rows4; ++r) {
+        float* p_row = probs + r * kTile;
+        float* ds_row = dscores + r * kTile;
+        int64_t visible = r < nq ? std::min(nk, offset + r + 1) : 0;
+        float row_lse = r < nq ? h.lse[q0 + r] : 0.0f;
+        float row_delta = delta[q0 + r];
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) {
+          float p = j < visible ? exp_approx(p_row[j] - row_lse) : 0.0f;
+          ds_row[j] = j < visible ? p * (ds_row[j] - row_delta) : 0.0f;
+          p_row[j] = p;
+        }
+      }
+      // dV += P^T dO and dK += dS^T (Q * scale), 4 keys at a time, from the
+      // first query that sees them.
+      for (int64_t j0 = 0; j0 < key_rows4; j0 += 4) {
+        int64_t r_start = std::clamp<int64_t>(j0 - offset, 0, nq);
+        tile_strip(pd, nq - r_start, TileA{probs + r_start * kTile + j0, 1, kTile}, do_pack + (q0 + r_start) * pd, pd,
+                   dv_acc + j0 * pd, pd, true);
+        tile_strip(pd, nq - r_start, TileA{dscores + r_start * kTile + j0, 1, kTile}, q_pack + (q0 + r_start) * pd,
+                   pd, dk_acc + j0 * pd, pd, true);
+      }
+      // dQ += dS K (scaled at the end), 4 queries at a time, up to their last key.
+      for (int64_t r0 = 0; r0 < rows4; r0 += 4) {
+        int64_t depth = std::min(nk, offset + r0 + 4);
+        tile_strip(pd, depth, TileA{dscores + r0 * kTile, kTile, 1}, k_pack + k0 * pd, pd, dq_acc + (q0 + r0) * pd, pd,
+                   true);
+      }
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      float* dk_row = h.dk + (k0 + j) * h.qkv_stride;
+      float* dv_row = h.dv + (k0 + j) * h.qkv_stride;
+      for (int64_t d = 0; d < dim; ++d) {
+        dk_row[d] = dk_acc[j * pd + d];
+        dv_row[d] = dv_acc[j * pd + d];
+      }
+    }
+  }
+  for (int64_t i = 0; i < seq; ++i) {
+    float* dq_row = h.dq + i * h.qkv_stride;
+    for (int64_t d = 0; d < dim; ++d) dq_row[d] = dq_acc[i * pd + d] * h.scale;
+  }
+}
+
+void attention_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  int64_t batch = in[1].size(0), seq = in[1].size(1), width = in[1].size(2) / 3;
+  int64_t heads = attrs.get_int("n_head");
+  int64_t dim = width / heads;
+  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float* dout = in[0].data<float>();
+  const float* qkv = in[1].data<float>();
+  const float* result = in[2].data<float>();
+  const float* lse = in[3].data<float>();
+  float* dqkv = out[0].data<float>();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < batch * heads; ++item) {
+    int64_t b = item / heads, h = item % heads;
+    int64_t column = b * seq * 3 * width + h * dim;
+    attention_backward_head(BackwardHead{
+        .q = qkv + column, .k = qkv + column + width, .v = qkv + column + 2 * width, .qkv_stride = 3 * width,
+        .dout = dout + b * seq * width + h * dim, .out = result + b * seq * width + h * dim, .out_stride = width,
+        .lse = lse + item * seq,
+        .dq = dqkv + column, .dk = dqkv + column + width, .dv = dqkv + column + 2 * width,
+        .seq = seq, .head_dim = dim, .scale = scale});
+  }
+}
+
+}  // namespace
+
+void register_attention_backward(Backend& backend) {
+  backend.add_kernel("attention_backward", DType::F32, attention_backward);
+}
+
+}  // namespace strata::cpu

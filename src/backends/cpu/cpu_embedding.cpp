@@ -1,0 +1,84 @@
+// embedding (row gather) and embedding_backward. The backward sorts positions
+// by id first (a stable counting sort), so each dweight row is summed by one
+// thread in position order: deterministic without atomics.
+#include <cstring>
+
+#include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/indices.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/scratch.h"
+#include "backends/cpu/simd.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kPositionGrain = 64;
+constexpr int64_t kVocabGrain = 64;
+
+void embedding(const Tensors& in, const Tensors& out, const Attrs&) {
+  const float* weight = in[0].data<float>();
+  int64_t vocab = in[0].size(0), channels = in[0].size(1);
+  check_indices("embedding", "ids", in[1], vocab);
+  float* result = out[0].data<float>();
+  size_t row_bytes = static_cast<size_t>(channels) * sizeof(float);
+  with_indices(in[1], [&](const auto* ids) {
+    parallel_chunks(in[1].numel(), kPositionGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) std::memcpy(result + p * channels, weight + ids[p] * channels, row_bytes);
+    });
+  });
+}
+
+// dweight rows [row_begin, row_end): row v sums dout at positions
+// order[starts[v]..starts[v+1]), in that order.
+STRATA_CPU_CLONES void sum_embedding_rows(const float* dout, int64_t channels, const int64_t* starts,
+                                          const int64_t* order, int64_t row_begin, int64_t row_end,
+                                          float* dweight) {
+  for (int64_t v = row_begin; v < row_end; ++v) {
+    float* row = dweight + v * channels;
+    int64_t first = starts[v], last = starts[v + 1];
+    if (first == last) {
+      for (int64_t c = 0; c < channels; ++c) row[c] = 0.0f;
+      continue;
+    }
+    const float* source = dout + order[first] * channels;
+    for (int64_t c = 0; c < channels; ++c) row[c] = source[c];
+    for (int64_t i = first + 1; i < last; ++i) {
+      source = dout + order[i] * channels;
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) row[c] += source[c];
+    }
+  }
+}
+
+void embedding_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  const float* dout = in[0].data<float>();
+  int64_t vocab = attrs.get_int("num_embeddings");
+  int64_t channels = out[0].size(1);
+  int64_t positions = in[1].numel();
+  check_indices("embedding_backward", "ids", in[1], vocab);
+  int64_t* starts = call_scratch<int64_t>(0, static_cast<size_t>(vocab + 1));
+  int64_t* order = call_scratch<int64_t>(1, static_cast<size_t>(positions));
+  with_indices(in[1], [&](const auto* ids) {
+    std::memset(starts, 0, static_cast<size_t>(vocab + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < positions; ++p) ++starts[ids[p] + 1];
+    for (int64_t v = 0; v < vocab; ++v) starts[v + 1] += starts[v];
+    // Place positions, then shift the bounds back: starts[v] ends at v's end.
+    for (int64_t p = 0; p < positions; ++p) order[starts[ids[p]]++] = p;
+    for (int64_t v = vocab; v > 0; --v) starts[v] = starts[v - 1];
+    starts[0] = 0;
+  });
+  float* dweight = out[0].data<float>();
+  parallel_chunks(vocab, kVocabGrain, [&](int64_t begin, int64_t end) {
+    sum_embedding_rows(dout, channels, starts, order, begin, end, dweight);
+  });
+}
+
+}  // namespace
+
+void register_embedding(Backend& backend) {
+  backend.add_kernel("embedding", DType::F32, embedding);
+  backend.add_kernel("embedding_backward", DType::F32, embedding_backward);
+}
+
+}  // namespace strata::cpu

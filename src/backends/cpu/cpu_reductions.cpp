@@ -1,0 +1,84 @@
+// sum_to and sum_squares. Both sum fixed blocks in f64 in parallel, then add
+// the block sums in block order, so results are the same run to run and for
+// any thread count.
+#include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/scratch.h"
+#include "backends/cpu/simd.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kColumnChunk = 2048;
+constexpr int64_t kBlockElements = 32768;
+
+// partial[c] = sum over rows [row_begin, row_end) of x[row, c] for c in
+// [column_begin, column_end); x has `width` columns.
+STRATA_CPU_CLONES void sum_rows(const float* x, int64_t width, int64_t row_begin, int64_t row_end,
+                                int64_t column_begin, int64_t column_end, double* partial) {
+  for (int64_t c = column_begin; c < column_end; ++c) partial[c] = 0.0;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* row = x + r * width;
+#pragma omp simd
+    for (int64_t c = column_begin; c < column_end; ++c) partial[c] += static_cast<double>(row[c]);
+  }
+}
+
+STRATA_CPU_CLONES void sum_blocks(const double* partials, int64_t blocks, int64_t width, int64_t column_begin,
+                                  int64_t column_end, float* out) {
+  for (int64_t c = column_begin; c < column_end; ++c) {
+    double total = 0.0;
+    for (int64_t block = 0; block < blocks; ++block) total += partials[block * width + c];
+    out[c] = static_cast<float>(total);
+  }
+}
+
+STRATA_CPU_CLONES double sum_squares_range(const float* x, int64_t begin, int64_t end) {
+  double total = 0.0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = begin; i < end; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return total;
+}
+
+void sum_to(const Tensors& in, const Tensors& out, const Attrs&) {
+  const float* x = in[0].data<float>();
+  float* result = out[0].data<float>();
+  int64_t width = out[0].numel();
+  if (width == 0) return;
+  int64_t rows = in[0].numel() / width;
+  int64_t rows_per_block = std::max<int64_t>(1, kBlockElements / std::min(width, kColumnChunk));
+  int64_t blocks = std::max<int64_t>(1, (rows + rows_per_block - 1) / rows_per_block);
+  int64_t column_chunks = (width + kColumnChunk - 1) / kColumnChunk;
+  double* partials = call_scratch<double>(0, static_cast<size_t>(blocks * width));
+  parallel_chunks(blocks * column_chunks, 1, [&](int64_t item, int64_t) {
+    int64_t block = item / column_chunks, chunk = item % column_chunks;
+    int64_t column_begin = chunk * kColumnChunk;
+    sum_rows(x, width, block * rows_per_block, std::min(rows, (block + 1) * rows_per_block), column_begin,
+             std::min(width, column_begin + kColumnChunk), partials + block * width);
+  });
+  parallel_chunks(width, kColumnChunk,
+                  [&](int64_t begin, int64_t end) { sum_blocks(partials, blocks, width, begin, end, result); });
+}
+
+void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
+  const float* x = in[0].data<float>();
+  int64_t count = in[0].numel();
+  int64_t blocks = (count + kBlockElements - 1) / kBlockElements;
+  double* partials = call_scratch<double>(0, static_cast<size_t>(blocks));
+  parallel_chunks(count, kBlockElements, [&](int64_t begin, int64_t end) {
+    partials[begin / kBlockElements] = sum_squares_range(x, begin, end);
+  });
+  double total = 0.0;
+  for (int64_t block = 0; block < blocks; ++block) total += partials[block];
+  out[0].data<float>()[0] = static_cast<float>(total);
+}
+
+}  // namespace
+
+void register_reductions(Backend& backend) {
+  backend.add_kernel("sum_to", DType::F32, sum_to);
+  backend.add_kernel("sum_squares", DType::F32, sum_squares);
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,88 @@
+// strata comm-bench: collective bandwidth in the manner of nccl-tests (see
+// comm/bench.h); launch with mpirun. Rank 0 prints the table.
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "comm/bench.h"
+#include "comm/cluster_file.h"
+#include "comm/mpi_session.h"
+#include "core/file_io.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchArgs {
+  std::string op = "all_reduce";
+  std::string dtype = "f32";
+  std::string reduce = "sum";
+  std::string min_bytes = "4K";
+  std::string max_bytes = "256M";
+  double factor = 2.0;
+  int warmup = 2;
+  int iters = 10;
+  int rounds = 5;
+  std::vector<std::string> algorithms = {"auto", "baseline"};
+  int root = 0;
+  bool in_place = false;
+  std::string json;
+  std::string calibrate;
+};
+
+void bench(const BenchArgs& args) {
+  comm::BenchOptions options;
+  options.op = comm::parse_collective(args.op, "--op");
+  options.dtype = parse_dtype(args.dtype);
+  options.reduce = comm::parse_reduce_op(args.reduce, "--reduce");
+  options.min_bytes = comm::parse_size(args.min_bytes, "--minbytes");
+  options.max_bytes = comm::parse_size(args.max_bytes, "--maxbytes");
+  options.factor = args.factor;
+  options.warmup = args.warmup;
+  options.iters = args.iters;
+  options.rounds = args.rounds;
+  options.algorithms = args.algorithms;
+  options.root = args.root;
+  options.in_place = args.in_place;
+
+  comm::MpiSession mpi;
+  comm::Communicator world = comm::Communicator::world();
+  comm::BenchReport report = comm::run_bench(world, options);
+  if (world.rank() != 0) return;
+  fmt::print("{}", comm::format_table(report));
+  if (!args.json.empty()) write_file_atomic(args.json, comm::format_json(report));
+  if (!args.calibrate.empty()) {
+    comm::ClusterDescription description;
+    description.topology = world.topology();
+    description.topology.node_of_rank.clear();
+    description.calibration = comm::fit_calibration(report);
+    comm::save_cluster_description(args.calibrate, description);
+    fmt::print("# calibrated cluster description written to {} (use it with STRATA_COMM_TOPOLOGY)\n",
+               args.calibrate);
+  }
+}
+
+}  // namespace
+
+void add_comm_bench_command(CLI::App& app) {
+  auto* command = app.add_subcommand("comm-bench", "Benchmark collectives like nccl-tests (run under mpirun)");
+  auto args = std::make_shared<BenchArgs>();
+  command->add_option("-o,--op", args->op, "all_reduce, reduce_scatter, all_gather or broadcast");
+  command->add_option("-d,--dtype", args->dtype, "f32 or bf16");
+  command->add_option("-r,--reduce", args->reduce, "sum, avg or max");
+  command->add_option("-b,--minbytes", args->min_bytes, "Smallest size (K, M, G suffixes)");
+  command->add_option("-e,--maxbytes", args->max_bytes, "Largest size");
+  command->add_option("-f,--stepfactor", args->factor, "Multiply the size by this")->check(CLI::PositiveNumber);
+  command->add_option("-w,--warmup", args->warmup, "Warm-up iterations per size and algorithm");
+  command->add_option("-n,--iters", args->iters, "Timed iterations per round")->check(CLI::PositiveNumber);
+  command->add_option("--rounds", args->rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
+  command->add_option("-a,--algorithms", args->algorithms,
+                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, mpi, baseline")
+      ->delimiter(',');
+  command->add_option("--root", args->root, "Broadcast root");
+  command->add_flag("--in-place", args->in_place, "all_reduce in place");
+  command->add_option("--json", args->json, "Also write the results as JSON here");
+  command->add_option("--calibrate", args->calibrate,
+                      "Fit per-algorithm latency/bandwidth scales and write a cluster description here");
+  command->callback([args] { bench(*args); });
+}
+
+}  // namespace strata::cli

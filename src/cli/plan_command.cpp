@@ -1,0 +1,114 @@
+// strata plan MODEL CLUSTER: the ranked parallel plans for a model on a
+// cluster, with the predicted step time, throughput, MFU and memory, why the
+// runners-up lose and why regions were rejected (planner/search.h).
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "planner/auto_plan.h"
+#include "planner/model_spec.h"
+#include "planner/report.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string cluster;
+  int64_t global_batch = 0;
+  int64_t seq = 0;
+  std::string dtype;
+  size_t top = 10;
+  bool json = false;
+  int nodes = 0;
+  int threads = 0;
+  int devices = 0;
+  int dp = 0, tp = 0, pp = 0, max_tp = 0, max_pp = 0, zero = -1, virtual_stages = 0;
+  int64_t micro_batch = 0, max_micro_batch = 32;
+  std::string sp, recompute, schedule;
+};
+
+PlanLimits limits_of(const PlanArgs& args) {
+  PlanLimits limits;
+  if (args.dp > 0) limits.dp = args.dp;
+  if (args.tp > 0) limits.tp = args.tp;
+  if (args.pp > 0) limits.pp = args.pp;
+  limits.max_tp = args.max_tp;
+  limits.max_pp = args.max_pp;
+  if (args.zero >= 0) limits.zero = args.zero;
+  if (args.virtual_stages > 0) limits.virtual_stages = args.virtual_stages;
+  if (args.micro_batch > 0) limits.micro_batch = args.micro_batch;
+  limits.max_micro_batch = args.max_micro_batch;
+  if (!args.sp.empty()) {
+    if (args.sp != "on" && args.sp != "off") fail("--sp must be on or off, got '{}'", args.sp);
+    limits.sp = args.sp == "on";
+  }
+  if (!args.recompute.empty()) limits.recompute = parse_recompute(args.recompute, "--recompute");
+  if (!args.schedule.empty()) limits.schedule = parse_schedule(args.schedule, "--schedule");
+  return limits;
+}
+
+void plan(const PlanArgs& args) {
+  ModelSpec model = load_model_spec(args.model);
+  ClusterSpec cluster = resolve_cluster(args.cluster, args.threads, args.devices);
+  if (args.nodes > 0) {
+    cluster.nodes = args.nodes;
+    cluster.validate();
+  }
+  int64_t global_batch = args.global_batch > 0 ? args.global_batch : model.global_batch;
+  if (global_batch <= 0) fail("{} suggests no global batch; give --global-batch", model.name);
+  DType dtype = DType::F32;
+  if (!args.dtype.empty()) {
+    dtype = parse_dtype(args.dtype);
+  } else if (cluster.device.computes(DType::BF16)) {
+    dtype = DType::BF16;
+  }
+  CostModel cost(PlanningProblem{model.name, model.config, global_batch,
+                                 args.seq > 0 ? args.seq : model.config.block_size, dtype, cluster});
+  SearchResult result = search_plans(cost, limits_of(args), args.top);
+  if (args.json) {
+    fmt::print("{}\n", report_json(cost, result, args.top).dump(2));
+  } else {
+    fmt::print("{}", format_report(cost, result, args.top));
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* command = app.add_subcommand("plan", "Choose the parallel layout of a model on a cluster, and explain why");
+  auto args = std::make_shared<PlanArgs>();
+  command->add_option("model", args->model, "Preset (gpt2-small ... gpt-1t) or a TOML file with a [model] table")
+      ->required();
+  command->add_option("cluster", args->cluster,
+                      "Cluster TOML, a preset in configs/clusters (dgx-a100-80gb, dgx-h100, ascend-910b, "
+                      "this-machine) or a profile from `strata calibrate` (.json)")
+      ->required();
+  command->add_option("--global-batch", args->global_batch, "Rows per optimizer step (default: the model's)");
+  command->add_option("--seq", args->seq, "Tokens per row (default: model.block_size)");
+  command->add_option("--dtype", args->dtype, "Compute dtype (default: bf16 when the device has it, else f32)");
+  command->add_option("--top", args->top, "Plans to list")->check(CLI::PositiveNumber);
+  command->add_flag("--json", args->json, "Print JSON instead of a table");
+  command->add_option("--nodes", args->nodes, "Override the cluster's node count")->check(CLI::PositiveNumber);
+  command->add_option("--threads", args->threads, "Threads per process (profiles only)")->check(CLI::PositiveNumber);
+  command->add_option("--devices", args->devices, "Processes on this machine (profiles only)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--dp", args->dp, "Fix the data-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--tp", args->tp, "Fix the tensor-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--pp", args->pp, "Fix the pipeline-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--max-tp", args->max_tp, "Largest tensor-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--max-pp", args->max_pp, "Largest pipeline-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--sp", args->sp, "Sequence parallelism: on or off");
+  command->add_option("--micro-batch", args->micro_batch, "Fix the rows per micro-batch")->check(CLI::PositiveNumber);
+  command->add_option("--max-micro-batch", args->max_micro_batch, "Largest micro-batch searched")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--zero", args->zero, "Fix the ZeRO stage (0-3)")->check(CLI::Range(0, 3));
+  command->add_option("--recompute", args->recompute, "Fix recomputation: none, selective or full");
+  command->add_option("--schedule", args->schedule, "Fix the pipeline schedule: gpipe, 1f1b or interleaved");
+  command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
+      ->check(CLI::PositiveNumber);
+  command->callback([args] { plan(*args); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,89 @@
+#pragma once
+// The collective algorithms, over MPI point-to-point. Each is a coroutine
+// (see task.h) run by one Operation; all handle any group size, including
+// non-powers of two, and any count, including 0 and counts below the group
+// size. Internal to comm/: callers go through Communicator.
+#include <cstddef>
+
+#include "comm/collective.h"
+#include "comm/engine.h"
+#include "core/dtype.h"
+
+namespace strata::comm {
+
+struct GroupState;
+
+struct Context {
+  Operation& op;
+  const Channel& channel;
+  int tag;
+  size_t chunk_bytes;  // pipelined algorithms move chunks of this size
+  int depth;           // chunks in flight per direction
+  int rank() const { return channel.rank; }
+  int size() const { return channel.size; }
+};
+
+// Where a reduction reads and writes. Contributions and partial sums are
+// fp32 whole buffers; results are written in out_dtype. For reduce_scatter,
+// `out` is this rank's block; otherwise the whole buffer.
+struct ReduceBuffers {
+  const float* own = nullptr;  // this rank's contribution
+  float* partial = nullptr;    // storage for partial sums; may alias own
+  void* out = nullptr;
+  DType out_dtype = DType::F32;
+  ReduceOp op = ReduceOp::Sum;  // Sum or Max (avg is Sum with divisor = group size)
+  float divisor = 1.0f;
+};
+
+// Sends and receives (either may be absent: peer -1 or 0 bytes) and returns
+// when both are done; transfers above kMaxMessageBytes are split.
+Task exchange(Context ctx, int to, const void* send_data, size_t send_bytes, int from, void* recv_data,
+              size_t recv_bytes);
+
+// Ring: chunked and pipelined; all_reduce is reduce-scatter then all-gather
+// in one stream, so the first gathered chunk leaves while later chunks are
+// still being reduced.
+// The ring's blocks are the even split of `count` (BlockLayout), so they may
+// differ by one element: reduce_scatter writes this rank's block to `out`;
+// all_gather starts with this rank's block of `data` in place.
+Task ring_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
+Task ring_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t count);
+Task ring_all_gather(Context ctx, void* data, size_t count, size_t width);
+Task ring_broadcast(Context ctx, void* data, size_t bytes, int root);  // pipelined chain
+
+// Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling.
+Task rhd_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
+// reduce_scatter and all_gather below move size() equal blocks of block_count
+// elements (or block_bytes bytes), this rank's block being block rank().
+Task rhd_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t block_count);
+// Recursive doubling: whole-buffer exchanges (all_reduce), doubling ranges (all_gather).
+Task rd_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
+Task rd_all_gather(Context ctx, void* data, size_t block_bytes);
+
+// Binomial tree: reduce to rank 0 then broadcast back (all_reduce); broadcast.
+Task binomial_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
+Task binomial_broadcast(Context ctx, void* data, size_t bytes, int root);
+
+// Two levels: ring reduce-scatter inside the node, `across` all-reduce of each
+// local rank's part between nodes (every local rank drives its own column),
+// ring all-gather inside the node.
+Task hierarchical_all_reduce(Context local, Context column, ReduceBuffers buffers, size_t count,
+                             Algorithm across);
+
+// Shared memory (one-host groups with a segment): each rank copies its
+// contribution once and sums everyone's copies into its output.
+Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_t count);
+
+// The MPI library's own non-blocking collectives (MPI_Iallreduce, ...).
+Task mpi_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
+Task mpi_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t block_count);
+Task mpi_all_gather(Context ctx, void* data, size_t block_bytes);
+Task mpi_broadcast(Context ctx, void* data, size_t bytes, int root);
+
+// Runs the all-reduce `algorithm` (not Hierarchical, not Auto) on one channel.
+Task flat_all_reduce(Context ctx, Algorithm algorithm, ReduceBuffers buffers, size_t count);
+
+// Dissemination barrier: ceil(lg p) rounds of empty messages.
+Task dissemination_barrier(Context ctx);
+
+}  // namespace strata::comm

@@ -1,0 +1,359 @@
+#include "comm/bench.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "comm/scratch.h"
+#include "core/error.h"
+
+namespace strata::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Small integers: sums over up to hundreds of ranks stay exact in f32 and bf16.
+float pattern(int rank, size_t index) { return static_cast<float>(static_cast<long>((index * 7 + rank * 13) % 9) - 4); }
+
+void fill(void* data, DType dtype, size_t count, int rank, size_t first_index) {
+  if (dtype == DType::BF16) {
+    bf16* out = static_cast<bf16*>(data);
+    for (size_t i = 0; i < count; ++i) out[i] = float_to_bf16(pattern(rank, first_index + i));
+  } else {
+    float* out = static_cast<float*>(data);
+    for (size_t i = 0; i < count; ++i) out[i] = pattern(rank, first_index + i);
+  }
+}
+
+float load(const void* data, DType dtype, size_t index) {
+  if (dtype == DType::BF16) return bf16_to_float(static_cast<const bf16*>(data)[index]);
+  return static_cast<const float*>(data)[index];
+}
+
+float reduced(ReduceOp op, int ranks, size_t index, DType dtype, bool sum_only) {
+  float total = pattern(0, index);
+  for (int rank = 1; rank < ranks; ++rank) {
+    float value = pattern(rank, index);
+    total = op == ReduceOp::Max && !sum_only ? std::max(total, value) : total + value;
+  }
+  if (op == ReduceOp::Avg && !sum_only) total /= static_cast<float>(ranks);
+  return dtype == DType::BF16 ? bf16_to_float(float_to_bf16(total)) : total;
+}
+
+// Elements of this rank's output that differ from the exact answer.
+long long count_wrong(const BenchOptions& options, int ranks, int rank, const void* out, size_t count,
+                      bool baseline) {
+  // The MPI library has no average: the baseline computes sums.
+  bool sum_only = baseline && options.reduce == ReduceOp::Avg;
+  long long wrong = 0;
+  switch (options.op) {
+    case Collective::AllReduce:
+      for (size_t i = 0; i < count; ++i) wrong += load(out, options.dtype, i) != reduced(options.reduce, ranks, i, options.dtype, sum_only);
+      break;
+    case Collective::ReduceScatter:
+      for (size_t i = 0; i < count; ++i) {
+        size_t index = static_cast<size_t>(rank) * count + i;
+        wrong += load(out, options.dtype, i) != reduced(options.reduce, ranks, index, options.dtype, sum_only);
+      }
+      break;
+    case Collective::AllGather:
+      for (int from = 0; from < ranks; ++from) {
+        for (size_t i = 0; i < count; ++i) {
+          wrong += load(out, options.dtype, static_cast<size_t>(from) * count + i) != pattern(from, i);
+        }
+      }
+      break;
+    case Collective::Broadcast:
+      for (size_t i = 0; i < count; ++i) wrong += load(out, options.dtype, i) != pattern(options.root, i);
+      break;
+  }
+  return wrong;
+}
+
+// The MPI library's blocking collective, the baseline of the speed target.
+void run_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out, size_t count) {
+  MPI_Op op = options.reduce == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+  int n = static_cast<int>(count);
+  switch (options.op) {
+    case Collective::AllReduce: MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, op, comm); break;
+    case Collective::ReduceScatter: MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, op, comm); break;
+    case Collective::AllGather: MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm); break;
+    case Collective::Broadcast: MPI_Bcast(out, n, MPI_FLOAT, options.root, comm); break;
+  }
+}
+
+struct Buffers {
+  ScratchPool::Lease in, out;
+  void* input() const { return in.bytes(); }
+  void* output() const { return out.bytes(); }
+};
+
+// Input and output elements of one rank's call for nccl-tests size `bytes`.
+size_t count_for(const BenchOptions& options, size_t bytes, int ranks) {
+  size_t count = bytes / dtype_size(options.dtype);
+  if (options.op == Collective::ReduceScatter || options.op == Collective::AllGather) count /= static_cast<size_t>(ranks);
+  return count;
+}
+
+}  // namespace
+
+size_t parse_size(const std::string& text, const std::string& what) {
+  if (text.empty()) fail("{}: empty size", what);
+  size_t multiplier = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': multiplier = size_t{1} << 10; digits.pop_back(); break;
+    case 'M': case 'm': multiplier = size_t{1} << 20; digits.pop_back(); break;
+    case 'G': case 'g': multiplier = size_t{1} << 30; digits.pop_back(); break;
+    default: break;
+  }
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+    fail("{}: '{}' is not a size (digits with an optional K, M or G)", what, text);
+  }
+  return std::stoull(digits) * multiplier;
+}
+
+double measure_memcpy_GBps(size_t bytes) {
+  ScratchPool::Lease source = ScratchPool::instance().acquire(bytes);
+  ScratchPool::Lease target = ScratchPool::instance().acquire(bytes);
+  std::memset(source.bytes(), 1, bytes);
+  std::memset(target.bytes(), 0, bytes);
+  double best = 1e30;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    auto start = Clock::now();
+    std::memcpy(target.bytes(), source.bytes(), bytes);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return bytes / best / 1e9;
+}
+
+BenchReport run_bench(Communicator& group, const BenchOptions& options) {
+  if (options.min_bytes == 0 || options.max_bytes < options.min_bytes) {
+    fail("comm-bench: sizes must satisfy 0 < min ({}) <= max ({})", options.min_bytes, options.max_bytes);
+  }
+  if (!(options.factor > 1.0)) fail("comm-bench: the step factor must be > 1, got {}", options.factor);
+  if (options.iters < 1 || options.rounds < 1 || options.warmup < 0) {
+    fail("comm-bench: iterations ({}) and rounds ({}) must be >= 1, warm-up ({}) >= 0", options.iters,
+         options.rounds, options.warmup);
+  }
+  if (options.root < 0 || options.root >= group.size()) fail("comm-bench: root {} is not a rank", options.root);
+  if (options.algorithms.empty()) fail("comm-bench: no algorithms to run");
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  bool has_baseline = std::find(options.algorithms.begin(), options.algorithms.end(), "baseline") != options.algorithms.end();
+  std::vector<Algorithm> algorithms;
+  for (const std::string& name : options.algorithms) {
+    if (name == "baseline") {
+      if (options.dtype != DType::F32) fail("comm-bench: the MPI baseline needs f32 buffers (MPI has no bf16)");
+      if (group.size() != world_size) fail("comm-bench: the MPI baseline runs on the world group only");
+      algorithms.push_back(Algorithm::Auto);  // placeholder; rows say "baseline"
+      continue;
+    }
+    Algorithm algorithm = parse_algorithm(name, "comm-bench --algorithms");
+    if (!implements(algorithm, options.op)) {
+      fail("comm-bench: {} does not implement {}", name, collective_name(options.op));
+    }
+    algorithms.push_back(algorithm);
+  }
+  MPI_Comm baseline_comm = MPI_COMM_NULL;
+  if (has_baseline) MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
+
+  const int p = group.size();
+  const int me = group.rank();
+  const size_t width = dtype_size(options.dtype);
+  BenchReport report;
+  report.options = options;
+  report.ranks = p;
+  report.nodes = group.nodes();
+  report.links = group.link_source().kind + " " + group.link_source().path;
+  report.memcpy_GBps = measure_memcpy_GBps(std::min<size_t>(options.max_bytes, size_t{256} << 20));
+
+  // Buffers for the largest size, allocated once (first touch is slow).
+  size_t largest = count_for(options, options.max_bytes, p);
+  size_t in_elements = options.op == Collective::ReduceScatter ? largest * static_cast<size_t>(p) : largest;
+  size_t out_elements = options.op == Collective::AllGather ? largest * static_cast<size_t>(p) : largest;
+  Buffers buffers{ScratchPool::instance().acquire(std::max<size_t>(in_elements, 1) * width),
+                  ScratchPool::instance().acquire(std::max<size_t>(out_elements, 1) * width)};
+  std::memset(buffers.input(), 0, in_elements * width);
+  std::memset(buffers.output(), 0, out_elements * width);
+
+  for (double size = static_cast<double>(options.min_bytes); size <= static_cast<double>(options.max_bytes) * 1.0000001;
+       size *= options.factor) {
+    size_t count = count_for(options, static_cast<size_t>(size), p);
+    size_t bytes = count * width * ((options.op == Collective::ReduceScatter || options.op == Collective::AllGather) ? p : 1);
+    if (count == 0) continue;
+    size_t model_count = bytes / width;
+    void* out = buffers.output();
+    void* in = options.in_place && options.op == Collective::AllReduce ? out : buffers.input();
+    auto prepare = [&] {
+      size_t input_count = options.op == Collective::ReduceScatter ? count * static_cast<size_t>(p) : count;
+      if (options.op == Collective::Broadcast) {
+        if (me == options.root) fill(out, options.dtype, count, me, 0);
+      } else {
+        fill(in, options.dtype, input_count, me, 0);
+      }
+    };
+    auto run_once = [&](size_t index) {
+      if (options.algorithms[index] == "baseline") {
+        run_baseline(options, baseline_comm, in, out, count);
+        return;
+      }
+      Algorithm algorithm = algorithms[index];
+      switch (options.op) {
+        case Collective::AllReduce: group.all_reduce(in, out, count, options.dtype, options.reduce, algorithm); break;
+        case Collective::ReduceScatter: group.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
+        case Collective::AllGather: group.all_gather(in, out, count, options.dtype, algorithm); break;
+        case Collective::Broadcast: group.broadcast(out, count, options.dtype, options.root, algorithm); break;
+      }
+    };
+    auto check = [&](size_t index) {
+      long long wrong = count_wrong(options, p, me, out, count, options.algorithms[index] == "baseline");
+      float local = static_cast<float>(wrong), total = 0.0f;
+      group.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
+      return static_cast<long long>(total);
+    };
+
+    std::vector<BenchRow> rows(algorithms.size());
+    std::vector<std::vector<double>> rounds(algorithms.size());
+    for (size_t a = 0; a < algorithms.size(); ++a) {
+      prepare();
+      run_once(a);
+      rows[a].wrong = check(a);
+      for (int i = 0; i < options.warmup; ++i) run_once(a);
+    }
+    for (int round = 0; round < options.rounds; ++round) {
+      for (size_t a = 0; a < algorithms.size(); ++a) {
+        if (options.in_place) prepare();
+        group.barrier();
+        auto start = Clock::now();
+        for (int i = 0; i < options.iters; ++i) run_once(a);
+        float local = static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count() / options.iters);
+        float slowest = 0.0f;
+        group.all_reduce(&local, &slowest, 1, DType::F32, ReduceOp::Max);
+        rounds[a].push_back(slowest);
+      }
+    }
+    for (size_t a = 0; a < algorithms.size(); ++a) {
+      BenchRow& row = rows[a];
+      // The output of the last timed iteration must be right as well (unless in place: inputs changed).
+      if (!options.in_place) row.wrong += check(a);
+      std::vector<double>& times = rounds[a];
+      std::sort(times.begin(), times.end());
+      double seconds = times[times.size() / 2];
+      row.bytes = bytes;
+      row.count = count;
+      row.algorithm = options.algorithms[a];
+      row.time_us = seconds * 1e6;
+      row.algbw_GBps = bytes / seconds / 1e9;
+      row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
+      row.predicted_us = NAN;
+      if (row.algorithm == "baseline") {
+        row.ran = "MPI library";
+      } else {
+        Decision decision = group.plan(options.op, model_count, options.dtype, algorithms[a]);
+        row.ran = std::string(algorithm_name(decision.algorithm));
+        row.predicted_us = decision.predicted_s * 1e6;
+        if (modeled(decision.algorithm)) {
+          CallShape shape{options.op, static_cast<double>(bytes), options.dtype};
+          ModelOptions uncalibrated;
+          uncalibrated.chunk_bytes = group.model().chunk_bytes;
+          Cost raw = predict(shape, decision.algorithm, group.topology(), uncalibrated);
+          row.model_latency_us = raw.latency_s * 1e6;
+          row.model_transfer_us = raw.transfer_s * 1e6;
+        }
+      }
+      report.rows.push_back(row);
+    }
+  }
+  if (baseline_comm != MPI_COMM_NULL) MPI_Comm_free(&baseline_comm);
+  return report;
+}
+
+std::string format_table(const BenchReport& report) {
+  const BenchOptions& options = report.options;
+  std::string text = fmt::format("# strata comm-bench: {} {}{}, {} ranks on {} node(s); links: {}\n",
+                                 collective_name(options.op), dtype_name(options.dtype),
+                                 options.op == Collective::AllReduce || options.op == Collective::ReduceScatter
+                                     ? fmt::format(" {}", reduce_op_name(options.reduce))
+                                     : "",
+                                 report.ranks, report.nodes, report.links);
+  text += fmt::format("# memcpy bandwidth of one rank (the ceiling): {:.2f} GB/s\n", report.memcpy_GBps);
+  text += fmt::format("# {:>11} {:>11}  {:<28} {:>11} {:>11} {:>11} {:>7} {:>13} {:>9}\n", "size(B)", "count",
+                      "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "predicted(us)", "error(%)");
+  for (const BenchRow& row : report.rows) {
+    std::string name = row.algorithm == row.ran || row.algorithm == "baseline" ? row.algorithm
+                                                                               : row.algorithm + "->" + row.ran;
+    std::string predicted = std::isnan(row.predicted_us) ? "-" : fmt::format("{:.1f}", row.predicted_us);
+    std::string error = std::isnan(row.predicted_us)
+                            ? "-"
+                            : fmt::format("{:+.0f}", (row.predicted_us - row.time_us) / row.time_us * 100.0);
+    text += fmt::format("  {:>11} {:>11}  {:<28} {:>11.1f} {:>11.3f} {:>11.3f} {:>7} {:>13} {:>9}\n", row.bytes,
+                        row.count, name, row.time_us, row.algbw_GBps, row.busbw_GBps, row.wrong, predicted, error);
+  }
+  return text;
+}
+
+std::string format_json(const BenchReport& report) {
+  const BenchOptions& options = report.options;
+  nlohmann::json json;
+  json["collective"] = collective_name(options.op);
+  json["dtype"] = dtype_name(options.dtype);
+  json["reduce"] = reduce_op_name(options.reduce);
+  json["ranks"] = report.ranks;
+  json["nodes"] = report.nodes;
+  json["links"] = report.links;
+  json["memcpy_GBps"] = report.memcpy_GBps;
+  json["warmup"] = options.warmup;
+  json["iters"] = options.iters;
+  json["rounds"] = options.rounds;
+  json["rows"] = nlohmann::json::array();
+  for (const BenchRow& row : report.rows) {
+    nlohmann::json entry = {{"bytes", row.bytes},         {"count", row.count},
+                            {"algorithm", row.algorithm}, {"ran", row.ran},
+                            {"time_us", row.time_us},     {"algbw_GBps", row.algbw_GBps},
+                            {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
+    entry["predicted_us"] = std::isnan(row.predicted_us) ? nlohmann::json(nullptr) : nlohmann::json(row.predicted_us);
+    json["rows"].push_back(entry);
+  }
+  return json.dump(2) + "\n";
+}
+
+std::array<Calibration, kAlgorithmSlots> fit_calibration(const BenchReport& report) {
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  for (Algorithm algorithm : kConcreteAlgorithms) {
+    if (!modeled(algorithm)) continue;
+    // Weighted least squares of a*L + b*B = T with weights 1/T (relative error).
+    double ll = 0, lb = 0, bb = 0, lt = 0, bt = 0;
+    int samples = 0;
+    for (const BenchRow& row : report.rows) {
+      if (row.ran != algorithm_name(algorithm) || row.algorithm == "baseline" || row.time_us <= 0) continue;
+      double l = row.model_latency_us / row.time_us, b = row.model_transfer_us / row.time_us;
+      ll += l * l;
+      lb += l * b;
+      bb += b * b;
+      lt += l;
+      bt += b;
+      ++samples;
+    }
+    if (samples == 0) continue;
+    double determinant = ll * bb - lb * lb;
+    double latency_scale = determinant > 1e-12 ? (lt * bb - bt * lb) / determinant : 0.0;
+    double bandwidth_scale = determinant > 1e-12 ? (bt * ll - lt * lb) / determinant : 0.0;
+    if (!(latency_scale > 0.0) || !(bandwidth_scale > 0.0)) {
+      // One scale for both terms when the two cannot be told apart.
+      double total = (lt + bt) / (ll + 2 * lb + bb);
+      latency_scale = bandwidth_scale = total;
+    }
+    fitted[static_cast<size_t>(algorithm)] = {std::clamp(latency_scale, 0.01, 100.0),
+                                              std::clamp(bandwidth_scale, 0.01, 100.0)};
+  }
+  return fitted;
+}
+
+}  // namespace strata::comm

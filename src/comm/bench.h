@@ -1,0 +1,73 @@
+#pragma once
+// comm-bench, in the manner of nccl-tests: for each size from min to max
+// bytes (times factor), each algorithm (and `auto`, and `baseline`: the MPI
+// library's blocking collective) runs warm-up iterations, then `rounds`
+// rounds of `iters` timed iterations, the algorithms interleaved within each
+// round so a noisy machine hurts them alike; the reported time is the median
+// round (slowest rank). Inputs are small integers, so every result is exact
+// and checked element by element before and after timing (#wrong, summed
+// over ranks). Bandwidths follow nccl-tests: algbw = size / time, busbw =
+// algbw * bus_bandwidth_factor. Each row also carries the cost model's
+// prediction for the algorithm that ran.
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace strata::comm {
+
+struct BenchOptions {
+  Collective op = Collective::AllReduce;
+  DType dtype = DType::F32;
+  ReduceOp reduce = ReduceOp::Sum;
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t{256} << 20;
+  double factor = 2.0;
+  int warmup = 2;
+  int iters = 10;
+  int rounds = 5;
+  std::vector<std::string> algorithms = {"auto", "baseline"};  // names, "auto" or "baseline"
+  int root = 0;
+  bool in_place = false;
+};
+
+struct BenchRow {
+  size_t bytes = 0;  // nccl-tests' size
+  size_t count = 0;  // elements per rank's call
+  std::string algorithm;  // as asked
+  std::string ran;        // what ran (auto resolves to an algorithm)
+  double time_us = 0.0;
+  double algbw_GBps = 0.0;
+  double busbw_GBps = 0.0;
+  long long wrong = 0;
+  double predicted_us = 0.0;  // NaN when the model does not price it
+  double model_latency_us = 0.0;   // uncalibrated model terms, for calibration
+  double model_transfer_us = 0.0;
+};
+
+struct BenchReport {
+  BenchOptions options;
+  int ranks = 1;
+  int nodes = 1;
+  std::string links;  // where the link figures came from
+  double memcpy_GBps = 0.0;
+  std::vector<BenchRow> rows;
+};
+
+// Parses "4096", "4K", "256M", "1G" (binary multiples). Throws naming `what`.
+size_t parse_size(const std::string& text, const std::string& what);
+
+// Collective over `group`; every rank returns the same report.
+BenchReport run_bench(Communicator& group, const BenchOptions& options);
+// Bytes per second of memcpy between two touched buffers of `bytes` (best of five).
+double measure_memcpy_GBps(size_t bytes);
+
+std::string format_table(const BenchReport& report);
+std::string format_json(const BenchReport& report);
+// Per-algorithm latency and bandwidth scales fitted to the report's rows
+// (least squares on relative error); algorithms without rows keep 1.
+std::array<Calibration, kAlgorithmSlots> fit_calibration(const BenchReport& report);
+
+}  // namespace strata::comm

@@ -1,0 +1,215 @@
+#include "comm/calls.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/reduce_kernels.h"
+#include "comm/scratch.h"
+#include "core/error.h"
+
+namespace strata::comm {
+namespace {
+
+// What every rank must agree on, exchanged in debug mode before the call.
+struct Fingerprint {
+  uint64_t sequence = 0;
+  uint64_t count = 0;
+  int32_t op = 0;
+  int32_t algorithm = 0;
+  int32_t dtype = 0;
+  int32_t reduce = 0;
+  int32_t root = 0;
+  int32_t barrier = 0;
+
+  bool operator==(const Fingerprint&) const = default;
+};
+
+Fingerprint fingerprint_of(const CallSpec& spec, uint64_t sequence) {
+  Fingerprint print;
+  print.sequence = sequence;
+  print.count = spec.count;
+  print.op = static_cast<int32_t>(spec.op);
+  print.algorithm = static_cast<int32_t>(spec.algorithm);
+  print.dtype = static_cast<int32_t>(spec.dtype);
+  print.reduce = static_cast<int32_t>(spec.reduce);
+  print.root = spec.root;
+  print.barrier = spec.barrier ? 1 : 0;
+  return print;
+}
+
+std::string describe_print(const Fingerprint& print) {
+  CallSpec spec;
+  spec.op = static_cast<Collective>(print.op);
+  spec.count = print.count;
+  spec.algorithm = static_cast<Algorithm>(print.algorithm);
+  spec.dtype = static_cast<DType>(print.dtype);
+  spec.reduce = static_cast<ReduceOp>(print.reduce);
+  spec.root = print.root;
+  spec.barrier = print.barrier != 0;
+  return fmt::format("call #{} {}", print.sequence, describe_call(spec));
+}
+
+Task check_fingerprint(Context control, std::string group_name, Fingerprint mine) {
+  std::vector<Fingerprint> prints(static_cast<size_t>(control.size()));
+  RequestSet requests(control.op, control.channel, control.tag, 1);
+  MPI_Request request;
+  MPI_Iallgather(&mine, sizeof(Fingerprint), MPI_BYTE, prints.data(), sizeof(Fingerprint), MPI_BYTE,
+                 control.channel.comm, &request);
+  requests.adopt(0, request);
+  co_await requests.all();
+  if (std::all_of(prints.begin(), prints.end(), [&](const Fingerprint& p) { return p == mine; })) co_return;
+  // Name each distinct call with the ranks that made it.
+  std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
+  for (int rank = 0; rank < control.size(); ++rank) {
+    const Fingerprint& print = prints[static_cast<size_t>(rank)];
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == print; });
+    if (same == groups.end()) {
+      groups.push_back({print, {rank}});
+    } else {
+      same->second.push_back(rank);
+    }
+  }
+  std::string detail;
+  for (const auto& [print, ranks] : groups) {
+    detail += fmt::format("{}rank{} {} made {}", detail.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "",
+                          fmt::join(ranks, ","), describe_print(print));
+  }
+  fail("comm debug check: the ranks of group '{}' disagree about a call: {}", group_name, detail);
+}
+
+Context sibling(const Context& ctx, const Channel& channel) {
+  return Context{ctx.op, channel, ctx.tag, ctx.chunk_bytes, ctx.depth};
+}
+
+// fp32 views of a reduction's input: the input itself for f32, else a widened copy.
+struct Widened {
+  ScratchPool::Lease copy;
+  const float* own = nullptr;
+};
+
+Widened widen_input(const void* in, DType dtype, size_t count) {
+  Widened result;
+  if (dtype == DType::F32) {
+    result.own = static_cast<const float*>(in);
+    return result;
+  }
+  result.copy = ScratchPool::instance().acquire(count * sizeof(float));
+  widen(result.copy.floats(), in, dtype, count);
+  result.own = result.copy.floats();
+  return result;
+}
+
+ReduceBuffers reduce_buffers(const CallSpec& spec, int group_size, void* out) {
+  ReduceBuffers buffers;
+  buffers.out = out;
+  buffers.out_dtype = spec.dtype;
+  buffers.op = spec.reduce == ReduceOp::Max ? ReduceOp::Max : ReduceOp::Sum;
+  buffers.divisor = spec.reduce == ReduceOp::Avg ? static_cast<float>(group_size) : 1.0f;
+  return buffers;
+}
+
+Task all_reduce_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
+  Widened input = widen_input(in, spec.dtype, spec.count);
+  ReduceBuffers buffers = reduce_buffers(spec, ctx.size(), out);
+  buffers.own = input.own;
+  // f32 partial sums live in the output (overwritten later); bf16 ones in the widened copy.
+  buffers.partial = spec.dtype == DType::F32 ? static_cast<float*>(out) : input.copy.floats();
+  if (spec.algorithm == Algorithm::SharedMemory) {
+    co_await shm_all_reduce(ctx, group, buffers, spec.count);
+  } else if (spec.algorithm == Algorithm::Hierarchical) {
+    co_await hierarchical_all_reduce(sibling(ctx, group->local), sibling(ctx, group->column), buffers, spec.count,
+                                     spec.across);
+  } else {
+    co_await flat_all_reduce(ctx, spec.algorithm, buffers, spec.count);
+  }
+}
+
+Task reduce_scatter_call(Context ctx, CallSpec spec, const void* in, void* out) {
+  size_t total = spec.count * static_cast<size_t>(ctx.size());
+  Widened input = widen_input(in, spec.dtype, total);
+  ReduceBuffers buffers = reduce_buffers(spec, ctx.size(), out);
+  buffers.own = input.own;
+  ScratchPool::Lease partial;
+  if (input.copy.bytes()) {
+    buffers.partial = input.copy.floats();
+  } else if (spec.algorithm != Algorithm::Mpi) {
+    partial = ScratchPool::instance().acquire(total * sizeof(float));
+    buffers.partial = partial.floats();
+  }
+  switch (spec.algorithm) {
+    case Algorithm::Ring: co_await ring_reduce_scatter(ctx, buffers, total); break;
+    case Algorithm::RecursiveHalvingDoubling: co_await rhd_reduce_scatter(ctx, buffers, spec.count); break;
+    case Algorithm::Mpi: co_await mpi_reduce_scatter(ctx, buffers, spec.count); break;
+    default: STRATA_CHECK(false, "reduce_scatter by {}", algorithm_name(spec.algorithm));
+  }
+}
+
+Task all_gather_call(Context ctx, CallSpec spec, const void* in, void* out) {
+  size_t width = dtype_size(spec.dtype);
+  size_t block = spec.count * width;
+  std::byte* mine = static_cast<std::byte*>(out) + static_cast<size_t>(ctx.rank()) * block;
+  if (mine != in) std::memmove(mine, in, block);
+  switch (spec.algorithm) {
+    case Algorithm::Ring:
+      co_await ring_all_gather(ctx, out, spec.count * static_cast<size_t>(ctx.size()), width);
+      break;
+    case Algorithm::RecursiveDoubling: co_await rd_all_gather(ctx, out, block); break;
+    case Algorithm::Mpi: co_await mpi_all_gather(ctx, out, block); break;
+    default: STRATA_CHECK(false, "all_gather by {}", algorithm_name(spec.algorithm));
+  }
+}
+
+Task broadcast_call(Context ctx, CallSpec spec, void* data) {
+  size_t bytes = spec.count * dtype_size(spec.dtype);
+  switch (spec.algorithm) {
+    case Algorithm::Ring: co_await ring_broadcast(ctx, data, bytes, spec.root); break;
+    case Algorithm::BinomialTree: co_await binomial_broadcast(ctx, data, bytes, spec.root); break;
+    case Algorithm::Mpi: co_await mpi_broadcast(ctx, data, bytes, spec.root); break;
+    default: STRATA_CHECK(false, "broadcast by {}", algorithm_name(spec.algorithm));
+  }
+}
+
+}  // namespace
+
+std::string describe_call(const CallSpec& spec) {
+  if (spec.barrier) return "barrier";
+  std::string detail = fmt::format("count {}, {}", spec.count, dtype_name(spec.dtype));
+  if (spec.op == Collective::AllReduce || spec.op == Collective::ReduceScatter) {
+    detail += fmt::format(", {}", reduce_op_name(spec.reduce));
+  }
+  if (spec.op == Collective::Broadcast) detail += fmt::format(", root {}", spec.root);
+  return fmt::format("{}({}, {})", collective_name(spec.op), detail, algorithm_name(spec.algorithm));
+}
+
+Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
+  const uint64_t sequence = ctx.op.label().sequence;
+  if (group->config.debug_checks) {
+    std::exception_ptr mismatch;
+    try {
+      co_await check_fingerprint(sibling(ctx, group->control), group->name, fingerprint_of(spec, sequence));
+    } catch (const Error&) {
+      mismatch = std::current_exception();
+    }
+    if (mismatch) {
+      // The call will not run: it gives up its turn on the shared segment (on every rank alike).
+      std::erase(group->shm_queue, sequence);
+      std::rethrow_exception(mismatch);
+    }
+  }
+  if (spec.barrier) {
+    co_await dissemination_barrier(ctx);
+    co_return;
+  }
+  if (spec.count == 0) co_return;
+  switch (spec.op) {
+    case Collective::AllReduce: co_await all_reduce_call(ctx, group, spec, in, out); break;
+    case Collective::ReduceScatter: co_await reduce_scatter_call(ctx, spec, in, out); break;
+    case Collective::AllGather: co_await all_gather_call(ctx, spec, in, out); break;
+    case Collective::Broadcast: co_await broadcast_call(ctx, spec, out); break;
+  }
+}
+
+}  // namespace strata::comm

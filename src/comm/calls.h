@@ -1,0 +1,25 @@
+#pragma once
+// Internal: the coroutine behind each public collective call. It runs the
+// debug check first when enabled, prepares fp32 working buffers for
+// reductions, then runs the chosen algorithm.
+#include "comm/algorithms.h"
+#include "comm/group_state.h"
+
+namespace strata::comm {
+
+struct CallSpec {
+  Collective op = Collective::AllReduce;
+  size_t count = 0;  // per the public call's own convention
+  DType dtype = DType::F32;
+  ReduceOp reduce = ReduceOp::Sum;
+  int root = 0;
+  Algorithm algorithm = Algorithm::Ring;
+  Algorithm across = Algorithm::Ring;  // hierarchical: the all-reduce between nodes
+  bool barrier = false;
+};
+
+std::string describe_call(const CallSpec& spec);  // "all_reduce(count 10, f32, sum, ring)"
+
+Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out);
+
+}  // namespace strata::comm

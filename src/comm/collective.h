@@ -1,0 +1,52 @@
+#pragma once
+// The vocabulary shared by the cost model, the communicator and the benchmark:
+// which collective, which reduction and which algorithm.
+#include <array>
+#include <string_view>
+
+namespace strata::comm {
+
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
+inline constexpr std::array kCollectives = {Collective::AllReduce, Collective::ReduceScatter,
+                                            Collective::AllGather, Collective::Broadcast};
+
+// Avg is a sum divided once by the group size at the end.
+enum class ReduceOp { Sum, Avg, Max };
+
+// Auto asks the cost model. RecursiveHalvingDoubling is Rabenseifner's
+// reduce-scatter (recursive halving) followed by all-gather (recursive doubling).
+// SharedMemory: ranks of one host sum each other's chunks in a shared segment.
+enum class Algorithm {
+  Auto,
+  Ring,
+  RecursiveHalvingDoubling,
+  RecursiveDoubling,
+  BinomialTree,
+  Hierarchical,
+  SharedMemory,
+  Mpi,
+};
+inline constexpr std::array kConcreteAlgorithms = {
+    Algorithm::Ring,         Algorithm::RecursiveHalvingDoubling, Algorithm::RecursiveDoubling,
+    Algorithm::BinomialTree, Algorithm::Hierarchical,             Algorithm::SharedMemory,
+    Algorithm::Mpi};
+inline constexpr size_t kAlgorithmSlots = 8;  // indexable by static_cast<size_t>(Algorithm)
+
+std::string_view collective_name(Collective op);  // "all_reduce", ...
+std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "max"
+std::string_view algorithm_name(Algorithm algorithm);  // "ring", "rhd", "recursive_doubling", "shm", ...
+
+// Parsers throw strata::Error naming `what` (a flag, key or variable) and the accepted values.
+Collective parse_collective(std::string_view name, std::string_view what);
+ReduceOp parse_reduce_op(std::string_view name, std::string_view what);
+Algorithm parse_algorithm(std::string_view name, std::string_view what);
+
+// Whether `algorithm` implements `op` at all (a pinned algorithm that does not
+// is replaced by the automatic choice, and the decision says so).
+bool implements(Algorithm algorithm, Collective op);
+
+// nccl-tests' bus bandwidth factor: all_reduce 2(n-1)/n, reduce_scatter and
+// all_gather (n-1)/n, broadcast 1.
+double bus_bandwidth_factor(Collective op, int ranks);
+
+}  // namespace strata::comm

@@ -1,0 +1,50 @@
+#pragma once
+// Settings of the communication layer. A program fills CommConfig from its
+// own configuration, then apply_environment() lets STRATA_COMM_* variables
+// override it (they are meant for experiments and debugging):
+//   STRATA_COMM_TIMEOUT=seconds        no-progress timeout of every call (default 300)
+//   STRATA_COMM_DEBUG=1                check that all ranks make the same call (fingerprints)
+//   STRATA_COMM_LOG=1                  log every algorithm decision on each group's rank 0
+//   STRATA_COMM_ALGO=ring | all_reduce=ring,broadcast=binomial   pin algorithms
+//   STRATA_COMM_TOPOLOGY=file.toml     use this cluster description instead of probing
+//   STRATA_COMM_CACHE_DIR=dir          where probe results are cached
+//   STRATA_COMM_REPROBE=1              probe even when a cached result exists
+//   STRATA_COMM_CHUNK_BYTES=n          pipeline chunk size of the ring algorithms
+//   STRATA_COMM_PIPELINE_DEPTH=n       chunks in flight per direction
+//   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
+// Every rank must run with the same settings; the debug check catches
+// disagreements about algorithms.
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "comm/collective.h"
+#include "comm/cost_model.h"
+
+namespace strata::comm {
+
+struct CommConfig {
+  double timeout_s = 300.0;
+  bool debug_checks = false;
+  bool log_decisions = false;
+  std::array<Algorithm, kCollectives.size()> pinned{};  // Auto: not pinned
+  std::string pinned_by;                                // where the pins came from
+  std::string topology_file;
+  std::string cache_dir;
+  bool reprobe = false;
+  size_t chunk_bytes = kDefaultChunkBytes;
+  int pipeline_depth = 4;
+  int simulated_ranks_per_node = 0;
+
+  // "ring" pins every collective that ring implements; "all_reduce=ring,
+  // broadcast=binomial" pins per collective. `source` names the setting.
+  void pin(std::string_view spec, std::string_view source);
+  Algorithm pinned_for(Collective op) const { return pinned[static_cast<size_t>(op)]; }
+  void apply_environment();
+  // Throws strata::Error naming `source` when a value is out of range.
+  void validate(std::string_view source) const;
+
+  static CommConfig from_environment();
+};
+
+}  // namespace strata::comm

@@ -1,0 +1,380 @@
+#include "comm/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "comm/block_layout.h"
+#include "core/error.h"
+
+namespace strata::comm {
+
+int TopologyDesc::ranks() const {
+  if (!node_of_rank.empty()) return static_cast<int>(node_of_rank.size());
+  return nodes * ranks_per_node;
+}
+
+int TopologyDesc::node_of(int rank) const {
+  if (!node_of_rank.empty()) return node_of_rank[static_cast<size_t>(rank)];
+  return rank / ranks_per_node;
+}
+
+bool TopologyDesc::uniform() const {
+  if (node_of_rank.empty()) return true;
+  std::vector<int> per_node(static_cast<size_t>(nodes), 0);
+  for (int node : node_of_rank) ++per_node[static_cast<size_t>(node)];
+  return std::all_of(per_node.begin(), per_node.end(), [&](int n) { return n == per_node[0]; });
+}
+
+void TopologyDesc::validate(const std::string& what) const {
+  if (nodes < 1) fail("{}: nodes must be at least 1, got {}", what, nodes);
+  if (ranks_per_node < 1) fail("{}: ranks_per_node must be at least 1, got {}", what, ranks_per_node);
+  auto check_link = [&](const LinkLevel& link, const char* level) {
+    if (!(link.latency_s >= 0.0) || !std::isfinite(link.latency_s)) {
+      fail("{}: {}.latency must be a finite value >= 0, got {}", what, level, link.latency_s);
+    }
+    if (!(link.bandwidth_Bps > 0.0) || !std::isfinite(link.bandwidth_Bps)) {
+      fail("{}: {}.bandwidth must be a finite value > 0, got {}", what, level, link.bandwidth_Bps);
+    }
+  };
+  check_link(intra, "intra");
+  if (nodes > 1) check_link(inter, "inter");
+  if (!(reduce_Bps > 0.0) || !std::isfinite(reduce_Bps)) {
+    fail("{}: reduce bandwidth must be a finite value > 0, got {}", what, reduce_Bps);
+  }
+  for (int node : node_of_rank) {
+    if (node < 0 || node >= nodes) fail("{}: rank placed on node {} of {}", what, node, nodes);
+  }
+}
+
+namespace {
+
+using Flows = std::vector<std::pair<int, int>>;
+
+// Accumulates the cost of an algorithm's steps on one topology.
+class Schedule {
+ public:
+  explicit Schedule(const TopologyDesc& topology)
+      : topology_(topology), leaving_(static_cast<size_t>(topology.nodes)),
+        entering_(static_cast<size_t>(topology.nodes)) {}
+
+  // Every flow carries `bytes`; each receiver then combines `reduce_bytes`.
+  void step(const Flows& flows, double bytes, double reduce_bytes, double times = 1.0) {
+    if (flows.empty() || bytes <= 0.0 || times <= 0.0) return;
+    std::fill(leaving_.begin(), leaving_.end(), 0);
+    std::fill(entering_.begin(), entering_.end(), 0);
+    bool inside_node = false;
+    int sharing = 0;
+    for (auto [from, to] : flows) {
+      int a = topology_.node_of(from), b = topology_.node_of(to);
+      if (a == b) {
+        inside_node = true;
+        continue;
+      }
+      sharing = std::max({sharing, ++leaving_[static_cast<size_t>(a)], ++entering_[static_cast<size_t>(b)]});
+    }
+    double latency = 0.0, transfer = 0.0;
+    if (inside_node) {
+      latency = topology_.intra.latency_s;
+      transfer = bytes / topology_.intra.bandwidth_Bps;
+    }
+    if (sharing > 0) {
+      double inter_transfer = bytes * sharing / topology_.inter.bandwidth_Bps;
+      if (topology_.inter.latency_s + inter_transfer > latency + transfer) {
+        latency = topology_.inter.latency_s;
+        transfer = inter_transfer;
+      }
+    }
+    if (reduce_bytes > 0.0) transfer += reduce_bytes / topology_.reduce_Bps;
+    cost.latency_s += times * latency;
+    cost.transfer_s += times * transfer;
+  }
+
+  Cost cost;
+
+ private:
+  const TopologyDesc& topology_;
+  std::vector<int> leaving_, entering_;
+};
+
+constexpr double kWireFloat = 4.0;  // reducing phases carry fp32 partial sums
+
+Flows ring_flows(int ranks) {
+  Flows flows;
+  for (int r = 0; r < ranks; ++r) flows.emplace_back(r, (r + 1) % ranks);
+  return flows;
+}
+
+Flows chain_flows(int ranks) {
+  Flows flows;
+  for (int r = 0; r + 1 < ranks; ++r) flows.emplace_back(r, r + 1);
+  return flows;
+}
+
+Flows exchange_flows(const Fold& fold, int distance) {
+  Flows flows;
+  for (int v = 0; v < fold.pof2; ++v) flows.emplace_back(fold.real_rank(v), fold.real_rank(v ^ distance));
+  return flows;
+}
+
+Flows fold_flows(const Fold& fold, bool inward) {
+  Flows flows;
+  for (int v = 0; v < fold.extra; ++v) {
+    if (inward) {
+      flows.emplace_back(2 * v, 2 * v + 1);
+    } else {
+      flows.emplace_back(2 * v + 1, 2 * v);
+    }
+  }
+  return flows;
+}
+
+// Binomial tree rooted at rank 0: at `mask`, rank v + mask talks to v for v a multiple of 2*mask.
+Flows binomial_flows(int ranks, int mask, bool toward_root) {
+  Flows flows;
+  for (int v = 0; v + mask < ranks; v += 2 * mask) {
+    if (toward_root) {
+      flows.emplace_back(v + mask, v);
+    } else {
+      flows.emplace_back(v, v + mask);
+    }
+  }
+  return flows;
+}
+
+// Element ranges of the virtual ranks as real numbers, so the model is exact for any size.
+std::vector<double> even_ranges(double count, int pof2) {
+  std::vector<double> starts(static_cast<size_t>(pof2) + 1);
+  for (int v = 0; v <= pof2; ++v) starts[static_cast<size_t>(v)] = count * v / pof2;
+  return starts;
+}
+
+std::vector<double> block_ranges(const Fold& fold, double block) {
+  std::vector<double> starts(static_cast<size_t>(fold.pof2) + 1);
+  for (int v = 0; v < fold.pof2; ++v) starts[static_cast<size_t>(v)] = block * fold.first_block(v);
+  starts[static_cast<size_t>(fold.pof2)] = block * fold.ranks;
+  return starts;
+}
+
+double range(const std::vector<double>& starts, int lo, int hi) {
+  return starts[static_cast<size_t>(hi)] - starts[static_cast<size_t>(lo)];
+}
+
+// Recursive halving: distance pof2/2 first; each rank sends the half it does not keep.
+void halving_steps(Schedule& schedule, const Fold& fold, const std::vector<double>& starts) {
+  for (int size = fold.pof2; size > 1; size /= 2) {
+    int half = size / 2;
+    double largest = 0.0;
+    for (int lo = 0; lo < fold.pof2; lo += size) {
+      largest = std::max({largest, range(starts, lo, lo + half), range(starts, lo + half, lo + size)});
+    }
+    schedule.step(exchange_flows(fold, half), largest * kWireFloat, largest * kWireFloat);
+  }
+}
+
+// Recursive doubling of gathered ranges: distance 1 first.
+void doubling_steps(Schedule& schedule, const Fold& fold, const std::vector<double>& starts, double width) {
+  for (int mask = 1; mask < fold.pof2; mask *= 2) {
+    double largest = 0.0;
+    for (int lo = 0; lo < fold.pof2; lo += mask) largest = std::max(largest, range(starts, lo, lo + mask));
+    schedule.step(exchange_flows(fold, mask), largest * width, 0.0);
+  }
+}
+
+Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
+              const ModelOptions& options);
+
+Cost all_reduce_cost(double count, double width, Algorithm algorithm, const TopologyDesc& topology,
+                     const ModelOptions& options, const CallShape& shape) {
+  int p = topology.ranks();
+  Schedule schedule(topology);
+  Fold fold(p);
+  switch (algorithm) {
+    case Algorithm::Ring: {
+      double block = count / p;
+      Flows flows = ring_flows(p);
+      schedule.step(flows, block * kWireFloat, block * kWireFloat, p - 1);
+      schedule.step(flows, block * width, 0.0, p - 1);
+      break;
+    }
+    case Algorithm::RecursiveDoubling:
+      schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
+      for (int mask = 1; mask < fold.pof2; mask *= 2) {
+        schedule.step(exchange_flows(fold, mask), count * kWireFloat, count * kWireFloat);
+      }
+      schedule.step(fold_flows(fold, false), count * width, 0.0);
+      break;
+    case Algorithm::RecursiveHalvingDoubling: {
+      std::vector<double> starts = even_ranges(count, fold.pof2);
+      schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
+      halving_steps(schedule, fold, starts);
+      doubling_steps(schedule, fold, starts, width);
+      schedule.step(fold_flows(fold, false), count * width, 0.0);
+      break;
+    }
+    case Algorithm::BinomialTree:
+      for (int mask = 1; mask < p; mask *= 2) {
+        schedule.step(binomial_flows(p, mask, true), count * kWireFloat, count * kWireFloat);
+      }
+      for (int mask = 1; mask < p; mask *= 2) schedule.step(binomial_flows(p, mask, false), count * width, 0.0);
+      break;
+    case Algorithm::SharedMemory: {
+      // Each rank copies its contribution into shared memory once, then sums
+      // all p copies into its own output: 1 + p streams of fp32 per element.
+      Cost cost;
+      cost.latency_s = 2.0 * topology.intra.latency_s;
+      cost.transfer_s = count * kWireFloat * (1.0 + p) / topology.reduce_Bps;
+      return cost;
+    }
+    case Algorithm::Hierarchical: {
+      TopologyDesc node = node_topology(topology);
+      int local = node.ranks();
+      double part = count / local;
+      Flows flows = ring_flows(local);
+      Schedule intra(node);
+      intra.step(flows, part * kWireFloat, part * kWireFloat, local - 1);
+      intra.step(flows, part * width, 0.0, local - 1);
+      CallShape column_shape{Collective::AllReduce, part * width, shape.dtype};
+      TopologyDesc column = column_topology(topology);
+      Algorithm inner = hierarchical_inner_algorithm(shape, topology, options);
+      Cost across = raw_cost(column_shape, inner, column, options);
+      return {intra.cost.latency_s + across.latency_s, intra.cost.transfer_s + across.transfer_s};
+    }
+    default: STRATA_CHECK(false, "no all_reduce cost for {}", algorithm_name(algorithm));
+  }
+  return schedule.cost;
+}
+
+Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
+              const ModelOptions& options) {
+  int p = topology.ranks();
+  double width = static_cast<double>(dtype_size(shape.dtype));
+  double count = shape.bytes / width;
+  if (p <= 1 || count <= 0.0) return {};
+  if (shape.op == Collective::AllReduce) {
+    return all_reduce_cost(count, width, algorithm, topology, options, shape);
+  }
+  Schedule schedule(topology);
+  Fold fold(p);
+  double block = count / p;
+  switch (shape.op) {
+    case Collective::ReduceScatter:
+      if (algorithm == Algorithm::Ring) {
+        schedule.step(ring_flows(p), block * kWireFloat, block * kWireFloat, p - 1);
+      } else {
+        schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
+        halving_steps(schedule, fold, block_ranges(fold, block));
+        schedule.step(fold_flows(fold, false), block * kWireFloat, 0.0);
+      }
+      break;
+    case Collective::AllGather:
+      if (algorithm == Algorithm::Ring) {
+        schedule.step(ring_flows(p), block * width, 0.0, p - 1);
+      } else {
+        schedule.step(fold_flows(fold, true), block * width, 0.0);
+        doubling_steps(schedule, fold, block_ranges(fold, block), width);
+        schedule.step(fold_flows(fold, false), count * width, 0.0);
+      }
+      break;
+    case Collective::Broadcast:
+      if (algorithm == Algorithm::Ring) {
+        double chunks = std::max(1.0, std::ceil(shape.bytes / static_cast<double>(options.chunk_bytes)));
+        schedule.step(chain_flows(p), shape.bytes / chunks, 0.0, p - 2 + chunks);
+      } else {
+        for (int mask = 1; mask < p; mask *= 2) schedule.step(binomial_flows(p, mask, false), shape.bytes, 0.0);
+      }
+      break;
+    case Collective::AllReduce: break;
+  }
+  return schedule.cost;
+}
+
+Cost calibrated(Cost raw, const Calibration& calibration) {
+  return {raw.latency_s * calibration.latency_scale, raw.transfer_s * calibration.bandwidth_scale};
+}
+
+}  // namespace
+
+bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
+
+bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why) {
+  auto refuse = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (!implements(algorithm, shape.op)) {
+    return refuse(fmt::format("{} does not implement {}", algorithm_name(algorithm), collective_name(shape.op)));
+  }
+  if (algorithm == Algorithm::SharedMemory) {
+    if (!topology.shared_memory) return refuse("shm needs ranks that share memory (no shared segment)");
+    if (topology.nodes != 1) return refuse("shm needs all ranks on one node");
+  }
+  if (algorithm == Algorithm::Hierarchical) {
+    if (topology.nodes < 2) return refuse("hierarchical needs ranks on at least 2 nodes");
+    if (!topology.uniform()) return refuse("hierarchical needs the same number of ranks on every node");
+    if (topology.ranks() / topology.nodes < 2) return refuse("hierarchical needs at least 2 ranks per node");
+  }
+  return true;
+}
+
+TopologyDesc node_topology(const TopologyDesc& topology) {
+  TopologyDesc node = topology;
+  node.nodes = 1;
+  node.ranks_per_node = topology.ranks() / topology.nodes;
+  node.node_of_rank.clear();
+  return node;
+}
+
+TopologyDesc column_topology(const TopologyDesc& topology) {
+  TopologyDesc column = topology;
+  int local = topology.ranks() / topology.nodes;
+  column.ranks_per_node = 1;
+  column.node_of_rank.clear();
+  column.inter.bandwidth_Bps = topology.inter.bandwidth_Bps / local;
+  return column;
+}
+
+Algorithm hierarchical_inner_algorithm(const CallShape& shape, const TopologyDesc& topology,
+                                       const ModelOptions& options) {
+  int local = topology.ranks() / topology.nodes;
+  CallShape column_shape{Collective::AllReduce, shape.bytes / local, shape.dtype};
+  TopologyDesc column = column_topology(topology);
+  Algorithm best = Algorithm::Ring;
+  double best_s = 0.0;
+  bool first = true;
+  for (Algorithm candidate : {Algorithm::Ring, Algorithm::RecursiveHalvingDoubling,
+                              Algorithm::RecursiveDoubling, Algorithm::BinomialTree}) {
+    double seconds = calibrated(raw_cost(column_shape, candidate, column, options), options.of(candidate)).total();
+    if (first || seconds < best_s) {
+      best = candidate;
+      best_s = seconds;
+      first = false;
+    }
+  }
+  return best;
+}
+
+Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
+             const ModelOptions& options) {
+  if (!modeled(algorithm)) fail("the cost model does not price algorithm '{}'", algorithm_name(algorithm));
+  std::string why;
+  if (!applicable(algorithm, shape, topology, &why)) fail("cannot price {}: {}", collective_name(shape.op), why);
+  return calibrated(raw_cost(shape, algorithm, topology, options), options.of(algorithm));
+}
+
+Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options) {
+  Choice choice;
+  bool first = true;
+  for (Algorithm candidate : kConcreteAlgorithms) {
+    if (!modeled(candidate) || !applicable(candidate, shape, topology)) continue;
+    double seconds = predict(shape, candidate, topology, options).total();
+    choice.candidates.emplace_back(candidate, seconds);
+    if (first || seconds < choice.predicted_s) {
+      choice.algorithm = candidate;
+      choice.predicted_s = seconds;
+      first = false;
+    }
+  }
+  return choice;
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,117 @@
+#pragma once
+// The alpha-beta-gamma cost model of every algorithm on a two-level topology
+// (ranks within a node, nodes on a network). Pure arithmetic: no MPI, nothing
+// runs, so the parallelism planner can price collectives on clusters it does
+// not have. The communicator uses the same functions to pick algorithms.
+//
+// Per step of an algorithm every rank exchanges with one partner. A step that
+// stays inside nodes costs intra.latency + bytes / intra.bandwidth; a step with
+// flows between nodes costs inter.latency + bytes * F / inter.bandwidth, where F
+// is the largest number of this step's flows that leave (or enter) one node,
+// since they share its network link. Reducing steps add bytes / reduce_Bps.
+// On one node the sums reduce to the textbook costs of Thakur, Rabenseifner and
+// Gropp (2005).
+#include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/collective.h"
+#include "core/dtype.h"
+
+namespace strata::comm {
+
+struct LinkLevel {
+  double latency_s = 0.0;      // alpha: cost of one message, seconds
+  double bandwidth_Bps = 0.0;  // 1/beta: bytes per second of one flow
+};
+
+// A group as the model sees it. Ranks sit node-major (rank / ranks_per_node)
+// unless node_of_rank lists each rank's node (real groups may be scattered).
+struct TopologyDesc {
+  int nodes = 1;
+  int ranks_per_node = 1;
+  LinkLevel intra;  // rank to rank inside a node, with every rank of the node busy at once
+  LinkLevel inter;  // one node's network link, shared by its flows that cross it at once
+  double reduce_Bps = 0.0;  // fp32 bytes one rank combines per second (one operand stream)
+  std::vector<int> node_of_rank;
+  // Ranks of a node can map each other's memory (CPU processes on one host):
+  // allows the shared-memory all-reduce on one-node groups.
+  bool shared_memory = false;
+
+  int ranks() const;
+  int node_of(int rank) const;
+  bool uniform() const;  // every node holds the same number of ranks
+  // Throws strata::Error naming `what` when a count, latency or bandwidth is nonsense.
+  void validate(const std::string& what) const;
+};
+
+// Measured time = latency_scale * (alpha terms) + bandwidth_scale * (beta and
+// gamma terms); the benchmark fits both per algorithm.
+struct Calibration {
+  double latency_scale = 1.0;
+  double bandwidth_scale = 1.0;
+};
+
+inline constexpr size_t kDefaultChunkBytes = 256 * 1024;
+
+struct ModelOptions {
+  std::array<Calibration, kAlgorithmSlots> calibration{};
+  size_t chunk_bytes = kDefaultChunkBytes;  // pipelined ring broadcast sends chunks of this size
+
+  const Calibration& of(Algorithm algorithm) const {
+    return calibration[static_cast<size_t>(algorithm)];
+  }
+  Calibration& of(Algorithm algorithm) { return calibration[static_cast<size_t>(algorithm)]; }
+};
+
+// One call: `bytes` is nccl-tests' size (the whole buffer for all_reduce and
+// broadcast, the whole input of reduce_scatter, the whole output of
+// all_gather). Reducing phases move fp32 partial sums whatever the dtype.
+struct CallShape {
+  Collective op = Collective::AllReduce;
+  double bytes = 0.0;
+  DType dtype = DType::F32;
+};
+
+struct Cost {
+  double latency_s = 0.0;   // alpha terms
+  double transfer_s = 0.0;  // beta and gamma terms
+  double total() const { return latency_s + transfer_s; }
+};
+
+// Whether the model prices `algorithm` (Mpi is the library's own business).
+bool modeled(Algorithm algorithm);
+
+// Whether `algorithm` can run `shape` on `topology`; when not, `why` says so.
+bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology,
+                std::string* why = nullptr);
+
+// Calibrated cost. Throws strata::Error for Auto, Mpi or an inapplicable algorithm.
+Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
+             const ModelOptions& options = {});
+inline double predict_seconds(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
+                              const ModelOptions& options = {}) {
+  return predict(shape, algorithm, topology, options).total();
+}
+
+struct Choice {
+  Algorithm algorithm = Algorithm::Ring;
+  double predicted_s = 0.0;
+  std::vector<std::pair<Algorithm, double>> candidates;  // every applicable modeled algorithm
+};
+
+// The cheapest applicable modeled algorithm; ties go to the earlier one in
+// kConcreteAlgorithms.
+Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options = {});
+
+// The hierarchical algorithm's pieces: the group of one node, the group of one
+// rank per node (its link shared by the node's ranks_per_node columns running
+// at once), and the all-reduce chosen for that column.
+TopologyDesc node_topology(const TopologyDesc& topology);
+TopologyDesc column_topology(const TopologyDesc& topology);
+Algorithm hierarchical_inner_algorithm(const CallShape& shape, const TopologyDesc& topology,
+                                       const ModelOptions& options);
+
+}  // namespace strata::comm

@@ -1,0 +1,37 @@
+#pragma once
+// The start-up probe: short measurements of this job's links, and the cache
+// that saves repeating them. A few tenths of a second.
+//   intra latency    ping-pong of 4 bytes between two ranks of one node
+//   intra bandwidth  8 MiB exchanges, all ranks of every node paired at once
+//   inter latency    ping-pong between the first ranks of nodes 0 and 1
+//   inter bandwidth  8 MiB exchanges between every rank of node 0 and its
+//                    counterpart on node 1 at once (so: the node link's total)
+//   reduce           fp32 sums of two 8 MiB arrays, per rank
+// Each figure is the worst over the ranks involved (so every rank holds the
+// same figures) and the best of three runs.
+#include <filesystem>
+#include <string>
+
+#include "comm/cluster_file.h"
+#include "comm/communicator.h"
+
+namespace strata::comm {
+
+// Collective over `group`. Figures a layout cannot measure (intra with one
+// rank per node, inter on one node) copy the other level.
+ClusterDescription probe_links(Communicator& group);
+
+// Where probe results for a launch layout described by `key` are cached.
+std::filesystem::path probe_cache_path(const CommConfig& config, const std::string& key);
+
+struct ResolvedLinks {
+  ClusterDescription description;
+  LinkSource source;
+};
+
+// World start-up (collective): rank 0 reads config.topology_file, or a cached
+// probe whose key matches, or the group probes and rank 0 writes the cache;
+// every rank gets rank 0's figures. A broken file fails on every rank.
+ResolvedLinks resolve_links(Communicator& world, const std::string& key);
+
+}  // namespace strata::comm

@@ -1,0 +1,196 @@
+// Creating groups: the world (join, host names, nodes, links, shared
+// memory) and splits.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <algorithm>
+
+#include "comm/algorithms.h"
+#include "comm/group_state.h"
+#include "comm/probe.h"
+#include "core/error.h"
+
+namespace strata::comm {
+namespace {
+
+Task await_request(Context ctx, MPI_Request request) {
+  RequestSet requests(ctx.op, ctx.channel, ctx.tag, 1);
+  requests.adopt(0, request);
+  co_await requests.all();
+}
+
+// Joins MPI_COMM_WORLD through a non-blocking dup polled with the timeout, so
+// a rank that never arrives fails the others instead of hanging them.
+MPI_Comm join_world(const CommConfig& config) {
+  Channel world;
+  world.comm = MPI_COMM_WORLD;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  for (int rank = 0; rank < world.size; ++rank) {
+    world.group_rank.push_back(rank);
+    world.world_rank.push_back(rank);
+  }
+  static const std::string kWorld = "world";
+  OpLabel label;
+  label.kind = "joining (MPI_Comm_idup)";
+  label.group = &kWorld;
+  label.group_rank = world.rank;
+  label.group_size = world.size;
+  auto op = std::make_shared<Operation>(label, config.timeout_s);
+  MPI_Comm joined = MPI_COMM_NULL;
+  MPI_Request request;
+  if (MPI_Comm_idup(MPI_COMM_WORLD, &joined, &request) != MPI_SUCCESS) fail("comm: MPI_Comm_idup failed");
+  op->set_body(await_request(Context{*op, world, 0, config.chunk_bytes, config.pipeline_depth}, request));
+  Engine::instance().launch(op);
+  Engine::instance().wait(*op);
+  return joined;
+}
+
+// Every rank's host name, exchanged as fixed 256-byte records.
+std::vector<std::string> gather_hostnames(Communicator& world) {
+  constexpr size_t kRecord = 256;
+  char mine[kRecord] = {};
+  gethostname(mine, kRecord - 1);
+  std::vector<char> all(kRecord * static_cast<size_t>(world.size()));
+  world.all_gather(mine, all.data(), kRecord / sizeof(int32_t), DType::I32);
+  std::vector<std::string> names;
+  for (int rank = 0; rank < world.size(); ++rank) names.emplace_back(all.data() + kRecord * static_cast<size_t>(rank));
+  return names;
+}
+
+// The node of every rank: ranks sharing memory (MPI_COMM_TYPE_SHARED), named
+// by their lowest world rank, or consecutive blocks when simulating nodes.
+std::vector<int> gather_nodes(Communicator& world, MPI_Comm comm, int simulated_ranks_per_node) {
+  int32_t mine = 0;
+  if (simulated_ranks_per_node > 0) {
+    mine = world.rank() / simulated_ranks_per_node;
+  } else {
+    MPI_Comm shared;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &shared) != MPI_SUCCESS) {
+      fail("comm: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
+    }
+    MPI_Group shared_group, world_group;
+    MPI_Comm_group(shared, &shared_group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int first = 0;
+    MPI_Group_translate_ranks(shared_group, 1, &first, world_group, &mine);
+    MPI_Group_free(&shared_group);
+    MPI_Group_free(&world_group);
+    MPI_Comm_free(&shared);
+  }
+  std::vector<int32_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::I32);
+  return std::vector<int>(all.begin(), all.end());
+}
+
+// Names the launch layout, so a cached probe is reused only for the same one.
+std::string layout_key(const std::vector<std::string>& hostnames, const std::vector<int>& nodes, int simulated) {
+  std::string key = fmt::format("strata comm links v1: {} ranks", hostnames.size());
+  std::vector<int> seen;
+  for (size_t rank = 0; rank < nodes.size(); ++rank) {
+    if (std::find(seen.begin(), seen.end(), nodes[rank]) != seen.end()) continue;
+    seen.push_back(nodes[rank]);
+    long members = std::count(nodes.begin(), nodes.end(), nodes[rank]);
+    key += fmt::format("; {} x{}", hostnames[rank], members);
+  }
+  if (simulated > 0) key += fmt::format("; simulated nodes of {}", simulated);
+  return key;
+}
+
+}  // namespace
+
+void attach_shared_memory(Communicator& group, GroupState& state) {
+  state.shm.reset();
+  state.topology.shared_memory = false;
+  if (state.nodes != 1 || state.size() < 2) return;
+  static int segments = 0;
+  char name[64] = {};
+  size_t slot_bytes = (state.config.chunk_bytes + 63) / 64 * 64;
+  std::unique_ptr<SharedSegment> segment;
+  if (group.rank() == 0) {
+    std::snprintf(name, sizeof(name), "/strata-comm-%d-%d", static_cast<int>(getpid()), segments++);
+    shm_unlink(name);  // a leftover of a crashed process with the same pid
+    segment = SharedSegment::map(name, true, state.size(), slot_bytes);
+  }
+  group.broadcast(name, sizeof(name) / sizeof(int32_t), DType::I32, 0);
+  if (group.rank() != 0) segment = SharedSegment::map(name, false, state.size(), slot_bytes);
+  float failed = segment ? 0.0f : 1.0f, anyone_failed = 0.0f;
+  group.all_reduce(&failed, &anyone_failed, 1, DType::F32, ReduceOp::Max);
+  // Every rank that could has mapped it: the name can go.
+  if (group.rank() == 0) shm_unlink(name);
+  if (anyone_failed > 0.0f) return;
+  segment->touch(group.rank());
+  state.shm = std::move(segment);
+  state.topology.shared_memory = true;
+  state.choices.clear();  // choices made during start-up did not know about the segment
+}
+
+Communicator Communicator::world(const CommConfig& config) {
+  config.validate("comm config");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) fail("comm: MPI is not initialised (create a comm::MpiSession first)");
+  auto state = std::make_shared<GroupState>();
+  state->name = "world";
+  state->config = config;
+  MPI_Comm comm = join_world(config);
+  build_channels(*state, comm);
+  // Provisional figures until the links are known: start-up calls only need to work.
+  state->topology.intra = state->topology.inter = {1e-6, 1e9};
+  state->topology.reduce_Bps = 1e9;
+  state->model.chunk_bytes = config.chunk_bytes;
+  place_nodes(*state, std::vector<int>(static_cast<size_t>(state->size()), 0));
+  Communicator world(state);
+
+  std::vector<std::string> hostnames = gather_hostnames(world);
+  set_world_hostnames(hostnames);
+  std::vector<int> nodes = gather_nodes(world, comm, config.simulated_ranks_per_node);
+  place_nodes(*state, nodes);
+  // Ranks sharing this host (by host name: simulated nodes still share the cores).
+  long here = std::count(hostnames.begin(), hostnames.end(), hostnames[static_cast<size_t>(world.rank())]);
+  Engine::instance().set_oversubscribed(here > sysconf(_SC_NPROCESSORS_ONLN));
+
+  ResolvedLinks links = resolve_links(world, layout_key(hostnames, nodes, config.simulated_ranks_per_node));
+  const TopologyDesc& figures = links.description.topology;
+  state->topology.intra = figures.intra;
+  state->topology.inter = state->nodes > 1 ? figures.inter : figures.intra;
+  state->topology.reduce_Bps = figures.reduce_Bps;
+  state->topology.validate("the link figures of group 'world' (" + links.source.kind + " " + links.source.path + ")");
+  state->model.calibration = links.description.calibration;
+  state->link_source = links.source;
+  attach_shared_memory(world, *state);
+  return world;
+}
+
+Communicator Communicator::split(int color, int key, const std::string& name) const {
+  const GroupState& parent = state();
+  if (color < 0) fail("split of group '{}' into '{}': color {} must be >= 0", parent.name, name, color);
+  // MPI_Comm_split blocks, so first make sure every rank is here (with the timeout).
+  Communicator self = *this;
+  self.barrier();
+  MPI_Comm comm;
+  if (MPI_Comm_split(parent.data.comm, color, key, &comm) != MPI_SUCCESS) {
+    fail("comm: MPI_Comm_split of group '{}' into '{}' failed", parent.name, name);
+  }
+  auto state = std::make_shared<GroupState>();
+  state->name = name;
+  state->config = parent.config;
+  build_channels(*state, comm);
+  state->topology = parent.topology;
+  state->model = parent.model;
+  state->link_source = parent.link_source;
+  // A member's node, as its parent knew it.
+  std::vector<int> nodes;
+  for (int world_rank : state->data.world_rank) {
+    auto found = std::find(parent.data.world_rank.begin(), parent.data.world_rank.end(), world_rank);
+    nodes.push_back(parent.node_of_rank[static_cast<size_t>(found - parent.data.world_rank.begin())]);
+  }
+  place_nodes(*state, nodes);
+  Communicator group(state);
+  attach_shared_memory(group, *state);
+  return group;
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,89 @@
+#include "planner/auto_plan.h"
+
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "planner/profile.h"
+#include "planner/report.h"
+
+namespace strata {
+
+namespace {
+
+constexpr const char* kPlanFile = "plan.json";
+
+}  // namespace
+
+std::filesystem::path find_cluster_file(const std::string& name_or_path) {
+  std::filesystem::path given(name_or_path);
+  if (std::filesystem::exists(given)) return given;
+  std::filesystem::path relative = std::filesystem::path("configs") / "clusters" / (name_or_path + ".toml");
+  std::vector<std::filesystem::path> roots = {std::filesystem::current_path()};
+  std::error_code error;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      roots.push_back(dir);
+    }
+  }
+  for (const std::filesystem::path& root : roots) {
+    if (std::filesystem::exists(root / relative)) return root / relative;
+  }
+  fail("cluster '{}' is neither a file nor a preset in configs/clusters/ (looked in {} and above the executable)",
+       name_or_path, std::filesystem::current_path().string());
+}
+
+ClusterSpec resolve_cluster(const std::string& name_or_path, int threads, int devices) {
+  std::filesystem::path path = find_cluster_file(name_or_path);
+  if (path.extension() != ".json") {
+    if (threads != 0) fail("--threads applies to a calibrated profile (.json), not to the cluster file {}", path.string());
+    return load_cluster(path);
+  }
+  HardwareProfile profile = load_profile(path);
+  if (threads == 0) threads = profile.threads.back().threads;
+  if (devices == 0) devices = std::max(1, profile.cores / threads);
+  return cluster_from_profile(profile, threads, devices, path.string());
+}
+
+AutoPlan auto_plan(const AutoPlanRequest& request) {
+  CostModel model(PlanningProblem{request.model_name, request.model, request.global_batch, request.seq, request.dtype,
+                                  request.cluster});
+  SearchResult result = search_plans(model, request.limits, std::max<size_t>(request.keep, 1));
+  if (result.ranked.empty()) {
+    std::string why;
+    for (const RejectedRegion& region : result.rejected) {
+      why += fmt::format("; {} {} (e.g. {})", region.count, region.reason, region.example);
+      if (!region.details.empty()) why += ": " + region.details.front();
+    }
+    fail("no parallel plan for {} on {} fits the limits{}", request.model_name, request.cluster.name,
+         why.empty() ? "" : why);
+  }
+  AutoPlan plan;
+  plan.chosen = result.ranked.front();
+  plan.record = report_json(model, result, request.keep);
+  plan.record["chosen"] = prediction_json(plan.chosen);
+  return plan;
+}
+
+void write_plan_record(const std::filesystem::path& run_dir, const AutoPlan& plan) {
+  std::filesystem::create_directories(run_dir);
+  write_file_atomic(run_dir / kPlanFile, plan.record.dump(2) + "\n");
+}
+
+void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps) {
+  std::filesystem::path path = run_dir / kPlanFile;
+  nlohmann::json record;
+  try {
+    record = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("{}: invalid JSON: {}", path.string(), error.what());
+  }
+  if (!record.contains("chosen")) fail("{}: no chosen plan recorded", path.string());
+  double predicted = record["chosen"].value("step_s", 0.0);
+  record["measured"] = {{"step_s", measured_step_s},
+                        {"steps", steps},
+                        {"predicted_over_measured", measured_step_s > 0 ? predicted / measured_step_s : 0.0}};
+  write_file_atomic(path, record.dump(2) + "\n");
+}
+
+}  // namespace strata

@@ -1,0 +1,280 @@
+#include "planner/calibrate.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "backends/backends.h"
+#include "comm/probe.h"
+#include "core/error.h"
+#include "graph/executor.h"
+#include "model/gpt2.h"
+#include "model/parameters.h"
+#include "planner/device_time.h"
+
+namespace strata {
+
+namespace {
+
+// The fastest of at least three timed calls after a warm-up, calling again
+// while the budget lasts (at most 40 calls): the machine's capability, not
+// its neighbours' load at the moment.
+template <typename Fn>
+double best_seconds(const Fn& call, double budget_s) {
+  call();
+  std::vector<double> times;
+  auto begin = std::chrono::steady_clock::now();
+  while (times.size() < 3 ||
+         (times.size() < 40 && std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < budget_s)) {
+    auto start = std::chrono::steady_clock::now();
+    call();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return *std::min_element(times.begin(), times.end());
+}
+
+// Small deterministic values: no denormals, no overflow in GELU or softmax.
+Tensor filled(const Shape& shape, DType dtype) {
+  Tensor values = Tensor::empty(shape, DType::F32);
+  float* data = values.data<float>();
+  for (int64_t i = 0; i < values.numel(); ++i) data[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+  return dtype == DType::F32 ? values : values.to(dtype);
+}
+
+struct GemmShape {
+  int64_t m, k, n;  // out [m, n] from [m, k] x [k, n]; with trans_a: out [k, n] from [m, k]^T [m, n]
+  bool trans_a, trans_b;
+};
+
+// The GEMMs of GPT layers from small to GPT-2-small width: forward projections,
+// an input gradient (trans_b) and a weight gradient (trans_a) of c_attn.
+constexpr GemmShape kGemms[] = {
+    {64, 64, 192, false, false},      {256, 128, 384, false, false},   {512, 256, 768, false, false},
+    {1024, 384, 1152, false, false},  {1024, 1152, 384, false, true},  {1024, 384, 1152, true, false},
+    {1024, 1536, 384, false, false},  {2048, 768, 2304, false, false},
+};
+
+struct AttentionShape {
+  int64_t batch, seq, width, heads;
+};
+constexpr AttentionShape kAttention[] = {
+    {1, 64, 128, 4}, {4, 128, 256, 4}, {4, 256, 384, 6}, {2, 512, 768, 12}, {1, 1024, 768, 12}};
+
+KernelSample time_gemm(Dispatcher& dispatcher, const GemmShape& g, DType dtype, double budget) {
+  Tensor a = filled({g.m, g.k}, dtype);
+  Tensor b = g.trans_a ? filled({g.m, g.n}, dtype) : g.trans_b ? filled({g.n, g.k}, dtype) : filled({g.k, g.n}, dtype);
+  Attrs attrs{{"trans_a", g.trans_a}, {"trans_b", g.trans_b}};
+  Tensor out = Tensor::empty(g.trans_a ? Shape{g.k, g.n} : Shape{g.m, g.n}, dtype);
+  KernelSample sample;
+  sample.op = "matmul";
+  sample.dims = {g.m, g.k, g.n, g.trans_a, g.trans_b};
+  sample.flops = OpRegistry::global().cost("matmul", metas_of({a, b}), attrs).flops;
+  sample.seconds = best_seconds([&] { dispatcher.run("matmul", {a, b}, {out}, attrs); }, budget);
+  return sample;
+}
+
+std::vector<KernelSample> time_attention(Dispatcher& dispatcher, const AttentionShape& s, DType dtype, double budget) {
+  Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype);
+  Attrs attrs{{"n_head", s.heads}};
+  Tensors forward = dispatcher.call("attention", {qkv}, attrs);
+  Tensor dout = filled({s.batch, s.seq, s.width}, dtype);
+  Tensor dqkv = Tensor::empty(qkv.shape(), dtype);
+  std::vector<int64_t> dims = {s.batch, s.seq, s.width, s.heads};
+  KernelSample fwd{"attention", dims, OpRegistry::global().cost("attention", {metas_of({qkv})}, attrs).flops, 0};
+  fwd.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, forward, attrs); }, budget);
+  Tensors backward_inputs = {dout, qkv, forward[0], forward[1]};
+  KernelSample bwd{"attention_backward", dims,
+                   OpRegistry::global().cost("attention_backward", metas_of(backward_inputs), attrs).flops, 0};
+  bwd.seconds = best_seconds([&] { dispatcher.run("attention_backward", backward_inputs, {dqkv}, attrs); }, budget);
+  return {fwd, bwd};
+}
+
+// The other ops as a training graph runs them (a small GPT-2, as kernels see
+// real shapes and cache behaviour there): per op name, the roofline time on
+// the measured bandwidth and vector throughput over the fastest measured time.
+std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DType dtype, const ThreadProfile& measured,
+                                                    double vector_flops, double budget) {
+  GPT2Config config;
+  config.n_layer = 2;
+  config.n_head = 4;
+  config.n_embd = 256;
+  config.vocab_size = 4096;
+  config.block_size = 128;
+  const int64_t batch = 8;
+  GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, dtype);
+  std::set<int> kept{model.loss};
+  for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
+  CompiledGraph graph(model.graph, dispatcher, kept);
+  ParameterSet params(gpt2_param_specs(config));
+  params.initialise(CounterRng(1));
+  std::vector<Tensor> bound;
+  for (size_t i = 0; i < params.size(); ++i) {
+    bound.push_back(dtype == DType::F32 ? params.tensor(i) : params.tensor(i).to(dtype));
+    graph.bind(model.params[i], bound.back());
+  }
+  Tensor tokens = Tensor::zeros({batch, config.block_size}, DType::I32);
+  Tensor targets = Tensor::zeros({batch, config.block_size}, DType::I32);
+  Tensor positions = position_ids(config.block_size);
+  const TensorMeta& loss = model.graph.value(model.loss).meta;
+  Tensor seed = filled(loss.shape, loss.dtype);
+  graph.bind(model.tokens, tokens);
+  graph.bind(model.targets, targets);
+  graph.bind(model.positions, positions);
+  graph.bind(model.grads.seed, seed);
+  graph.run();
+  graph.enable_profiling(true);
+  const size_t nodes = static_cast<size_t>(model.graph.num_nodes());
+  std::vector<double> fastest(nodes, 0), before(nodes, 0);
+  auto begin = std::chrono::steady_clock::now();
+  for (int round = 0; round < 3 || (round < 20 && std::chrono::duration<double>(
+                                                      std::chrono::steady_clock::now() - begin).count() < budget);
+       ++round) {
+    for (size_t i = 0; i < nodes; ++i) before[i] = graph.timings()[i].seconds;
+    graph.run();
+    for (size_t i = 0; i < nodes; ++i) {
+      double seconds = graph.timings()[i].seconds - before[i];
+      fastest[i] = round == 0 ? seconds : std::min(fastest[i], seconds);
+    }
+  }
+  DeviceSpec device;
+  device.memory_bandwidth_Bps = measured.memory_bandwidth_Bps;
+  device.op_overhead_s = measured.op_overhead_s;
+  device.dtypes[dtype].vector_flops = vector_flops;
+  std::map<std::string, std::pair<double, double>> totals;  // roofline, measured
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& node = model.graph.node(static_cast<int>(i));
+    if (op_kind(node.op) != OpKind::Other) continue;
+    OpCost cost = model.graph.node_cost(static_cast<int>(i));
+    OpWork work{node.op, node.label, OpKind::Other, cost.flops, cost.bytes, 0, false, false};
+    totals[node.op].first += op_seconds(work, device, dtype);
+    totals[node.op].second += fastest[i];
+  }
+  std::map<std::string, double> efficiency;
+  for (const auto& [op, pair] : totals) {
+    if (pair.second > 0) efficiency[op] = pair.first / pair.second;
+  }
+  return efficiency;
+}
+
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown cpu";
+}
+
+double physical_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+}  // namespace
+
+HardwareProfile calibrate_compute(const CalibrationOptions& options, const ProgressFn& progress,
+                                  std::vector<std::string>& skipped) {
+  HardwareProfile profile;
+  profile.cpu = cpu_model_name();
+  profile.cores = omp_get_num_procs();
+  profile.memory_bytes = physical_memory_bytes();
+  profile.backend = options.backend;
+  std::vector<int> thread_counts = options.threads;
+  if (thread_counts.empty()) {
+    thread_counts = {1};
+    if (profile.cores > 1) thread_counts.push_back(profile.cores);
+  }
+  std::sort(thread_counts.begin(), thread_counts.end());
+  thread_counts.erase(std::unique(thread_counts.begin(), thread_counts.end()), thread_counts.end());
+  for (int threads : thread_counts) {
+    if (threads < 1) fail("--threads: thread counts must be at least 1, got {}", threads);
+  }
+
+  const Backend& backend = get_backend(options.backend);
+  std::vector<DType> dtypes;
+  for (DType dtype : options.dtypes) {
+    std::vector<std::string> missing;
+    for (const char* op : {"matmul", "attention", "attention_backward", "gelu"}) {
+      if (backend.find(op, dtype) == nullptr) missing.emplace_back(op);
+    }
+    if (missing.empty()) {
+      dtypes.push_back(dtype);
+    } else {
+      std::string ops;
+      for (const std::string& op : missing) ops += (ops.empty() ? "" : ", ") + op;
+      skipped.push_back(fmt::format("{}: backend '{}' has no native {} kernel for {}", dtype_name(dtype),
+                                    options.backend, ops, dtype_name(dtype)));
+    }
+  }
+  if (dtypes.empty()) fail("backend '{}' has native kernels for none of the requested dtypes", options.backend);
+
+  auto dispatcher = make_dispatcher(options.backend, FallbackPolicy::Error);
+  // Allocated once: first touches of fresh memory are slow on some machines.
+  const int64_t stream_elements = int64_t{8} << 20;
+  Tensor x = filled({stream_elements}, DType::F32), y = filled({stream_elements}, DType::F32);
+  Tensor sum = Tensor::empty({stream_elements}, DType::F32);
+  Tensor tiny = filled({16}, DType::F32), tiny_out = Tensor::empty({16}, DType::F32);
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : thread_counts) {
+    omp_set_num_threads(threads);
+    ThreadProfile measured;
+    measured.threads = threads;
+    double add_bytes = OpRegistry::global().cost("add", metas_of({x, y}), {}).bytes;
+    measured.memory_bandwidth_Bps =
+        add_bytes / best_seconds([&] { dispatcher->run("add", {x, y}, {sum}); }, options.seconds_per_kernel);
+    measured.op_overhead_s = best_seconds([&] { dispatcher->run("add", {tiny, tiny}, {tiny_out}); }, 0.02);
+    progress(fmt::format("{} thread(s): memory bandwidth {:.1f} GB/s, op overhead {:.1f} us", threads,
+                         measured.memory_bandwidth_Bps / 1e9, measured.op_overhead_s * 1e6));
+    for (DType dtype : dtypes) {
+      DTypeProfile d;
+      for (const GemmShape& g : kGemms) d.gemm.push_back(time_gemm(*dispatcher, g, dtype, options.seconds_per_kernel));
+      for (const AttentionShape& s : kAttention) {
+        for (KernelSample& sample : time_attention(*dispatcher, s, dtype, options.seconds_per_kernel)) {
+          d.attention.push_back(std::move(sample));
+        }
+      }
+      Tensor activations = filled({int64_t{1} << 20}, dtype);
+      Tensor gelu_out = Tensor::empty(activations.shape(), dtype);
+      double gelu_flops = OpRegistry::global().cost("gelu", metas_of({activations}), {}).flops;
+      d.vector_flops = gelu_flops / best_seconds([&] { dispatcher->run("gelu", {activations}, {gelu_out}); },
+                                                 options.seconds_per_kernel);
+      d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, d.vector_flops, 10 * options.seconds_per_kernel);
+      double best = 0;
+      for (const KernelSample& s : d.gemm) best = std::max(best, s.flops / s.seconds);
+      progress(fmt::format("{} thread(s), {}: GEMM up to {:.1f} GFLOP/s, attention {:.1f} GFLOP/s, GELU {:.2f} GFLOP/s",
+                           threads, dtype_name(dtype), best / 1e9,
+                           d.attention.back().flops / d.attention.back().seconds / 1e9, d.vector_flops / 1e9));
+      measured.dtypes[dtype] = std::move(d);
+    }
+    profile.threads.push_back(std::move(measured));
+  }
+  omp_set_num_threads(saved_threads);
+  return profile;
+}
+
+LinkProfile calibrate_links(comm::Communicator& world) {
+  if (world.size() < 2) fail("measuring links needs at least 2 processes (run under mpirun -np 2)");
+  comm::ClusterDescription measured = comm::probe_links(world);
+  const comm::TopologyDesc& topology = measured.topology;
+  LinkProfile links;
+  links.ranks = world.size();
+  links.nodes = topology.nodes;
+  links.intra_latency_s = topology.intra.latency_s;
+  links.intra_bandwidth_Bps = topology.intra.bandwidth_Bps;
+  if (topology.nodes > 1) {
+    links.inter_latency_s = topology.inter.latency_s;
+    links.inter_bandwidth_Bps = topology.inter.bandwidth_Bps;
+  }
+  links.reduce_Bps = topology.reduce_Bps;
+  return links;
+}
+
+}  // namespace strata

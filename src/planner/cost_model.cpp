@@ -1,0 +1,426 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <numeric>
+#include <queue>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "ops/schema.h"
+#include "planner/device_time.h"
+
+namespace strata {
+
+namespace {
+
+using comm::Collective;
+
+constexpr double kF32 = 4.0;
+
+double total_flops(const SegmentWork& segment) {
+  double flops = 0;
+  for (const OpWork& op : segment.forward) flops += op.flops;
+  for (const OpWork& op : segment.backward) flops += op.flops;
+  return flops;
+}
+
+constexpr int64_t kReferenceElements = int64_t{1} << 20;
+
+// An element-wise op over fp32 vectors of kReferenceElements, costed by its schema.
+OpWork vector_op(const std::string& op, size_t operands, const Attrs& attrs = {}) {
+  TensorMeta vector{{kReferenceElements}, DType::F32};
+  OpCost cost = OpRegistry::global().cost(op, Metas(operands, vector), attrs);
+  return {op, op, OpKind::Other, cost.flops, cost.bytes, 0, false, false};
+}
+
+// Spreads `layers` over stages (each at least `minimum`) so that the largest
+// load extra[i] + count[i] * per_layer[i] is smallest: one layer at a time to
+// the stage whose load it raises least (optimal for loads linear in the
+// count; ties go to the lower stage, so the split is deterministic).
+std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer, const std::vector<double>& extra,
+                                int minimum) {
+  const size_t stages = extra.size();
+  std::vector<int> count(stages, minimum);
+  using Entry = std::pair<double, size_t>;  // load after one more layer, stage
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> next;
+  for (size_t i = 0; i < stages; ++i) next.emplace(extra[i] + (minimum + 1) * per_layer[i], i);
+  for (int left = layers - minimum * static_cast<int>(stages); left > 0; --left) {
+    size_t stage = next.top().second;
+    next.pop();
+    ++count[stage];
+    next.emplace(extra[stage] + (count[stage] + 1) * per_layer[stage], stage);
+  }
+  return count;
+}
+
+}  // namespace
+
+void PlanningProblem::validate() const {
+  model.validate();
+  if (global_batch < 1) fail("global batch must be at least 1 row, got {}", global_batch);
+  if (seq < 1 || seq > model.block_size) fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
+  cluster.validate();
+  cluster.device.performance(dtype);
+}
+
+CostModel::CostModel(PlanningProblem problem)
+    : problem_(std::move(problem)),
+      pricer_(problem_.cluster),
+      adamw_(vector_op("adamw", 4,
+                       {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
+                        {"step", int64_t{1}}})),
+      sum_squares_(vector_op("sum_squares", 1)),
+      scale_(vector_op("scale", 1, {{"factor", 1.0}})),
+      add_(vector_op("add", 2)) {
+  problem_.validate();
+  const Workload& one_row = workload(1, 1);
+  double per_row = total_flops(one_row.embedding) + total_flops(one_row.head) +
+                   static_cast<double>(problem_.model.n_layer) * total_flops(one_row.layer);
+  model_flops_per_step_ = per_row * static_cast<double>(problem_.global_batch);
+  for (const OpWork& op : one_row.layer.forward) {
+    full_flops_per_row_ += op.flops;
+    if (op.selective_recompute) selective_flops_per_row_ += op.flops;
+  }
+  selective_flops_per_row_ *= static_cast<double>(problem_.model.n_layer);
+  full_flops_per_row_ *= static_cast<double>(problem_.model.n_layer);
+}
+
+const Workload& CostModel::workload(int64_t micro_batch, int tp) {
+  auto key = std::make_pair(micro_batch, tp);
+  auto found = workloads_.find(key);
+  if (found == workloads_.end()) {
+    auto built = std::make_unique<Workload>(build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype));
+    found = workloads_.emplace(key, std::move(built)).first;
+  }
+  return *found->second;
+}
+
+const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
+  auto key = std::make_tuple(micro_batch, tp, sp);
+  auto found = costs_.find(key);
+  if (found != costs_.end()) return found->second;
+  const Workload& work = workload(micro_batch, tp);
+  const DeviceSpec& device = problem_.cluster.device;
+  const double split = sp ? tp : 1;
+  auto segment_cost = [&](const SegmentWork& segment) {
+    SegmentCost cost;
+    for (const OpWork& op : segment.forward) {
+      double seconds = op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0);
+      cost.forward += seconds;
+      if (op.selective_recompute) cost.selective += seconds;
+    }
+    for (const OpWork& op : segment.backward) {
+      cost.backward += op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0);
+    }
+    return cost;
+  };
+  Costs result;
+  result.embedding = segment_cost(work.embedding);
+  result.layer = segment_cost(work.layer);
+  result.head = segment_cost(work.head);
+  result.tied_gradient_sum = op_seconds(work.tied_gradient_sum, device, problem_.dtype);
+  if (tp > 1) {
+    // Megatron's pattern: per layer two all-reduces of [b, s, h] forward (after
+    // the attention and MLP projections) and two backward (before c_attn and
+    // c_fc); sequence parallelism turns each into an all-gather and a
+    // reduce-scatter of the same buffer.
+    const double boundary = work.boundary_bytes;
+    auto all_reduce = [&](double bytes) { return pricer_.collective(Collective::AllReduce, bytes, tp, 1, problem_.dtype); };
+    auto gather = [&](double bytes) { return pricer_.collective(Collective::AllGather, bytes, tp, 1, problem_.dtype); };
+    auto scatter = [&](double bytes) {
+      return pricer_.collective(Collective::ReduceScatter, bytes, tp, 1, problem_.dtype);
+    };
+    double layer_pair = sp ? gather(boundary) + scatter(boundary) : all_reduce(boundary);
+    result.layer.tp_forward = 2 * layer_pair;
+    result.layer.tp_backward = 2 * layer_pair;
+    // Vocabulary-parallel embedding: partial lookups summed (scattered by sequence under SP).
+    result.embedding.tp_forward = sp ? scatter(boundary) : all_reduce(boundary);
+    result.embedding.tp_backward = sp ? gather(boundary) : 0.0;
+    // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per position.
+    double row_stats = static_cast<double>(micro_batch * problem_.seq) * kF32;
+    result.head.tp_forward = (sp ? gather(boundary) : 0.0) +
+                             3 * pricer_.collective(Collective::AllReduce, row_stats, tp, 1, DType::F32);
+    result.head.tp_backward = sp ? scatter(boundary) : all_reduce(boundary);
+  }
+  return costs_.emplace(key, result).first->second;
+}
+
+// AdamW over the parameters this device updates, and the gradient-norm clipping
+// (sum of squares, then scaling) over the gradients it holds.
+double CostModel::optimizer_seconds(double params_on_device, double gradients_on_device) const {
+  const DeviceSpec& device = problem_.cluster.device;
+  const double reference = static_cast<double>(kReferenceElements);
+  return op_seconds(adamw_, device, DType::F32, params_on_device / reference) +
+         op_seconds(sum_squares_, device, DType::F32, gradients_on_device / reference) +
+         op_seconds(scale_, device, DType::F32, gradients_on_device / reference);
+}
+
+// The first micro-batch's gradients are copied into the accumulators, the others added.
+double CostModel::accumulate_seconds(double gradients, double micro_batches) const {
+  const DeviceSpec& device = problem_.cluster.device;
+  double scale = gradients / static_cast<double>(kReferenceElements);
+  OpWork copy = add_;
+  copy.flops = 0;
+  copy.bytes = add_.bytes * 2.0 / 3.0;  // read one operand instead of two
+  return op_seconds(copy, device, DType::F32, scale) + (micro_batches - 1) * op_seconds(add_, device, DType::F32, scale);
+}
+
+std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
+  const GPT2Config& model = problem_.model;
+  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1) return "degrees must be at least 1";
+  if (plan.devices() != problem_.cluster.devices()) {
+    return fmt::format("dp x tp x pp = {} does not use the cluster's {} devices", plan.devices(),
+                       problem_.cluster.devices());
+  }
+  if (model.n_head % plan.tp != 0) {
+    return fmt::format("tensor parallelism {} does not divide the {} heads", plan.tp, model.n_head);
+  }
+  if (plan.sp && plan.tp == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
+  if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");
+  if (plan.micro_batch * plan.micro_batches * plan.dp != problem_.global_batch) {
+    return fmt::format("dp {} x micro-batch {} x micro-batches {} is not the global batch {}", plan.dp,
+                       plan.micro_batch, plan.micro_batches, problem_.global_batch);
+  }
+  if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
+  int chunks = plan.pp * plan.virtual_stages;
+  if (chunks > model.n_layer) {
+    return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, model.n_layer);
+  }
+  if (plan.schedule == PipelineSchedule::Interleaved) {
+    if (plan.pp < 2 || plan.virtual_stages < 2) return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
+    if (plan.micro_batches % plan.pp != 0) {
+      return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches,
+                         plan.pp);
+    }
+  } else if (plan.virtual_stages != 1) {
+    return std::string("virtual stages need the interleaved schedule");
+  }
+  return std::nullopt;
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan) {
+  if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
+  const Workload& work = workload(plan.micro_batch, plan.tp);
+  const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp);
+  const DeviceSpec& device = problem_.cluster.device;
+  const int p = plan.pp, v = plan.virtual_stages, t = plan.tp, d = plan.dp, zero = plan.zero;
+  const double m = static_cast<double>(plan.micro_batches);
+  const int split = plan.sp ? t : 1;
+  const double width = static_cast<double>(dtype_size(problem_.dtype));
+  const bool mixed = problem_.dtype != DType::F32;
+  const size_t mode = static_cast<size_t>(plan.recompute);
+  const double tied = static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd);
+
+  // Per layer and micro-batch.
+  const SegmentCost& layer = cost.layer;
+  double layer_recompute = plan.recompute == Recompute::Selective ? layer.selective
+                           : plan.recompute == Recompute::Full   ? layer.forward + layer.tp_forward
+                                                                 : 0.0;
+  double layer_seconds = layer.forward + layer.backward + layer.tp_forward + layer.tp_backward + layer_recompute;
+  auto segment_seconds = [](const SegmentCost& s) { return s.forward + s.backward + s.tp_forward + s.tp_backward; };
+
+  std::vector<double> per_layer(static_cast<size_t>(p), layer_seconds), extra(static_cast<size_t>(p), 0.0);
+  extra[0] += segment_seconds(cost.embedding);
+  extra[static_cast<size_t>(p - 1)] += segment_seconds(cost.head) + (p == 1 ? cost.tied_gradient_sum : 0.0);
+  // The time split depends only on these figures, shared by many plans.
+  auto split_key = std::make_tuple(p, v, layer_seconds, extra[0], extra[static_cast<size_t>(p - 1)]);
+  auto cached = time_splits_.find(split_key);
+  if (cached == time_splits_.end()) {
+    cached = time_splits_.emplace(split_key, balance_layers(static_cast<int>(problem_.model.n_layer), per_layer, extra, v))
+                 .first;
+  }
+  std::vector<int> layers = cached->second;
+
+  // Memory per stage; a split balanced by time that does not fit is retried balanced by memory.
+  auto in_flight = [&](int stage) {
+    double kept = std::min(m, static_cast<double>(p - stage));
+    if (plan.schedule == PipelineSchedule::GPipe) return m;
+    if (plan.schedule == PipelineSchedule::Interleaved) kept *= 1.0 + (p - 1.0) / (static_cast<double>(p) * v);
+    return std::min(m, kept);
+  };
+  auto stage_params = [&](int stage, int count) {
+    double params = count * work.layer.params;
+    if (stage == 0) params += work.embedding.params;
+    if (stage == p - 1) params += work.head.params + (p > 1 ? tied : 0.0);
+    return params;
+  };
+  auto stage_memory = [&](int stage, int count) {
+    MemoryBreakdown mem;
+    mem.stage = stage;
+    double params = stage_params(stage, count);
+    mem.weights = params * width / (zero == 3 ? d : 1);
+    mem.master = mixed ? kF32 * params / (zero >= 1 ? d : 1) : 0.0;
+    mem.gradients = kF32 * params / (zero >= 2 ? d : 1);
+    mem.optimizer = 2 * kF32 * params / (zero >= 1 ? d : 1);
+    double saved = count * work.layer.saved[mode].total(split);
+    double temporaries = work.layer.peak.total(split) - work.layer.saved[mode].total(split);
+    if (stage == 0) {
+      saved += work.embedding.saved[0].total(split);
+      temporaries = std::max(temporaries, work.embedding.peak.total(split) - work.embedding.saved[0].total(split));
+    }
+    if (stage == p - 1) {
+      saved += work.head.saved[0].total(split);
+      temporaries = std::max(temporaries, work.head.peak.total(split) - work.head.saved[0].total(split));
+    }
+    mem.activations = in_flight(stage) * saved + temporaries;
+    mem.staging = (zero <= 1 ? params : work.layer.params) * width + (p == 1 ? 2 * tied * width : 0.0);
+    mem.buffers = zero == 3 ? 2 * work.layer.params * width : 0.0;
+    mem.peak = mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers +
+               std::max(mem.activations, mem.staging);
+    mem.capacity = device.usable_memory_bytes();
+    return mem;
+  };
+  auto memory_per_stage = [&](const std::vector<int>& split_layers) {
+    std::vector<MemoryBreakdown> stages;
+    for (int stage = 0; stage < p; ++stage) stages.push_back(stage_memory(stage, split_layers[static_cast<size_t>(stage)]));
+    return stages;
+  };
+  auto worst = [](const std::vector<MemoryBreakdown>& stages) {
+    return *std::max_element(stages.begin(), stages.end(),
+                             [](const MemoryBreakdown& a, const MemoryBreakdown& b) { return a.peak < b.peak; });
+  };
+  std::vector<MemoryBreakdown> stage_memories = memory_per_stage(layers);
+  MemoryBreakdown memory = worst(stage_memories);
+  if (memory.peak > memory.capacity && p > 1) {
+    std::vector<double> per_layer_bytes(static_cast<size_t>(p)), base_bytes(static_cast<size_t>(p));
+    for (int stage = 0; stage < p; ++stage) {
+      base_bytes[static_cast<size_t>(stage)] = stage_memory(stage, 0).peak;
+      per_layer_bytes[static_cast<size_t>(stage)] = stage_memory(stage, 1).peak - base_bytes[static_cast<size_t>(stage)];
+    }
+    // No split beats the average stage; skip the search when even that does not fit.
+    double least_slope = *std::min_element(per_layer_bytes.begin(), per_layer_bytes.end());
+    double average = (std::accumulate(base_bytes.begin(), base_bytes.end(), 0.0) +
+                      static_cast<double>(problem_.model.n_layer) * least_slope) / p;
+    if (average <= memory.capacity) {
+      std::vector<int> by_memory =
+          balance_layers(static_cast<int>(problem_.model.n_layer), per_layer_bytes, base_bytes, v);
+      std::vector<MemoryBreakdown> alternative = memory_per_stage(by_memory);
+      if (worst(alternative).peak < memory.peak) {
+        layers = by_memory;
+        stage_memories = std::move(alternative);
+        memory = worst(stage_memories);
+      }
+    }
+  }
+
+  // Time per stage and micro-batch.
+  double p2p = 0;
+  if (p > 1) {
+    double bytes = work.boundary_bytes / split;
+    p2p = 2.0 * v * pricer_.point_to_point(bytes, t * d);
+  }
+  // Gradient and weight collectives over data parallelism go one bucket per
+  // layer (and one for the embedding or head), each overlapping with compute.
+  auto bucketed = [&](Collective op, double bytes_per_param, DType dtype, double n, double stage_param_count) {
+    double seconds = n * pricer_.collective(op, bytes_per_param * work.layer.params, d, t, dtype);
+    double ends = stage_param_count - n * work.layer.params;
+    if (ends > 0) seconds += pricer_.collective(op, bytes_per_param * ends, d, t, dtype);
+    return seconds;
+  };
+  struct StageTime {
+    double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0, backward = 0;
+    double total() const { return compute + recompute + tp + p2p + zero + accumulate; }
+  };
+  std::vector<StageTime> stages(static_cast<size_t>(p));
+  std::vector<double> params(static_cast<size_t>(p));
+  for (int stage = 0; stage < p; ++stage) {
+    StageTime& st = stages[static_cast<size_t>(stage)];
+    double n = layers[static_cast<size_t>(stage)];
+    double forward = n * layer.forward, backward = n * layer.backward;
+    st.tp = n * (layer.tp_forward + layer.tp_backward);
+    if (stage == 0) {
+      forward += cost.embedding.forward;
+      backward += cost.embedding.backward;
+      st.tp += cost.embedding.tp_forward + cost.embedding.tp_backward;
+    }
+    if (stage == p - 1) {
+      forward += cost.head.forward;
+      backward += cost.head.backward + (p == 1 ? cost.tied_gradient_sum : 0.0);
+      st.tp += cost.head.tp_forward + cost.head.tp_backward;
+    }
+    st.compute = forward + backward;
+    st.recompute = n * layer_recompute;
+    st.p2p = p2p;
+    double stage_param_count = stage_params(stage, layers[static_cast<size_t>(stage)]);
+    params[static_cast<size_t>(stage)] = stage_param_count;
+    if (d > 1 && zero >= 2) {
+      double reduce = bucketed(Collective::ReduceScatter, kF32, DType::F32, n, stage_param_count);
+      if (zero == 3) {
+        double gather = bucketed(Collective::AllGather, width, problem_.dtype, n, stage_param_count);
+        st.zero = std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - st.recompute);
+      } else {
+        st.zero = std::max(0.0, reduce - backward - st.recompute);
+      }
+    }
+    st.accumulate = accumulate_seconds(zero >= 2 ? stage_param_count / d : stage_param_count, m) / m;
+    st.backward = backward + st.recompute + n * layer.tp_backward;
+  }
+
+  size_t slowest = 0;
+  double sum = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    sum += stages[i].total();
+    if (stages[i].total() > stages[slowest].total()) slowest = i;
+  }
+  const StageTime& bottleneck = stages[slowest];
+  double t_max = bottleneck.total();
+  double pipeline = plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / v
+                                                                   : (m - 1) * t_max + sum;
+
+  Prediction prediction;
+  prediction.plan = plan;
+  prediction.layers_per_stage = layers;
+  TimeBreakdown& time = prediction.time;
+  time.compute = m * bottleneck.compute;
+  time.recompute = m * bottleneck.recompute;
+  time.tp_comm = m * bottleneck.tp;
+  time.pp_comm = m * bottleneck.p2p;
+  time.zero_comm = m * bottleneck.zero;
+  time.grad_accumulation = m * bottleneck.accumulate;
+  time.bubble = pipeline - m * t_max;
+
+  // Data-parallel gradient reduction overlaps the last backward pass, except
+  // for the last layer's bucket; earlier stages finish later, which hides more.
+  if (d > 1 && zero <= 1) {
+    double drain = 0;
+    double exposed = 0;
+    for (int stage = 0; stage < p; ++stage) {
+      const StageTime& st = stages[static_cast<size_t>(stage)];
+      Collective op = zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+      double reduce = bucketed(op, kF32, DType::F32, layers[static_cast<size_t>(stage)], params[static_cast<size_t>(stage)]);
+      double tail = std::max(reduce - st.backward, reduce / std::max(layers[static_cast<size_t>(stage)], 1));
+      exposed = std::max(exposed, tail - drain);
+      drain += st.backward;
+    }
+    time.dp_comm = exposed;
+  }
+  if (p > 1) {  // the tied embedding's two copies exchange gradients
+    time.dp_comm += pricer_.collective(Collective::AllReduce, kF32 * tied, 2, t * d * (p - 1));
+  }
+  double optimizer = 0, gather = 0;
+  for (int stage = 0; stage < p; ++stage) {
+    double count = params[static_cast<size_t>(stage)];
+    double sharded = zero >= 1 ? count / d : count;
+    optimizer = std::max(optimizer, optimizer_seconds(sharded, zero >= 2 ? count / d : count));
+    if (d > 1 && (zero == 1 || zero == 2)) {
+      gather = std::max(gather, bucketed(Collective::AllGather, width, problem_.dtype, layers[static_cast<size_t>(stage)], count));
+    }
+  }
+  time.optimizer = optimizer;
+  time.param_gather = gather;
+
+  prediction.step_s = time.total();
+  prediction.tokens_per_s = static_cast<double>(problem_.global_batch * problem_.seq) / prediction.step_s;
+  double peak = device.performance(problem_.dtype).matrix_flops * problem_.cluster.devices();
+  prediction.mfu = model_flops_per_step_ / (prediction.step_s * peak);
+  double recomputed_per_row = plan.recompute == Recompute::Full        ? full_flops_per_row_
+                              : plan.recompute == Recompute::Selective ? selective_flops_per_row_
+                                                                       : 0.0;
+  prediction.hardware_flops = model_flops_per_step_ + recomputed_per_row * static_cast<double>(problem_.global_batch);
+  prediction.memory = memory;
+  prediction.stages = std::move(stage_memories);
+  return prediction;
+}
+
+}  // namespace strata

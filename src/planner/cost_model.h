@@ -1,0 +1,90 @@
+#pragma once
+// The cost model of one training step under a parallel plan.
+//
+// Time: per micro-batch and pipeline stage, the roofline time of every op of
+// its layers (plus the embedding on the first stage, the head on the last),
+// the tensor/sequence-parallel collectives, the transfers to the neighbouring
+// stages, ZeRO-2/3 collectives not hidden behind compute, and adding the
+// micro-batch's gradients to the accumulators. A pipeline of stage times t_i
+// and m micro-batches takes (m - 1) max t_i + sum t_i (GPipe and 1F1B), or
+// m max t_i + (sum t_i - max t_i) / v with v interleaved chunks. Then the
+// data-parallel gradient reduction is charged for the part the last backward
+// pass cannot hide, the ZeRO-1/2 weight all-gather, and the optimizer.
+//
+// Memory: per stage, weights, fp32 master weights (when computing in a lower
+// precision), fp32 gradient accumulators and AdamW moments, sharded over data
+// parallelism by ZeRO stage; the activations each in-flight micro-batch keeps
+// (GPipe keeps m, 1F1B keeps pp - stage, interleaving adds (pp-1)/(pp v)) for
+// the recomputation mode, plus the backward temporaries of one segment; or, at
+// the end of a backward pass, the micro-batch's gradients before accumulation.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "planner/comm_pricer.h"
+#include "planner/hardware.h"
+#include "planner/plan.h"
+#include "planner/workload.h"
+
+namespace strata {
+
+struct PlanningProblem {
+  std::string model_name;
+  GPT2Config model;
+  int64_t global_batch = 0;  // rows per optimizer step
+  int64_t seq = 0;           // tokens per row
+  DType dtype = DType::F32;  // compute dtype of weights and activations
+  ClusterSpec cluster;
+  // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
+  void validate() const;
+};
+
+class CostModel {
+ public:
+  explicit CostModel(PlanningProblem problem);
+  CostModel(const CostModel&) = delete;  // the pricer refers to problem_.cluster
+  CostModel& operator=(const CostModel&) = delete;
+
+  const PlanningProblem& problem() const { return problem_; }
+
+  // Why the plan cannot run at all (indivisible degrees and the like), or nothing.
+  std::optional<std::string> invalid_reason(const ParallelPlan& plan) const;
+  // The prediction for a plan with no invalid_reason.
+  Prediction evaluate(const ParallelPlan& plan);
+
+  // FLOPs of one step's forward and backward passes without recomputation.
+  double model_flops_per_step() const { return model_flops_per_step_; }
+  const Workload& workload(int64_t micro_batch, int tp);
+
+ private:
+  struct SegmentCost {
+    double forward = 0;
+    double backward = 0;
+    double selective = 0;  // forward ops redone under selective recomputation
+    double tp_forward = 0;
+    double tp_backward = 0;
+  };
+  struct Costs {
+    SegmentCost embedding, layer, head;
+    double tied_gradient_sum = 0;
+  };
+  const Costs& costs(int64_t micro_batch, int tp, bool sp);
+  double optimizer_seconds(double params_on_device, double gradients_on_device) const;
+  double accumulate_seconds(double gradients, double micro_batches) const;
+
+  PlanningProblem problem_;
+  CommPricer pricer_;
+  OpWork adamw_, sum_squares_, scale_, add_;  // per kReferenceElements fp32 elements
+  double model_flops_per_step_ = 0;
+  double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
+  double full_flops_per_row_ = 0;
+  std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
+  std::map<std::tuple<int64_t, int, bool>, Costs> costs_;
+  // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
+  std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;
+};
+
+}  // namespace strata

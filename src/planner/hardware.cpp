@@ -1,0 +1,178 @@
+#include "planner/hardware.h"
+
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "ops/schema.h"
+#include "planner/toml_fields.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kGB = 1e9;
+
+EfficiencyCurve read_curve(const TomlFields& fields, const std::string& key) {
+  const toml::array& rows = fields.array(key);
+  if (rows.empty()) fail("{}: key '{}' must list at least one [flops, fraction] pair", fields.source(), fields.path(key));
+  EfficiencyCurve curve;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const toml::array* row = rows[i].as_array();
+    auto number = [&](size_t column) -> std::optional<double> {
+      if (row == nullptr || row->size() != 2) return std::nullopt;
+      const toml::node& node = (*row)[column];
+      if (auto value = node.value_exact<double>()) return *value;
+      if (auto value = node.value_exact<int64_t>()) return static_cast<double>(*value);
+      return std::nullopt;
+    };
+    auto flops = number(0), fraction = number(1);
+    if (!flops || !fraction) {
+      fail("{}: key '{}' entry {} must be a pair [flops, fraction] of numbers", fields.source(), fields.path(key), i);
+    }
+    if (!(*flops > 0) || !std::isfinite(*flops)) {
+      fail("{}: key '{}' entry {}: FLOPs per call must be positive, got {}", fields.source(), fields.path(key), i,
+           *flops);
+    }
+    if (!(*fraction > 0 && *fraction <= 1)) {
+      fail("{}: key '{}' entry {}: fraction of peak must be in (0, 1], got {}", fields.source(), fields.path(key), i,
+           *fraction);
+    }
+    if (!curve.points.empty() && !(*flops > curve.points.back().first)) {
+      fail("{}: key '{}' entry {}: FLOPs per call must increase from entry to entry", fields.source(), fields.path(key),
+           i);
+    }
+    curve.points.emplace_back(*flops, *fraction);
+  }
+  return curve;
+}
+
+DTypePerformance read_dtype(const TomlFields& fields) {
+  fields.only({"matrix_tflops", "vector_tflops", "gemm_efficiency", "attention_efficiency", "op_efficiency"});
+  DTypePerformance perf;
+  perf.matrix_flops = fields.positive("matrix_tflops") * 1e12;
+  perf.vector_flops = fields.positive("vector_tflops") * 1e12;
+  perf.gemm = read_curve(fields, "gemm_efficiency");
+  perf.attention = read_curve(fields, "attention_efficiency");
+  TomlFields ops = fields.table("op_efficiency", false);
+  for (const auto& [key, node] : ops.raw()) {
+    std::string op(key.str());
+    if (!OpRegistry::global().contains(op)) fail("{}: '{}' is not an op", fields.source(), ops.path(op));
+    perf.op_efficiency[op] = ops.positive(op);
+  }
+  return perf;
+}
+
+DeviceSpec read_device(const TomlFields& fields) {
+  const std::set<std::string> dtype_names = {"f64", "f32", "bf16", "f16"};
+  std::set<std::string> allowed = {"name",        "memory_gib", "reserved_gib", "memory_bandwidth_gbps",
+                                   "memory_efficiency", "op_overhead_us"};
+  allowed.insert(dtype_names.begin(), dtype_names.end());
+  fields.only(allowed);
+  DeviceSpec device;
+  device.name = fields.string("name");
+  device.memory_bytes = fields.positive("memory_gib") * kGiB;
+  device.reserved_bytes = fields.non_negative("reserved_gib") * kGiB;
+  if (device.reserved_bytes >= device.memory_bytes) {
+    fail("{}: key '{}' ({} GiB) must be less than memory_gib", fields.source(), fields.path("reserved_gib"),
+         device.reserved_bytes / kGiB);
+  }
+  device.memory_bandwidth_Bps = fields.positive("memory_bandwidth_gbps") * kGB;
+  device.memory_efficiency = fields.fraction("memory_efficiency");
+  device.op_overhead_s = fields.non_negative("op_overhead_us") * 1e-6;
+  for (const std::string& name : dtype_names) {
+    if (fields.has(name)) device.dtypes[parse_dtype(name)] = read_dtype(fields.table(name));
+  }
+  if (device.dtypes.empty()) {
+    fail("{}: [device] lists no dtype table such as [device.bf16] or [device.f32]", fields.source());
+  }
+  return device;
+}
+
+LinkSpec read_link(const TomlFields& fields, const std::string& bandwidth_key) {
+  LinkSpec link;
+  link.bandwidth_Bps = fields.positive(bandwidth_key) * kGB;
+  link.latency_s = fields.non_negative("latency_us") * 1e-6;
+  return link;
+}
+
+}  // namespace
+
+double EfficiencyCurve::at(double flops) const {
+  STRATA_CHECK(!points.empty(), "empty efficiency curve");
+  if (flops <= points.front().first) return points.front().second;
+  if (flops >= points.back().first) return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    if (flops <= points[i].first) {
+      auto [x0, y0] = points[i - 1];
+      auto [x1, y1] = points[i];
+      double t = (std::log(flops) - std::log(x0)) / (std::log(x1) - std::log(x0));
+      return y0 + t * (y1 - y0);
+    }
+  }
+  return points.back().second;
+}
+
+const DTypePerformance& DeviceSpec::performance(DType dtype) const {
+  auto found = dtypes.find(dtype);
+  if (found == dtypes.end()) {
+    std::string known;
+    for (const auto& [d, perf] : dtypes) known += (known.empty() ? "" : ", ") + std::string(dtype_name(d));
+    fail("device '{}' has no figures for dtype {} (it lists: {})", name, dtype_name(dtype), known);
+  }
+  return found->second;
+}
+
+void ClusterSpec::validate() const {
+  auto positive = [&](const char* key, double value) {
+    if (!(value > 0) || !std::isfinite(value)) fail("{}: {} must be positive, got {}", source, key, value);
+  };
+  if (nodes < 1) fail("{}: cluster.nodes must be at least 1, got {}", source, nodes);
+  if (devices_per_node < 1) fail("{}: cluster.devices_per_node must be at least 1, got {}", source, devices_per_node);
+  positive("device.memory", device.usable_memory_bytes());
+  positive("device.memory_bandwidth", device.memory_bandwidth_Bps);
+  if (devices_per_node > 1) positive("intra_node.bandwidth", intra_node.bandwidth_Bps);
+  if (nodes > 1) {
+    positive("inter_node.nic_bandwidth", nic.bandwidth_Bps);
+    if (nics_per_node < 1) fail("{}: inter_node.nics_per_node must be at least 1, got {}", source, nics_per_node);
+  }
+  if (device.dtypes.empty()) fail("{}: the device lists no dtype", source);
+}
+
+ClusterSpec parse_cluster(const std::string& toml_text, const std::string& source) {
+  toml::table root = parse_toml_text(toml_text, source);
+  TomlFields fields(root, source);
+  fields.only({"cluster", "device", "intra_node", "inter_node"});
+
+  ClusterSpec spec;
+  spec.source = source;
+  TomlFields cluster = fields.table("cluster");
+  cluster.only({"name", "nodes", "devices_per_node"});
+  spec.name = cluster.string("name");
+  spec.nodes = static_cast<int>(cluster.integer("nodes", 1));
+  spec.devices_per_node = static_cast<int>(cluster.integer("devices_per_node", 1));
+
+  spec.device = read_device(fields.table("device"));
+
+  TomlFields intra = fields.table("intra_node", spec.devices_per_node > 1);
+  if (spec.devices_per_node > 1 || intra.has("bandwidth_gbps")) {
+    intra.only({"bandwidth_gbps", "latency_us"});
+    spec.intra_node = read_link(intra, "bandwidth_gbps");
+  }
+  TomlFields inter = fields.table("inter_node", spec.nodes > 1);
+  if (spec.nodes > 1 || inter.has("nic_bandwidth_gbps")) {
+    inter.only({"nics_per_node", "nic_bandwidth_gbps", "latency_us"});
+    spec.nics_per_node = static_cast<int>(inter.integer("nics_per_node", 1));
+    spec.nic = read_link(inter, "nic_bandwidth_gbps");
+  }
+  spec.validate();
+  return spec;
+}
+
+ClusterSpec load_cluster(const std::filesystem::path& path) {
+  return parse_cluster(read_text_file(path), path.string());
+}
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+#include "planner/model_spec.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "planner/toml_fields.h"
+
+namespace strata {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t n_layer, n_head, n_embd, vocab_size, block_size, global_batch;
+};
+
+// GPT-2 sizes as released by OpenAI (HuggingFace configs); GPT-3 175B and the
+// 1T model as in Narayanan et al. (SC21) Table 1, with their batch sizes.
+constexpr Preset kPresets[] = {
+    {"gpt2-small", 12, 12, 768, 50257, 1024, 512},
+    {"gpt2-medium", 24, 16, 1024, 50257, 1024, 512},
+    {"gpt2-large", 36, 20, 1280, 50257, 1024, 512},
+    {"gpt2-xl", 48, 25, 1600, 50257, 1024, 512},
+    {"gpt3-175b", 96, 96, 12288, 51200, 2048, 1536},
+    {"gpt-1t", 128, 160, 25600, 51200, 2048, 3072},
+};
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& preset : kPresets) names.emplace_back(preset.name);
+  return names;
+}
+
+bool is_model_preset(const std::string& name) {
+  for (const Preset& preset : kPresets) {
+    if (name == preset.name) return true;
+  }
+  return false;
+}
+
+ModelSpec model_preset(const std::string& name) {
+  for (const Preset& preset : kPresets) {
+    if (name != preset.name) continue;
+    ModelSpec spec;
+    spec.name = preset.name;
+    spec.config.n_layer = preset.n_layer;
+    spec.config.n_head = preset.n_head;
+    spec.config.n_embd = preset.n_embd;
+    spec.config.vocab_size = preset.vocab_size;
+    spec.config.block_size = preset.block_size;
+    spec.global_batch = preset.global_batch;
+    return spec;
+  }
+  std::string known;
+  for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown model preset '{}' (presets: {}; or give a TOML file with a [model] table)", name, known);
+}
+
+ModelSpec parse_model_file(const std::string& toml_text, const std::string& source) {
+  toml::table root = parse_toml_text(toml_text, source);
+  TomlFields fields(root, source);
+  TomlFields model = fields.table("model");
+  model.only({"n_layer", "n_head", "n_embd", "vocab_size", "block_size", "layer_norm_eps", "init_from"});
+  ModelSpec spec;
+  spec.name = std::filesystem::path(source).stem().string();
+  spec.config.n_layer = model.integer("n_layer", 1);
+  spec.config.n_head = model.integer("n_head", 1);
+  spec.config.n_embd = model.integer("n_embd", 1);
+  spec.config.vocab_size = model.integer("vocab_size", 1);
+  spec.config.block_size = model.integer("block_size", 1);
+  if (model.has("layer_norm_eps")) spec.config.layer_norm_eps = model.positive("layer_norm_eps");
+  try {
+    spec.config.validate();
+  } catch (const Error& error) {
+    fail("{}: {}", source, error.what());
+  }
+  TomlFields train = fields.table("train", false);
+  if (train.has("global_batch")) spec.global_batch = train.integer("global_batch", 1);
+  return spec;
+}
+
+ModelSpec load_model_spec(const std::string& name_or_path) {
+  if (is_model_preset(name_or_path)) return model_preset(name_or_path);
+  if (!std::filesystem::exists(name_or_path)) {
+    std::string known;
+    for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("model '{}' is neither a preset ({}) nor an existing TOML file", name_or_path, known);
+  }
+  return parse_model_file(read_text_file(name_or_path), name_or_path);
+}
+
+}  // namespace strata

@@ -1,0 +1,27 @@
+#pragma once
+// The model a plan is for: a GPT configuration by preset name (gpt2-small ...
+// gpt-1t) or from a TOML file whose [model] table has the training config's
+// keys (a whole training config works: other tables are not read, except
+// train.global_batch as the default global batch).
+#include <string>
+#include <vector>
+
+#include "model/gpt2_config.h"
+
+namespace strata {
+
+struct ModelSpec {
+  std::string name;
+  GPT2Config config;
+  int64_t global_batch = 0;  // rows per optimizer step the source suggests; 0: none
+};
+
+std::vector<std::string> model_preset_names();
+bool is_model_preset(const std::string& name);
+ModelSpec model_preset(const std::string& name);  // throws listing the presets
+
+ModelSpec parse_model_file(const std::string& toml_text, const std::string& source);
+// A preset name, else a TOML file path.
+ModelSpec load_model_spec(const std::string& name_or_path);
+
+}  // namespace strata

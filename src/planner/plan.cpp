@@ -1,0 +1,40 @@
+#include "planner/plan.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace strata {
+
+double TimeBreakdown::total() const {
+  return compute + recompute + tp_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm + param_gather +
+         optimizer;
+}
+
+std::string_view schedule_name(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::GPipe: return "gpipe";
+    case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+PipelineSchedule parse_schedule(std::string_view text, std::string_view what) {
+  for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved}) {
+    if (text == schedule_name(s)) return s;
+  }
+  fail("{}: pipeline schedule must be gpipe, 1f1b or interleaved, got '{}'", what, text);
+}
+
+std::string ParallelPlan::describe() const {
+  std::string text = fmt::format("dp={} tp={} pp={}{} mb={}x{} zero={} recompute={}", dp, tp, pp, sp ? " sp" : "",
+                                 micro_batch, micro_batches, zero, recompute_name(recompute));
+  if (pp > 1) {
+    text += fmt::format(" {}", schedule_name(schedule));
+    if (schedule == PipelineSchedule::Interleaved) text += fmt::format(" v={}", virtual_stages);
+  }
+  return text;
+}
+
+}  // namespace strata

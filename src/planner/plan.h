@@ -1,0 +1,76 @@
+#pragma once
+// A parallel layout and what the cost model predicts for it.
+#include <string>
+#include <vector>
+
+#include "planner/workload.h"
+
+namespace strata {
+
+enum class PipelineSchedule { GPipe, OneFOneB, Interleaved };
+std::string_view schedule_name(PipelineSchedule schedule);  // "gpipe", "1f1b", "interleaved"
+PipelineSchedule parse_schedule(std::string_view text, std::string_view what);
+
+// Devices are ordered tensor-parallel rank fastest, then data-parallel, then
+// pipeline stage (Megatron's order), filling a node before the next.
+struct ParallelPlan {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  bool sp = false;             // sequence parallelism over the tensor-parallel group
+  int64_t micro_batch = 1;     // rows per micro-batch
+  int64_t micro_batches = 1;   // per optimizer step and data-parallel replica
+  int zero = 0;                // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
+  Recompute recompute = Recompute::None;
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  int virtual_stages = 1;      // model chunks per device (interleaved schedule only)
+
+  int devices() const { return dp * tp * pp; }
+  // "dp=8 tp=8 pp=4 sp mb=1x96 zero=1 recompute=selective 1f1b"; also the tie-break order.
+  std::string describe() const;
+  bool operator==(const ParallelPlan& other) const = default;
+};
+
+// Seconds per optimizer step, attributed as on the slowest pipeline stage.
+struct TimeBreakdown {
+  double compute = 0;            // forward and backward kernels
+  double recompute = 0;          // forward kernels (and collectives) redone in backward
+  double tp_comm = 0;            // tensor/sequence-parallel collectives (not overlapped)
+  double pp_comm = 0;            // pipeline transfers between stages
+  double zero_comm = 0;          // per-micro-batch ZeRO-2/3 collectives not hidden behind compute
+  double grad_accumulation = 0;  // adding each micro-batch's gradients into the accumulators
+  double bubble = 0;             // pipeline fill and drain
+  double dp_comm = 0;            // gradient reduction not hidden behind the last backward pass
+  double param_gather = 0;       // ZeRO-1/2 all-gather of the updated weights
+  double optimizer = 0;          // clipping and AdamW
+  double total() const;
+};
+
+// Bytes on the device with the highest peak.
+struct MemoryBreakdown {
+  int stage = 0;
+  double weights = 0;      // compute-dtype weights
+  double master = 0;       // fp32 master weights (mixed precision)
+  double gradients = 0;    // fp32 gradient accumulators
+  double optimizer = 0;    // AdamW moments
+  double activations = 0;  // saved activations of the micro-batches in flight, plus backward temporaries
+  double staging = 0;      // one micro-batch's gradients before they are accumulated (or its ZeRO bucket)
+  double buffers = 0;      // ZeRO-3 gathered weights
+  double peak = 0;         // weights + master + gradients + optimizer + buffers + max(activations, staging)
+  double capacity = 0;     // usable device memory
+};
+
+struct Prediction {
+  ParallelPlan plan;
+  std::vector<int> layers_per_stage;  // per device stage, summed over its virtual chunks
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs (forward + backward, no recomputation) / (step * devices * matrix peak)
+  double hardware_flops = 0;  // per step, all devices: model FLOPs plus the forward work recomputation redoes
+  TimeBreakdown time;
+  MemoryBreakdown memory;                  // the stage with the highest peak
+  std::vector<MemoryBreakdown> stages;     // every pipeline stage
+  bool fits() const { return memory.peak <= memory.capacity; }
+};
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+#pragma once
+// The hardware profile `strata calibrate` measures on this machine and `plan`
+// and `train` read: GEMM and attention throughput over transformer shapes,
+// element-wise throughput, memory bandwidth and per-op overhead, per thread
+// count and dtype, plus the link figures of the collectives when they were
+// measured with several processes. Stored as JSON.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "planner/hardware.h"
+
+namespace strata {
+
+struct KernelSample {
+  std::string op;             // matmul, attention, attention_backward
+  std::vector<int64_t> dims;  // matmul: m, n, k, trans_a, trans_b; attention: batch, seq, width, heads
+  double flops = 0;           // per call, from the op's schema
+  double seconds = 0;         // median per call
+};
+
+struct DTypeProfile {
+  std::vector<KernelSample> gemm;
+  std::vector<KernelSample> attention;
+  double vector_flops = 0;  // element-wise arithmetic (GELU), FLOP/s
+  // Other ops in a training graph: roofline time (measured bandwidth and
+  // vector FLOP/s) over measured time, by op name (above 1 when in cache).
+  std::map<std::string, double> op_efficiency;
+};
+
+struct ThreadProfile {
+  int threads = 1;
+  double memory_bandwidth_Bps = 0;  // streaming add, bytes moved per second
+  double op_overhead_s = 0;         // one tiny op through the dispatcher
+  std::map<DType, DTypeProfile> dtypes;
+};
+
+struct LinkProfile {
+  int ranks = 0;            // processes measured
+  int nodes = 1;
+  double intra_latency_s = 0;
+  double intra_bandwidth_Bps = 0;
+  double inter_latency_s = 0;  // nodes > 1 only
+  double inter_bandwidth_Bps = 0;
+  double reduce_Bps = 0;
+};
+
+struct HardwareProfile {
+  std::string cpu;
+  int cores = 1;
+  double memory_bytes = 0;
+  std::string backend;
+  std::vector<ThreadProfile> threads;  // by increasing thread count
+  std::optional<LinkProfile> links;
+
+  const ThreadProfile& for_threads(int count) const;  // throws listing the measured counts
+};
+
+nlohmann::json profile_to_json(const HardwareProfile& profile);
+HardwareProfile profile_from_json(const nlohmann::json& json, const std::string& source);
+HardwareProfile load_profile(const std::filesystem::path& path);
+void save_profile(const std::filesystem::path& path, const HardwareProfile& profile);  // atomic
+
+// This machine as a one-node cluster of `devices` devices of `threads` threads
+// each (a device per process). GEMM and attention efficiency curves are the
+// measured throughputs relative to the best GEMM; more than one device needs
+// measured links.
+ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices,
+                                 const std::string& source);
+
+}  // namespace strata

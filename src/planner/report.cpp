@@ -1,0 +1,224 @@
+#include "planner/report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct Component {
+  const char* name;
+  double TimeBreakdown::*field;
+};
+
+constexpr Component kComponents[] = {
+    {"compute", &TimeBreakdown::compute},
+    {"recomputation", &TimeBreakdown::recompute},
+    {"tensor-parallel collectives", &TimeBreakdown::tp_comm},
+    {"pipeline transfers", &TimeBreakdown::pp_comm},
+    {"ZeRO collectives", &TimeBreakdown::zero_comm},
+    {"gradient accumulation", &TimeBreakdown::grad_accumulation},
+    {"pipeline bubble", &TimeBreakdown::bubble},
+    {"data-parallel gradient reduction", &TimeBreakdown::dp_comm},
+    {"weight all-gather", &TimeBreakdown::param_gather},
+    {"optimizer", &TimeBreakdown::optimizer},
+};
+
+std::string seconds_text(double seconds) {
+  double magnitude = std::fabs(seconds);
+  if (magnitude >= 1.0) return fmt::format("{:.3f} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.2f} ms", seconds * 1e3);
+  return fmt::format("{:.1f} us", seconds * 1e6);
+}
+
+std::string rate_text(double per_second) {
+  if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
+  if (per_second >= 1e3) return fmt::format("{:.1f}k", per_second / 1e3);
+  return fmt::format("{:.1f}", per_second);
+}
+
+std::string breakdown_text(const TimeBreakdown& time) {
+  std::string text;
+  for (const Component& c : kComponents) {
+    double value = time.*c.field;
+    if (value <= 0) continue;
+    text += fmt::format("{}{} {}", text.empty() ? "" : ", ", c.name, seconds_text(value));
+  }
+  return text;
+}
+
+std::string split_text(const std::vector<int>& layers) {
+  std::string text;
+  for (int count : layers) text += fmt::format("{}{}", text.empty() ? "" : "/", count);
+  return text;
+}
+
+std::vector<double> stage_peaks(const Prediction& prediction) {
+  std::vector<double> peaks;
+  for (const MemoryBreakdown& stage : prediction.stages) peaks.push_back(stage.peak);
+  return peaks;
+}
+
+}  // namespace
+
+std::vector<std::string> explain_difference(const Prediction& winner, const Prediction& other) {
+  std::vector<std::pair<double, std::string>> deltas;
+  for (const Component& c : kComponents) {
+    double delta = other.time.*c.field - winner.time.*c.field;
+    if (std::fabs(delta) < 1e-6 * winner.step_s) continue;
+    deltas.emplace_back(delta, fmt::format("{}{} {}", delta > 0 ? "+" : "-", seconds_text(std::fabs(delta)), c.name));
+  }
+  std::stable_sort(deltas.begin(), deltas.end(), [](const auto& a, const auto& b) {
+    return std::fabs(a.first) > std::fabs(b.first);
+  });
+  std::vector<std::string> phrases;
+  for (size_t i = 0; i < deltas.size() && i < 3; ++i) phrases.push_back(deltas[i].second);
+  return phrases;
+}
+
+nlohmann::json plan_json(const ParallelPlan& plan) {
+  return {{"dp", plan.dp},
+          {"tp", plan.tp},
+          {"pp", plan.pp},
+          {"sp", plan.sp},
+          {"micro_batch", plan.micro_batch},
+          {"micro_batches", plan.micro_batches},
+          {"zero", plan.zero},
+          {"recompute", std::string(recompute_name(plan.recompute))},
+          {"schedule", std::string(schedule_name(plan.schedule))},
+          {"virtual_stages", plan.virtual_stages},
+          {"description", plan.describe()}};
+}
+
+nlohmann::json prediction_json(const Prediction& prediction) {
+  nlohmann::json time;
+  for (const Component& c : kComponents) time[c.name] = prediction.time.*c.field;
+  const MemoryBreakdown& m = prediction.memory;
+  return {{"plan", plan_json(prediction.plan)},
+          {"step_s", prediction.step_s},
+          {"tokens_per_s", prediction.tokens_per_s},
+          {"mfu", prediction.mfu},
+          {"hardware_flops", prediction.hardware_flops},
+          {"layers_per_stage", prediction.layers_per_stage},
+          {"stage_peak_bytes", stage_peaks(prediction)},
+          {"time_s", time},
+          {"memory_bytes",
+           {{"stage", m.stage},
+            {"weights", m.weights},
+            {"master_weights", m.master},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"gradient_staging", m.staging},
+            {"zero_buffers", m.buffers},
+            {"peak", m.peak},
+            {"capacity", m.capacity}}}};
+}
+
+nlohmann::json problem_json(const PlanningProblem& problem) {
+  const GPT2Config& c = problem.model;
+  return {{"model",
+           {{"name", problem.model_name},
+            {"n_layer", c.n_layer},
+            {"n_head", c.n_head},
+            {"n_embd", c.n_embd},
+            {"vocab_size", c.vocab_size},
+            {"block_size", c.block_size},
+            {"parameters", c.num_parameters()}}},
+          {"global_batch", problem.global_batch},
+          {"seq", problem.seq},
+          {"dtype", std::string(dtype_name(problem.dtype))},
+          {"cluster",
+           {{"name", problem.cluster.name},
+            {"source", problem.cluster.source},
+            {"nodes", problem.cluster.nodes},
+            {"devices_per_node", problem.cluster.devices_per_node},
+            {"device", problem.cluster.device.name}}}};
+}
+
+std::string format_report(const CostModel& model, const SearchResult& result, size_t top) {
+  const PlanningProblem& problem = model.problem();
+  const GPT2Config& c = problem.model;
+  std::string out;
+  out += fmt::format("model {}: {} layers, width {}, {} heads, vocab {}, {:.1f}M parameters\n", problem.model_name,
+                     c.n_layer, c.n_embd, c.n_head, c.vocab_size, static_cast<double>(c.num_parameters()) / 1e6);
+  out += fmt::format("step: {} rows x {} tokens in {}; {:.3g} model FLOPs (forward + backward, no recomputation)\n",
+                     problem.global_batch, problem.seq, dtype_name(problem.dtype), model.model_flops_per_step());
+  out += fmt::format("cluster {}: {} node(s) x {} {} ({:.1f} GiB usable each)\n", problem.cluster.name,
+                     problem.cluster.nodes, problem.cluster.devices_per_node, problem.cluster.device.name,
+                     problem.cluster.device.usable_memory_bytes() / kGiB);
+  out += fmt::format("searched {} plans in {:.3f} s; {} fit in memory\n\n", result.candidates, result.search_s,
+                     result.feasible);
+  if (result.ranked.empty()) {
+    out += "no plan fits\n";
+  } else {
+    out += fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>6} {:>10}\n", "#", "plan", "step", "tokens/s", "MFU",
+                       "mem/device");
+    for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
+      const Prediction& p = result.ranked[i];
+      out += fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>5.1f}% {:>6.1f} GiB\n", i + 1, p.plan.describe(),
+                         seconds_text(p.step_s), rate_text(p.tokens_per_s), 100 * p.mfu, p.memory.peak / kGiB);
+    }
+    const Prediction& winner = result.ranked.front();
+    const MemoryBreakdown& m = winner.memory;
+    out += fmt::format("\nwinner: {}\n", winner.plan.describe());
+    out += fmt::format("  layers per stage: {}\n", split_text(winner.layers_per_stage));
+    if (winner.stages.size() > 1) {
+      std::string peaks;
+      for (const MemoryBreakdown& stage : winner.stages) peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : "/", stage.peak / kGiB);
+      out += fmt::format("  peak memory per stage: {} GiB\n", peaks);
+    }
+    out += fmt::format("  time: {}\n", breakdown_text(winner.time));
+    out += fmt::format(
+        "  memory (stage {}): weights {:.2f} GiB, master {:.2f}, gradients {:.2f}, optimizer {:.2f}, "
+        "activations {:.2f}, gradient staging {:.2f}, ZeRO buffers {:.2f}; peak {:.2f} of {:.2f} GiB\n",
+        m.stage, m.weights / kGiB, m.master / kGiB, m.gradients / kGiB, m.optimizer / kGiB, m.activations / kGiB,
+        m.staging / kGiB, m.buffers / kGiB, m.peak / kGiB, m.capacity / kGiB);
+    if (result.ranked.size() > 1) out += "why the runners-up lose:\n";
+    for (size_t i = 1; i < result.ranked.size() && i < top; ++i) {
+      const Prediction& other = result.ranked[i];
+      std::string reasons;
+      for (const std::string& phrase : explain_difference(winner, other)) {
+        reasons += (reasons.empty() ? "" : "; ") + phrase;
+      }
+      out += fmt::format("  {:>2}. +{:.1f}% ({}): {}\n", i + 1, 100 * (other.step_s / winner.step_s - 1),
+                         other.plan.describe(), reasons.empty() ? "the same prediction; later in plan order" : reasons);
+    }
+  }
+  if (!result.rejected.empty()) out += "rejected:\n";
+  for (const RejectedRegion& region : result.rejected) {
+    out += fmt::format("  {} {} (e.g. {})\n", region.count, region.reason, region.example);
+    for (size_t i = 0; i < region.details.size() && i < 8; ++i) out += fmt::format("      {}\n", region.details[i]);
+    if (region.details.size() > 8) out += fmt::format("      ... and {} more\n", region.details.size() - 8);
+  }
+  return out;
+}
+
+nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top) {
+  nlohmann::json report = problem_json(model.problem());
+  report["model_flops_per_step"] = model.model_flops_per_step();
+  report["candidates"] = result.candidates;
+  report["feasible"] = result.feasible;
+  report["search_s"] = result.search_s;
+  nlohmann::json plans = nlohmann::json::array();
+  for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
+    nlohmann::json entry = prediction_json(result.ranked[i]);
+    if (i > 0) entry["loses_by"] = explain_difference(result.ranked.front(), result.ranked[i]);
+    plans.push_back(std::move(entry));
+  }
+  report["plans"] = std::move(plans);
+  nlohmann::json rejected = nlohmann::json::array();
+  for (const RejectedRegion& region : result.rejected) {
+    rejected.push_back(
+        {{"reason", region.reason}, {"count", region.count}, {"example", region.example}, {"details", region.details}});
+  }
+  report["rejected"] = std::move(rejected);
+  return report;
+}
+
+}  // namespace strata

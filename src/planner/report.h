@@ -1,0 +1,25 @@
+#pragma once
+// Reports of a search: the ranked plans with their predictions, why each
+// runner-up loses to the winner, and why the rejected regions were rejected;
+// as text for people and JSON for tools and run directories.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/search.h"
+
+namespace strata {
+
+// The largest differences between `other` and `winner`, in seconds, as
+// phrases such as "+0.21 s tensor-parallel collectives".
+std::vector<std::string> explain_difference(const Prediction& winner, const Prediction& other);
+
+nlohmann::json plan_json(const ParallelPlan& plan);
+nlohmann::json prediction_json(const Prediction& prediction);
+nlohmann::json problem_json(const PlanningProblem& problem);
+
+std::string format_report(const CostModel& model, const SearchResult& result, size_t top);
+nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top);
+
+}  // namespace strata

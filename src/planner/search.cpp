@@ -1,0 +1,201 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+const std::string kInterleaveReason = "interleaved plans whose micro-batch count is not a multiple of pp";
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> result;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i != 0) continue;
+    result.push_back(i);
+    if (i != n / i) result.push_back(n / i);
+  }
+  std::sort(result.begin(), result.end());
+  return result;
+}
+
+class Rejections {
+ public:
+  explicit Rejections(std::vector<RejectedRegion>& regions) : regions_(regions) {}
+  // `example` is called only for a region's first member.
+  template <typename Example>
+  void add(const std::string& reason, Example example) {
+    for (RejectedRegion& region : regions_) {
+      if (region.reason == reason) {
+        ++region.count;
+        return;
+      }
+    }
+    regions_.push_back({reason, 1, example(), {}});
+  }
+
+ private:
+  std::vector<RejectedRegion>& regions_;
+};
+
+std::string layout_name(int dp, int tp, int pp) { return fmt::format("dp={} tp={} pp={}", dp, tp, pp); }
+
+template <typename T>
+bool allowed(const std::optional<T>& fixed, const T& value) {
+  return !fixed || *fixed == value;
+}
+
+}  // namespace
+
+bool ranks_before(const Prediction& a, const Prediction& b) {
+  if (a.step_s != b.step_s) return a.step_s < b.step_s;
+  return a.plan.describe() < b.plan.describe();
+}
+
+std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
+                                          std::vector<RejectedRegion>& rejected) {
+  const PlanningProblem& problem = model.problem();
+  const int devices = problem.cluster.devices();
+  const int64_t layers = problem.model.n_layer;
+  Rejections reject(rejected);
+  std::vector<ParallelPlan> plans;
+  for (int64_t tp64 : divisors(devices)) {
+    int tp = static_cast<int>(tp64);
+    if (!allowed(limits.tp, tp) || (limits.max_tp > 0 && tp > limits.max_tp)) continue;
+    for (int64_t pp64 : divisors(devices / tp)) {
+      int pp = static_cast<int>(pp64);
+      int dp = devices / tp / pp;
+      if (!allowed(limits.pp, pp) || (limits.max_pp > 0 && pp > limits.max_pp) || !allowed(limits.dp, dp)) continue;
+      std::string layout = layout_name(dp, tp, pp);
+      if (problem.model.n_head % tp != 0) {
+        reject.add(fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head),
+                   [&] { return layout; });
+        continue;
+      }
+      if (pp > layers) {
+        reject.add(fmt::format("layouts with more pipeline stages than the {} layers", layers), [&] { return layout; });
+        continue;
+      }
+      if (problem.global_batch % dp != 0) {
+        reject.add(fmt::format("layouts whose data parallelism does not divide the global batch of {} rows",
+                               problem.global_batch),
+                   [&] { return layout; });
+        continue;
+      }
+      const int64_t rows = problem.global_batch / dp;
+      if (limits.micro_batch && rows % *limits.micro_batch != 0) {
+        reject.add(fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}",
+                               *limits.micro_batch),
+                   [&] { return layout; });
+        continue;
+      }
+      for (int64_t micro_batch : divisors(rows)) {
+        if (limits.micro_batch ? micro_batch != *limits.micro_batch : micro_batch > limits.max_micro_batch) continue;
+        const int64_t micro_batches = rows / micro_batch;
+        for (bool sp : {false, true}) {
+          if (!allowed(limits.sp, sp) || (sp && tp == 1)) continue;
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (limits.zero ? zero != *limits.zero : (dp == 1 && zero > 0)) continue;
+            for (Recompute recompute : kRecomputeModes) {
+              if (!allowed(limits.recompute, recompute)) continue;
+              ParallelPlan plan{dp, tp, pp, sp, micro_batch, micro_batches, zero, recompute};
+              if (pp == 1) {
+                if (allowed(limits.schedule, PipelineSchedule::OneFOneB) && allowed(limits.virtual_stages, 1)) {
+                  plans.push_back(plan);
+                }
+                continue;
+              }
+              for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
+                if (!allowed(limits.schedule, schedule) || !allowed(limits.virtual_stages, 1)) continue;
+                plan.schedule = schedule;
+                plans.push_back(plan);
+              }
+              if (!allowed(limits.schedule, PipelineSchedule::Interleaved)) continue;
+              plan.schedule = PipelineSchedule::Interleaved;
+              for (int v = 2; v <= limits.max_virtual_stages && pp * v <= layers; ++v) {
+                if (!allowed(limits.virtual_stages, v)) continue;
+                plan.virtual_stages = v;
+                if (micro_batches % pp != 0) {
+                  reject.add(kInterleaveReason, [&] { return plan.describe(); });
+                  continue;
+                }
+                plans.push_back(plan);
+              }
+              plan.virtual_stages = 1;
+            }
+          }
+        }
+      }
+    }
+  }
+  return plans;
+}
+
+SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candidates, size_t keep) {
+  SearchResult result;
+  Rejections reject(result.rejected);
+  struct LayoutMemory {
+    bool fits = false;
+    double least_peak = 0;
+  };
+  std::map<std::tuple<int, int, int>, LayoutMemory> layouts;
+  int64_t out_of_memory = 0;
+  std::optional<Prediction> closest_miss;
+  for (const ParallelPlan& plan : candidates) {
+    if (auto why = model.invalid_reason(plan)) {
+      reject.add(*why, [&] { return plan.describe(); });
+      continue;
+    }
+    Prediction prediction = model.evaluate(plan);
+    ++result.candidates;
+    auto [entry, inserted] = layouts.try_emplace({plan.dp, plan.tp, plan.pp}, LayoutMemory{false, prediction.memory.peak});
+    entry->second.least_peak = std::min(entry->second.least_peak, prediction.memory.peak);
+    if (!prediction.fits()) {
+      ++out_of_memory;
+      if (!closest_miss || prediction.memory.peak < closest_miss->memory.peak ||
+          (prediction.memory.peak == closest_miss->memory.peak &&
+           prediction.plan.describe() < closest_miss->plan.describe())) {
+        closest_miss = prediction;
+      }
+      continue;
+    }
+    entry->second.fits = true;
+    ++result.feasible;
+    if (result.ranked.size() == keep && (keep == 0 || !ranks_before(prediction, result.ranked.back()))) continue;
+    auto at = std::upper_bound(result.ranked.begin(), result.ranked.end(), prediction, ranks_before);
+    result.ranked.insert(at, std::move(prediction));
+    if (result.ranked.size() > keep) result.ranked.pop_back();
+  }
+  if (out_of_memory > 0) {
+    RejectedRegion region{"plans that do not fit in device memory", out_of_memory, closest_miss->plan.describe(), {}};
+    double usable = closest_miss->memory.capacity / kGiB;
+    region.details.push_back(fmt::format("closest miss {} needs {:.1f} GiB per device, {:.1f} GiB usable",
+                                         closest_miss->plan.describe(), closest_miss->memory.peak / kGiB, usable));
+    for (const auto& [layout, memory] : layouts) {
+      if (memory.fits) continue;
+      auto [dp, tp, pp] = layout;
+      region.details.push_back(fmt::format("{}: no variant fits; the least needs {:.1f} GiB per device",
+                                           layout_name(dp, tp, pp), memory.least_peak / kGiB));
+    }
+    result.rejected.push_back(std::move(region));
+  }
+  return result;
+}
+
+SearchResult search_plans(CostModel& model, const PlanLimits& limits, size_t keep) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<RejectedRegion> rejected;
+  std::vector<ParallelPlan> candidates = enumerate_plans(model, limits, rejected);
+  SearchResult result = rank_plans(model, candidates, keep);
+  rejected.insert(rejected.end(), result.rejected.begin(), result.rejected.end());
+  result.rejected = std::move(rejected);
+  result.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace strata

@@ -1,0 +1,62 @@
+#pragma once
+// The search over parallel layouts: every factorisation of the devices into
+// data x tensor x pipeline parallelism, sequence parallelism, micro-batch size
+// (its count follows from the global batch), ZeRO stage, recomputation and
+// pipeline schedule with virtual stages, within the user's limits. Every
+// candidate is priced by the cost model; the ranking is by predicted step
+// time with ties broken by the plan's description, so the result does not
+// depend on the order candidates are produced in.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.h"
+
+namespace strata {
+
+// What the user fixes or bounds (unset: open). A plan with every field fixed
+// is evaluated alone.
+struct PlanLimits {
+  std::optional<int> dp, tp, pp;
+  int max_tp = 0;  // 0: no bound
+  int max_pp = 0;
+  std::optional<bool> sp;
+  std::optional<int64_t> micro_batch;
+  int64_t max_micro_batch = 32;
+  std::optional<int> zero;
+  std::optional<Recompute> recompute;
+  std::optional<PipelineSchedule> schedule;
+  std::optional<int> virtual_stages;
+  int max_virtual_stages = 8;
+};
+
+// A family of plans that cannot run, and why.
+struct RejectedRegion {
+  std::string reason;                // says what was counted: layouts or plans
+  int64_t count = 0;
+  std::string example;               // one plan (or layout) of the region
+  std::vector<std::string> details;  // e.g. per layout, the least memory any variant needs
+};
+
+struct SearchResult {
+  std::vector<Prediction> ranked;  // feasible plans, best first, at most `keep`
+  std::vector<RejectedRegion> rejected;
+  int64_t candidates = 0;  // plans the cost model priced
+  int64_t feasible = 0;    // of those, the ones that fit in memory
+  double search_s = 0;     // wall time of enumeration and pricing
+};
+
+// True when `a` ranks before `b`.
+bool ranks_before(const Prediction& a, const Prediction& b);
+
+// The candidates within `limits`, in a fixed order; plans that cannot run for
+// structural reasons are counted into `rejected` instead.
+std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
+                                          std::vector<RejectedRegion>& rejected);
+
+// Prices `candidates` and keeps the best `keep` that fit.
+SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candidates, size_t keep);
+
+SearchResult search_plans(CostModel& model, const PlanLimits& limits, size_t keep);
+
+}  // namespace strata

@@ -1,0 +1,282 @@
+#include "planner/workload.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "graph/autodiff.h"
+#include "graph/memory_plan.h"
+
+namespace strata {
+
+namespace {
+
+// The forward labels whose values and ops live on the residual stream.
+bool on_residual_stream(const std::string& label) {
+  if (label == "attn.c_proj.grad_bias" || label == "mlp.c_proj.grad_bias") return true;
+  std::string base = label.substr(0, label.find(':'));
+  base = base.substr(0, base.find(".grad_"));
+  static const std::set<std::string> stream = {"x",    "d_loss",        "tokens",       "targets", "embed",
+                                               "ln_1", "ln_2",          "attn.residual", "mlp.residual", "ln_f"};
+  return stream.count(base) != 0;
+}
+
+bool selectively_recomputed(const std::string& op) { return op == "layernorm" || op == "attention" || op == "gelu"; }
+
+struct SegmentGraph {
+  Graph graph;
+  int forward_nodes = 0;
+  std::set<int> params;
+  std::set<int> activation_inputs;  // graph inputs other than params and the gradient seed
+  int seed = -1;                    // the gradient arriving from the next segment
+  bool recomputable = false;        // a transformer layer (the only segment recomputation applies to)
+};
+
+void add_bytes(ActivationBytes& total, const Value& value) {
+  double bytes = static_cast<double>(value.meta.nbytes());
+  (on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
+}
+
+// Values the backward pass reads that the forward pass made or was given.
+std::set<int> read_by_backward(const SegmentGraph& segment) {
+  const Graph& g = segment.graph;
+  std::set<int> read;
+  for (int id = segment.forward_nodes; id < g.num_nodes(); ++id) {
+    for (int input : g.node(id).inputs) {
+      if (segment.params.count(input)) continue;
+      int producer = g.value(input).producer;
+      bool from_forward = producer >= 0 ? producer < segment.forward_nodes : segment.activation_inputs.count(input);
+      if (from_forward) read.insert(input);
+    }
+  }
+  return read;
+}
+
+// Under selective recomputation a value made by a recomputed op is not kept;
+// the op's own inputs are, so that it can run again.
+std::set<int> kept_under_selective(const SegmentGraph& segment, std::set<int> kept) {
+  const Graph& g = segment.graph;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (int value : std::set<int>(kept)) {
+      int producer = g.value(value).producer;
+      if (producer < 0 || !selectively_recomputed(g.node(producer).op)) continue;
+      kept.erase(value);
+      for (int input : g.node(producer).inputs) {
+        if (!segment.params.count(input)) kept.insert(input);
+      }
+      changed = true;
+    }
+  }
+  return kept;
+}
+
+// The largest live set over the segment's run, split by stream, for a given
+// sequence split (the peak moves when the residual part shrinks).
+ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
+  const Graph& g = segment.graph;
+  MemoryPlan plan = plan_memory(g, {});
+  std::vector<ActivationBytes> live(static_cast<size_t>(g.num_nodes()));
+  auto add_lifetime = [&](int value, int first, int last) {
+    for (int node = first; node <= last && node < g.num_nodes(); ++node) {
+      add_bytes(live[static_cast<size_t>(node)], g.value(value));
+    }
+  };
+  for (int value = 0; value < g.num_values(); ++value) {
+    if (plan.offsets[static_cast<size_t>(value)] >= 0) {
+      const Lifetime& lifetime = plan.lifetimes[static_cast<size_t>(value)];
+      add_lifetime(value, lifetime.first, lifetime.last);
+    } else if (segment.activation_inputs.count(value) || value == segment.seed) {
+      int first = -1, last = -1;
+      for (int node = 0; node < g.num_nodes(); ++node) {
+        const auto& inputs = g.node(node).inputs;
+        if (std::find(inputs.begin(), inputs.end(), value) == inputs.end()) continue;
+        if (first < 0) first = node;
+        last = node;
+      }
+      if (segment.activation_inputs.count(value)) first = 0;  // held from the start of the forward pass
+      if (last >= 0) add_lifetime(value, first, last);
+    }
+  }
+  ActivationBytes best;
+  for (const ActivationBytes& at : live) {
+    if (at.total(sequence_split) > best.total(sequence_split)) best = at;
+  }
+  return best;
+}
+
+double attention_problems(const Graph& g, const Node& node) {
+  if (op_kind(node.op) != OpKind::Attention) return 0;
+  int qkv = node.op == "attention" ? node.inputs[0] : node.inputs[1];
+  return static_cast<double>(g.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
+}
+
+SegmentWork summarise(const SegmentGraph& segment) {
+  const Graph& g = segment.graph;
+  SegmentWork work;
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node& node = g.node(id);
+    OpCost cost = g.node_cost(id);
+    bool forward = id < segment.forward_nodes;
+    OpWork op{node.op,
+              node.label,
+              op_kind(node.op),
+              cost.flops,
+              cost.bytes,
+              attention_problems(g, node),
+              on_residual_stream(node.label),
+              forward && segment.recomputable && selectively_recomputed(node.op)};
+    (forward ? work.forward : work.backward).push_back(std::move(op));
+  }
+  for (int param : segment.params) work.params += static_cast<double>(shape_numel(g.value(param).meta.shape));
+
+  std::set<int> kept = read_by_backward(segment);
+  auto total = [&](const std::set<int>& values) {
+    ActivationBytes bytes;
+    for (int value : values) add_bytes(bytes, g.value(value));
+    return bytes;
+  };
+  work.saved[static_cast<size_t>(Recompute::None)] = total(kept);
+  if (segment.recomputable) {
+    work.saved[static_cast<size_t>(Recompute::Selective)] = total(kept_under_selective(segment, kept));
+    work.saved[static_cast<size_t>(Recompute::Full)] = total(segment.activation_inputs);
+  } else {
+    work.saved[static_cast<size_t>(Recompute::Selective)] = work.saved[0];
+    work.saved[static_cast<size_t>(Recompute::Full)] = work.saved[0];
+  }
+  work.peak = peak_live(segment, 1);
+  return work;
+}
+
+void finish(SegmentGraph& segment, int objective) {
+  segment.forward_nodes = segment.graph.num_nodes();
+  std::vector<int> wrt(segment.params.begin(), segment.params.end());
+  for (int input : segment.activation_inputs) {
+    if (is_floating(segment.graph.value(input).meta.dtype)) wrt.push_back(input);
+  }
+  segment.seed = add_backward(segment.graph, objective, wrt).seed;
+}
+
+int add_param(SegmentGraph& segment, const std::string& name, Shape shape, DType dtype) {
+  int id = segment.graph.add_param(name, {std::move(shape), dtype});
+  segment.params.insert(id);
+  return id;
+}
+
+int add_activation(SegmentGraph& segment, const std::string& name, Shape shape, DType dtype) {
+  int id = segment.graph.add_input(name, {std::move(shape), dtype});
+  segment.activation_inputs.insert(id);
+  return id;
+}
+
+int layernorm(SegmentGraph& s, int x, const std::string& name, int64_t width, DType dtype, double eps) {
+  int weight = add_param(s, name + ".weight", {width}, dtype);
+  int bias = add_param(s, name + ".bias", {width}, dtype);
+  return s.graph.apply("layernorm", {x, weight, bias}, {{"eps", eps}}, name)[0];
+}
+
+int linear(SegmentGraph& s, int x, const std::string& name, int64_t in, int64_t out, DType dtype) {
+  int weight = add_param(s, name + ".weight", {in, out}, dtype);
+  int bias = add_param(s, name + ".bias", {out}, dtype);
+  return s.graph.apply1("linear", {x, weight, bias}, {}, name);
+}
+
+// One transformer block as gpt2.cpp builds it, with this device's shard of
+// every tensor-parallel weight.
+SegmentWork layer_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+  const int64_t h = c.n_embd;
+  SegmentGraph seg;
+  seg.recomputable = true;
+  int x = add_activation(seg, "x", {b, s, h}, dtype);
+  Graph& g = seg.graph;
+  int normed = layernorm(seg, x, "ln_1", h, dtype, c.layer_norm_eps);
+  int qkv = linear(seg, normed, "attn.c_attn", h, 3 * h / tp, dtype);
+  int attended = g.apply("attention", {qkv}, {{"n_head", c.n_head / tp}}, "attn")[0];
+  int residual = g.apply1("add", {x, linear(seg, attended, "attn.c_proj", h / tp, h, dtype)}, {}, "attn.residual");
+  normed = layernorm(seg, residual, "ln_2", h, dtype, c.layer_norm_eps);
+  int hidden = g.apply1("gelu", {linear(seg, normed, "mlp.c_fc", h, 4 * h / tp, dtype)}, {}, "mlp.gelu");
+  int out = g.apply1("add", {residual, linear(seg, hidden, "mlp.c_proj", 4 * h / tp, h, dtype)}, {}, "mlp.residual");
+  finish(seg, out);
+  return summarise(seg);
+}
+
+int64_t vocab_shard(const GPT2Config& c, int tp) { return (c.vocab_size + tp - 1) / tp; }
+
+SegmentWork embedding_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+  SegmentGraph seg;
+  int tokens = add_activation(seg, "tokens", {b, s}, DType::I32);
+  int positions = add_activation(seg, "positions", {s}, DType::I32);
+  int wte = add_param(seg, "wte", {vocab_shard(c, tp), c.n_embd}, dtype);
+  int wpe = add_param(seg, "wpe", {c.block_size, c.n_embd}, dtype);
+  Graph& g = seg.graph;
+  int out = g.apply1("add", {g.apply1("embedding", {wte, tokens}, {}, "wte"), g.apply1("embedding", {wpe, positions}, {}, "wpe")},
+                     {}, "embed");
+  finish(seg, out);
+  return summarise(seg);
+}
+
+// The LM head reads the embedding's weights; they are counted with the embedding.
+SegmentWork head_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+  SegmentGraph seg;
+  int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
+  int targets = add_activation(seg, "targets", {b, s}, DType::I32);
+  int normed = layernorm(seg, x, "ln_f", c.n_embd, dtype, c.layer_norm_eps);
+  int wte = seg.graph.add_param("wte", {{vocab_shard(c, tp), c.n_embd}, dtype});
+  seg.params.insert(wte);
+  Graph& g = seg.graph;
+  int logits = g.apply1("matmul", {normed, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
+  int loss = g.apply("cross_entropy", {logits, targets}, {}, "loss")[0];
+  finish(seg, loss);
+  SegmentWork work = summarise(seg);
+  work.params -= static_cast<double>(vocab_shard(c, tp) * c.n_embd);
+  return work;
+}
+
+}  // namespace
+
+OpKind op_kind(const std::string& op) {
+  if (op == "linear" || op == "matmul") return OpKind::Gemm;
+  if (op == "attention" || op == "attention_backward") return OpKind::Attention;
+  return OpKind::Other;
+}
+
+std::string_view recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view text, std::string_view what) {
+  for (Recompute mode : kRecomputeModes) {
+    if (text == recompute_name(mode)) return mode;
+  }
+  fail("{}: recomputation must be none, selective or full, got '{}'", what, text);
+}
+
+Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, DType dtype) {
+  config.validate();
+  if (tp < 1 || config.n_head % tp != 0) {
+    fail("tensor-parallel degree {} must divide model.n_head ({})", tp, config.n_head);
+  }
+  if (micro_batch < 1) fail("micro-batch size must be positive, got {}", micro_batch);
+  if (seq < 1 || seq > config.block_size) fail("sequence length {} must be in [1, model.block_size = {}]", seq, config.block_size);
+  Workload work;
+  work.micro_batch = micro_batch;
+  work.seq = seq;
+  work.tp = tp;
+  work.dtype = dtype;
+  work.embedding = embedding_work(config, micro_batch, seq, tp, dtype);
+  work.layer = layer_work(config, micro_batch, seq, tp, dtype);
+  work.head = head_work(config, micro_batch, seq, tp, dtype);
+  TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
+  OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
+  work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
+  work.boundary_bytes = static_cast<double>(micro_batch * seq * config.n_embd) * static_cast<double>(dtype_size(dtype));
+  return work;
+}
+
+}  // namespace strata

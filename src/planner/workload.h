@@ -1,0 +1,82 @@
+#pragma once
+// What one device computes for one micro-batch: the ops of a transformer
+// layer, of the embedding and of the LM head as Strata's graph runs them,
+// with tensor-parallel shapes (Megatron's split: c_attn and c_fc by output
+// columns, the projections by input rows, attention by heads, the tied
+// embedding and LM head by vocabulary rows). Each segment is built as its own
+// per-device graph with the model's ops and differentiated by the graph's
+// autodiff, so FLOPs and bytes come from the op schemas and the saved
+// activations from the graph itself.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/gpt2_config.h"
+
+namespace strata {
+
+enum class Recompute { None, Selective, Full };
+inline constexpr std::array kRecomputeModes = {Recompute::None, Recompute::Selective, Recompute::Full};
+std::string_view recompute_name(Recompute mode);            // "none", "selective", "full"
+Recompute parse_recompute(std::string_view text, std::string_view what);
+
+enum class OpKind { Gemm, Attention, Other };
+OpKind op_kind(const std::string& op);  // linear and matmul are GEMMs; attention and its backward Attention
+
+struct OpWork {
+  std::string op;
+  std::string label;
+  OpKind kind = OpKind::Other;
+  double flops = 0;
+  double bytes = 0;
+  // Attention ops: independent (row, head) problems in the call, so that
+  // efficiency is looked up by the work of one of them.
+  double attention_problems = 0;
+  // Works on the residual stream, which tensor parallelism replicates and
+  // sequence parallelism splits by sequence.
+  bool residual_stream = false;
+  // A forward op redone in backward under selective recomputation (layer
+  // norms, the attention core, GELU: cheap to redo, large to keep).
+  bool selective_recompute = false;
+};
+
+// Bytes of activations: the part on the residual stream (divided by the
+// tensor-parallel degree under sequence parallelism) and the part already
+// split by tensor parallelism.
+struct ActivationBytes {
+  double residual = 0;
+  double sharded = 0;
+  double total(int sequence_split) const { return residual / sequence_split + sharded; }
+};
+
+struct SegmentWork {
+  std::vector<OpWork> forward;
+  std::vector<OpWork> backward;
+  double params = 0;  // parameters one device holds for this segment
+  // Kept from forward to backward, per recomputation mode (index: Recompute).
+  std::array<ActivationBytes, 3> saved{};
+  // Live at once when the segment runs alone (the memory planner's peak plus
+  // its activation inputs): saved activations plus backward temporaries.
+  ActivationBytes peak;
+};
+
+struct Workload {
+  int64_t micro_batch = 0;
+  int64_t seq = 0;
+  int tp = 1;
+  DType dtype = DType::F32;
+  SegmentWork embedding;  // token and position embeddings
+  SegmentWork layer;      // one transformer block
+  SegmentWork head;       // final LayerNorm, tied LM head, cross-entropy
+  // Summing the two gradients of the tied embedding when one device holds both ends.
+  OpWork tied_gradient_sum;
+  double boundary_bytes = 0;  // one micro-batch's activation between layers [b, s, h]
+};
+
+// Per-device work of `config` at `micro_batch` rows of `seq` tokens under
+// tensor parallelism `tp`, which must divide the heads; a vocabulary shard
+// holds ceil(vocab_size / tp) rows.
+Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, DType dtype);
+
+}  // namespace strata

@@ -1,0 +1,87 @@
+#include "cpu_test_util.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "core/rng.h"
+
+namespace strata::testing {
+
+Tensor random_f32(const Shape& shape, uint64_t seed, float scale) {
+  Tensor tensor = Tensor::empty(shape, DType::F32);
+  fill_normal(tensor.data<float>(), tensor.numel(), CounterRng(seed), 0, 0.0f, scale);
+  return tensor;
+}
+
+Tensor random_indices(const Shape& shape, uint64_t seed, int64_t bound, DType dtype) {
+  CounterRng rng(seed);
+  Tensor tensor = Tensor::empty(shape, DType::I64);
+  int64_t* values = tensor.data<int64_t>();
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    auto drawn = static_cast<int64_t>(rng.uniform(1, static_cast<uint64_t>(i)) * static_cast<float>(bound));
+    values[i] = std::min(drawn, bound - 1);
+  }
+  return tensor.to(dtype);
+}
+
+Dispatcher& dispatcher(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Dispatcher>> dispatchers;
+  auto& entry = dispatchers[name];
+  if (!entry) entry = make_dispatcher(name, FallbackPolicy::Error);
+  return *entry;
+}
+
+Tensors run_on(const std::string& name, const std::string& op, const Tensors& inputs, const Attrs& attrs) {
+  return dispatcher(name).call(op, inputs, attrs);
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  Tensor a = actual.to(DType::F64), e = expected.to(DType::F64);
+  const double* x = a.data<double>();
+  const double* y = e.data<double>();
+  int64_t count = a.numel();
+  double squares = 0.0;
+  for (int64_t i = 0; i < count; ++i) squares += y[i] * y[i];
+  double rms = count == 0 ? 0.0 : std::sqrt(squares / static_cast<double>(count));
+  int64_t worst = -1;
+  double worst_ratio = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    double bound = tol * (std::fabs(y[i]) + rms);
+    double error = std::fabs(x[i] - y[i]);
+    double ratio = bound > 0 ? error / bound : (error > 0 ? INFINITY : 0.0);
+    if (std::isnan(ratio)) ratio = INFINITY;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  EXPECT_LE(worst_ratio, 1.0) << what << ": element " << worst << " is " << (worst >= 0 ? x[worst] : 0.0)
+                              << ", expected " << (worst >= 0 ? y[worst] : 0.0) << " (tolerance " << tol
+                              << " of |expected| + rms " << rms << ")";
+}
+
+void expect_identical(const Tensor& first, const Tensor& second, const std::string& what) {
+  ASSERT_EQ(first.shape(), second.shape()) << what;
+  ASSERT_EQ(first.dtype(), second.dtype()) << what;
+  EXPECT_EQ(std::memcmp(first.raw(), second.raw(), first.nbytes()), 0) << what << ": two runs differ";
+}
+
+Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,
+                          const std::string& what) {
+  Tensors cpu = run_on("cpu", op, inputs, attrs);
+  Tensors ref = run_on("ref", op, inputs, attrs);
+  Tensors again = run_on("cpu", op, inputs, attrs);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    std::string label = what + " output " + std::to_string(i);
+    expect_close(cpu[i], ref[i], tol, label);
+    expect_identical(cpu[i], again[i], label);
+  }
+  return cpu;
+}
+
+}  // namespace strata::testing

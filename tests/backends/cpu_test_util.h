@@ -1,0 +1,36 @@
+#pragma once
+// Helpers for the cpu-vs-ref tests: random f32 inputs, running an op on a
+// backend (no fallbacks allowed), and comparisons.
+#include <string>
+#include <vector>
+
+#include "backends/backends.h"
+
+namespace strata::testing {
+
+// Standard normal entries times `scale`, a pure function of `seed`.
+Tensor random_f32(const Shape& shape, uint64_t seed, float scale = 1.0f);
+// Uniform integers in [0, bound), stored as `dtype` (i32 or i64).
+Tensor random_indices(const Shape& shape, uint64_t seed, int64_t bound, DType dtype = DType::I64);
+
+// A dispatcher on backend `name` that refuses fallbacks, so a missing native
+// kernel fails the test; run_on runs one op on it with fresh outputs.
+Dispatcher& dispatcher(const std::string& name);
+Tensors run_on(const std::string& name, const std::string& op, const Tensors& inputs, const Attrs& attrs = {});
+
+// f32 results are compared with the ref backend (f64 arithmetic, one final
+// rounding) by a relative error scaled to the output's size:
+//   |actual - expected| <= tol * (|expected| + rms(expected)),
+// so elements that cancel to near zero are judged against the typical
+// magnitude instead of themselves.
+void expect_close(const Tensor& actual, const Tensor& expected, double tol, const std::string& what);
+
+// Bit-identical contents (determinism checks).
+void expect_identical(const Tensor& first, const Tensor& second, const std::string& what);
+
+// Runs `op` on cpu and ref, compares every output with tolerance `tol`, then
+// runs cpu again and requires the same bits. Returns the cpu outputs.
+Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,
+                          const std::string& what);
+
+}  // namespace strata::testing

@@ -1,0 +1,162 @@
+// Runs the real `strata` executable on bad input: each case must exit
+// non-zero with one clear line naming the file, key or tensor, and must leave
+// existing checkpoints untouched.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
+#include "data/token_shard.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run(const std::string& arguments) {
+  std::string command = std::string(STRATA_EXECUTABLE) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t read = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, read);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("strata_cli_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& content) {
+    std::ofstream(dir_ / name, std::ios::binary) << content;
+    return (dir_ / name).string();
+  }
+
+  // A prepared tiny corpus and a config training on it.
+  std::string prepared_config() {
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "And God said, Let there be light: and there was light " + std::to_string(i) + "\n";
+    std::string corpus = write("corpus.txt", text);
+    Result prepared = run("data prepare " + corpus + " --out " + (dir_ / "data").string() + " --vocab-size 280");
+    EXPECT_EQ(prepared.exit_code, 0) << prepared.output;
+    return write("job.toml", "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 300\nblock_size = 16\n"
+                             "[data]\ndir = \"" + (dir_ / "data").string() + "\"\n"
+                             "[train]\nbatch_size = 2\nglobal_batch = 2\nsteps = 2\nwarmup_steps = 1\nval_every = 0\n"
+                             "[checkpoint]\ndir = \"" + (dir_ / "run").string() + "\"\n");
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, MissingCorpusNamesTheFile) {
+  Result result = run("data prepare " + (dir_ / "nowhere.txt").string() + " --out " + (dir_ / "out").string());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("nowhere.txt"));
+}
+
+TEST_F(CliTest, EmptyCorpusNamesTheFile) {
+  std::string empty = write("empty.txt", "");
+  Result result = run("data prepare " + empty + " --out " + (dir_ / "out").string());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("empty.txt"));
+}
+
+TEST_F(CliTest, UnknownConfigKeyIsNamed) {
+  std::string config = write("bad.toml", "[train]\nlearning_rate = 1\n");
+  Result result = run("train " + config);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.output, HasSubstr("train.learning_rate"));
+  EXPECT_THAT(result.output, HasSubstr("bad.toml"));
+}
+
+TEST_F(CliTest, BadOverrideIsNamed) {
+  std::string config = write("ok.toml", "[train]\nsteps = 1\n");
+  Result result = run("train " + config + " --set model.n_head=5");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.output, HasSubstr("model.n_head"));
+}
+
+TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
+  std::string config = prepared_config();
+  Result trained = run("train " + config);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  fs::path checkpoint = resolve_checkpoint(dir_ / "run");
+  Result sampled = run("sample " + (dir_ / "run").string() + " --prompt 'And God' --tokens 5 --temperature 0");
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_THAT(sampled.output, HasSubstr("And God"));
+
+  // A token shard with a wrong magic number.
+  fs::path shard = dir_ / "data" / "train_000.bin";
+  fs::path saved_shard = dir_ / "train_000.bin.good";
+  fs::copy_file(shard, saved_shard);
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    int32_t wrong = 12345;
+    file.write(reinterpret_cast<const char*>(&wrong), sizeof(wrong));
+  }
+  Result bad_magic = run("train " + config + " --set train.steps=4");
+  EXPECT_NE(bad_magic.exit_code, 0);
+  EXPECT_THAT(bad_magic.output, HasSubstr("train_000.bin"));
+
+  // A truncated shard body.
+  fs::copy_file(saved_shard, shard, fs::copy_options::overwrite_existing);
+  fs::resize_file(shard, fs::file_size(shard) - 3);
+  Result truncated = run("train " + config + " --set train.steps=4");
+  EXPECT_NE(truncated.exit_code, 0);
+  EXPECT_THAT(truncated.output, HasSubstr("train_000.bin"));
+  fs::copy_file(saved_shard, shard, fs::copy_options::overwrite_existing);
+
+  // A checkpoint whose shapes do not match the config.
+  Result wider = run("train " + config + " --set model.n_embd=32 --set train.steps=4");
+  EXPECT_NE(wider.exit_code, 0);
+  EXPECT_THAT(wider.output, HasSubstr("transformer."));
+
+  // A malformed safetensors header in the checkpoint being sampled from.
+  fs::path copy = dir_ / "broken";
+  fs::copy(checkpoint, copy);
+  {
+    std::ofstream file(copy / "model.safetensors", std::ios::binary | std::ios::trunc);
+    uint64_t length = 1000;
+    file.write(reinterpret_cast<const char*>(&length), sizeof(length));
+    file << "{not json";
+  }
+  Result malformed = run("sample " + copy.string() + " --prompt 'And' --tokens 2");
+  EXPECT_NE(malformed.exit_code, 0);
+  EXPECT_THAT(malformed.output, HasSubstr("model.safetensors"));
+
+  // An unwritable output directory (a file stands where it should be).
+  write("blocker", "not a directory");
+  Result unwritable = run("train " + config + " --set checkpoint.dir=" + (dir_ / "blocker" / "run").string());
+  EXPECT_NE(unwritable.exit_code, 0);
+  EXPECT_THAT(unwritable.output, HasSubstr("blocker"));
+
+  // Through all of it the original checkpoint stayed the latest and intact.
+  EXPECT_EQ(resolve_checkpoint(dir_ / "run"), checkpoint);
+  EXPECT_EQ(Checkpoint(checkpoint).step(), 2);
+  EXPECT_NO_THROW(read_safetensors(checkpoint / "model.safetensors"));
+}
+
+TEST_F(CliTest, SampleFromMissingCheckpointIsNamed) {
+  Result result = run("sample " + (dir_ / "nothing").string() + " --prompt hi");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("nothing"));
+}
+
+}  // namespace
+}  // namespace strata

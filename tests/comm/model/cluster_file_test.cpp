@@ -1,0 +1,116 @@
+// Cluster description files: what they mean, and that every mistake is an
+// error naming the file and the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "comm/cluster_file.h"
+#include "core/error.h"
+
+namespace strata::comm {
+namespace {
+
+const char* kValid = R"(
+nodes = 2
+ranks_per_node = 8
+reduce_gbps = 12
+[intra]
+latency_us = 0.5
+bandwidth_gbps = 20.0
+[inter]
+latency_us = 5
+bandwidth_gbps = 2.5
+[calibration.ring]
+latency_scale = 1.5
+bandwidth_scale = 0.8
+)";
+
+void expect_error(const std::string& text, const std::string& fragment) {
+  try {
+    parse_cluster_description(text, "cluster.toml");
+    ADD_FAILURE() << "accepted:\n" << text;
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("cluster.toml"), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << "wanted '" << fragment << "' in: " << message;
+  }
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ClusterFile, ReadsUnitsAsDocumented) {
+  ClusterDescription description = parse_cluster_description(kValid, "cluster.toml");
+  const TopologyDesc& t = description.topology;
+  EXPECT_EQ(t.nodes, 2);
+  EXPECT_EQ(t.ranks_per_node, 8);
+  EXPECT_DOUBLE_EQ(t.reduce_Bps, 12e9);
+  EXPECT_DOUBLE_EQ(t.intra.latency_s, 0.5e-6);
+  EXPECT_DOUBLE_EQ(t.intra.bandwidth_Bps, 20e9);
+  EXPECT_DOUBLE_EQ(t.inter.latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(t.inter.bandwidth_Bps, 2.5e9);
+  const Calibration& ring = description.calibration[static_cast<size_t>(Algorithm::Ring)];
+  EXPECT_DOUBLE_EQ(ring.latency_scale, 1.5);
+  EXPECT_DOUBLE_EQ(ring.bandwidth_scale, 0.8);
+  const Calibration& rhd = description.calibration[static_cast<size_t>(Algorithm::RecursiveHalvingDoubling)];
+  EXPECT_DOUBLE_EQ(rhd.latency_scale, 1.0);
+}
+
+TEST(ClusterFile, OneNodeNeedsNoInterTable) {
+  std::string text = "nodes = 1\nranks_per_node = 4\nreduce_gbps = 5\n[intra]\nlatency_us = 1\nbandwidth_gbps = 3\n";
+  ClusterDescription description = parse_cluster_description(text, "cluster.toml");
+  EXPECT_DOUBLE_EQ(description.topology.inter.bandwidth_Bps, 3e9);
+}
+
+TEST(ClusterFile, RejectsMistakesNamingTheKey) {
+  std::string valid = kValid;
+  expect_error("colour = 3\n" + valid, "unknown key 'colour'");
+  expect_error(valid + "colour = 3\n", "unknown key 'calibration.ring.colour'");
+  expect_error(replace(valid, "latency_us = 0.5", "latency_us = 0.5\nlatncy_us = 1"), "unknown key 'intra.latncy_us'");
+  expect_error(replace(valid, "nodes = 2\n", ""), "missing key 'nodes'");
+  expect_error(replace(valid, "nodes = 2", "nodes = 0"), "'nodes' must be in [1, 2^24]");
+  expect_error(replace(valid, "nodes = 2", "nodes = 2.5"), "'nodes' must be an integer");
+  expect_error(replace(valid, "bandwidth_gbps = 20.0", "bandwidth_gbps = -1"), "'intra.bandwidth_gbps' must be > 0");
+  expect_error(replace(valid, "latency_us = 5", "latency_us = \"fast\""), "'inter.latency_us' must be a number");
+  expect_error(replace(valid, "latency_us = 5", "latency_us = nan"), "'inter.latency_us' must be finite");
+  expect_error(replace(valid, "reduce_gbps = 12", "reduce_gbps = 0"), "'reduce_gbps' must be > 0");
+  expect_error(replace(valid, "[inter]\nlatency_us = 5\nbandwidth_gbps = 2.5\n", ""), "missing table [inter]");
+  expect_error(replace(valid, "[calibration.ring]", "[calibration.rings]"), "unknown key 'calibration.rings'");
+  expect_error(replace(valid, "[calibration.ring]", "[calibration.mpi]"), "unknown key 'calibration.mpi'");
+  expect_error(replace(valid, "bandwidth_scale = 0.8", "bandwidth_scale = 0"),
+               "'calibration.ring.bandwidth_scale' must be > 0");
+  expect_error(replace(valid, "nodes = 2", "nodes = = 2"), "cluster.toml:2:");
+}
+
+TEST(ClusterFile, SavedDescriptionsReadBackExactly) {
+  ClusterDescription original = parse_cluster_description(kValid, "cluster.toml");
+  original.probe_key = "strata comm links v1: 16 ranks; \"a\" x8";
+  original.topology.intra.latency_s = 1.0 / 3.0 * 1e-6;
+  std::filesystem::path path = std::filesystem::temp_directory_path() / "strata-cluster-roundtrip.toml";
+  save_cluster_description(path, original);
+  ClusterDescription loaded = load_cluster_description(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(loaded.probe_key, original.probe_key);
+  EXPECT_EQ(loaded.topology.intra.latency_s, original.topology.intra.latency_s);
+  EXPECT_EQ(loaded.topology.inter.bandwidth_Bps, original.topology.inter.bandwidth_Bps);
+  EXPECT_EQ(loaded.topology.reduce_Bps, original.topology.reduce_Bps);
+  for (size_t i = 0; i < kAlgorithmSlots; ++i) {
+    EXPECT_EQ(loaded.calibration[i].latency_scale, original.calibration[i].latency_scale);
+    EXPECT_EQ(loaded.calibration[i].bandwidth_scale, original.calibration[i].bandwidth_scale);
+  }
+}
+
+TEST(ClusterFile, MissingFileIsNamed) {
+  try {
+    load_cluster_description("/nonexistent/cluster.toml");
+    FAIL() << "loaded a missing file";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("/nonexistent/cluster.toml"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::comm

@@ -1,0 +1,60 @@
+// Pins and environment settings.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "comm/config.h"
+#include "core/error.h"
+
+namespace strata::comm {
+namespace {
+
+TEST(Config, OneAlgorithmPinsEveryCollectiveItImplements) {
+  CommConfig config;
+  config.pin("recursive_doubling", "STRATA_COMM_ALGO");
+  EXPECT_EQ(config.pinned_for(Collective::AllReduce), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(config.pinned_for(Collective::AllGather), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(config.pinned_for(Collective::Broadcast), Algorithm::Auto);
+  EXPECT_EQ(config.pinned_for(Collective::ReduceScatter), Algorithm::Auto);
+  EXPECT_EQ(config.pinned_by, "STRATA_COMM_ALGO");
+}
+
+TEST(Config, PinsPerCollective) {
+  CommConfig config;
+  config.pin(" all_reduce = hierarchical , broadcast=binomial", "train.toml comm.algorithms");
+  EXPECT_EQ(config.pinned_for(Collective::AllReduce), Algorithm::Hierarchical);
+  EXPECT_EQ(config.pinned_for(Collective::Broadcast), Algorithm::BinomialTree);
+  EXPECT_EQ(config.pinned_for(Collective::AllGather), Algorithm::Auto);
+}
+
+TEST(Config, BadPinsNameTheSetting) {
+  CommConfig config;
+  for (const char* spec : {"rings", "all_reduce=fast", "allreduce=ring", "all_reduce"}) {
+    try {
+      config.pin(spec, "STRATA_COMM_ALGO");
+      ADD_FAILURE() << "accepted " << spec;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("STRATA_COMM_ALGO"), std::string::npos) << error.what();
+    }
+  }
+}
+
+TEST(Config, EnvironmentOverridesAndIsChecked) {
+  setenv("STRATA_COMM_TIMEOUT", "7.5", 1);
+  setenv("STRATA_COMM_DEBUG", "1", 1);
+  setenv("STRATA_COMM_CHUNK_BYTES", "4096", 1);
+  CommConfig config = CommConfig::from_environment();
+  EXPECT_EQ(config.timeout_s, 7.5);
+  EXPECT_TRUE(config.debug_checks);
+  EXPECT_EQ(config.chunk_bytes, 4096u);
+  setenv("STRATA_COMM_TIMEOUT", "soon", 1);
+  EXPECT_THROW(CommConfig::from_environment(), Error);
+  setenv("STRATA_COMM_TIMEOUT", "-1", 1);
+  EXPECT_THROW(CommConfig::from_environment(), Error);
+  unsetenv("STRATA_COMM_TIMEOUT");
+  unsetenv("STRATA_COMM_DEBUG");
+  unsetenv("STRATA_COMM_CHUNK_BYTES");
+}
+
+}  // namespace
+}  // namespace strata::comm

@@ -1,0 +1,72 @@
+// Discovery: hwloc's view of the machine, ranks per node from MPI, and the
+// link probe with its cache.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "comm/machine.h"
+#include "mpi/comm_test_support.h"
+
+namespace strata::comm::testing {
+namespace {
+
+TEST(Topology, HwlocSeesThisMachine) {
+  MachineInfo machine = discover_machine();
+  long online = sysconf(_SC_NPROCESSORS_CONF);
+  EXPECT_GE(machine.hardware_threads, 1);
+  EXPECT_LE(machine.hardware_threads, online);
+  EXPECT_GE(machine.cores, 1);
+  EXPECT_LE(machine.cores, machine.hardware_threads);
+  EXPECT_GE(machine.packages, 1);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(machine.hostname, host);
+}
+
+TEST(Topology, AllRanksOfThisMachineShareOneNode) {
+  Communicator& world = flat_world();
+  EXPECT_EQ(world.nodes(), 1);
+  EXPECT_EQ(world.topology().ranks_per_node, world.size());
+  for (int rank = 0; rank < world.size(); ++rank) EXPECT_EQ(world.node_of(rank), 0);
+}
+
+TEST(Topology, ProbeMeasuresCachesAndReuses) {
+  Communicator& world = flat_world();
+  // Probing many oversubscribed ranks would be slow and meaningless.
+  if (world.size() > 4) GTEST_SKIP() << "probe tested up to 4 ranks";
+  std::string directory = (std::filesystem::temp_directory_path() / "strata-comm-probe-test").string();
+  if (world.rank() == 0) std::filesystem::remove_all(directory);
+  world.barrier();
+  CommConfig config = test_config();
+  config.topology_file.clear();
+  config.cache_dir = directory;
+  Communicator probed = Communicator::world(config);
+  EXPECT_EQ(probed.link_source().kind, "probe");
+  const TopologyDesc& measured = probed.topology();
+  EXPECT_GT(measured.intra.bandwidth_Bps, 0.0);
+  EXPECT_GT(measured.reduce_Bps, 0.0);
+  EXPECT_GE(measured.intra.latency_s, 0.0);
+  // Every rank holds the same figures, so all choose alike.
+  std::vector<std::byte> figures(sizeof(double) * 3);
+  double values[3] = {measured.intra.latency_s, measured.intra.bandwidth_Bps, measured.reduce_Bps};
+  std::memcpy(figures.data(), values, sizeof(values));
+  EXPECT_TRUE(identical_on_all_ranks(probed, figures));
+
+  Communicator cached = Communicator::world(config);
+  EXPECT_EQ(cached.link_source().kind, "cache");
+  EXPECT_EQ(cached.link_source().path, probed.link_source().path);
+  EXPECT_DOUBLE_EQ(cached.topology().intra.bandwidth_Bps, measured.intra.bandwidth_Bps);
+  EXPECT_DOUBLE_EQ(cached.topology().reduce_Bps, measured.reduce_Bps);
+
+  config.reprobe = true;
+  Communicator reprobed = Communicator::world(config);
+  EXPECT_EQ(reprobed.link_source().kind, "probe");
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(directory);
+}
+
+}  // namespace
+}  // namespace strata::comm::testing

@@ -1,0 +1,207 @@
+// Produces everything the PyTorch golden comparison (check_golden.py) needs,
+// for one backend: a tiny corpus, a tiny GPT-2's initial weights, the first
+// micro-batch's logits, loss and parameter gradients, and the result of three
+// optimizer steps of the real Trainer (gradient accumulation and active
+// clipping), as losses per step plus a checkpoint.
+//
+// Usage: golden_dump BACKEND OUT_DIR
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/backends.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/safetensors.h"
+#include "core/file_io.h"
+#include "data/corpus.h"
+#include "data/token_loader.h"
+#include "graph/executor.h"
+#include "model/gpt2.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kTokenizerVocab = 320;
+constexpr int64_t kModelVocab = 331;  // padded above the tokenizer's: unused rows get zero gradient
+constexpr uint64_t kInitSeed = 20240520;
+constexpr int64_t kSteps = 3;
+
+// Deterministic English-like text (a fixed word list walked by an LCG), large
+// enough for a 320-piece BPE tokenizer and six micro-batches without wrapping.
+std::string generated_text() {
+  static const char* const kWords[] = {
+      "the",    "lord",   "said",   "unto",   "them",  "and",    "behold", "a",     "great",  "light",
+      "shone",  "upon",   "waters", "of",     "deep",  "river",  "mountain", "king", "people", "went",
+      "forth",  "into",   "land",   "their",  "fathers", "city", "gate",   "house", "bread",  "wine",
+      "morning", "evening", "stone", "field",  "shepherd", "flock", "harvest", "seed", "voice",  "heard",
+      "spake",  "came",   "which",  "were",   "all",   "is",     "good",   "over",  "under",  "every"};
+  constexpr uint64_t kWordCount = sizeof(kWords) / sizeof(kWords[0]);
+  uint64_t state = 0x2545F4914F6CDD1DULL;
+  auto next = [&state](uint64_t bound) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state >> 33) % bound;
+  };
+  std::string text;
+  for (int line = 0; line < 600; ++line) {
+    uint64_t words = 6 + next(10);
+    for (uint64_t w = 0; w < words; ++w) {
+      std::string word = kWords[next(kWordCount)];
+      if (w == 0) word[0] = static_cast<char>(word[0] - 'a' + 'A');
+      text += word;
+      text += w + 1 == words ? (next(3) == 0 ? "." : ";") : (next(7) == 0 ? ", " : " ");
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+TrainConfig golden_config(const std::string& backend, const fs::path& out) {
+  TrainConfig config;
+  config.model.n_layer = 2;
+  config.model.n_head = 4;
+  config.model.n_embd = 64;
+  config.model.vocab_size = kModelVocab;
+  config.model.block_size = 32;
+  config.init_from = (out / "init.safetensors").string();
+  config.data_dir = (out / "corpus").string();
+  config.backend = backend;
+  config.fallback = "allow";  // the summary is printed; the comparison judges the numbers
+  config.seed = 1;
+  config.batch_size = 2;
+  config.global_batch = 4;  // two micro-batches per step
+  config.steps = kSteps;
+  config.lr = 3e-3;
+  config.lr_min = 3e-4;
+  config.warmup_steps = 1;  // lr, then cosine: lr, lr_min
+  // Large enough that a wrong decay rule shows well beyond the tolerance.
+  config.weight_decay = 0.3;
+  // With eps 1e-8, an element whose gradient is below ~1e-7 moves by about
+  // lr * gradient / eps, which magnifies fp32 rounding of the gradient past
+  // the tolerance (PyTorch fp32 against PyTorch fp64 fails there too).
+  config.adam_eps = 1e-5;
+  config.grad_clip = 0.5;  // below the gradient norms of these steps, so clipping acts
+  config.val_every = 0;
+  config.run_dir = (out / "run").string();
+  config.checkpoint_every = 0;
+  config.resume = false;
+  config.validate();
+  return config;
+}
+
+// One forward and backward pass of the first training micro-batch with the
+// loss gradient seeded to 1: logits, loss and d(loss)/d(param) of the mean
+// cross-entropy, as PyTorch's loss.backward() gives them.
+void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& params, const fs::path& path) {
+  auto dispatcher = make_dispatcher(config.backend, parse_fallback_policy(config.fallback));
+  const int64_t batch = config.batch_size;
+  const int64_t seq = config.model.block_size;
+  GPT2Graph model = build_gpt2_graph(config.model, batch, seq, /*training=*/true);
+  std::set<int> kept{model.loss, model.logits};
+  for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
+  CompiledGraph graph(model.graph, *dispatcher, kept);
+
+  Tensor tokens = Tensor::empty({batch, seq}, DType::I32);
+  Tensor targets = Tensor::empty({batch, seq}, DType::I32);
+  TokenLoader(read_corpus_meta(config.data_dir).train_shards, batch, seq).next(tokens, targets);
+  Tensor positions = position_ids(seq);
+  Tensor seed = Tensor::empty({}, DType::F32);
+  seed.data<float>()[0] = 1.0f;
+  for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
+  graph.bind(model.tokens, tokens);
+  graph.bind(model.targets, targets);
+  graph.bind(model.positions, positions);
+  graph.bind(model.grads.seed, seed);
+  graph.run();
+
+  TensorMap dump{{"tokens", tokens},
+                 {"targets", targets},
+                 {"logits", graph.tensor(model.logits).clone()},
+                 {"loss", graph.tensor(model.loss).clone()}};
+  for (size_t i = 0; i < params.size(); ++i) {
+    dump["grad." + params.spec(i).name] = graph.tensor(model.grads.of.at(model.params[i])).clone();
+  }
+  write_safetensors(path, dump);
+  std::string fallbacks = dispatcher->summary();
+  if (!fallbacks.empty()) fmt::print("first micro-batch on '{}':\n{}", config.backend, fallbacks);
+}
+
+json config_json(const TrainConfig& config) {
+  return {{"n_layer", config.model.n_layer},
+          {"n_head", config.model.n_head},
+          {"n_embd", config.model.n_embd},
+          {"vocab_size", config.model.vocab_size},
+          {"block_size", config.model.block_size},
+          {"layer_norm_eps", config.model.layer_norm_eps},
+          {"batch_size", config.batch_size},
+          {"accumulation_steps", config.accumulation_steps()},
+          {"steps", config.steps},
+          {"lr", config.lr},
+          {"lr_min", config.lr_min},
+          {"warmup_steps", config.warmup_steps},
+          {"weight_decay", config.weight_decay},
+          {"beta1", config.beta1},
+          {"beta2", config.beta2},
+          {"adam_eps", config.adam_eps},
+          {"grad_clip", config.grad_clip}};
+}
+
+void run(const std::string& backend, const fs::path& out) {
+  fs::create_directories(out);
+  fs::remove_all(out / "run");  // a checkpoint of an earlier run would collide with this one's
+  write_file_atomic(out / "corpus.txt", generated_text());
+  CorpusMeta corpus = prepare_corpus({out / "corpus.txt"}, out / "corpus", kTokenizerVocab);
+
+  TrainConfig config = golden_config(backend, out);
+  ParameterSet initial(gpt2_param_specs(config.model));
+  initial.initialise(CounterRng(kInitSeed));
+  save_gpt2_weights(config.init_from, initial);
+  dump_first_micro_batch(config, initial, out / "first_micro_batch.safetensors");
+
+  Trainer trainer(config);
+  json steps = json::array();
+  for (int64_t s = 0; s < config.steps; ++s) {
+    StepMetrics metrics = trainer.step();
+    steps.push_back({{"step", metrics.step}, {"loss", metrics.loss}, {"lr", metrics.lr}, {"grad_norm", metrics.grad_norm}});
+  }
+  trainer.save_checkpoint();
+  std::string fallbacks = trainer.dispatcher().summary();
+  if (!fallbacks.empty()) fmt::print("training on '{}':\n{}", backend, fallbacks);
+
+  json report{{"backend", backend},
+              {"config", config_json(config)},
+              {"train_shards", json::array()},
+              {"initial_weights", config.init_from},
+              {"first_micro_batch", (out / "first_micro_batch.safetensors").string()},
+              {"checkpoint", resolve_checkpoint(config.run_dir).string()},
+              {"steps", steps}};
+  for (const fs::path& shard : corpus.train_shards) report["train_shards"].push_back(shard.string());
+  write_file_atomic(out / "golden.json", report.dump(2) + "\n");
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR\n");
+    return 2;
+  }
+  try {
+    strata::run(argv[1], argv[2]);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "golden_dump: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}
