@@ -80,34 +80,42 @@ KernelSample time_gemm(Dispatcher& dispatcher, const GemmShape& g, DType dtype, 
   return sample;
 }
 
-std::vector<KernelSample> time_attention(Dispatcher& dispatcher, const AttentionShape& s, DType dtype, double budget) {
+KernelSample time_attention(Dispatcher& dispatcher, const AttentionShape& s, DType dtype, double budget) {
   Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype);
   Attrs attrs{{"n_head", s.heads}};
-  Tensors forward = dispatcher.call("attention", {qkv}, attrs);
-  Tensor dout = filled({s.batch, s.seq, s.width}, dtype);
-  Tensor dqkv = Tensor::empty(qkv.shape(), dtype);
-  std::vector<int64_t> dims = {s.batch, s.seq, s.width, s.heads};
-  KernelSample fwd{"attention", dims, OpRegistry::global().cost("attention", {metas_of({qkv})}, attrs).flops, 0};
-  fwd.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, forward, attrs); }, budget);
-  Tensors backward_inputs = {dout, qkv, forward[0], forward[1]};
-  KernelSample bwd{"attention_backward", dims,
-                   OpRegistry::global().cost("attention_backward", metas_of(backward_inputs), attrs).flops, 0};
-  bwd.seconds = best_seconds([&] { dispatcher.run("attention_backward", backward_inputs, {dqkv}, attrs); }, budget);
-  return {fwd, bwd};
+  Tensors outputs = dispatcher.call("attention", {qkv}, attrs);
+  KernelSample sample{"attention", {s.batch, s.seq, s.width, s.heads},
+                      OpRegistry::global().cost("attention", metas_of({qkv}), attrs).flops, 0};
+  sample.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, outputs, attrs); }, budget);
+  return sample;
 }
 
-// The other ops as a training graph runs them (a small GPT-2, as kernels see
-// real shapes and cache behaviour there): per op name, the roofline time on
-// the measured bandwidth and vector throughput over the fastest measured time.
-std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DType dtype, const ThreadProfile& measured,
-                                                    double vector_flops, double budget) {
+// The small GPT-2 the graph pass runs.
+GPT2Config calibration_model() {
   GPT2Config config;
   config.n_layer = 2;
   config.n_head = 4;
   config.n_embd = 256;
   config.vocab_size = 4096;
   config.block_size = 128;
-  const int64_t batch = 8;
+  return config;
+}
+constexpr int64_t kCalibrationBatch = 8;
+
+std::set<std::string> training_graph_ops() {
+  GPT2Graph model = build_gpt2_graph(calibration_model(), 1, 8, true);
+  std::set<std::string> ops;
+  for (const Node& node : model.graph.nodes()) ops.insert(node.op);
+  return ops;
+}
+
+// Every op as a training graph runs it (a small GPT-2: real shapes, and
+// inputs another op just wrote): per op name, the time predicted from the
+// micro-benchmark figures over the fastest time measured in the graph.
+std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DType dtype, const ThreadProfile& measured,
+                                                    const DTypePerformance& performance, double budget) {
+  const GPT2Config config = calibration_model();
+  const int64_t batch = kCalibrationBatch;
   GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, dtype);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
@@ -146,15 +154,12 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   DeviceSpec device;
   device.memory_bandwidth_Bps = measured.memory_bandwidth_Bps;
   device.op_overhead_s = measured.op_overhead_s;
-  device.dtypes[dtype].vector_flops = vector_flops;
-  std::map<std::string, std::pair<double, double>> totals;  // roofline, measured
+  device.dtypes[dtype] = performance;
+  std::map<std::string, std::pair<double, double>> totals;  // predicted, measured
   for (size_t i = 0; i < nodes; ++i) {
-    const Node& node = model.graph.node(static_cast<int>(i));
-    if (op_kind(node.op) != OpKind::Other) continue;
-    OpCost cost = model.graph.node_cost(static_cast<int>(i));
-    OpWork work{node.op, node.label, OpKind::Other, cost.flops, cost.bytes, 0, false, false};
-    totals[node.op].first += op_seconds(work, device, dtype);
-    totals[node.op].second += fastest[i];
+    int id = static_cast<int>(i);
+    totals[model.graph.node(id).op].first += op_seconds(op_work(model.graph, id), device, dtype);
+    totals[model.graph.node(id).op].second += fastest[i];
   }
   std::map<std::string, double> efficiency;
   for (const auto& [op, pair] : totals) {
@@ -202,8 +207,8 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
   std::vector<DType> dtypes;
   for (DType dtype : options.dtypes) {
     std::vector<std::string> missing;
-    for (const char* op : {"matmul", "attention", "attention_backward", "gelu"}) {
-      if (backend.find(op, dtype) == nullptr) missing.emplace_back(op);
+    for (const std::string& op : training_graph_ops()) {
+      if (backend.find(op, dtype) == nullptr) missing.push_back(op);
     }
     if (missing.empty()) {
       dtypes.push_back(dtype);
@@ -237,16 +242,15 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
       DTypeProfile d;
       for (const GemmShape& g : kGemms) d.gemm.push_back(time_gemm(*dispatcher, g, dtype, options.seconds_per_kernel));
       for (const AttentionShape& s : kAttention) {
-        for (KernelSample& sample : time_attention(*dispatcher, s, dtype, options.seconds_per_kernel)) {
-          d.attention.push_back(std::move(sample));
-        }
+        d.attention.push_back(time_attention(*dispatcher, s, dtype, options.seconds_per_kernel));
       }
       Tensor activations = filled({int64_t{1} << 20}, dtype);
       Tensor gelu_out = Tensor::empty(activations.shape(), dtype);
       double gelu_flops = OpRegistry::global().cost("gelu", metas_of({activations}), {}).flops;
       d.vector_flops = gelu_flops / best_seconds([&] { dispatcher->run("gelu", {activations}, {gelu_out}); },
                                                  options.seconds_per_kernel);
-      d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, d.vector_flops, 10 * options.seconds_per_kernel);
+      d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, performance_of(d, "calibration"),
+                                              10 * options.seconds_per_kernel);
       double best = 0;
       for (const KernelSample& s : d.gemm) best = std::max(best, s.flops / s.seconds);
       progress(fmt::format("{} thread(s), {}: GEMM up to {:.1f} GFLOP/s, attention {:.1f} GFLOP/s, GELU {:.2f} GFLOP/s",

@@ -2,13 +2,13 @@
 // `strata calibrate`: measures this machine for the cost model. Compute runs
 // in one process through the op dispatcher (the kernels training uses):
 // GEMMs over the shapes a transformer layer makes (forward, input-gradient
-// and weight-gradient forms), fused attention forward and backward, GELU for
-// element-wise arithmetic, a streaming add for memory bandwidth, a tiny op for
-// dispatch overhead, and every other op inside a small GPT-2 training graph
-// against its roofline; per thread count and dtype (dtypes the backend has no
-// native kernels for are skipped and reported). Each figure is the fastest of
-// several calls. Links need several processes: under mpirun the communication
-// layer's probe measures them.
+// and weight-gradient forms), fused attention, GELU for element-wise
+// arithmetic, a streaming add for memory bandwidth, a tiny op for dispatch
+// overhead; then every op inside a small GPT-2 training graph against what
+// those figures predict for it (the per-op efficiency); per thread count and
+// dtype (dtypes the backend has no native kernels for are skipped and
+// reported). Each figure is the fastest of several runs. Links need several
+// processes: under mpirun the communication layer's probe measures them.
 #include <functional>
 #include <string>
 #include <vector>

@@ -16,11 +16,8 @@ double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, doubl
   double compute_s = flops / arithmetic_Fps;
   double memory_s = bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
   double seconds = device.op_overhead_s + std::max(compute_s, memory_s);
-  if (op.kind == OpKind::Other) {
-    auto found = perf.op_efficiency.find(op.op);
-    if (found != perf.op_efficiency.end()) seconds /= found->second;
-  }
-  return seconds;
+  auto found = perf.op_efficiency.find(op.op);
+  return found == perf.op_efficiency.end() ? seconds : seconds / found->second;
 }
 
 }  // namespace strata

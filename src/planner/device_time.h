@@ -1,8 +1,8 @@
 #pragma once
 // The time of one op on a device: a roofline of its arithmetic (matrix unit at
 // the efficiency its size reaches, for GEMMs and attention; vector unit for the
-// rest) against its memory traffic, plus the fixed cost of launching it; other
-// ops are slowed by their measured (or described) fraction of that roofline.
+// rest) against its memory traffic, plus the fixed cost of launching it,
+// divided by the op's measured (or described) efficiency relative to that.
 #include "planner/hardware.h"
 #include "planner/workload.h"
 

@@ -19,8 +19,8 @@
 //   vector_tflops = 78              # non-matrix peak (element-wise arithmetic)
 //   gemm_efficiency = [[1e9, 0.3], [1e12, 0.8]]       # [FLOPs per call, fraction of matrix peak]
 //   attention_efficiency = [[1e7, 0.2], [1e9, 0.6]]   # fused attention, by FLOPs per (row, head)
-//   [device.bf16.op_efficiency]     # optional: other ops' roofline time over their real time (default 1;
-//                                   # above 1 when their data stays in cache)
+//   [device.bf16.op_efficiency]     # optional, per op: the time the figures above predict over the real
+//                                   # time (default 1; above 1 when the data stays in cache)
 //   layernorm_backward = 0.5
 //   [intra_node]                    # device to device inside a node, one direction, all devices busy
 //   bandwidth_gbps = 240
@@ -54,7 +54,7 @@ struct DTypePerformance {
   double vector_flops = 0;  // FLOP/s
   EfficiencyCurve gemm;       // by FLOPs per call
   EfficiencyCurve attention;  // by FLOPs per (batch row, head): sequence length and head size decide
-  std::map<std::string, double> op_efficiency;  // roofline time / real time, by op name; absent: 1
+  std::map<std::string, double> op_efficiency;  // predicted time / real time, by op name; absent: 1
 };
 
 struct DeviceSpec {

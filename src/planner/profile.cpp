@@ -183,6 +183,20 @@ void save_profile(const std::filesystem::path& path, const HardwareProfile& prof
   write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
 }
 
+DTypePerformance performance_of(const DTypeProfile& measured, const std::string& what) {
+  if (measured.gemm.empty()) fail("{}: no GEMM measurements", what);
+  DTypePerformance perf;
+  for (const KernelSample& s : measured.gemm) perf.matrix_flops = std::max(perf.matrix_flops, s.flops / s.seconds);
+  perf.vector_flops = measured.vector_flops;
+  perf.gemm = curve_of(measured.gemm, perf.matrix_flops, what + " GEMM", [](const KernelSample& s) { return s.flops; });
+  perf.attention = curve_of(measured.attention, perf.matrix_flops, what + " attention", [&](const KernelSample& s) {
+    if (s.dims.size() != 4) fail("{}: attention sample dims must be batch, seq, width, heads", what);
+    return s.flops / static_cast<double>(s.dims[0] * s.dims[3]);
+  });
+  perf.op_efficiency = measured.op_efficiency;
+  return perf;
+}
+
 ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices, const std::string& source) {
   if (devices < 1) fail("{}: devices must be at least 1, got {}", source, devices);
   const ThreadProfile& measured = profile.for_threads(threads);
@@ -199,18 +213,7 @@ ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, in
   device.memory_efficiency = 1.0;  // measured through the kernels themselves
   device.op_overhead_s = measured.op_overhead_s;
   for (const auto& [dtype, d] : measured.dtypes) {
-    std::string what = fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype));
-    if (d.gemm.empty()) fail("{}: no GEMM measurements", what);
-    DTypePerformance perf;
-    for (const KernelSample& s : d.gemm) perf.matrix_flops = std::max(perf.matrix_flops, s.flops / s.seconds);
-    perf.vector_flops = d.vector_flops;
-    perf.gemm = curve_of(d.gemm, perf.matrix_flops, what + " GEMM", [](const KernelSample& s) { return s.flops; });
-    perf.attention = curve_of(d.attention, perf.matrix_flops, what + " attention", [&](const KernelSample& s) {
-      if (s.dims.size() != 4) fail("{}: attention sample dims must be batch, seq, width, heads", what);
-      return s.flops / static_cast<double>(s.dims[0] * s.dims[3]);
-    });
-    perf.op_efficiency = d.op_efficiency;
-    device.dtypes[dtype] = std::move(perf);
+    device.dtypes[dtype] = performance_of(d, fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype)));
   }
   if (devices > 1) {
     if (!profile.links) {

@@ -18,7 +18,7 @@
 namespace strata {
 
 struct KernelSample {
-  std::string op;             // matmul, attention, attention_backward
+  std::string op;             // matmul, attention
   std::vector<int64_t> dims;  // matmul: m, n, k, trans_a, trans_b; attention: batch, seq, width, heads
   double flops = 0;           // per call, from the op's schema
   double seconds = 0;         // median per call
@@ -28,8 +28,9 @@ struct DTypeProfile {
   std::vector<KernelSample> gemm;
   std::vector<KernelSample> attention;
   double vector_flops = 0;  // element-wise arithmetic (GELU), FLOP/s
-  // Other ops in a training graph: roofline time (measured bandwidth and
-  // vector FLOP/s) over measured time, by op name (above 1 when in cache).
+  // Every op of a training graph: the time predicted from the figures above
+  // over the time measured there, by op name (corrects for shapes, cache
+  // behaviour and kernels the micro-benchmarks do not cover).
   std::map<std::string, double> op_efficiency;
 };
 
@@ -66,10 +67,13 @@ HardwareProfile profile_from_json(const nlohmann::json& json, const std::string&
 HardwareProfile load_profile(const std::filesystem::path& path);
 void save_profile(const std::filesystem::path& path, const HardwareProfile& profile);  // atomic
 
+// The device figures of one dtype: matrix peak = the fastest GEMM; efficiency
+// curves = measured throughput relative to it (GEMMs by FLOPs per call,
+// attention by FLOPs per (row, head)).
+DTypePerformance performance_of(const DTypeProfile& measured, const std::string& what);
+
 // This machine as a one-node cluster of `devices` devices of `threads` threads
-// each (a device per process). GEMM and attention efficiency curves are the
-// measured throughputs relative to the best GEMM; more than one device needs
-// measured links.
+// each (a device per process); more than one device needs measured links.
 ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices,
                                  const std::string& source);
 

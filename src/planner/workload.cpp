@@ -106,27 +106,15 @@ ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
   return best;
 }
 
-double attention_problems(const Graph& g, const Node& node) {
-  if (op_kind(node.op) != OpKind::Attention) return 0;
-  int qkv = node.op == "attention" ? node.inputs[0] : node.inputs[1];
-  return static_cast<double>(g.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
-}
-
 SegmentWork summarise(const SegmentGraph& segment) {
   const Graph& g = segment.graph;
   SegmentWork work;
   for (int id = 0; id < g.num_nodes(); ++id) {
     const Node& node = g.node(id);
-    OpCost cost = g.node_cost(id);
     bool forward = id < segment.forward_nodes;
-    OpWork op{node.op,
-              node.label,
-              op_kind(node.op),
-              cost.flops,
-              cost.bytes,
-              attention_problems(g, node),
-              on_residual_stream(node.label),
-              forward && segment.recomputable && selectively_recomputed(node.op)};
+    OpWork op = op_work(g, id);
+    op.residual_stream = on_residual_stream(node.label);
+    op.selective_recompute = forward && segment.recomputable && selectively_recomputed(node.op);
     (forward ? work.forward : work.backward).push_back(std::move(op));
   }
   for (int param : segment.params) work.params += static_cast<double>(shape_numel(g.value(param).meta.shape));
@@ -239,6 +227,17 @@ OpKind op_kind(const std::string& op) {
   if (op == "linear" || op == "matmul") return OpKind::Gemm;
   if (op == "attention" || op == "attention_backward") return OpKind::Attention;
   return OpKind::Other;
+}
+
+OpWork op_work(const Graph& graph, int node_id) {
+  const Node& node = graph.node(node_id);
+  OpCost cost = graph.node_cost(node_id);
+  OpWork work{node.op, node.label, op_kind(node.op), cost.flops, cost.bytes, 0, false, false};
+  if (work.kind == OpKind::Attention) {
+    int qkv = node.op == "attention" ? node.inputs[0] : node.inputs[1];
+    work.attention_problems = static_cast<double>(graph.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
+  }
+  return work;
 }
 
 std::string_view recompute_name(Recompute mode) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "graph/graph.h"
 #include "model/gpt2_config.h"
 
 namespace strata {
@@ -40,6 +41,9 @@ struct OpWork {
   // norms, the attention core, GELU: cheap to redo, large to keep).
   bool selective_recompute = false;
 };
+
+// One node of any graph as the cost model sees it (no stream or recomputation flags).
+OpWork op_work(const Graph& graph, int node_id);
 
 // Bytes of activations: the part on the residual stream (divided by the
 // tensor-parallel degree under sequence parallelism) and the part already

@@ -48,6 +48,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.grad_clip", &c.grad_clip},
       {"train.val_every", &c.val_every},
       {"train.val_batches", &c.val_batches},
+      {"parallel.plan", &c.plan},
+      {"parallel.cluster", &c.cluster},
       {"checkpoint.dir", &c.run_dir},
       {"checkpoint.every", &c.checkpoint_every},
       {"checkpoint.keep", &c.checkpoint_keep},
@@ -164,6 +166,11 @@ void TrainConfig::validate() const {
   non_negative("checkpoint.keep", checkpoint_keep);
   if (data_dir.empty()) fail("config key 'data.dir' must not be empty");
   if (run_dir.empty()) fail("config key 'checkpoint.dir' must not be empty");
+  if (plan != "manual" && plan != "auto") fail("config key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
+  if (plan == "auto" && cluster.empty()) {
+    fail("config key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
+         "when parallel.plan = \"auto\"");
+  }
   if (backend != "ref" && backend != "cpu") fail("config key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("config key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);

@@ -36,6 +36,12 @@ struct TrainConfig {
   int64_t val_every = 100;   // 0 disables
   int64_t val_batches = 10;
 
+  // parallel.plan: "manual" runs the batch settings as given; "auto" lets the
+  // planner choose the micro-batch (and, once the trainer runs them, the
+  // parallel degrees) for parallel.cluster, recording plan.json in the run dir.
+  std::string plan = "manual";
+  std::string cluster;  // parallel.cluster: a `strata calibrate` profile or a cluster TOML / preset
+
   std::string run_dir = "runs/default";
   int64_t checkpoint_every = 200;  // 0: only at the end
   int64_t checkpoint_keep = 2;     // 0: keep all

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -39,6 +40,7 @@ Trainer::Trainer(TrainConfig config)
       params_(gpt2_param_specs(config_.model)),
       optimizer_(params_, adamw_settings(config_)) {
   if (config_.threads > 0) omp_set_num_threads(static_cast<int>(config_.threads));
+  if (config_.plan == "auto") plan_ = apply_auto_plan(config_);
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
@@ -178,11 +180,15 @@ void Trainer::run() {
              omp_get_max_threads(), static_cast<double>(arena_bytes()) / (1 << 20),
              static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20));
 
+  if (plan_) write_plan_record(run_dir, *plan_);
+
   MetricsLog log((run_dir / "metrics.jsonl").string(), config_.steps);
+  std::vector<double> step_seconds;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
   while (completed_steps_ < config_.steps) {
     StepMetrics metrics = step();
+    step_seconds.push_back(static_cast<double>(config_.global_batch * config_.model.block_size) / metrics.tokens_per_s);
     bool last = completed_steps_ == config_.steps;
     if (config_.val_every > 0 && (completed_steps_ % config_.val_every == 0 || last)) {
       metrics.val_loss = validation_loss();
@@ -195,6 +201,12 @@ void Trainer::run() {
     }
   }
   log.finish();
+  if (plan_ && step_seconds.size() > 1) {
+    // The median after the first step (which pays first-touch costs) is the measured step time.
+    std::vector<double> steady(step_seconds.begin() + 1, step_seconds.end());
+    std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
+    record_measured_step(run_dir, steady[steady.size() / 2], static_cast<int64_t>(steady.size()));
+  }
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
 }

@@ -8,6 +8,7 @@
 #include "data/token_loader.h"
 #include "graph/executor.h"
 #include "model/gpt2.h"
+#include "train/auto_parallel.h"
 #include "train/config.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -37,6 +38,7 @@ class Trainer {
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader);
 
   TrainConfig config_;
+  std::optional<AutoPlan> plan_;  // parallel.plan = "auto"
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;

@@ -53,9 +53,9 @@ class CliTest : public ::testing::Test {
     std::string text;
     for (int i = 0; i < 300; ++i) text += "And God said, Let there be light: and there was light " + std::to_string(i) + "\n";
     std::string corpus = write("corpus.txt", text);
-    Result prepared = run("data prepare " + corpus + " --out " + (dir_ / "data").string() + " --vocab-size 280");
+    Result prepared = run("data prepare " + corpus + " --out " + (dir_ / "data").string() + " --vocab-size 400");
     EXPECT_EQ(prepared.exit_code, 0) << prepared.output;
-    return write("job.toml", "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 300\nblock_size = 16\n"
+    return write("job.toml", "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 420\nblock_size = 16\n"
                              "[data]\ndir = \"" + (dir_ / "data").string() + "\"\n"
                              "[train]\nbatch_size = 2\nglobal_batch = 2\nsteps = 2\nwarmup_steps = 1\nval_every = 0\n"
                              "[checkpoint]\ndir = \"" + (dir_ / "run").string() + "\"\n");

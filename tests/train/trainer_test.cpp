@@ -169,3 +169,29 @@ TEST_F(TrainerTest, UnwritableRunDirectoryIsNamed) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST_F(TrainerTest, AutoPlanChoosesTheMicroBatchAndRecordsPredictionAndMeasurement) {
+  TrainConfig auto_config = config("auto", {"parallel.plan=auto", "parallel.cluster=this-machine", "train.steps=3"});
+  Trainer trainer(auto_config);
+  trainer.run();
+  auto record = nlohmann::json::parse(std::ifstream(*root_ / "auto" / "plan.json"));
+  ASSERT_TRUE(record.contains("measured")) << record.dump(2);
+  EXPECT_GT(record.at("measured").at("step_s").get<double>(), 0);
+  std::string text = record.dump();
+  EXPECT_NE(text.find("micro_batch"), std::string::npos) << text.substr(0, 400);
+}
+
+TEST_F(TrainerTest, AutoPlanNeedsACluster) {
+  try {
+    config("auto_nocluster", {"parallel.plan=auto"});
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("parallel.cluster"));
+  }
+}
+
+}  // namespace
+}  // namespace strata
