@@ -7,7 +7,8 @@
 
 #include <functional>
 
-#include "test_files.h"
+#include "file_size_limit.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_files.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {

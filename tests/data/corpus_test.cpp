@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
-#include "test_files.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {

@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "test_files.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "core/error.h"
-#include "test_files.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {

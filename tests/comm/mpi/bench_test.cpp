@@ -33,7 +33,7 @@ TEST(Bench, ChecksEveryRunAndReportsNcclTestsBandwidths) {
       if (row.algorithm == "baseline") {
         EXPECT_TRUE(std::isnan(row.predicted_us)) << what;
       } else {
-        EXPECT_GT(row.predicted_us, 0.0) << what;
+        EXPECT_GE(row.predicted_us, 0.0) << what;  // 0 for one rank
       }
     }
     nlohmann::json json = nlohmann::json::parse(format_json(report));

@@ -1,5 +1,5 @@
 #pragma once
-// Scratch directories and raw file helpers for the data tests.
+// Scratch directories and raw file helpers shared by the test binaries.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +18,7 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     path_ = std::filesystem::temp_directory_path() /
-            ("strata-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+            ("strata-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
