@@ -7,8 +7,11 @@
 #
 # Usage: bench/comm/run_allreduce_vs_mpi.sh [EXECUTABLE [comm-bench options...]]
 #   EXECUTABLE: `strata` or `strata-comm` (default: build/bin/strata, else build/bin/strata-comm)
-# Both sides run with the same allocator setting: glibc otherwise returns big
-# blocks to the kernel on free, and first touches of fresh memory are slow here.
+# First a fresh link probe and a calibration run over every one-node all_reduce
+# algorithm (it stores the fitted scales in the probe cache, so `auto` chooses
+# with them), then the measurement. Both sides run with the same allocator
+# setting: glibc otherwise returns big blocks to the kernel on free, and first
+# touches of fresh memory are slow here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exe=${1:-}
@@ -20,6 +23,11 @@ shift || true
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
 json=$(mktemp --suffix=.json)
 trap 'rm -f "$json"' EXIT
+echo "# calibration run"
+STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES -x STRATA_COMM_REPROBE "$exe" comm-bench \
+  -o all_reduce -d f32 -b 4K -e 256M -f 4 -n 3 --rounds 3 \
+  -a ring,rhd,recursive_doubling,binomial,shm,direct --calibrate
+echo "# measurement"
 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES "$exe" comm-bench -o all_reduce -d f32 -b 4K -e 256M -f 2 \
   -a auto,baseline --json "$json" "$@"
 /usr/bin/python3 - "$json" <<'PY'

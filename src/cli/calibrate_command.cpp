@@ -2,10 +2,10 @@
 // and writes the hardware profile `strata plan` and `strata train` read.
 // Compute in one process; links with `mpirun -np 2 strata calibrate --links`,
 // which adds them to an existing profile.
+#include <fmt/core.h>
+
 #include <cstdlib>
 #include <filesystem>
-
-#include <fmt/core.h>
 
 #include "cli/commands.h"
 #include "comm/mpi_session.h"
@@ -64,7 +64,8 @@ void calibrate(const CalibrateArgs& args) {
   for (const std::string& name : args.dtypes) options.dtypes.push_back(parse_dtype(name));
   options.seconds_per_kernel = args.budget;
   std::vector<std::string> skipped;
-  HardwareProfile profile = calibrate_compute(options, [](const std::string& line) { fmt::print("{}\n", line); }, skipped);
+  HardwareProfile profile = calibrate_compute(
+      options, [](const std::string& line) { fmt::print("{}\n", line); }, skipped);
   for (const std::string& line : skipped) fmt::print("skipped {}\n", line);
   if (std::filesystem::exists(args.out)) {
     try {

@@ -6,6 +6,7 @@
 #include "comm/bench.h"
 #include "comm/cluster_file.h"
 #include "comm/mpi_session.h"
+#include "core/error.h"
 #include "core/file_io.h"
 
 namespace strata::cli {
@@ -25,8 +26,32 @@ struct BenchArgs {
   int root = 0;
   bool in_place = false;
   std::string json;
-  std::string calibrate;
+  bool calibrate = false;
+  std::string calibrate_file;
 };
+
+// Fits the model's per-algorithm scales to the measurements. Without a file
+// they go into the probe cache this job used, so later runs choose with them.
+void calibrate(const comm::Communicator& world, const comm::BenchReport& report, const std::string& file) {
+  const comm::LinkSource& source = world.link_source();
+  comm::ClusterDescription description;
+  std::string target = file;
+  if (target.empty()) {
+    if (source.kind == "file") {
+      fail("--calibrate: the links come from {}; give a file to write a calibrated copy to", source.path);
+    }
+    target = source.path;
+    description = comm::load_cluster_description(target);
+  } else {
+    description.topology = world.topology();
+    description.topology.node_of_rank.clear();
+    description.calibration = world.model().calibration;
+  }
+  comm::fit_calibration(report, description.calibration);
+  comm::save_cluster_description(target, description);
+  fmt::print("# calibration written to {}{}\n", target,
+             file.empty() ? " (the probe cache: later runs use it)" : " (use it with STRATA_COMM_TOPOLOGY)");
+}
 
 void bench(const BenchArgs& args) {
   comm::BenchOptions options;
@@ -49,15 +74,7 @@ void bench(const BenchArgs& args) {
   if (world.rank() != 0) return;
   fmt::print("{}", comm::format_table(report));
   if (!args.json.empty()) write_file_atomic(args.json, comm::format_json(report));
-  if (!args.calibrate.empty()) {
-    comm::ClusterDescription description;
-    description.topology = world.topology();
-    description.topology.node_of_rank.clear();
-    description.calibration = comm::fit_calibration(report);
-    comm::save_cluster_description(args.calibrate, description);
-    fmt::print("# calibrated cluster description written to {} (use it with STRATA_COMM_TOPOLOGY)\n",
-               args.calibrate);
-  }
+  if (args.calibrate) calibrate(world, report, args.calibrate_file);
 }
 
 }  // namespace
@@ -80,9 +97,14 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("--root", args->root, "Broadcast root");
   command->add_flag("--in-place", args->in_place, "all_reduce in place");
   command->add_option("--json", args->json, "Also write the results as JSON here");
-  command->add_option("--calibrate", args->calibrate,
-                      "Fit per-algorithm latency/bandwidth scales and write a cluster description here");
-  command->callback([args] { bench(*args); });
+  auto* calibrate = command->add_option(
+      "--calibrate", args->calibrate_file,
+      "Fit per-algorithm latency/bandwidth scales to the results; store them in the probe cache, or in FILE");
+  calibrate->expected(0, 1);
+  command->callback([args, calibrate] {
+    args->calibrate = calibrate->count() > 0;
+    bench(*args);
+  });
 }
 
 }  // namespace strata::cli

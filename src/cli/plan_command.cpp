@@ -81,9 +81,10 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   command->add_option("model", args->model, "Preset (gpt2-small ... gpt-1t) or a TOML file with a [model] table")
       ->required();
-  command->add_option("cluster", args->cluster,
-                      "Cluster TOML, a preset in configs/clusters (dgx-a100-80gb, dgx-h100, ascend-910b, "
-                      "this-machine) or a profile from `strata calibrate` (.json)")
+  command
+      ->add_option("cluster", args->cluster,
+                   "Cluster TOML, a preset in configs/clusters (dgx-a100-80gb, dgx-h100, ascend-910b, "
+                   "this-machine) or a profile from `strata calibrate` (.json)")
       ->required();
   command->add_option("--global-batch", args->global_batch, "Rows per optimizer step (default: the model's)");
   command->add_option("--seq", args->seq, "Tokens per row (default: model.block_size)");

@@ -73,6 +73,10 @@ Task hierarchical_all_reduce(Context local, Context column, ReduceBuffers buffer
 // Shared memory (one-host groups with a segment): each rank copies its
 // contribution once and sums everyone's copies into its output.
 Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_t count);
+// Direct read (one-host groups that may read each other's memory): each rank
+// reads the others' `input` (of input_dtype) and sums everything itself.
+Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
+                       size_t count);
 
 // The MPI library's own non-blocking collectives (MPI_Iallreduce, ...).
 Task mpi_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);

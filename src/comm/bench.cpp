@@ -324,8 +324,7 @@ std::string format_json(const BenchReport& report) {
   return json.dump(2) + "\n";
 }
 
-std::array<Calibration, kAlgorithmSlots> fit_calibration(const BenchReport& report) {
-  std::array<Calibration, kAlgorithmSlots> fitted{};
+void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& fitted) {
   for (Algorithm algorithm : kConcreteAlgorithms) {
     if (!modeled(algorithm)) continue;
     // Weighted least squares of a*L + b*B = T with weights 1/T (relative error).
@@ -353,7 +352,6 @@ std::array<Calibration, kAlgorithmSlots> fit_calibration(const BenchReport& repo
     fitted[static_cast<size_t>(algorithm)] = {std::clamp(latency_scale, 0.01, 100.0),
                                               std::clamp(bandwidth_scale, 0.01, 100.0)};
   }
-  return fitted;
 }
 
 }  // namespace strata::comm

@@ -66,8 +66,9 @@ double measure_memcpy_GBps(size_t bytes);
 
 std::string format_table(const BenchReport& report);
 std::string format_json(const BenchReport& report);
-// Per-algorithm latency and bandwidth scales fitted to the report's rows
-// (least squares on relative error); algorithms without rows keep 1.
-std::array<Calibration, kAlgorithmSlots> fit_calibration(const BenchReport& report);
+// Fits per-algorithm latency and bandwidth scales to the report's rows (least
+// squares on relative error) and stores them in `calibration`; algorithms
+// without rows keep their entry.
+void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
 
 }  // namespace strata::comm

@@ -119,6 +119,8 @@ Task all_reduce_call(Context ctx, GroupState* group, CallSpec spec, const void* 
   buffers.partial = spec.dtype == DType::F32 ? static_cast<float*>(out) : input.copy.floats();
   if (spec.algorithm == Algorithm::SharedMemory) {
     co_await shm_all_reduce(ctx, group, buffers, spec.count);
+  } else if (spec.algorithm == Algorithm::DirectRead) {
+    co_await direct_all_reduce(ctx, group, in, spec.dtype, buffers, spec.count);
   } else if (spec.algorithm == Algorithm::Hierarchical) {
     co_await hierarchical_all_reduce(sibling(ctx, group->local), sibling(ctx, group->column), buffers, spec.count,
                                      spec.across);

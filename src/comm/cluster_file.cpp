@@ -111,7 +111,7 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   if (const toml::node* flag = root.get("shared_memory")) {
     auto value = flag->value_exact<bool>();
     if (!value) fail("{}: key 'shared_memory' must be true or false", source_name);
-    topology.shared_memory = *value;
+    topology.shared_memory = topology.cross_memory = *value;
   }
   if (const toml::node* key = root.get("probe_key")) {
     auto value = key->value_exact<std::string>();

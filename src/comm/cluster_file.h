@@ -6,7 +6,7 @@
 //   ranks_per_node = 8         # integer >= 1
 //   reduce_gbps = 12.0         # GB/s of fp32 one rank combines (one operand stream)
 //   probe_key = "..."          # optional: which launch layout a probe measured
-//   shared_memory = true       # optional: ranks of a node share memory (CPU hosts)
+//   shared_memory = true       # optional: ranks of a node share and read each other's memory (CPU hosts)
 //   [intra]                    # rank to rank inside a node, every rank busy
 //   latency_us = 0.6
 //   bandwidth_gbps = 20.0

@@ -34,6 +34,7 @@ std::string_view algorithm_name(Algorithm algorithm) {
     case Algorithm::BinomialTree: return "binomial";
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::SharedMemory: return "shm";
+    case Algorithm::DirectRead: return "direct";
     case Algorithm::Mpi: return "mpi";
   }
   return "?";
@@ -60,7 +61,7 @@ Algorithm parse_algorithm(std::string_view name, std::string_view what) {
     if (algorithm_name(algorithm) == name) return algorithm;
   }
   fail("{}: unknown algorithm '{}' (expected auto, ring, rhd, recursive_doubling, binomial, "
-       "hierarchical, shm or mpi)",
+       "hierarchical, shm, direct or mpi)",
        what, name);
 }
 
@@ -75,6 +76,7 @@ bool implements(Algorithm algorithm, Collective op) {
     case Algorithm::BinomialTree: return op == Collective::AllReduce || op == Collective::Broadcast;
     case Algorithm::Hierarchical: return op == Collective::AllReduce;
     case Algorithm::SharedMemory: return op == Collective::AllReduce;
+    case Algorithm::DirectRead: return op == Collective::AllReduce;
   }
   return false;
 }

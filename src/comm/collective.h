@@ -16,6 +16,7 @@ enum class ReduceOp { Sum, Avg, Max };
 // Auto asks the cost model. RecursiveHalvingDoubling is Rabenseifner's
 // reduce-scatter (recursive halving) followed by all-gather (recursive doubling).
 // SharedMemory: ranks of one host sum each other's chunks in a shared segment.
+// DirectRead: ranks of one host read each other's inputs (cross-memory attach).
 enum class Algorithm {
   Auto,
   Ring,
@@ -24,13 +25,14 @@ enum class Algorithm {
   BinomialTree,
   Hierarchical,
   SharedMemory,
+  DirectRead,
   Mpi,
 };
 inline constexpr std::array kConcreteAlgorithms = {
     Algorithm::Ring,         Algorithm::RecursiveHalvingDoubling, Algorithm::RecursiveDoubling,
     Algorithm::BinomialTree, Algorithm::Hierarchical,             Algorithm::SharedMemory,
-    Algorithm::Mpi};
-inline constexpr size_t kAlgorithmSlots = 8;  // indexable by static_cast<size_t>(Algorithm)
+    Algorithm::DirectRead,   Algorithm::Mpi};
+inline constexpr size_t kAlgorithmSlots = 9;  // indexable by static_cast<size_t>(Algorithm)
 
 std::string_view collective_name(Collective op);  // "all_reduce", ...
 std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "max"

@@ -192,7 +192,8 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
     CallShape shape{spec.op, static_cast<double>(decision.bytes), spec.dtype};
     spec.across = hierarchical_inner_algorithm(shape, group.topology, group.model);
   }
-  if (spec.algorithm == Algorithm::SharedMemory && spec.count > 0) group.shm_queue.push_back(sequence);
+  bool uses_segment = spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead;
+  if (uses_segment && spec.count > 0) group.shm_queue.push_back(sequence);
   if (group.config.log_decisions && group.rank() == 0) {
     std::fprintf(stderr, "strata comm [%s] call #%llu %s\n", group.name.c_str(),
                  static_cast<unsigned long long>(sequence), format_decision(decision).c_str());

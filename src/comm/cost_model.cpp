@@ -218,11 +218,19 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       for (int mask = 1; mask < p; mask *= 2) schedule.step(binomial_flows(p, mask, false), count * width, 0.0);
       break;
     case Algorithm::SharedMemory: {
-      // Each rank copies its contribution into shared memory once, then sums
-      // all p copies into its own output: 1 + p streams of fp32 per element.
+      // Each rank copies its contribution into shared memory once (priced as
+      // one combine) and sums the p copies (p - 1 combines), all fp32.
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
-      cost.transfer_s = count * kWireFloat * (1.0 + p) / topology.reduce_Bps;
+      cost.transfer_s = count * kWireFloat * p / topology.reduce_Bps;
+      return cost;
+    }
+    case Algorithm::DirectRead: {
+      // Each rank reads the p - 1 other inputs (in their dtype) and sums them
+      // with its own; ranks meet twice (enter, done reading).
+      Cost cost;
+      cost.latency_s = 2.0 * topology.intra.latency_s;
+      cost.transfer_s = (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);
       return cost;
     }
     case Algorithm::Hierarchical: {
@@ -304,9 +312,13 @@ bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc&
   if (!implements(algorithm, shape.op)) {
     return refuse(fmt::format("{} does not implement {}", algorithm_name(algorithm), collective_name(shape.op)));
   }
-  if (algorithm == Algorithm::SharedMemory) {
-    if (!topology.shared_memory) return refuse("shm needs ranks that share memory (no shared segment)");
-    if (topology.nodes != 1) return refuse("shm needs all ranks on one node");
+  if (algorithm == Algorithm::SharedMemory || algorithm == Algorithm::DirectRead) {
+    std::string name(algorithm_name(algorithm));
+    if (!topology.shared_memory) return refuse(name + " needs ranks that share memory (no shared segment)");
+    if (algorithm == Algorithm::DirectRead && !topology.cross_memory) {
+      return refuse("direct needs ranks that can read each other's memory (cross-memory attach)");
+    }
+    if (topology.nodes != 1) return refuse(name + " needs all ranks on one node");
   }
   if (algorithm == Algorithm::Hierarchical) {
     if (topology.nodes < 2) return refuse("hierarchical needs ranks on at least 2 nodes");

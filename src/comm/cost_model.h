@@ -37,8 +37,11 @@ struct TopologyDesc {
   double reduce_Bps = 0.0;  // fp32 bytes one rank combines per second (one operand stream)
   std::vector<int> node_of_rank;
   // Ranks of a node can map each other's memory (CPU processes on one host):
-  // allows the shared-memory all-reduce on one-node groups.
+  // allows the shared-memory all-reduce on one-node groups ...
   bool shared_memory = false;
+  // ... and can read each other's memory directly (Linux cross-memory attach):
+  // allows the direct-read all-reduce there.
+  bool cross_memory = false;
 
   int ranks() const;
   int node_of(int rank) const;

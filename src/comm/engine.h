@@ -117,6 +117,9 @@ class Engine {
   static void finish(Operation& op);
   std::vector<std::shared_ptr<Operation>> active_;
   bool oversubscribed_ = true;
+  // Reading the clock costs as much as a poll: it is refreshed every few polls.
+  Operation::Clock::time_point now_{};
+  unsigned polls_ = 0;
 };
 
 // A fixed-size array kept inline when small: a RequestSet is built for every

@@ -1,6 +1,9 @@
 #include "comm/reduce_kernels.h"
 
+#include <immintrin.h>
+
 #include <cmath>
+#include <cstdint>
 #include <algorithm>
 #include <cstring>
 
@@ -44,6 +47,25 @@ void combine_final_as(void* dst, DType out_dtype, const float* a, const float* b
   }
 }
 
+// The last sum of an f32 result with non-temporal stores (AVX2).
+__attribute__((target("avx2"))) void sum_streaming_avx2(float* dst, const float* a, const float* b, size_t count,
+                                                          float divisor) {
+  size_t i = 0;
+  for (; i < count && reinterpret_cast<uintptr_t>(dst + i) % 32 != 0; ++i) dst[i] = (a[i] + b[i]) / divisor;
+  const __m256 scale = _mm256_set1_ps(divisor);
+  for (; i + 8 <= count; i += 8) {
+    __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i);
+    _mm256_stream_ps(dst + i, _mm256_div_ps(_mm256_add_ps(x, y), scale));
+  }
+  for (; i < count; ++i) dst[i] = (a[i] + b[i]) / divisor;
+  _mm_sfence();
+}
+
+bool has_avx2() {
+  static const bool supported = __builtin_cpu_supports("avx2");
+  return supported;
+}
+
 }  // namespace
 
 void combine(float* dst, const float* a, const float* b, size_t count, ReduceOp op) {
@@ -80,13 +102,17 @@ void store_final(void* dst, DType out_dtype, const float* src, size_t count, flo
 }
 
 void combine_all_final(void* dst, DType out_dtype, const float* const* sources, int source_count, size_t count,
-                       ReduceOp op, float divisor) {
+                       ReduceOp op, float divisor, bool streaming) {
   if (source_count == 1) {
     store_final(dst, out_dtype, sources[0], count, divisor);
     return;
   }
   if (source_count == 2) {
-    combine_final(dst, out_dtype, sources[0], sources[1], count, op, divisor);
+    if (streaming && out_dtype == DType::F32 && op != ReduceOp::Max && has_avx2()) {
+      sum_streaming_avx2(static_cast<float*>(dst), sources[0], sources[1], count, divisor);
+    } else {
+      combine_final(dst, out_dtype, sources[0], sources[1], count, op, divisor);
+    }
     return;
   }
   // Blocks small enough for the running sum to stay in L1.

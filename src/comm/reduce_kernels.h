@@ -19,10 +19,16 @@ void combine_final(void* dst, DType out_dtype, const float* a, const float* b, s
 // dst (out_dtype) = src / divisor; a no-op copy when it would change nothing.
 void store_final(void* dst, DType out_dtype, const float* src, size_t count, float divisor);
 
+// Results at least this large are written with streaming stores: they leave
+// the caches anyway.
+inline constexpr size_t kStreamingBytes = size_t{16} << 20;
+
 // dst (out_dtype) = (sources[0] (op) sources[1] (op) ...) / divisor, combined
-// in the order given, so every rank computing it gets the same bits.
+// in the order given, so every rank computing it gets the same bits. With
+// `streaming`, f32 results bypass the caches (for outputs too large to stay
+// there: a normal store first reads the line it overwrites).
 void combine_all_final(void* dst, DType out_dtype, const float* const* sources, int source_count, size_t count,
-                       ReduceOp op, float divisor);
+                       ReduceOp op, float divisor, bool streaming);
 
 // fp32 copy of f32 or bf16 values.
 void widen(float* dst, const void* src, DType dtype, size_t count);

@@ -13,7 +13,7 @@ namespace strata::comm {
 std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool create, int ranks,
                                                   size_t slot_bytes) {
   constexpr size_t kPage = 4096;
-  size_t part_bytes = (2 * kLine + kSlots * (kLine + slot_bytes) + kPage - 1) / kPage * kPage;
+  size_t part_bytes = (kHeaderBytes + kSlots * (kLine + slot_bytes) + kPage - 1) / kPage * kPage;
   size_t bytes = part_bytes * static_cast<size_t>(ranks);
   int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
   if (fd < 0) return nullptr;
@@ -32,7 +32,7 @@ std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool 
 SharedSegment::~SharedSegment() { munmap(base_, bytes_); }
 
 void SharedSegment::touch(int rank) const {
-  std::memset(part(rank) + 2 * kLine, 0, part_bytes_ - 2 * kLine);
+  std::memset(part(rank) + kHeaderBytes, 0, part_bytes_ - kHeaderBytes);
 }
 
 void SharedSegment::label(int rank, uint64_t chunk, uint64_t sequence, uint64_t count) const {
@@ -56,8 +56,7 @@ void SharedSegment::check_same_call(const Operation& op, const Channel& channel,
 }
 
 uint64_t CounterWait::value(int rank) const {
-  auto& counter = consumed_ ? segment_.consumed(rank) : segment_.published(rank);
-  return counter.load(std::memory_order_acquire);
+  return segment_.counter(rank, which_).load(std::memory_order_acquire);
 }
 
 bool CounterWait::poll(bool) {
@@ -72,9 +71,13 @@ std::string CounterWait::pending_peers() const {
   for (int rank = 0; rank < segment_.ranks(); ++rank) {
     if (value(rank) >= target_) continue;
     int world = channel_.world_rank[static_cast<size_t>(rank)];
-    text += fmt::format("{}peer rank {} (world rank {} on {}) to {} chunk {} in shared memory", text.empty() ? "" : ", ",
-                        channel_.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
-                        consumed_ ? "finish reading" : "publish", target_);
+    const char* what = which_ == Counter::Published  ? "to publish chunk"
+                       : which_ == Counter::Consumed ? "to finish reading chunk"
+                       : which_ == Counter::Entered  ? "to enter call #"
+                                                     : "to finish reading the inputs of call #";
+    text += fmt::format("{}peer rank {} (world rank {} on {}) {}{} in shared memory", text.empty() ? "" : ", ",
+                        channel_.group_rank[static_cast<size_t>(rank)], world, world_hostname(world), what,
+                        which_ == Counter::Published || which_ == Counter::Consumed ? target_ - 1 : target_);
   }
   return text.empty() ? "nothing (internal error)" : text;
 }

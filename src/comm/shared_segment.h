@@ -1,21 +1,28 @@
 #pragma once
 // A shared-memory segment for the ranks of one group on one host (POSIX shm,
 // unlinked as soon as every rank has mapped it, so nothing is left behind and
-// releasing it is a local munmap that cannot hang). Each rank owns a few
-// chunk-sized slots that the others read, and two counters that only it
-// writes: chunks published (copied into its slot) and chunks consumed (reduced
-// by it); operations number chunks globally, in call order, so these only grow.
-// Each slot carries the call it belongs to (sequence number and count), so
-// ranks that disagree about a call are caught instead of mixing data.
+// releasing it is a local munmap that cannot hang). Each rank owns a part
+// that only it writes: counters, the call it is in, and a few chunk-sized
+// slots. Counters only grow: `published`/`consumed` count chunks (numbered
+// globally, in call order) copied into this rank's slots / summed by it;
+// `entered`/`finished` hold the sequence number of the latest call this rank
+// entered / finished reading its peers for. Slots and the call header carry
+// the call (sequence number and count), so ranks that disagree about a call
+// are caught instead of mixing data.
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 
 #include "comm/engine.h"
 
 namespace strata::comm {
+
+enum class Counter { Published, Consumed, Entered, Finished };
 
 class SharedSegment {
  public:
@@ -29,25 +36,38 @@ class SharedSegment {
 
   int ranks() const { return ranks_; }
   size_t slot_bytes() const { return slot_bytes_; }
-  std::atomic<uint64_t>& published(int rank) const { return counters(rank)[0]; }
-  std::atomic<uint64_t>& consumed(int rank) const { return counters(rank)[kLine / sizeof(uint64_t)]; }
+  std::atomic<uint64_t>& counter(int rank, Counter which) const {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(part(rank) + static_cast<size_t>(which) * kLine);
+  }
   float* slot(int rank, uint64_t chunk) const { return reinterpret_cast<float*>(slot_base(rank, chunk) + kLine); }
   // Labels this rank's slot of `chunk` with its call, before publishing it.
   void label(int rank, uint64_t chunk, uint64_t sequence, uint64_t count) const;
   // After every rank published `chunk`: aborts `op` unless all slots carry the same call.
   void check_same_call(const Operation& op, const Channel& channel, uint64_t chunk) const;
+
+  // The call a rank is in, with where its input lives (read by peers through
+  // cross-memory attach), written before it bumps `entered`.
+  struct CallHeader {
+    uint64_t sequence;
+    uint64_t count;
+    uint64_t input_address;
+    uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16)
+    int64_t pid;
+  };
+  CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 4 * kLine); }
+
   // Touches this rank's part once, so later copies do not pay first-touch faults.
   void touch(int rank) const;
 
  private:
-  static constexpr size_t kLine = 64;  // counters on their own cache lines
+  static constexpr size_t kLine = 64;      // each counter on its own cache line
+  static constexpr size_t kHeaderBytes = 5 * kLine;  // four counters, the call header
   SharedSegment(std::byte* base, size_t bytes, int ranks, size_t slot_bytes, size_t part_bytes)
       : base_(base), bytes_(bytes), ranks_(ranks), slot_bytes_(slot_bytes), part_bytes_(part_bytes) {}
   std::byte* part(int rank) const { return base_ + static_cast<size_t>(rank) * part_bytes_; }
   std::byte* slot_base(int rank, uint64_t chunk) const {
-    return part(rank) + 2 * kLine + (chunk % kSlots) * (kLine + slot_bytes_);
+    return part(rank) + kHeaderBytes + (chunk % kSlots) * (kLine + slot_bytes_);
   }
-  std::atomic<uint64_t>* counters(int rank) const { return reinterpret_cast<std::atomic<uint64_t>*>(part(rank)); }
 
   std::byte* base_;
   size_t bytes_;
@@ -56,11 +76,29 @@ class SharedSegment {
   size_t part_bytes_;
 };
 
-// Waits until every rank's counter (published or consumed) reaches a target.
+// Waits until `sequence` heads the group's queue of calls that use the
+// segment: they take it one at a time, in the order they were started.
+class SegmentTurn : public Waitable {
+ public:
+  SegmentTurn(Operation& op, const std::deque<uint64_t>& queue, uint64_t sequence)
+      : op_(op), queue_(queue), sequence_(sequence) {}
+  bool poll(bool) override { return queue_.front() == sequence_; }
+  std::string pending_peers() const override { return "earlier shared-memory calls of this rank to finish"; }
+  bool await_ready() { return poll(true); }
+  void await_suspend(std::coroutine_handle<> resume_point) { op_.suspend_on(this, true, resume_point); }
+  void await_resume() const noexcept {}
+
+ private:
+  Operation& op_;
+  const std::deque<uint64_t>& queue_;
+  uint64_t sequence_;
+};
+
+// Waits until every rank's counter reaches a target.
 class CounterWait : public Waitable {
  public:
-  CounterWait(Operation& op, const SharedSegment& segment, const Channel& channel, bool consumed)
-      : op_(op), segment_(segment), channel_(channel), consumed_(consumed) {}
+  CounterWait(Operation& op, const SharedSegment& segment, const Channel& channel, Counter which)
+      : op_(op), segment_(segment), channel_(channel), which_(which) {}
   bool poll(bool all) override;
   std::string pending_peers() const override;
 
@@ -81,7 +119,7 @@ class CounterWait : public Waitable {
   Operation& op_;
   const SharedSegment& segment_;
   const Channel& channel_;
-  bool consumed_;
+  Counter which_;
   uint64_t target_ = 0;
 };
 

@@ -12,31 +12,10 @@
 #include "comm/shared_segment.h"
 
 namespace strata::comm {
-namespace {
-
-// Waits until `sequence` heads the group's queue of shared-memory calls:
-// they take the segment one at a time, in the order they were started.
-class TurnWait : public Waitable {
- public:
-  TurnWait(Operation& op, const std::deque<uint64_t>& queue, uint64_t sequence)
-      : op_(op), queue_(queue), sequence_(sequence) {}
-  bool poll(bool) override { return queue_.front() == sequence_; }
-  std::string pending_peers() const override { return "earlier shared-memory calls of this rank to finish"; }
-  bool await_ready() { return poll(true); }
-  void await_suspend(std::coroutine_handle<> resume_point) { op_.suspend_on(this, true, resume_point); }
-  void await_resume() const noexcept {}
-
- private:
-  Operation& op_;
-  const std::deque<uint64_t>& queue_;
-  uint64_t sequence_;
-};
-
-}  // namespace
 
 Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
-  co_await TurnWait(ctx.op, group->shm_queue, sequence);
+  co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
@@ -45,9 +24,11 @@ Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_
   const uint64_t first = group->shm_next_chunk;
   group->shm_next_chunk += chunks;
   const size_t width = dtype_size(buffers.out_dtype);
+  // Results this large leave the caches anyway: write them around the caches.
+  const bool streaming = count * width >= kStreamingBytes;
 
-  CounterWait everyone_published(ctx.op, segment, ctx.channel, false);
-  CounterWait everyone_consumed(ctx.op, segment, ctx.channel, true);
+  CounterWait everyone_published(ctx.op, segment, ctx.channel, Counter::Published);
+  CounterWait everyone_consumed(ctx.op, segment, ctx.channel, Counter::Consumed);
   std::vector<const float*> sources(static_cast<size_t>(p));
   uint64_t copied = 0;
   for (uint64_t c = 0; c < chunks; ++c) {
@@ -58,7 +39,7 @@ Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_
       size_t start = copied * per_chunk;
       std::memcpy(segment.slot(me, chunk), buffers.own + start, std::min(per_chunk, count - start) * sizeof(float));
       segment.label(me, chunk, sequence, count);
-      segment.published(me).store(chunk + 1, std::memory_order_release);
+      segment.counter(me, Counter::Published).store(chunk + 1, std::memory_order_release);
       ++copied;
     }
     uint64_t chunk = first + c;
@@ -67,8 +48,8 @@ Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_
     size_t start = c * per_chunk;
     for (int rank = 0; rank < p; ++rank) sources[static_cast<size_t>(rank)] = segment.slot(rank, chunk);
     combine_all_final(static_cast<std::byte*>(buffers.out) + start * width, buffers.out_dtype, sources.data(), p,
-                      std::min(per_chunk, count - start), buffers.op, buffers.divisor);
-    segment.consumed(me).store(chunk + 1, std::memory_order_release);
+                      std::min(per_chunk, count - start), buffers.op, buffers.divisor, streaming);
+    segment.counter(me, Counter::Consumed).store(chunk + 1, std::memory_order_release);
   }
   group->shm_queue.pop_front();
 }

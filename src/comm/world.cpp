@@ -1,6 +1,8 @@
 // Creating groups: the world (join, host names, nodes, links, shared
 // memory) and splits.
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -101,9 +103,39 @@ std::string layout_key(const std::vector<std::string>& hostnames, const std::vec
 
 }  // namespace
 
+namespace {
+
+// Whether every rank can read every other's memory (cross-memory attach; Yama
+// and container policies may forbid it): each reads a known word of each peer.
+bool check_cross_memory(Communicator& group) {
+  static const uint64_t kProbeWord = 0x5354524154410001ull;
+  // Under Yama's ptrace scope 1, only allowed processes may read this one.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  uint64_t mine[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&kProbeWord)};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(group.size()));
+  group.all_gather(mine, all.data(), sizeof(mine) / sizeof(int32_t), DType::I32);
+  float unreadable = 0.0f, anyone = 0.0f;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    if (rank == group.rank()) continue;
+    uint64_t word = 0;
+    iovec local{&word, sizeof(word)};
+    iovec remote{reinterpret_cast<void*>(all[2 * static_cast<size_t>(rank) + 1]), sizeof(word)};
+    if (process_vm_readv(static_cast<pid_t>(all[2 * static_cast<size_t>(rank)]), &local, 1, &remote, 1, 0) !=
+            static_cast<ssize_t>(sizeof(word)) ||
+        word != kProbeWord) {
+      unreadable = 1.0f;
+    }
+  }
+  group.all_reduce(&unreadable, &anyone, 1, DType::F32, ReduceOp::Max);
+  return anyone == 0.0f;
+}
+
+}  // namespace
+
 void attach_shared_memory(Communicator& group, GroupState& state) {
   state.shm.reset();
   state.topology.shared_memory = false;
+  state.topology.cross_memory = false;
   if (state.nodes != 1 || state.size() < 2) return;
   static int segments = 0;
   char name[64] = {};
@@ -124,6 +156,7 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   segment->touch(group.rank());
   state.shm = std::move(segment);
   state.topology.shared_memory = true;
+  state.topology.cross_memory = check_cross_memory(group);
   state.choices.clear();  // choices made during start-up did not know about the segment
 }
 

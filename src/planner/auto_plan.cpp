@@ -1,6 +1,5 @@
 #include "planner/auto_plan.h"
 
-
 #include "core/error.h"
 #include "core/file_io.h"
 #include "planner/profile.h"
@@ -22,7 +21,8 @@ std::filesystem::path find_cluster_file(const std::string& name_or_path) {
   std::error_code error;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) {
-    for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
       roots.push_back(dir);
     }
   }
@@ -36,7 +36,8 @@ std::filesystem::path find_cluster_file(const std::string& name_or_path) {
 ClusterSpec resolve_cluster(const std::string& name_or_path, int threads, int devices) {
   std::filesystem::path path = find_cluster_file(name_or_path);
   if (path.extension() != ".json") {
-    if (threads != 0) fail("--threads applies to a calibrated profile (.json), not to the cluster file {}", path.string());
+    if (threads != 0)
+      fail("--threads applies to a calibrated profile (.json), not to the cluster file {}", path.string());
     return load_cluster(path);
   }
   HardwareProfile profile = load_profile(path);

@@ -3,9 +3,8 @@
 // recording it in the run directory, so predicted and measured step times can
 // be compared afterwards.
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "planner/search.h"
 
@@ -26,8 +25,8 @@ struct AutoPlanRequest {
   int64_t seq = 0;           // tokens per row
   DType dtype = DType::F32;
   ClusterSpec cluster;
-  PlanLimits limits;         // what the run cannot change (fixed degrees, recomputation, ...)
-  size_t keep = 5;           // runners-up kept in the record
+  PlanLimits limits;  // what the run cannot change (fixed degrees, recomputation, ...)
+  size_t keep = 5;    // runners-up kept in the record
 };
 
 struct AutoPlan {

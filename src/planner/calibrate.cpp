@@ -1,5 +1,6 @@
 #include "planner/calibrate.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "backends/backends.h"
 #include "comm/probe.h"
@@ -32,7 +31,8 @@ double best_seconds(const Fn& call, double budget_s) {
   std::vector<double> times;
   auto begin = std::chrono::steady_clock::now();
   while (times.size() < 3 ||
-         (times.size() < 40 && std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < budget_s)) {
+         (times.size() < 40 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < budget_s)) {
     auto start = std::chrono::steady_clock::now();
     call();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -56,9 +56,9 @@ struct GemmShape {
 // The GEMMs of GPT layers from small to GPT-2-small width: forward projections,
 // an input gradient (trans_b) and a weight gradient (trans_a) of c_attn.
 constexpr GemmShape kGemms[] = {
-    {64, 64, 192, false, false},      {256, 128, 384, false, false},   {512, 256, 768, false, false},
-    {1024, 384, 1152, false, false},  {1024, 1152, 384, false, true},  {1024, 384, 1152, true, false},
-    {1024, 1536, 384, false, false},  {2048, 768, 2304, false, false},
+    {64, 64, 192, false, false},     {256, 128, 384, false, false},   {512, 256, 768, false, false},
+    {1024, 384, 1152, false, false}, {1024, 1152, 384, false, true},  {1024, 384, 1152, true, false},
+    {1024, 1536, 384, false, false}, {2048, 768, 2304, false, false},
 };
 
 struct AttentionShape {
@@ -84,8 +84,10 @@ KernelSample time_attention(Dispatcher& dispatcher, const AttentionShape& s, DTy
   Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype);
   Attrs attrs{{"n_head", s.heads}};
   Tensors outputs = dispatcher.call("attention", {qkv}, attrs);
-  KernelSample sample{"attention", {s.batch, s.seq, s.width, s.heads},
-                      OpRegistry::global().cost("attention", metas_of({qkv}), attrs).flops, 0};
+  KernelSample sample{"attention",
+                      {s.batch, s.seq, s.width, s.heads},
+                      OpRegistry::global().cost("attention", metas_of({qkv}), attrs).flops,
+                      0};
   sample.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, outputs, attrs); }, budget);
   return sample;
 }
@@ -141,8 +143,9 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   const size_t nodes = static_cast<size_t>(model.graph.num_nodes());
   std::vector<double> fastest(nodes, 0), before(nodes, 0);
   auto begin = std::chrono::steady_clock::now();
-  for (int round = 0; round < 3 || (round < 20 && std::chrono::duration<double>(
-                                                      std::chrono::steady_clock::now() - begin).count() < budget);
+  for (int round = 0;
+       round < 3 ||
+       (round < 20 && std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < budget);
        ++round) {
     for (size_t i = 0; i < nodes; ++i) before[i] = graph.timings()[i].seconds;
     graph.run();
@@ -233,8 +236,11 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
     ThreadProfile measured;
     measured.threads = threads;
     double add_bytes = OpRegistry::global().cost("add", metas_of({x, y}), {}).bytes;
-    measured.memory_bandwidth_Bps =
-        add_bytes / best_seconds([&] { dispatcher->run("add", {x, y}, {sum}); }, options.seconds_per_kernel);
+    measured.memory_bandwidth_Bps = add_bytes / best_seconds(
+                                                    [&] {
+                                                      dispatcher->run("add", {x, y}, {sum});
+                                                    },
+                                                    options.seconds_per_kernel);
     measured.op_overhead_s = best_seconds([&] { dispatcher->run("add", {tiny, tiny}, {tiny_out}); }, 0.02);
     progress(fmt::format("{} thread(s): memory bandwidth {:.1f} GB/s, op overhead {:.1f} us", threads,
                          measured.memory_bandwidth_Bps / 1e9, measured.op_overhead_s * 1e6));

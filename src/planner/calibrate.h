@@ -20,9 +20,9 @@ namespace strata {
 
 struct CalibrationOptions {
   std::string backend = "cpu";
-  std::vector<int> threads;                    // empty: 1 and every core
+  std::vector<int> threads;  // empty: 1 and every core
   std::vector<DType> dtypes = {DType::F32, DType::BF16};
-  double seconds_per_kernel = 0.15;            // timing budget of one measurement
+  double seconds_per_kernel = 0.15;  // timing budget of one measurement
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;

@@ -38,7 +38,9 @@ comm::TopologyDesc CommPricer::group_topology(int size, int stride) const {
     topology.inter = {cluster_.nic.latency_s, cluster_.node_network_Bps() * share};
   }
   // Combining one operand stream reads it and the local partial and writes the sum.
-  topology.reduce_Bps = cluster_.device.memory_bandwidth_Bps * cluster_.device.memory_efficiency / 3.0;
+  topology.reduce_Bps = cluster_.reduce_Bps > 0
+                            ? cluster_.reduce_Bps
+                            : cluster_.device.memory_bandwidth_Bps * cluster_.device.memory_efficiency / 3.0;
   if (nodes == 1 && size > 1 && !(topology.intra.bandwidth_Bps > 0)) {
     fail("{}: a group of {} devices inside a node needs intra_node figures", cluster_.source, size);
   }

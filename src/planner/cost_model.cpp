@@ -1,10 +1,10 @@
 #include "planner/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
 #include <queue>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "ops/schema.h"
@@ -59,7 +59,8 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
 void PlanningProblem::validate() const {
   model.validate();
   if (global_batch < 1) fail("global batch must be at least 1 row, got {}", global_batch);
-  if (seq < 1 || seq > model.block_size) fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
+  if (seq < 1 || seq > model.block_size)
+    fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
   cluster.validate();
   cluster.device.performance(dtype);
 }
@@ -67,9 +68,9 @@ void PlanningProblem::validate() const {
 CostModel::CostModel(PlanningProblem problem)
     : problem_(std::move(problem)),
       pricer_(problem_.cluster),
-      adamw_(vector_op("adamw", 4,
-                       {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
-                        {"step", int64_t{1}}})),
+      adamw_(vector_op(
+          "adamw", 4,
+          {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{1}}})),
       sum_squares_(vector_op("sum_squares", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
       add_(vector_op("add", 2)) {
@@ -90,7 +91,8 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
   auto key = std::make_pair(micro_batch, tp);
   auto found = workloads_.find(key);
   if (found == workloads_.end()) {
-    auto built = std::make_unique<Workload>(build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype));
+    auto built =
+        std::make_unique<Workload>(build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype));
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
@@ -126,7 +128,9 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
     // c_fc); sequence parallelism turns each into an all-gather and a
     // reduce-scatter of the same buffer.
     const double boundary = work.boundary_bytes;
-    auto all_reduce = [&](double bytes) { return pricer_.collective(Collective::AllReduce, bytes, tp, 1, problem_.dtype); };
+    auto all_reduce = [&](double bytes) {
+      return pricer_.collective(Collective::AllReduce, bytes, tp, 1, problem_.dtype);
+    };
     auto gather = [&](double bytes) { return pricer_.collective(Collective::AllGather, bytes, tp, 1, problem_.dtype); };
     auto scatter = [&](double bytes) {
       return pricer_.collective(Collective::ReduceScatter, bytes, tp, 1, problem_.dtype);
@@ -139,8 +143,8 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
     result.embedding.tp_backward = sp ? gather(boundary) : 0.0;
     // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per position.
     double row_stats = static_cast<double>(micro_batch * problem_.seq) * kF32;
-    result.head.tp_forward = (sp ? gather(boundary) : 0.0) +
-                             3 * pricer_.collective(Collective::AllReduce, row_stats, tp, 1, DType::F32);
+    result.head.tp_forward =
+        (sp ? gather(boundary) : 0.0) + 3 * pricer_.collective(Collective::AllReduce, row_stats, tp, 1, DType::F32);
     result.head.tp_backward = sp ? scatter(boundary) : all_reduce(boundary);
   }
   return costs_.emplace(key, result).first->second;
@@ -163,7 +167,8 @@ double CostModel::accumulate_seconds(double gradients, double micro_batches) con
   OpWork copy = add_;
   copy.flops = 0;
   copy.bytes = add_.bytes * 2.0 / 3.0;  // read one operand instead of two
-  return op_seconds(copy, device, DType::F32, scale) + (micro_batches - 1) * op_seconds(add_, device, DType::F32, scale);
+  return op_seconds(copy, device, DType::F32, scale) +
+         (micro_batches - 1) * op_seconds(add_, device, DType::F32, scale);
 }
 
 std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
@@ -188,7 +193,8 @@ std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) c
     return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, model.n_layer);
   }
   if (plan.schedule == PipelineSchedule::Interleaved) {
-    if (plan.pp < 2 || plan.virtual_stages < 2) return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
+    if (plan.pp < 2 || plan.virtual_stages < 2)
+      return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
     if (plan.micro_batches % plan.pp != 0) {
       return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches,
                          plan.pp);
@@ -215,8 +221,8 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
   // Per layer and micro-batch.
   const SegmentCost& layer = cost.layer;
   double layer_recompute = plan.recompute == Recompute::Selective ? layer.selective
-                           : plan.recompute == Recompute::Full   ? layer.forward + layer.tp_forward
-                                                                 : 0.0;
+                           : plan.recompute == Recompute::Full    ? layer.forward + layer.tp_forward
+                                                                  : 0.0;
   double layer_seconds = layer.forward + layer.backward + layer.tp_forward + layer.tp_backward + layer_recompute;
   auto segment_seconds = [](const SegmentCost& s) { return s.forward + s.backward + s.tp_forward + s.tp_backward; };
 
@@ -227,8 +233,9 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
   auto split_key = std::make_tuple(p, v, layer_seconds, extra[0], extra[static_cast<size_t>(p - 1)]);
   auto cached = time_splits_.find(split_key);
   if (cached == time_splits_.end()) {
-    cached = time_splits_.emplace(split_key, balance_layers(static_cast<int>(problem_.model.n_layer), per_layer, extra, v))
-                 .first;
+    cached =
+        time_splits_.emplace(split_key, balance_layers(static_cast<int>(problem_.model.n_layer), per_layer, extra, v))
+            .first;
   }
   std::vector<int> layers = cached->second;
 
@@ -266,14 +273,15 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     mem.activations = in_flight(stage) * saved + temporaries;
     mem.staging = (zero <= 1 ? params : work.layer.params) * width + (p == 1 ? 2 * tied * width : 0.0);
     mem.buffers = zero == 3 ? 2 * work.layer.params * width : 0.0;
-    mem.peak = mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers +
-               std::max(mem.activations, mem.staging);
+    mem.peak =
+        mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
     mem.capacity = device.usable_memory_bytes();
     return mem;
   };
   auto memory_per_stage = [&](const std::vector<int>& split_layers) {
     std::vector<MemoryBreakdown> stages;
-    for (int stage = 0; stage < p; ++stage) stages.push_back(stage_memory(stage, split_layers[static_cast<size_t>(stage)]));
+    for (int stage = 0; stage < p; ++stage)
+      stages.push_back(stage_memory(stage, split_layers[static_cast<size_t>(stage)]));
     return stages;
   };
   auto worst = [](const std::vector<MemoryBreakdown>& stages) {
@@ -286,12 +294,14 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     std::vector<double> per_layer_bytes(static_cast<size_t>(p)), base_bytes(static_cast<size_t>(p));
     for (int stage = 0; stage < p; ++stage) {
       base_bytes[static_cast<size_t>(stage)] = stage_memory(stage, 0).peak;
-      per_layer_bytes[static_cast<size_t>(stage)] = stage_memory(stage, 1).peak - base_bytes[static_cast<size_t>(stage)];
+      per_layer_bytes[static_cast<size_t>(stage)] =
+          stage_memory(stage, 1).peak - base_bytes[static_cast<size_t>(stage)];
     }
     // No split beats the average stage; skip the search when even that does not fit.
     double least_slope = *std::min_element(per_layer_bytes.begin(), per_layer_bytes.end());
     double average = (std::accumulate(base_bytes.begin(), base_bytes.end(), 0.0) +
-                      static_cast<double>(problem_.model.n_layer) * least_slope) / p;
+                      static_cast<double>(problem_.model.n_layer) * least_slope) /
+                     p;
     if (average <= memory.capacity) {
       std::vector<int> by_memory =
           balance_layers(static_cast<int>(problem_.model.n_layer), per_layer_bytes, base_bytes, v);
@@ -365,8 +375,8 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
   }
   const StageTime& bottleneck = stages[slowest];
   double t_max = bottleneck.total();
-  double pipeline = plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / v
-                                                                   : (m - 1) * t_max + sum;
+  double pipeline =
+      plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / v : (m - 1) * t_max + sum;
 
   Prediction prediction;
   prediction.plan = plan;
@@ -388,7 +398,8 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     for (int stage = 0; stage < p; ++stage) {
       const StageTime& st = stages[static_cast<size_t>(stage)];
       Collective op = zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-      double reduce = bucketed(op, kF32, DType::F32, layers[static_cast<size_t>(stage)], params[static_cast<size_t>(stage)]);
+      double reduce =
+          bucketed(op, kF32, DType::F32, layers[static_cast<size_t>(stage)], params[static_cast<size_t>(stage)]);
       double tail = std::max(reduce - st.backward, reduce / std::max(layers[static_cast<size_t>(stage)], 1));
       exposed = std::max(exposed, tail - drain);
       drain += st.backward;
@@ -404,7 +415,8 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     double sharded = zero >= 1 ? count / d : count;
     optimizer = std::max(optimizer, optimizer_seconds(sharded, zero >= 2 ? count / d : count));
     if (d > 1 && (zero == 1 || zero == 2)) {
-      gather = std::max(gather, bucketed(Collective::AllGather, width, problem_.dtype, layers[static_cast<size_t>(stage)], count));
+      gather = std::max(
+          gather, bucketed(Collective::AllGather, width, problem_.dtype, layers[static_cast<size_t>(stage)], count));
     }
   }
   time.optimizer = optimizer;

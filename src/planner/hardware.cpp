@@ -17,7 +17,8 @@ constexpr double kGB = 1e9;
 
 EfficiencyCurve read_curve(const TomlFields& fields, const std::string& key) {
   const toml::array& rows = fields.array(key);
-  if (rows.empty()) fail("{}: key '{}' must list at least one [flops, fraction] pair", fields.source(), fields.path(key));
+  if (rows.empty())
+    fail("{}: key '{}' must list at least one [flops, fraction] pair", fields.source(), fields.path(key));
   EfficiencyCurve curve;
   for (size_t i = 0; i < rows.size(); ++i) {
     const toml::array* row = rows[i].as_array();
@@ -67,8 +68,8 @@ DTypePerformance read_dtype(const TomlFields& fields) {
 
 DeviceSpec read_device(const TomlFields& fields) {
   const std::set<std::string> dtype_names = {"f64", "f32", "bf16", "f16"};
-  std::set<std::string> allowed = {"name",        "memory_gib", "reserved_gib", "memory_bandwidth_gbps",
-                                   "memory_efficiency", "op_overhead_us"};
+  std::set<std::string> allowed = {
+      "name", "memory_gib", "reserved_gib", "memory_bandwidth_gbps", "memory_efficiency", "op_overhead_us"};
   allowed.insert(dtype_names.begin(), dtype_names.end());
   fields.only(allowed);
   DeviceSpec device;

@@ -50,10 +50,10 @@ struct EfficiencyCurve {
 };
 
 struct DTypePerformance {
-  double matrix_flops = 0;  // FLOP/s
-  double vector_flops = 0;  // FLOP/s
-  EfficiencyCurve gemm;       // by FLOPs per call
-  EfficiencyCurve attention;  // by FLOPs per (batch row, head): sequence length and head size decide
+  double matrix_flops = 0;                      // FLOP/s
+  double vector_flops = 0;                      // FLOP/s
+  EfficiencyCurve gemm;                         // by FLOPs per call
+  EfficiencyCurve attention;                    // by FLOPs per (batch row, head): sequence length and head size decide
   std::map<std::string, double> op_efficiency;  // predicted time / real time, by op name; absent: 1
 };
 
@@ -85,6 +85,9 @@ struct ClusterSpec {
   LinkSpec intra_node;  // per device
   LinkSpec nic;         // per network port
   int nics_per_node = 0;
+  // fp32 bytes one device combines per second in a reduction (one operand
+  // stream); 0: a third of its memory bandwidth (read two, write one).
+  double reduce_Bps = 0;
 
   int devices() const { return nodes * devices_per_node; }
   double node_network_Bps() const { return nic.bandwidth_Bps * nics_per_node; }

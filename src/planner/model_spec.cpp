@@ -18,12 +18,9 @@ struct Preset {
 // GPT-2 sizes as released by OpenAI (HuggingFace configs); GPT-3 175B and the
 // 1T model as in Narayanan et al. (SC21) Table 1, with their batch sizes.
 constexpr Preset kPresets[] = {
-    {"gpt2-small", 12, 12, 768, 50257, 1024, 512},
-    {"gpt2-medium", 24, 16, 1024, 50257, 1024, 512},
-    {"gpt2-large", 36, 20, 1280, 50257, 1024, 512},
-    {"gpt2-xl", 48, 25, 1600, 50257, 1024, 512},
-    {"gpt3-175b", 96, 96, 12288, 51200, 2048, 1536},
-    {"gpt-1t", 128, 160, 25600, 51200, 2048, 3072},
+    {"gpt2-small", 12, 12, 768, 50257, 1024, 512},   {"gpt2-medium", 24, 16, 1024, 50257, 1024, 512},
+    {"gpt2-large", 36, 20, 1280, 50257, 1024, 512},  {"gpt2-xl", 48, 25, 1600, 50257, 1024, 512},
+    {"gpt3-175b", 96, 96, 12288, 51200, 2048, 1536}, {"gpt-1t", 128, 160, 25600, 51200, 2048, 3072},
 };
 
 }  // namespace

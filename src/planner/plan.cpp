@@ -13,9 +13,12 @@ double TimeBreakdown::total() const {
 
 std::string_view schedule_name(PipelineSchedule schedule) {
   switch (schedule) {
-    case PipelineSchedule::GPipe: return "gpipe";
-    case PipelineSchedule::OneFOneB: return "1f1b";
-    case PipelineSchedule::Interleaved: return "interleaved";
+    case PipelineSchedule::GPipe:
+      return "gpipe";
+    case PipelineSchedule::OneFOneB:
+      return "1f1b";
+    case PipelineSchedule::Interleaved:
+      return "interleaved";
   }
   return "?";
 }

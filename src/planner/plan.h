@@ -17,13 +17,13 @@ struct ParallelPlan {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  bool sp = false;             // sequence parallelism over the tensor-parallel group
-  int64_t micro_batch = 1;     // rows per micro-batch
-  int64_t micro_batches = 1;   // per optimizer step and data-parallel replica
-  int zero = 0;                // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
+  bool sp = false;            // sequence parallelism over the tensor-parallel group
+  int64_t micro_batch = 1;    // rows per micro-batch
+  int64_t micro_batches = 1;  // per optimizer step and data-parallel replica
+  int zero = 0;               // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
   Recompute recompute = Recompute::None;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  int virtual_stages = 1;      // model chunks per device (interleaved schedule only)
+  int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
 
   int devices() const { return dp * tp * pp; }
   // "dp=8 tp=8 pp=4 sp mb=1x96 zero=1 recompute=selective 1f1b"; also the tie-break order.
@@ -65,11 +65,11 @@ struct Prediction {
   std::vector<int> layers_per_stage;  // per device stage, summed over its virtual chunks
   double step_s = 0;
   double tokens_per_s = 0;
-  double mfu = 0;  // model FLOPs (forward + backward, no recomputation) / (step * devices * matrix peak)
+  double mfu = 0;             // model FLOPs (forward + backward, no recomputation) / (step * devices * matrix peak)
   double hardware_flops = 0;  // per step, all devices: model FLOPs plus the forward work recomputation redoes
   TimeBreakdown time;
-  MemoryBreakdown memory;                  // the stage with the highest peak
-  std::vector<MemoryBreakdown> stages;     // every pipeline stage
+  MemoryBreakdown memory;               // the stage with the highest peak
+  std::vector<MemoryBreakdown> stages;  // every pipeline stage
   bool fits() const { return memory.peak <= memory.capacity; }
 };
 

@@ -100,9 +100,12 @@ nlohmann::json profile_to_json(const HardwareProfile& profile) {
                        {"op_overhead_s", t.op_overhead_s},
                        {"dtypes", dtypes}});
   }
-  nlohmann::json json = {{"format", kFormat},          {"version", kVersion},
-                         {"cpu", profile.cpu},         {"cores", profile.cores},
-                         {"memory_bytes", profile.memory_bytes}, {"backend", profile.backend},
+  nlohmann::json json = {{"format", kFormat},
+                         {"version", kVersion},
+                         {"cpu", profile.cpu},
+                         {"cores", profile.cores},
+                         {"memory_bytes", profile.memory_bytes},
+                         {"backend", profile.backend},
                          {"threads", threads}};
   if (profile.links) {
     const LinkProfile& l = *profile.links;
@@ -221,6 +224,7 @@ ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, in
            source, devices, source);
     }
     cluster.intra_node = {profile.links->intra_latency_s, profile.links->intra_bandwidth_Bps};
+    cluster.reduce_Bps = profile.links->reduce_Bps;
   }
   cluster.validate();
   return cluster;

@@ -6,11 +6,10 @@
 // measured with several processes. Stored as JSON.
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "planner/hardware.h"
@@ -42,7 +41,7 @@ struct ThreadProfile {
 };
 
 struct LinkProfile {
-  int ranks = 0;            // processes measured
+  int ranks = 0;  // processes measured
   int nodes = 1;
   double intra_latency_s = 0;
   double intra_bandwidth_Bps = 0;
@@ -74,7 +73,6 @@ DTypePerformance performance_of(const DTypeProfile& measured, const std::string&
 
 // This machine as a one-node cluster of `devices` devices of `threads` threads
 // each (a device per process); more than one device needs measured links.
-ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices,
-                                 const std::string& source);
+ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices, const std::string& source);
 
 }  // namespace strata

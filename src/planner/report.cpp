@@ -1,9 +1,9 @@
 #include "planner/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace strata {
 
@@ -12,21 +12,22 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct Component {
-  const char* name;
+  const char* key;   // in JSON
+  const char* name;  // in text
   double TimeBreakdown::*field;
 };
 
 constexpr Component kComponents[] = {
-    {"compute", &TimeBreakdown::compute},
-    {"recomputation", &TimeBreakdown::recompute},
-    {"tensor-parallel collectives", &TimeBreakdown::tp_comm},
-    {"pipeline transfers", &TimeBreakdown::pp_comm},
-    {"ZeRO collectives", &TimeBreakdown::zero_comm},
-    {"gradient accumulation", &TimeBreakdown::grad_accumulation},
-    {"pipeline bubble", &TimeBreakdown::bubble},
-    {"data-parallel gradient reduction", &TimeBreakdown::dp_comm},
-    {"weight all-gather", &TimeBreakdown::param_gather},
-    {"optimizer", &TimeBreakdown::optimizer},
+    {"compute", "compute", &TimeBreakdown::compute},
+    {"recompute", "recomputation", &TimeBreakdown::recompute},
+    {"tp_comm", "tensor-parallel collectives", &TimeBreakdown::tp_comm},
+    {"pp_comm", "pipeline transfers", &TimeBreakdown::pp_comm},
+    {"zero_comm", "ZeRO collectives", &TimeBreakdown::zero_comm},
+    {"grad_accumulation", "gradient accumulation", &TimeBreakdown::grad_accumulation},
+    {"bubble", "pipeline bubble", &TimeBreakdown::bubble},
+    {"dp_comm", "data-parallel gradient reduction", &TimeBreakdown::dp_comm},
+    {"param_gather", "weight all-gather", &TimeBreakdown::param_gather},
+    {"optimizer", "optimizer", &TimeBreakdown::optimizer},
 };
 
 std::string seconds_text(double seconds) {
@@ -73,9 +74,8 @@ std::vector<std::string> explain_difference(const Prediction& winner, const Pred
     if (std::fabs(delta) < 1e-6 * winner.step_s) continue;
     deltas.emplace_back(delta, fmt::format("{}{} {}", delta > 0 ? "+" : "-", seconds_text(std::fabs(delta)), c.name));
   }
-  std::stable_sort(deltas.begin(), deltas.end(), [](const auto& a, const auto& b) {
-    return std::fabs(a.first) > std::fabs(b.first);
-  });
+  std::stable_sort(deltas.begin(), deltas.end(),
+                   [](const auto& a, const auto& b) { return std::fabs(a.first) > std::fabs(b.first); });
   std::vector<std::string> phrases;
   for (size_t i = 0; i < deltas.size() && i < 3; ++i) phrases.push_back(deltas[i].second);
   return phrases;
@@ -97,7 +97,7 @@ nlohmann::json plan_json(const ParallelPlan& plan) {
 
 nlohmann::json prediction_json(const Prediction& prediction) {
   nlohmann::json time;
-  for (const Component& c : kComponents) time[c.name] = prediction.time.*c.field;
+  for (const Component& c : kComponents) time[c.key] = prediction.time.*c.field;
   const MemoryBreakdown& m = prediction.memory;
   return {{"plan", plan_json(prediction.plan)},
           {"step_s", prediction.step_s},
@@ -157,8 +157,8 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
   if (result.ranked.empty()) {
     out += "no plan fits\n";
   } else {
-    out += fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>6} {:>10}\n", "#", "plan", "step", "tokens/s", "MFU",
-                       "mem/device");
+    out +=
+        fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>6} {:>10}\n", "#", "plan", "step", "tokens/s", "MFU", "mem/device");
     for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
       const Prediction& p = result.ranked[i];
       out += fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>5.1f}% {:>6.1f} GiB\n", i + 1, p.plan.describe(),
@@ -170,7 +170,8 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
     out += fmt::format("  layers per stage: {}\n", split_text(winner.layers_per_stage));
     if (winner.stages.size() > 1) {
       std::string peaks;
-      for (const MemoryBreakdown& stage : winner.stages) peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : "/", stage.peak / kGiB);
+      for (const MemoryBreakdown& stage : winner.stages)
+        peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : "/", stage.peak / kGiB);
       out += fmt::format("  peak memory per stage: {} GiB\n", peaks);
     }
     out += fmt::format("  time: {}\n", breakdown_text(winner.time));

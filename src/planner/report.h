@@ -2,10 +2,9 @@
 // Reports of a search: the ranked plans with their predictions, why each
 // runner-up loses to the winner, and why the rejected regions were rejected;
 // as text for people and JSON for tools and run directories.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "planner/search.h"
 

@@ -1,10 +1,10 @@
 #include "planner/search.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
-
-#include <fmt/format.h>
 
 namespace strata {
 
@@ -64,6 +64,18 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
   const int64_t layers = problem.model.n_layer;
   Rejections reject(rejected);
   std::vector<ParallelPlan> plans;
+  for (const auto& [name, fixed] : {std::pair{"dp", limits.dp}, {"tp", limits.tp}, {"pp", limits.pp}}) {
+    if (fixed && devices % *fixed != 0) {
+      reject.add(fmt::format("fixed degrees that do not divide the cluster's {} devices", devices),
+                 [&] { return fmt::format("{}={}", name, *fixed); });
+      return plans;
+    }
+  }
+  if (limits.dp && limits.tp && limits.pp && *limits.dp * *limits.tp * *limits.pp != devices) {
+    reject.add(fmt::format("fixed layouts whose dp x tp x pp is not the cluster's {} devices", devices),
+               [&] { return layout_name(*limits.dp, *limits.tp, *limits.pp); });
+    return plans;
+  }
   for (int64_t tp64 : divisors(devices)) {
     int tp = static_cast<int>(tp64);
     if (!allowed(limits.tp, tp) || (limits.max_tp > 0 && tp > limits.max_tp)) continue;
@@ -89,9 +101,9 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
       }
       const int64_t rows = problem.global_batch / dp;
       if (limits.micro_batch && rows % *limits.micro_batch != 0) {
-        reject.add(fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}",
-                               *limits.micro_batch),
-                   [&] { return layout; });
+        reject.add(
+            fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}", *limits.micro_batch),
+            [&] { return layout; });
         continue;
       }
       for (int64_t micro_batch : divisors(rows)) {
@@ -153,7 +165,8 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     }
     Prediction prediction = model.evaluate(plan);
     ++result.candidates;
-    auto [entry, inserted] = layouts.try_emplace({plan.dp, plan.tp, plan.pp}, LayoutMemory{false, prediction.memory.peak});
+    auto [entry, inserted] =
+        layouts.try_emplace({plan.dp, plan.tp, plan.pp}, LayoutMemory{false, prediction.memory.peak});
     entry->second.least_peak = std::min(entry->second.least_peak, prediction.memory.peak);
     if (!prediction.fits()) {
       ++out_of_memory;

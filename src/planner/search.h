@@ -32,7 +32,7 @@ struct PlanLimits {
 
 // A family of plans that cannot run, and why.
 struct RejectedRegion {
-  std::string reason;                // says what was counted: layouts or plans
+  std::string reason;  // says what was counted: layouts or plans
   int64_t count = 0;
   std::string example;               // one plan (or layout) of the region
   std::vector<std::string> details;  // e.g. per layout, the least memory any variant needs

@@ -18,9 +18,7 @@ const toml::table& empty_table() {
 TomlFields::TomlFields(const toml::table& table, std::string source, std::string prefix)
     : table_(&table), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
-std::string TomlFields::path(const std::string& key) const {
-  return prefix_.empty() ? key : prefix_ + "." + key;
-}
+std::string TomlFields::path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
 
 bool TomlFields::has(const std::string& key) const { return table_->contains(key); }
 

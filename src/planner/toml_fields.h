@@ -2,10 +2,10 @@
 // Strict reading of the planner's TOML files: every lookup names the file and
 // the dotted key when the value is missing, of the wrong type or out of range,
 // and tables reject keys nobody reads.
+#include <toml++/toml.h>
+
 #include <set>
 #include <string>
-
-#include <toml++/toml.h>
 
 namespace strata {
 
@@ -19,10 +19,10 @@ class TomlFields {
 
   std::string string(const std::string& key) const;
   int64_t integer(const std::string& key, int64_t at_least) const;
-  double number(const std::string& key) const;          // finite
-  double positive(const std::string& key) const;        // > 0
-  double non_negative(const std::string& key) const;    // >= 0
-  double fraction(const std::string& key) const;        // in (0, 1]
+  double number(const std::string& key) const;        // finite
+  double positive(const std::string& key) const;      // > 0
+  double non_negative(const std::string& key) const;  // >= 0
+  double fraction(const std::string& key) const;      // in (0, 1]
   const toml::array& array(const std::string& key) const;
 
   // Fails naming the first key outside `allowed`.

@@ -16,8 +16,8 @@ bool on_residual_stream(const std::string& label) {
   if (label == "attn.c_proj.grad_bias" || label == "mlp.c_proj.grad_bias") return true;
   std::string base = label.substr(0, label.find(':'));
   base = base.substr(0, base.find(".grad_"));
-  static const std::set<std::string> stream = {"x",    "d_loss",        "tokens",       "targets", "embed",
-                                               "ln_1", "ln_2",          "attn.residual", "mlp.residual", "ln_f"};
+  static const std::set<std::string> stream = {"x",    "d_loss", "tokens",        "targets",      "embed",
+                                               "ln_1", "ln_2",   "attn.residual", "mlp.residual", "ln_f"};
   return stream.count(base) != 0;
 }
 
@@ -198,8 +198,9 @@ SegmentWork embedding_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DT
   int wte = add_param(seg, "wte", {vocab_shard(c, tp), c.n_embd}, dtype);
   int wpe = add_param(seg, "wpe", {c.block_size, c.n_embd}, dtype);
   Graph& g = seg.graph;
-  int out = g.apply1("add", {g.apply1("embedding", {wte, tokens}, {}, "wte"), g.apply1("embedding", {wpe, positions}, {}, "wpe")},
-                     {}, "embed");
+  int out = g.apply1(
+      "add", {g.apply1("embedding", {wte, tokens}, {}, "wte"), g.apply1("embedding", {wpe, positions}, {}, "wpe")}, {},
+      "embed");
   finish(seg, out);
   return summarise(seg);
 }
@@ -242,9 +243,12 @@ OpWork op_work(const Graph& graph, int node_id) {
 
 std::string_view recompute_name(Recompute mode) {
   switch (mode) {
-    case Recompute::None: return "none";
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
   }
   return "?";
 }
@@ -262,7 +266,8 @@ Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t s
     fail("tensor-parallel degree {} must divide model.n_head ({})", tp, config.n_head);
   }
   if (micro_batch < 1) fail("micro-batch size must be positive, got {}", micro_batch);
-  if (seq < 1 || seq > config.block_size) fail("sequence length {} must be in [1, model.block_size = {}]", seq, config.block_size);
+  if (seq < 1 || seq > config.block_size)
+    fail("sequence length {} must be in [1, model.block_size = {}]", seq, config.block_size);
   Workload work;
   work.micro_batch = micro_batch;
   work.seq = seq;

@@ -19,7 +19,7 @@ namespace strata {
 
 enum class Recompute { None, Selective, Full };
 inline constexpr std::array kRecomputeModes = {Recompute::None, Recompute::Selective, Recompute::Full};
-std::string_view recompute_name(Recompute mode);            // "none", "selective", "full"
+std::string_view recompute_name(Recompute mode);  // "none", "selective", "full"
 Recompute parse_recompute(std::string_view text, std::string_view what);
 
 enum class OpKind { Gemm, Attention, Other };

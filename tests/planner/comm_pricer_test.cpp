@@ -1,7 +1,8 @@
 // How plan groups map onto the communication layer's topology model.
+#include "planner/comm_pricer.h"
+
 #include <gtest/gtest.h>
 
-#include "planner/comm_pricer.h"
 #include "planner_test_support.h"
 
 namespace strata {

@@ -95,8 +95,8 @@ TEST(PlannerFlops, RecomputationAddsForwardWork) {
   double T = B * s;
   // Full: the whole layer forward again: GEMMs with biases, attention, two layer norms
   // (8 per element), GELU (10 per element of 4h), two residual adds.
-  double layer_forward = 24 * T * h * h + 9 * T * h + 4 * B * (s * (s + 1) / 2) * h + 2 * 8 * T * h + 10 * 4 * T * h +
-                         2 * T * h;
+  double layer_forward =
+      24 * T * h * h + 9 * T * h + 4 * B * (s * (s + 1) / 2) * h + 2 * 8 * T * h + 10 * 4 * T * h + 2 * T * h;
   EXPECT_DOUBLE_EQ(hardware(Recompute::None), model.model_flops_per_step());
   EXPECT_DOUBLE_EQ(hardware(Recompute::Full) - model.model_flops_per_step(), L * layer_forward);
   // Selective: layer norms, the attention core and GELU only.
@@ -110,8 +110,10 @@ TEST(PlannerFlops, TensorParallelismSplitsTheShardedWork) {
   Workload shard = build_workload(c, 2, 32, 4, DType::F32);
   // GEMM weights split four ways; the row-parallel projections still add their full bias.
   double h = 128, T = 64;
-  EXPECT_DOUBLE_EQ(flops_of(shard.layer.forward, OpKind::Gemm), 24 * T * h * h / 4 + (3 * h / 4 + h + 4 * h / 4 + h) * T);
-  EXPECT_DOUBLE_EQ(flops_of(shard.layer.forward, OpKind::Attention), flops_of(whole.layer.forward, OpKind::Attention) / 4);
+  EXPECT_DOUBLE_EQ(flops_of(shard.layer.forward, OpKind::Gemm),
+                   24 * T * h * h / 4 + (3 * h / 4 + h + 4 * h / 4 + h) * T);
+  EXPECT_DOUBLE_EQ(flops_of(shard.layer.forward, OpKind::Attention),
+                   flops_of(whole.layer.forward, OpKind::Attention) / 4);
   // Replicated on every shard: the two norms (4h) and the projections' biases (2h).
   EXPECT_DOUBLE_EQ(shard.layer.params * 4 - whole.layer.params, (4 - 1) * (4 * h + 2 * h));
   EXPECT_THROW(build_workload(c, 2, 32, 3, DType::F32), Error);  // 3 does not divide 4 heads

@@ -1,11 +1,12 @@
 // Cluster descriptions: the shipped presets parse, and nonsense is refused
 // with a message naming the file and key.
+#include "planner/hardware.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/error.h"
-#include "planner/hardware.h"
 #include "planner_test_support.h"
 
 namespace strata {

@@ -33,8 +33,8 @@ double measured_arena(const GPT2Config& c, int64_t batch) {
 }
 
 TEST(PlannerMemory, PeakMatchesTheGraphArenaWithinTenPercent) {
-  const GPT2Config configs[] = {config(2, 4, 128, 512, 64), config(4, 4, 256, 4096, 128),
-                                config(6, 6, 384, 4096, 256), config(12, 12, 768, 50257, 256)};
+  const GPT2Config configs[] = {config(2, 4, 128, 512, 64), config(4, 4, 256, 4096, 128), config(6, 6, 384, 4096, 256),
+                                config(12, 12, 768, 50257, 256)};
   for (const GPT2Config& c : configs) {
     for (int64_t batch : {1, 2, 4, 8}) {
       CostModel model(PlanningProblem{"t", c, batch, c.block_size, DType::F32, testing::test_cluster(1, 1, 64)});

@@ -1,8 +1,8 @@
+#include "planner/model_spec.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-
-#include "planner/model_spec.h"
 
 namespace strata {
 namespace {

@@ -1,8 +1,8 @@
 #pragma once
 // Small clusters for planner tests, described in the same TOML users write.
-#include <string>
-
 #include <fmt/format.h>
+
+#include <string>
 
 #include "planner/hardware.h"
 

@@ -1,11 +1,11 @@
 // Calibrated profiles: JSON round trip and the cluster derived from them.
-#include <gtest/gtest.h>
+#include "planner/profile.h"
 
-#include "core/error.h"
+#include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "planner/profile.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {
@@ -21,11 +21,11 @@ HardwareProfile sample_profile() {
   t.memory_bandwidth_Bps = 20e9;
   t.op_overhead_s = 2e-6;
   DTypeProfile f32;
-  f32.gemm = {{"matmul", {64, 64, 64, 0, 0}, 1e6, 1e-4},      // 10 GFLOP/s
-              {"matmul", {512, 512, 512, 0, 0}, 1e8, 2e-3},   // 50 GFLOP/s: the peak
-              {"matmul", {512, 512, 512, 0, 1}, 1e8, 2.5e-3}, // 40 GFLOP/s, same size: averaged
+  f32.gemm = {{"matmul", {64, 64, 64, 0, 0}, 1e6, 1e-4},           // 10 GFLOP/s
+              {"matmul", {512, 512, 512, 0, 0}, 1e8, 2e-3},        // 50 GFLOP/s: the peak
+              {"matmul", {512, 512, 512, 0, 1}, 1e8, 2.5e-3},      // 40 GFLOP/s, same size: averaged
               {"matmul", {1024, 1024, 1024, 0, 0}, 1e9, 2.5e-2}};  // 40 GFLOP/s
-  f32.attention = {{"attention", {1, 64, 64, 2}, 1e7, 1e-3}};  // 10 GFLOP/s
+  f32.attention = {{"attention", {1, 64, 64, 2}, 1e7, 1e-3}};      // 10 GFLOP/s
   f32.vector_flops = 5e9;
   t.dtypes[DType::F32] = f32;
   profile.threads.push_back(t);
@@ -64,6 +64,7 @@ TEST(PlannerProfile, DerivesThisMachineAsACluster) {
   ClusterSpec two = cluster_from_profile(linked, 2, 2, "p.json");
   EXPECT_EQ(two.devices(), 2);
   EXPECT_DOUBLE_EQ(two.intra_node.bandwidth_Bps, 5e9);
+  EXPECT_DOUBLE_EQ(two.reduce_Bps, 8e9);
 }
 
 TEST(PlannerProfile, RefusesForeignOrBrokenFiles) {

@@ -1,13 +1,14 @@
 // The search: plans obey the constraints and the user's limits, the ranking
 // does not depend on the order candidates come in, and known qualitative
 // facts of parallel training hold on described clusters.
+#include "planner/search.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
 #include "planner/model_spec.h"
-#include "planner/search.h"
 #include "planner_test_support.h"
 
 namespace strata {
@@ -108,6 +109,18 @@ TEST(PlannerSearch, HonoursTheUsersLimits) {
   ASSERT_EQ(one.candidates, 1);
   ASSERT_EQ(one.ranked.size(), 1u);
   EXPECT_EQ(one.ranked[0].plan.describe(), "dp=4 tp=2 pp=2 sp mb=4x8 zero=1 recompute=none 1f1b");
+  // Degrees that do not use the cluster: nothing to evaluate, and the report says why.
+  manual.dp = 1;
+  SearchResult none = search_plans(model, manual, 5);
+  EXPECT_EQ(none.candidates, 0);
+  ASSERT_EQ(none.rejected.size(), 1u);
+  EXPECT_NE(none.rejected[0].reason.find("not the cluster's 16 devices"), std::string::npos);
+  PlanLimits odd;
+  odd.tp = 3;
+  SearchResult three = search_plans(model, odd, 5);
+  EXPECT_EQ(three.candidates, 0);
+  ASSERT_EQ(three.rejected.size(), 1u);
+  EXPECT_EQ(three.rejected[0].example, "tp=3");
 }
 
 TEST(PlannerSearch, ExplainsRejectedRegions) {

@@ -24,13 +24,16 @@ TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
   baseline.ran = "MPI library";
   baseline.time_us = 1e9;  // ignored
   report.rows.push_back(baseline);
-  auto fitted = fit_calibration(report);
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  fitted[static_cast<size_t>(Algorithm::BinomialTree)] = {3.0, 4.0};
+  fit_calibration(report, fitted);
   const Calibration& ring = fitted[static_cast<size_t>(Algorithm::Ring)];
   EXPECT_NEAR(ring.latency_scale, 2.5, 1e-6);
   EXPECT_NEAR(ring.bandwidth_scale, 0.7, 1e-6);
+  // No rows for binomial: its entry stays.
   const Calibration& untouched = fitted[static_cast<size_t>(Algorithm::BinomialTree)];
-  EXPECT_EQ(untouched.latency_scale, 1.0);
-  EXPECT_EQ(untouched.bandwidth_scale, 1.0);
+  EXPECT_EQ(untouched.latency_scale, 3.0);
+  EXPECT_EQ(untouched.bandwidth_scale, 4.0);
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+// Direct-read all-reduce for the ranks of one host: every rank reads the
+// others' inputs straight out of their memory (Linux cross-memory attach,
+// process_vm_readv) chunk by chunk into cache-sized buffers and sums all
+// inputs, in rank order, into its own output. Ranks meet only twice per call:
+// to learn where each input is, and to know nobody reads theirs any more.
+// No rank waits for another's progress in between, which keeps it fast when
+// ranks are descheduled (more processes than cores).
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "comm/algorithms.h"
+#include "comm/group_state.h"
+#include "comm/reduce_kernels.h"
+#include "comm/scratch.h"
+#include "comm/shared_segment.h"
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace strata::comm {
+namespace {
+
+// Reads `bytes` at `address` in process `pid`; returns errno, or 0.
+int read_remote(pid_t pid, uint64_t address, void* target, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{static_cast<std::byte*>(target) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
+    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return EFAULT;
+    done += static_cast<size_t>(got);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
+                       size_t count) {
+  const uint64_t sequence = ctx.op.label().sequence;
+  co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
+  const SharedSegment& segment = *group->shm;
+  const int p = ctx.size();
+  const int me = ctx.rank();
+  // Peers read this rank's input while it writes its output. In place they
+  // read its fp32 contribution instead (the widened copy of bf16, a snapshot of f32).
+  bool in_place = input == buffers.out;
+  ScratchPool::Lease snapshot;
+  if (in_place && static_cast<const void*>(buffers.own) == input) {
+    snapshot = ScratchPool::instance().acquire(count * sizeof(float));
+    std::memcpy(snapshot.floats(), buffers.own, count * sizeof(float));
+    buffers.own = snapshot.floats();
+  }
+  SharedSegment::CallHeader& mine = segment.header(me);
+  mine.sequence = sequence;
+  mine.count = count;
+  mine.input_address = reinterpret_cast<uint64_t>(in_place ? static_cast<const void*>(buffers.own) : input);
+  mine.input_width = in_place ? sizeof(float) : dtype_size(input_dtype);
+  mine.pid = getpid();
+  segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
+  CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
+  co_await entered.until(sequence);
+  for (int rank = 0; rank < p; ++rank) {
+    const SharedSegment::CallHeader& theirs = segment.header(rank);
+    if (theirs.sequence == sequence && theirs.count == count) continue;
+    int world = ctx.channel.world_rank[static_cast<size_t>(rank)];
+    ctx.op.abort_with(fmt::format("peer rank {} (world rank {} on {}) is in call #{} with {} elements, this rank in "
+                                  "call #{} with {}: the ranks disagree about this call (STRATA_COMM_DEBUG=1 names "
+                                  "the difference)",
+                                  ctx.channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
+                                  theirs.sequence, theirs.count, sequence, count));
+  }
+
+  const size_t per_chunk = std::max<size_t>(1, ctx.chunk_bytes / sizeof(float));
+  const size_t out_width = dtype_size(buffers.out_dtype);
+  const bool streaming = count * out_width >= kStreamingBytes;
+  // One fp32 landing buffer per rank (its own stays unused), plus room for raw bf16.
+  ScratchPool::Lease landing = ScratchPool::instance().acquire((static_cast<size_t>(p) + 1) * per_chunk * sizeof(float));
+  std::vector<const float*> sources(static_cast<size_t>(p));
+  for (size_t start = 0; start < count; start += per_chunk) {
+    size_t length = std::min(per_chunk, count - start);
+    for (int rank = 0; rank < p; ++rank) {
+      if (rank == me) {
+        sources[static_cast<size_t>(rank)] = buffers.own + start;
+        continue;
+      }
+      const SharedSegment::CallHeader& theirs = segment.header(rank);
+      float* target = landing.floats() + static_cast<size_t>(rank) * per_chunk;
+      void* raw = theirs.input_width == sizeof(float) ? static_cast<void*>(target)
+                                                       : landing.floats() + static_cast<size_t>(p) * per_chunk;
+      int error = read_remote(static_cast<pid_t>(theirs.pid), theirs.input_address + start * theirs.input_width, raw,
+                              length * theirs.input_width);
+      if (error != 0) {
+        int world = ctx.channel.world_rank[static_cast<size_t>(rank)];
+        ctx.op.abort_with(fmt::format("cannot read the input of peer rank {} (world rank {} on {}, pid {}): {}",
+                                      ctx.channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
+                                      theirs.pid, errno_text(error)));
+      }
+      if (theirs.input_width != sizeof(float)) widen(target, raw, DType::BF16, length);
+      sources[static_cast<size_t>(rank)] = target;
+    }
+    combine_all_final(static_cast<std::byte*>(buffers.out) + start * out_width, buffers.out_dtype, sources.data(), p,
+                      length, buffers.op, buffers.divisor, streaming);
+  }
+  // This rank's input must stay readable until every peer has finished with it.
+  segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
+  CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
+  co_await finished.until(sequence);
+  group->shm_queue.pop_front();
+}
+
+}  // namespace strata::comm
