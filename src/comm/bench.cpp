@@ -325,32 +325,56 @@ std::string format_json(const BenchReport& report) {
 }
 
 void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& fitted) {
+  auto median = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    size_t middle = values.size() / 2;
+    return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+  };
   for (Algorithm algorithm : kConcreteAlgorithms) {
     if (!modeled(algorithm)) continue;
-    // Weighted least squares of a*L + b*B = T with weights 1/T (relative error).
-    double ll = 0, lb = 0, bb = 0, lt = 0, bt = 0;
-    int samples = 0;
+    std::vector<const BenchRow*> rows;
     for (const BenchRow& row : report.rows) {
-      if (row.ran != algorithm_name(algorithm) || row.algorithm == "baseline" || row.time_us <= 0) continue;
-      double l = row.model_latency_us / row.time_us, b = row.model_transfer_us / row.time_us;
-      ll += l * l;
-      lb += l * b;
-      bb += b * b;
-      lt += l;
-      bt += b;
-      ++samples;
+      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && row.time_us > 0) rows.push_back(&row);
     }
-    if (samples == 0) continue;
-    double determinant = ll * bb - lb * lb;
-    double latency_scale = determinant > 1e-12 ? (lt * bb - bt * lb) / determinant : 0.0;
-    double bandwidth_scale = determinant > 1e-12 ? (bt * ll - lt * lb) / determinant : 0.0;
-    if (!(latency_scale > 0.0) || !(bandwidth_scale > 0.0)) {
-      // One scale for both terms when the two cannot be told apart.
-      double total = (lt + bt) / (ll + 2 * lb + bb);
-      latency_scale = bandwidth_scale = total;
+    if (rows.empty()) continue;
+    // The bandwidth scale comes from the larger half of the sizes, the latency
+    // scale from the rows the latency terms dominate; medians shrug off the
+    // odd disturbed measurement, and a few rounds settle the two together.
+    std::sort(rows.begin(), rows.end(), [](const BenchRow* a, const BenchRow* b) { return a->bytes < b->bytes; });
+    std::vector<const BenchRow*> large(rows.begin() + static_cast<long>(rows.size() / 2), rows.end());
+    std::vector<const BenchRow*> latency_bound;
+    for (const BenchRow* row : rows) {
+      if (row->model_latency_us >= row->model_transfer_us) latency_bound.push_back(row);
     }
-    fitted[static_cast<size_t>(algorithm)] = {std::clamp(latency_scale, 0.01, 100.0),
-                                              std::clamp(bandwidth_scale, 0.01, 100.0)};
+    double latency_scale = 1.0, bandwidth_scale = 1.0;
+    for (int round = 0; round < 50; ++round) {
+      std::vector<double> bandwidth, latency;
+      for (const BenchRow* row : large) {
+        if (row->model_transfer_us > 0) {
+          bandwidth.push_back((row->time_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
+        }
+      }
+      if (!bandwidth.empty()) bandwidth_scale = std::clamp(median(bandwidth), 0.01, 100.0);
+      for (const BenchRow* row : latency_bound) {
+        if (row->model_latency_us > 0) {
+          latency.push_back((row->time_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
+        }
+      }
+      if (!latency.empty()) latency_scale = std::clamp(median(latency), 0.01, 100.0);
+    }
+    // What remains, size by size: the correction table.
+    std::vector<std::pair<double, double>> size_factors;
+    for (const BenchRow* row : rows) {
+      double modeled_us = latency_scale * row->model_latency_us + bandwidth_scale * row->model_transfer_us;
+      if (modeled_us <= 0) continue;
+      double factor = std::clamp(row->time_us / modeled_us, 0.01, 100.0);
+      if (!size_factors.empty() && size_factors.back().first == static_cast<double>(row->bytes)) {
+        size_factors.back().second = std::sqrt(size_factors.back().second * factor);
+      } else {
+        size_factors.emplace_back(static_cast<double>(row->bytes), factor);
+      }
+    }
+    fitted[static_cast<size_t>(algorithm)] = {latency_scale, bandwidth_scale, size_factors};
   }
 }
 

@@ -66,9 +66,13 @@ double measure_memcpy_GBps(size_t bytes);
 
 std::string format_table(const BenchReport& report);
 std::string format_json(const BenchReport& report);
-// Fits per-algorithm latency and bandwidth scales to the report's rows (least
-// squares on relative error) and stores them in `calibration`; algorithms
-// without rows keep their entry.
+// Fits per-algorithm latency and bandwidth scales to the report's rows and
+// stores them in `calibration`: the bandwidth scale from the larger half of
+// the sizes (where algorithm choices matter most), the latency scale from the
+// rows the model calls latency-bound, both medians (robust to a disturbed
+// measurement), then a size factor per measured size for what remains (so the
+// calibrated model reproduces the measurements at those sizes and
+// interpolates between them); algorithms without rows keep their entry.
 void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
 
 }  // namespace strata::comm

@@ -1,6 +1,7 @@
 #include "comm/cluster_file.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -74,6 +75,30 @@ class Reader {
     return static_cast<int>(*integer);
   }
 
+  // [[bytes, factor], ...]: bytes strictly ascending, both > 0.
+  std::vector<std::pair<double, double>> size_factors(const toml::table& table, const std::string& key) {
+    const toml::array* points = table.get(key.substr(key.rfind('.') + 1))->as_array();
+    if (!points) fail("{}: key '{}' must be an array of [bytes, factor] pairs", source_, key);
+    std::vector<std::pair<double, double>> result;
+    for (size_t i = 0; i < points->size(); ++i) {
+      const toml::array* point = (*points)[i].as_array();
+      std::optional<double> bytes, factor;
+      if (point && point->size() == 2) {
+        bytes = (*point)[0].value<double>();
+        factor = (*point)[1].value<double>();
+      }
+      if (!bytes || !factor) fail("{}: {}[{}] must be a [bytes, factor] pair of numbers", source_, key, i);
+      if (!(*bytes > 0.0) || !(*factor > 0.0) || !std::isfinite(*bytes) || !std::isfinite(*factor)) {
+        fail("{}: {}[{}] needs bytes and factor > 0, got [{}, {}]", source_, key, i, *bytes, *factor);
+      }
+      if (!result.empty() && *bytes <= result.back().first) {
+        fail("{}: {}[{}]: sizes must ascend ({} after {})", source_, key, i, *bytes, result.back().first);
+      }
+      result.emplace_back(*bytes, *factor);
+    }
+    return result;
+  }
+
   LinkLevel link(const toml::table& root, const std::string& key) {
     const toml::table& section = table(root, "", key);
     std::string prefix = key + ".";
@@ -130,10 +155,11 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
       if (!calibration.contains(name)) continue;
       std::string prefix = "calibration." + name + ".";
       const toml::table& entry = reader.table(calibration, "calibration.", name);
-      reader.only_keys(entry, prefix, {"latency_scale", "bandwidth_scale"});
+      reader.only_keys(entry, prefix, {"latency_scale", "bandwidth_scale", "size_factors"});
       Calibration& target = description.calibration[static_cast<size_t>(algorithm)];
       target.latency_scale = reader.positive(entry, prefix, "latency_scale");
       target.bandwidth_scale = reader.positive(entry, prefix, "bandwidth_scale");
+      if (entry.contains("size_factors")) target.size_factors = reader.size_factors(entry, prefix + "size_factors");
     }
   }
   topology.validate(source_name);
@@ -166,10 +192,18 @@ std::string format_cluster_description(const ClusterDescription& description) {
   link("inter", topology.inter);
   for (Algorithm algorithm : kConcreteAlgorithms) {
     const Calibration& calibration = description.calibration[static_cast<size_t>(algorithm)];
-    if (!modeled(algorithm) || (calibration.latency_scale == 1.0 && calibration.bandwidth_scale == 1.0)) continue;
+    if (!modeled(algorithm) || calibration.is_identity()) continue;
     out << "\n[calibration." << algorithm_name(algorithm) << "]\n";
     out << "latency_scale = " << number(calibration.latency_scale) << "\n";
     out << "bandwidth_scale = " << number(calibration.bandwidth_scale) << "\n";
+    if (!calibration.size_factors.empty()) {
+      out << "size_factors = [";
+      for (size_t i = 0; i < calibration.size_factors.size(); ++i) {
+        out << (i ? ", " : "") << "[" << number(calibration.size_factors[i].first) << ", "
+            << number(calibration.size_factors[i].second) << "]";
+      }
+      out << "]\n";
+    }
   }
   return out.str();
 }

@@ -16,6 +16,7 @@
 //   [calibration.ring]         # optional, per algorithm (fitted by comm-bench --calibrate)
 //   latency_scale = 1.0
 //   bandwidth_scale = 1.0
+//   size_factors = [[4096, 0.9], [1048576, 1.2]]   # optional: [bytes, factor], ascending
 //
 // GB/s means 1e9 bytes per second. Unknown keys, missing keys, wrong types and
 // nonsense values are errors naming the file and the key.

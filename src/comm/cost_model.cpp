@@ -296,11 +296,23 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
   return schedule.cost;
 }
 
-Cost calibrated(Cost raw, const Calibration& calibration) {
-  return {raw.latency_s * calibration.latency_scale, raw.transfer_s * calibration.bandwidth_scale};
+Cost calibrated(Cost raw, const Calibration& calibration, double bytes) {
+  double factor = calibration.size_factor(bytes);
+  return {raw.latency_s * calibration.latency_scale * factor, raw.transfer_s * calibration.bandwidth_scale * factor};
 }
 
 }  // namespace
+
+double Calibration::size_factor(double bytes) const {
+  if (size_factors.empty()) return 1.0;
+  if (bytes <= size_factors.front().first) return size_factors.front().second;
+  if (bytes >= size_factors.back().first) return size_factors.back().second;
+  auto upper = std::lower_bound(size_factors.begin(), size_factors.end(), bytes,
+                                [](const std::pair<double, double>& point, double b) { return point.first < b; });
+  auto lower = upper - 1;
+  double t = std::log(bytes / lower->first) / std::log(upper->first / lower->first);
+  return lower->second + t * (upper->second - lower->second);
+}
 
 bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
 
@@ -355,7 +367,8 @@ Algorithm hierarchical_inner_algorithm(const CallShape& shape, const TopologyDes
   bool first = true;
   for (Algorithm candidate : {Algorithm::Ring, Algorithm::RecursiveHalvingDoubling,
                               Algorithm::RecursiveDoubling, Algorithm::BinomialTree}) {
-    double seconds = calibrated(raw_cost(column_shape, candidate, column, options), options.of(candidate)).total();
+    double seconds =
+        calibrated(raw_cost(column_shape, candidate, column, options), options.of(candidate), column_shape.bytes).total();
     if (first || seconds < best_s) {
       best = candidate;
       best_s = seconds;
@@ -370,7 +383,7 @@ Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& to
   if (!modeled(algorithm)) fail("the cost model does not price algorithm '{}'", algorithm_name(algorithm));
   std::string why;
   if (!applicable(algorithm, shape, topology, &why)) fail("cannot price {}: {}", collective_name(shape.op), why);
-  return calibrated(raw_cost(shape, algorithm, topology, options), options.of(algorithm));
+  return calibrated(raw_cost(shape, algorithm, topology, options), options.of(algorithm), shape.bytes);
 }
 
 Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options) {

@@ -50,11 +50,19 @@ struct TopologyDesc {
   void validate(const std::string& what) const;
 };
 
-// Measured time = latency_scale * (alpha terms) + bandwidth_scale * (beta and
-// gamma terms); the benchmark fits both per algorithm.
+// Measured time = (latency_scale * (alpha terms) + bandwidth_scale * (beta
+// and gamma terms)) * size_factor(bytes); the benchmark fits all of them per
+// algorithm. The size factors (bytes, factor), ascending in bytes, correct
+// what the straight-line model cannot follow, such as caches (NCCL keeps a
+// similar per-size table for its trees); between points the factor is
+// interpolated in log(bytes), beyond them the end points hold.
 struct Calibration {
   double latency_scale = 1.0;
   double bandwidth_scale = 1.0;
+  std::vector<std::pair<double, double>> size_factors;
+
+  double size_factor(double bytes) const;
+  bool is_identity() const { return latency_scale == 1.0 && bandwidth_scale == 1.0 && size_factors.empty(); }
 };
 
 inline constexpr size_t kDefaultChunkBytes = 256 * 1024;

@@ -86,15 +86,13 @@ uint64_t fnv1a(const std::string& text) {
   return hash;
 }
 
-// Rank 0's verdict, sent to everyone as one flat message.
+// Rank 0's verdict: how to get the figures, with the loaded description (as
+// cluster-file text) or the reason it failed following in a second message.
 struct Verdict {
-  int32_t mode = 0;  // 0: failed (text says why), 1: figures loaded, 2: probe now
-  int32_t unused = 0;
-  double intra_latency = 0, intra_bandwidth = 0, inter_latency = 0, inter_bandwidth = 0, reduce = 0;
-  double latency_scale[kAlgorithmSlots] = {};
-  double bandwidth_scale[kAlgorithmSlots] = {};
+  int32_t mode = 0;  // 0: failed (the text says why), 1: figures loaded, 2: probe now
+  int32_t text_bytes = 0;
   char kind[16] = {};
-  char text[1024] = {};
+  char path[1024] = {};
 };
 static_assert(sizeof(Verdict) % sizeof(int32_t) == 0);
 
@@ -167,63 +165,55 @@ std::filesystem::path probe_cache_path(const CommConfig& config, const std::stri
 ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
   const CommConfig& config = world.config();
   Verdict verdict;
+  std::string text;
   std::filesystem::path cache = probe_cache_path(config, key);
   if (world.rank() == 0) {
     try {
       std::optional<ClusterDescription> loaded;
+      std::string kind, path;
       if (!config.topology_file.empty()) {
         loaded = load_cluster_description(config.topology_file);
-        copy_text(verdict.kind, sizeof(verdict.kind), "file");
-        copy_text(verdict.text, sizeof(verdict.text), config.topology_file);
+        kind = "file";
+        path = config.topology_file;
       } else if (!config.reprobe && std::filesystem::exists(cache)) {
         ClusterDescription cached = load_cluster_description(cache);
         if (cached.probe_key == key) {
           loaded = cached;
-          copy_text(verdict.kind, sizeof(verdict.kind), "cache");
-          copy_text(verdict.text, sizeof(verdict.text), cache.string());
+          kind = "cache";
+          path = cache.string();
         }
       }
       verdict.mode = loaded ? 1 : 2;
-      if (loaded) {
-        const TopologyDesc& t = loaded->topology;
-        verdict.intra_latency = t.intra.latency_s;
-        verdict.intra_bandwidth = t.intra.bandwidth_Bps;
-        verdict.inter_latency = t.inter.latency_s;
-        verdict.inter_bandwidth = t.inter.bandwidth_Bps;
-        verdict.reduce = t.reduce_Bps;
-        for (size_t i = 0; i < kAlgorithmSlots; ++i) {
-          verdict.latency_scale[i] = loaded->calibration[i].latency_scale;
-          verdict.bandwidth_scale[i] = loaded->calibration[i].bandwidth_scale;
-        }
-      }
+      if (loaded) text = format_cluster_description(*loaded);
+      copy_text(verdict.kind, sizeof(verdict.kind), kind);
+      copy_text(verdict.path, sizeof(verdict.path), path);
     } catch (const Error& error) {
       verdict.mode = 0;
-      copy_text(verdict.text, sizeof(verdict.text), error.what());
+      text = error.what();
     }
+    verdict.text_bytes = static_cast<int32_t>(text.size());
   }
   world.broadcast(&verdict, sizeof(Verdict) / sizeof(int32_t), DType::I32, 0);
-  if (verdict.mode == 0) fail("{}", verdict.text);
+  text.resize(static_cast<size_t>(verdict.text_bytes));
+  std::vector<int32_t> words((text.size() + 3) / 4);
+  std::memcpy(words.data(), text.data(), text.size());
+  world.broadcast(words.data(), words.size(), DType::I32, 0);
+  std::memcpy(text.data(), words.data(), text.size());
+  if (verdict.mode == 0) fail("{}", text);
 
   ResolvedLinks resolved;
-  ClusterDescription& description = resolved.description;
   if (verdict.mode == 1) {
-    TopologyDesc& t = description.topology;
-    t.intra = {verdict.intra_latency, verdict.intra_bandwidth};
-    t.inter = {verdict.inter_latency, verdict.inter_bandwidth};
-    t.reduce_Bps = verdict.reduce;
-    for (size_t i = 0; i < kAlgorithmSlots; ++i) {
-      description.calibration[i] = {verdict.latency_scale[i], verdict.bandwidth_scale[i]};
-    }
-    resolved.source = {verdict.kind, verdict.text};
+    resolved.description = parse_cluster_description(text, verdict.path);
+    resolved.source = {verdict.kind, verdict.path};
     return resolved;
   }
-  description = probe_links(world);
-  description.probe_key = key;
+  resolved.description = probe_links(world);
+  resolved.description.probe_key = key;
   resolved.source = {"probe", cache.string()};
   if (world.rank() == 0) {
     try {
       std::filesystem::create_directories(cache.parent_path());
-      save_cluster_description(cache, description);
+      save_cluster_description(cache, resolved.description);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "strata comm: could not cache the link probe in %s: %s\n", cache.string().c_str(),
                    error.what());

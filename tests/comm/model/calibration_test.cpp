@@ -30,10 +30,44 @@ TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
   const Calibration& ring = fitted[static_cast<size_t>(Algorithm::Ring)];
   EXPECT_NEAR(ring.latency_scale, 2.5, 1e-6);
   EXPECT_NEAR(ring.bandwidth_scale, 0.7, 1e-6);
+  // The model already explains every row: the size factors are 1.
+  ASSERT_EQ(ring.size_factors.size(), 7u);
+  for (const auto& [bytes, factor] : ring.size_factors) EXPECT_NEAR(factor, 1.0, 1e-9) << bytes;
   // No rows for binomial: its entry stays.
   const Calibration& untouched = fitted[static_cast<size_t>(Algorithm::BinomialTree)];
   EXPECT_EQ(untouched.latency_scale, 3.0);
   EXPECT_EQ(untouched.bandwidth_scale, 4.0);
+}
+
+TEST(Calibration, OneDisturbedMeasurementDoesNotMoveTheFit) {
+  BenchReport report;
+  for (double bytes = 1e3; bytes <= 1e9; bytes *= 10) {
+    BenchRow row;
+    row.algorithm = row.ran = "shm";
+    row.bytes = static_cast<size_t>(bytes);
+    row.model_latency_us = 2.0;
+    row.model_transfer_us = bytes / 1e4;
+    row.time_us = 1.5 * row.model_latency_us + 2.0 * row.model_transfer_us;
+    report.rows.push_back(row);
+  }
+  report.rows[3].time_us *= 10;  // 1e6 bytes: a descheduled rank
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  fit_calibration(report, fitted);
+  const Calibration& shm = fitted[static_cast<size_t>(Algorithm::SharedMemory)];
+  EXPECT_NEAR(shm.bandwidth_scale, 2.0, 1e-6);
+  EXPECT_NEAR(shm.latency_scale, 1.5, 1e-6);
+  // ... and the disturbed size keeps its own correction, so the calibrated
+  // model reproduces every measurement.
+  ModelOptions options;
+  options.of(Algorithm::SharedMemory) = shm;
+  for (const BenchRow& row : report.rows) {
+    double predicted = (shm.latency_scale * row.model_latency_us + shm.bandwidth_scale * row.model_transfer_us) *
+                       shm.size_factor(static_cast<double>(row.bytes));
+    EXPECT_NEAR(predicted, row.time_us, 1e-9 * row.time_us) << row.bytes;
+  }
+  EXPECT_NEAR(shm.size_factor(1e6), 10.0, 1e-9);
+  // Between measured sizes the factor is interpolated in log(bytes): halfway between 1e6 (10) and 1e7 (1).
+  EXPECT_NEAR(shm.size_factor(std::sqrt(1e6 * 1e7)), 5.5, 1e-9);
 }
 
 }  // namespace

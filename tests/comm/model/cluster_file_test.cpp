@@ -23,6 +23,7 @@ bandwidth_gbps = 2.5
 [calibration.ring]
 latency_scale = 1.5
 bandwidth_scale = 0.8
+size_factors = [[4096, 0.5], [1048576, 2]]
 )";
 
 void expect_error(const std::string& text, const std::string& fragment) {
@@ -55,8 +56,21 @@ TEST(ClusterFile, ReadsUnitsAsDocumented) {
   const Calibration& ring = description.calibration[static_cast<size_t>(Algorithm::Ring)];
   EXPECT_DOUBLE_EQ(ring.latency_scale, 1.5);
   EXPECT_DOUBLE_EQ(ring.bandwidth_scale, 0.8);
+  ASSERT_EQ(ring.size_factors.size(), 2u);
+  EXPECT_DOUBLE_EQ(ring.size_factor(1000), 0.5);
+  EXPECT_DOUBLE_EQ(ring.size_factor(1 << 22), 2.0);
+  EXPECT_DOUBLE_EQ(ring.size_factor(65536), 1.25);  // halfway in log(bytes)
   const Calibration& rhd = description.calibration[static_cast<size_t>(Algorithm::RecursiveHalvingDoubling)];
   EXPECT_DOUBLE_EQ(rhd.latency_scale, 1.0);
+}
+
+TEST(ClusterFile, SharedMemoryFlag) {
+  std::string text = std::string("shared_memory = true\n") + kValid;
+  ClusterDescription description = parse_cluster_description(text, "cluster.toml");
+  EXPECT_TRUE(description.topology.shared_memory);
+  EXPECT_TRUE(description.topology.cross_memory);
+  EXPECT_FALSE(parse_cluster_description(kValid, "cluster.toml").topology.shared_memory);
+  expect_error(std::string("shared_memory = 1\n") + kValid, "'shared_memory' must be true or false");
 }
 
 TEST(ClusterFile, OneNodeNeedsNoInterTable) {
@@ -83,6 +97,11 @@ TEST(ClusterFile, RejectsMistakesNamingTheKey) {
   expect_error(replace(valid, "bandwidth_scale = 0.8", "bandwidth_scale = 0"),
                "'calibration.ring.bandwidth_scale' must be > 0");
   expect_error(replace(valid, "nodes = 2", "nodes = = 2"), "cluster.toml:2:");
+  expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0.5], [1024, 2]]"),
+               "calibration.ring.size_factors[1]: sizes must ascend");
+  expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0.5, 3]]"),
+               "calibration.ring.size_factors[0] must be a [bytes, factor] pair");
+  expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0]]"), "needs bytes and factor > 0");
 }
 
 TEST(ClusterFile, SavedDescriptionsReadBackExactly) {
@@ -100,6 +119,7 @@ TEST(ClusterFile, SavedDescriptionsReadBackExactly) {
   for (size_t i = 0; i < kAlgorithmSlots; ++i) {
     EXPECT_EQ(loaded.calibration[i].latency_scale, original.calibration[i].latency_scale);
     EXPECT_EQ(loaded.calibration[i].bandwidth_scale, original.calibration[i].bandwidth_scale);
+    EXPECT_EQ(loaded.calibration[i].size_factors, original.calibration[i].size_factors);
   }
 }
 

@@ -186,6 +186,9 @@ TEST(CostModel, CalibrationScalesEachTerm) {
   Cost scaled = predict({Collective::AllReduce, 1e6}, Algorithm::Ring, topology, options);
   expect_near_relative(scaled.latency_s, 3.0 * raw.latency_s, "latency");
   expect_near_relative(scaled.transfer_s, 0.5 * raw.transfer_s, "transfer");
+  options.of(Algorithm::Ring).size_factors = {{1e5, 2.0}, {1e7, 4.0}};
+  Cost corrected = predict({Collective::AllReduce, 1e6}, Algorithm::Ring, topology, options);
+  expect_near_relative(corrected.total(), 3.0 * scaled.total(), "size factor 3 halfway (in log) between 1e5 and 1e7");
 }
 
 TEST(CostModel, RefusesWhatItCannotPrice) {
@@ -200,6 +203,30 @@ TEST(CostModel, RefusesWhatItCannotPrice) {
   uneven.node_of_rank = {0, 0, 0, 1};
   EXPECT_FALSE(applicable(Algorithm::Hierarchical, {Collective::AllReduce, 1e6}, uneven, &why));
   EXPECT_NE(why.find("same number"), std::string::npos) << why;
+}
+
+TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
+  TopologyDesc topology = one_node(4);
+  const double n = 8e6, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
+  std::string why;
+  EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, n}, topology, &why));
+  EXPECT_NE(why.find("share memory"), std::string::npos) << why;
+  topology.shared_memory = true;
+  EXPECT_FALSE(applicable(Algorithm::DirectRead, {Collective::AllReduce, n}, topology, &why));
+  EXPECT_NE(why.find("cross-memory attach"), std::string::npos) << why;
+  topology.cross_memory = true;
+  // shm: one copy in and p - 1 sums, fp32; direct: p - 1 reads in the dtype and p - 1 sums.
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::SharedMemory, topology),
+                       2 * a + 4 * n * c, "shm");
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology),
+                       2 * a + 3 * (n * b + n * c), "direct");
+  expect_near_relative(predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectRead, topology),
+                       2 * a + 3 * (n * b + 2 * n * c), "direct bf16 (reads bf16, sums fp32)");
+  EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::Broadcast, n}, topology));
+  TopologyDesc two = two_nodes();
+  two.shared_memory = two.cross_memory = true;
+  EXPECT_FALSE(applicable(Algorithm::DirectRead, {Collective::AllReduce, n}, two, &why));
+  EXPECT_NE(why.find("one node"), std::string::npos) << why;
 }
 
 TEST(CostModel, SingleRankCostsNothing) {
