@@ -156,7 +156,6 @@ class RequestSet : public Waitable {
   // A request of a non-blocking MPI collective (no single peer to blame).
   void adopt(size_t slot, MPI_Request request);
   bool idle(size_t slot) const { return requests_[slot] == MPI_REQUEST_NULL; }
-  size_t slots() const { return size_; }
   bool busy() const;  // some request still pending
 
   // Tests the requests; true when all (or, for any, at least one or none

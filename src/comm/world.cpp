@@ -113,7 +113,7 @@ bool check_cross_memory(Communicator& group) {
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   uint64_t mine[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&kProbeWord)};
   std::vector<uint64_t> all(2 * static_cast<size_t>(group.size()));
-  group.all_gather(mine, all.data(), sizeof(mine) / sizeof(int32_t), DType::I32);
+  group.all_gather(mine, all.data(), 2 * sizeof(uint64_t) / sizeof(int32_t), DType::I32);  // as 32-bit words
   float unreadable = 0.0f, anyone = 0.0f;
   for (int rank = 0; rank < group.size(); ++rank) {
     if (rank == group.rank()) continue;

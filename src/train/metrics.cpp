@@ -37,6 +37,7 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   } else {
     fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f} | {:.0f} tok/s | ETA {:.0f}s\n", m.step,
                total_steps_, m.loss, val, m.lr, m.grad_norm, m.tokens_per_s, eta);
+    std::fflush(stdout);  // a log file or pipe sees each step as it happens
   }
 }
 
