@@ -43,6 +43,12 @@ def tuned_env(threads):
     return env
 
 
+def load_average():
+    """The 1-minute load average: other work on the machine skews a run."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
 def median_after_warmup(rates, warmup):
     measured = rates[warmup:] if len(rates) > warmup else rates
     return statistics.median(measured)
@@ -134,13 +140,15 @@ def main():
             for name, model in models.items():
                 steps = args.steps or model["steps"]
                 for engine, env in engines.items():
+                    load = load_average()
                     if engine == "strata":
                         result = run_strata(args, name, model["path"], steps, work_dir)
                     else:
                         result = run_torch(args, model, steps, env)
                     results[(name, engine)].append(result)
                     print(f"[{repeat + 1}/{args.repeats}] {name:<11} {engine:<14} {result['tokens_per_s']:9.1f} tokens/s"
-                          f"  (steps: {', '.join(f'{r:.0f}' for r in result['steps'])}; {result['note']})", flush=True)
+                          f"  (load {load} -> {load_average()}; steps: {', '.join(f'{r:.0f}' for r in result['steps'])}; "
+                          f"{result['note']})", flush=True)
 
     print("\nmedian tokens/s over repeats (each run: median over its steps after warm-up)")
     header = f"{'model':<11} {'seq':>5} {'batch':>5} {'strata':>9} {'arena MiB':>10}"

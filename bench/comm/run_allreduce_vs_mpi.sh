@@ -25,7 +25,7 @@ json=$(mktemp --suffix=.json)
 trap 'rm -f "$json"' EXIT
 echo "# calibration run"
 STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES -x STRATA_COMM_REPROBE "$exe" comm-bench \
-  -o all_reduce -d f32 -b 4K -e 256M -f 2 -n 3 --rounds 3 \
+  -o all_reduce -d f32 -b 4K -e 256M -f 2 -n 3 --rounds 5 \
   -a ring,rhd,recursive_doubling,binomial,shm,direct --calibrate
 echo "# measurement"
 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES "$exe" comm-bench -o all_reduce -d f32 -b 4K -e 256M -f 2 \

@@ -250,6 +250,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       row.count = count;
       row.algorithm = options.algorithms[a];
       row.time_us = seconds * 1e6;
+      row.slowest_us = times.back() * 1e6;
       row.algbw_GBps = bytes / seconds / 1e9;
       row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
       row.predicted_us = NAN;
@@ -316,7 +317,8 @@ std::string format_json(const BenchReport& report) {
   for (const BenchRow& row : report.rows) {
     nlohmann::json entry = {{"bytes", row.bytes},         {"count", row.count},
                             {"algorithm", row.algorithm}, {"ran", row.ran},
-                            {"time_us", row.time_us},     {"algbw_GBps", row.algbw_GBps},
+                            {"time_us", row.time_us},     {"slowest_us", row.slowest_us},
+                            {"algbw_GBps", row.algbw_GBps},
                             {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
     entry["predicted_us"] = std::isnan(row.predicted_us) ? nlohmann::json(nullptr) : nlohmann::json(row.predicted_us);
     json["rows"].push_back(entry);
@@ -334,7 +336,7 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     if (!modeled(algorithm)) continue;
     std::vector<const BenchRow*> rows;
     for (const BenchRow& row : report.rows) {
-      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && row.time_us > 0) rows.push_back(&row);
+      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && row.slowest_us > 0) rows.push_back(&row);
     }
     if (rows.empty()) continue;
     // The bandwidth scale comes from the larger half of the sizes, the latency
@@ -351,13 +353,13 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
       std::vector<double> bandwidth, latency;
       for (const BenchRow* row : large) {
         if (row->model_transfer_us > 0) {
-          bandwidth.push_back((row->time_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
+          bandwidth.push_back((row->slowest_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
         }
       }
       if (!bandwidth.empty()) bandwidth_scale = std::clamp(median(bandwidth), 0.01, 100.0);
       for (const BenchRow* row : latency_bound) {
         if (row->model_latency_us > 0) {
-          latency.push_back((row->time_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
+          latency.push_back((row->slowest_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
         }
       }
       if (!latency.empty()) latency_scale = std::clamp(median(latency), 0.01, 100.0);
@@ -367,14 +369,24 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     for (const BenchRow* row : rows) {
       double modeled_us = latency_scale * row->model_latency_us + bandwidth_scale * row->model_transfer_us;
       if (modeled_us <= 0) continue;
-      double factor = std::clamp(row->time_us / modeled_us, 0.01, 100.0);
+      double factor = std::clamp(row->slowest_us / modeled_us, 0.01, 100.0);
       if (!size_factors.empty() && size_factors.back().first == static_cast<double>(row->bytes)) {
         size_factors.back().second = std::sqrt(size_factors.back().second * factor);
       } else {
         size_factors.emplace_back(static_cast<double>(row->bytes), factor);
       }
     }
-    fitted[static_cast<size_t>(algorithm)] = {latency_scale, bandwidth_scale, size_factors};
+    // A correction should vary smoothly with size: each point takes the median
+    // of itself and its neighbours, so one disturbed size cannot flip a choice.
+    std::vector<std::pair<double, double>> smoothed = size_factors;
+    for (size_t i = 0; i < size_factors.size(); ++i) {
+      std::vector<double> window;
+      for (size_t j = i == 0 ? 0 : i - 1; j <= std::min(i + 1, size_factors.size() - 1); ++j) {
+        window.push_back(size_factors[j].second);
+      }
+      smoothed[i].second = median(window);
+    }
+    fitted[static_cast<size_t>(algorithm)] = {latency_scale, bandwidth_scale, smoothed};
   }
 }
 

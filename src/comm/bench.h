@@ -38,7 +38,8 @@ struct BenchRow {
   size_t count = 0;  // elements per rank's call
   std::string algorithm;  // as asked
   std::string ran;        // what ran (auto resolves to an algorithm)
-  double time_us = 0.0;
+  double time_us = 0.0;       // median round
+  double slowest_us = 0.0;    // slowest round
   double algbw_GBps = 0.0;
   double busbw_GBps = 0.0;
   long long wrong = 0;
@@ -67,12 +68,16 @@ double measure_memcpy_GBps(size_t bytes);
 std::string format_table(const BenchReport& report);
 std::string format_json(const BenchReport& report);
 // Fits per-algorithm latency and bandwidth scales to the report's rows and
-// stores them in `calibration`: the bandwidth scale from the larger half of
+// stores them in `calibration`. It fits the slowest round of each row, not the
+// median: on a shared machine that favours algorithms that hold up when a rank
+// is descheduled over ones that are fastest only when nothing else runs. The
+// bandwidth scale comes from the larger half of
 // the sizes (where algorithm choices matter most), the latency scale from the
 // rows the model calls latency-bound, both medians (robust to a disturbed
-// measurement), then a size factor per measured size for what remains (so the
-// calibrated model reproduces the measurements at those sizes and
-// interpolates between them); algorithms without rows keep their entry.
+// measurement), then a size factor per measured size for what remains (the
+// median of that size and its neighbours, so the calibrated model follows the
+// measurements smoothly and interpolates between them); algorithms without
+// rows keep their entry.
 void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
 
 }  // namespace strata::comm

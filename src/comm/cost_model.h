@@ -66,6 +66,12 @@ struct Calibration {
 };
 
 inline constexpr size_t kDefaultChunkBytes = 256 * 1024;
+// Chunks a rank of the shared-memory all-reduce may copy ahead. That
+// algorithm only takes messages that fit (as fp32) in this many chunks: then
+// every rank copies all of its contribution at once and waits for its peers
+// only once, while bigger messages would move in lockstep with them, which
+// suffers whenever a rank is descheduled; those go to `direct`.
+inline constexpr size_t kSharedMemorySlots = 4;
 
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};
@@ -96,8 +102,8 @@ struct Cost {
 bool modeled(Algorithm algorithm);
 
 // Whether `algorithm` can run `shape` on `topology`; when not, `why` says so.
-bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology,
-                std::string* why = nullptr);
+bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why = nullptr,
+                const ModelOptions& options = {});
 
 // Calibrated cost. Throws strata::Error for Auto, Mpi or an inapplicable algorithm.
 Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,

@@ -1,13 +1,15 @@
 #pragma once
 // The runtime under every call: an Operation is one collective (or send,
-// recv, barrier) in flight, its algorithm a coroutine that suspends on a set of
-// MPI requests. The Engine polls those requests (MPI_Testsome, never a blocking
-// MPI call), resumes coroutines whose requests completed, and enforces the
-// timeout: an operation that sees no progress for `timeout_s` while its rank
-// keeps polling reports the collective, the group and the peers it waits for,
-// then brings the job down with MPI_Abort. Progress happens only inside
-// Handle::test()/wait() (no progress thread), and each of those calls drives
-// every operation in flight, so waiting on handles in any order cannot deadlock.
+// recv, barrier) in flight, its algorithm a coroutine that suspends on a
+// Waitable: MPI requests, or counters in shared memory. The Engine polls them
+// (MPI_Testsome, never a blocking MPI call), resumes coroutines whose wait is
+// over, and enforces the timeout: an operation that sees no progress for
+// `timeout_s` while its rank keeps polling reports the collective, the group
+// and the peers it waits for, then brings the job down with MPI_Abort (a pause
+// in polling longer than half the timeout restarts the count). Progress happens
+// only inside Handle::test()/wait() (no progress thread), and each of those
+// calls drives every operation in flight, so waiting on handles in any order
+// cannot deadlock.
 #include <mpi.h>
 
 #include <array>

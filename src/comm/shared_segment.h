@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/cost_model.h"
 #include "comm/engine.h"
 
 namespace strata::comm {
@@ -26,7 +27,7 @@ enum class Counter { Published, Consumed, Entered, Finished };
 
 class SharedSegment {
  public:
-  static constexpr int kSlots = 4;
+  static constexpr size_t kSlots = kSharedMemorySlots;
 
   // Maps `name` (rank 0 creates it, sized for `ranks`). Null when that fails.
   static std::unique_ptr<SharedSegment> map(const std::string& name, bool create, int ranks, size_t slot_bytes);

@@ -3,6 +3,7 @@
 //   absent  - rank 1 never makes the call (it sleeps), the others wait for it
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
+//   mismatch-direct - the same with the direct-read all_reduce
 // The timeout comes from STRATA_COMM_TIMEOUT.
 #include <signal.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@ using namespace strata;
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s killed|absent|healthy|mismatch\n", argv[0]);
+    std::fprintf(stderr, "usage: %s killed|absent|healthy|mismatch|mismatch-direct\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -35,9 +36,12 @@ int main(int argc, char** argv) {
     sleep(600);
     return 0;
   }
-  if (mode == "mismatch") {
-    size_t mine = world.rank() == 1 ? count / 2 : count;
-    world.all_reduce(in.data(), out.data(), mine, DType::F32, comm::ReduceOp::Sum, comm::Algorithm::SharedMemory);
+  if (mode == "mismatch" || mode == "mismatch-direct") {
+    // Small enough for the shared-memory slots (4 chunks of 4 KiB).
+    size_t base = mode == "mismatch" ? 1000 : count;
+    size_t mine = world.rank() == 1 ? base / 2 : base;
+    auto algorithm = mode == "mismatch" ? comm::Algorithm::SharedMemory : comm::Algorithm::DirectRead;
+    world.all_reduce(in.data(), out.data(), mine, DType::F32, comm::ReduceOp::Sum, algorithm);
     return 0;
   }
   comm::Handle call = world.all_reduce_async(in.data(), out.data(), count, DType::F32, comm::ReduceOp::Sum,

@@ -16,7 +16,7 @@ TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
     row.bytes = static_cast<size_t>(bytes);
     row.model_latency_us = 14.0;
     row.model_transfer_us = bytes / 5e3;
-    row.time_us = 2.5 * row.model_latency_us + 0.7 * row.model_transfer_us;
+    row.time_us = row.slowest_us = 2.5 * row.model_latency_us + 0.7 * row.model_transfer_us;
     report.rows.push_back(row);
   }
   BenchRow baseline = report.rows.front();
@@ -47,27 +47,40 @@ TEST(Calibration, OneDisturbedMeasurementDoesNotMoveTheFit) {
     row.bytes = static_cast<size_t>(bytes);
     row.model_latency_us = 2.0;
     row.model_transfer_us = bytes / 1e4;
-    row.time_us = 1.5 * row.model_latency_us + 2.0 * row.model_transfer_us;
+    row.time_us = row.slowest_us = 1.5 * row.model_latency_us + 2.0 * row.model_transfer_us;
     report.rows.push_back(row);
   }
-  report.rows[3].time_us *= 10;  // 1e6 bytes: a descheduled rank
+  report.rows[3].slowest_us *= 10;  // 1e6 bytes: a descheduled rank
   std::array<Calibration, kAlgorithmSlots> fitted{};
   fit_calibration(report, fitted);
   const Calibration& shm = fitted[static_cast<size_t>(Algorithm::SharedMemory)];
   EXPECT_NEAR(shm.bandwidth_scale, 2.0, 1e-6);
   EXPECT_NEAR(shm.latency_scale, 1.5, 1e-6);
-  // ... and the disturbed size keeps its own correction, so the calibrated
-  // model reproduces every measurement.
-  ModelOptions options;
-  options.of(Algorithm::SharedMemory) = shm;
-  for (const BenchRow& row : report.rows) {
-    double predicted = (shm.latency_scale * row.model_latency_us + shm.bandwidth_scale * row.model_transfer_us) *
-                       shm.size_factor(static_cast<double>(row.bytes));
-    EXPECT_NEAR(predicted, row.time_us, 1e-9 * row.time_us) << row.bytes;
+  // ... nor the size corrections, which are medians of each size and its neighbours.
+  for (const auto& [bytes, factor] : shm.size_factors) EXPECT_NEAR(factor, 1.0, 1e-9) << bytes;
+}
+
+TEST(Calibration, SizeFactorsFollowASystematicDeviation) {
+  BenchReport report;
+  // Transfer-bound rows; sizes up to 1e5 bytes run three times slower than the straight line.
+  for (double bytes = 1e3; bytes <= 1e9; bytes *= 10) {
+    BenchRow row;
+    row.algorithm = row.ran = "direct";
+    row.bytes = static_cast<size_t>(bytes);
+    row.model_transfer_us = bytes / 1e4;
+    row.time_us = row.slowest_us = row.model_transfer_us * (bytes <= 1e5 ? 3.0 : 1.0);
+    report.rows.push_back(row);
   }
-  EXPECT_NEAR(shm.size_factor(1e6), 10.0, 1e-9);
-  // Between measured sizes the factor is interpolated in log(bytes): halfway between 1e6 (10) and 1e7 (1).
-  EXPECT_NEAR(shm.size_factor(std::sqrt(1e6 * 1e7)), 5.5, 1e-9);
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  fit_calibration(report, fitted);
+  const Calibration& direct = fitted[static_cast<size_t>(Algorithm::DirectRead)];
+  EXPECT_NEAR(direct.bandwidth_scale, 1.0, 1e-9);
+  for (const BenchRow& row : report.rows) {
+    double predicted = direct.bandwidth_scale * row.model_transfer_us * direct.size_factor(static_cast<double>(row.bytes));
+    EXPECT_NEAR(predicted, row.slowest_us, 1e-9 * row.slowest_us) << row.bytes;
+  }
+  // Between measured sizes the factor is interpolated in log(bytes): 2 halfway between 1e5 (3) and 1e6 (1).
+  EXPECT_NEAR(direct.size_factor(std::sqrt(1e5 * 1e6)), 2.0, 1e-9);
 }
 
 }  // namespace

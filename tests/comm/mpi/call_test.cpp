@@ -38,8 +38,9 @@ TEST(Calls, SharedMemoryCallsInFlightTakeTheSegmentInOrder) {
     GTEST_SKIP() << "no shared segment for this group";
   }
   const int p = world.size();
-  // Sizes spanning many slots of the tiny test chunks, so the calls queue for the segment.
-  const std::vector<size_t> counts = {3000, 1, 777, 0, 4096};
+  // Sizes spanning the slots of the tiny test chunks (4 x 128 floats), so the
+  // calls queue for the segment and chunk numbers run on from call to call.
+  const std::vector<size_t> counts = {300, 1, 512, 0, 77};
   std::vector<std::vector<float>> data(counts.size());
   std::vector<Handle> handles;
   for (size_t c = 0; c < counts.size(); ++c) {
@@ -48,6 +49,7 @@ TEST(Calls, SharedMemoryCallsInFlightTakeTheSegmentInOrder) {
     handles.push_back(world.all_reduce_async(data[c].data(), data[c].data(), counts[c], DType::F32, ReduceOp::Sum,
                                              Algorithm::SharedMemory));
   }
+  EXPECT_EQ(world.last_decision().algorithm, Algorithm::SharedMemory);
   for (size_t c = counts.size(); c-- > 0;) handles[c].wait();
   for (size_t c = 0; c < counts.size(); ++c) {
     for (size_t i = 0; i < counts[c]; ++i) {

@@ -216,17 +216,18 @@ TEST(CollectiveMatrix, LargeAllReduceWithDefaultChunks) {
 }
 
 // Results of 16 MiB and more are written around the caches (streaming stores).
-TEST(CollectiveMatrix, LargeSharedMemoryResults) {
+TEST(CollectiveMatrix, LargeDirectReadResults) {
   Communicator& world = flat_world();
-  if (!applicable(Algorithm::SharedMemory, {Collective::AllReduce, 4.0}, world.topology()) || world.size() > 4) {
-    GTEST_SKIP() << "shared memory tested at this size up to 4 ranks";
+  if (!applicable(Algorithm::DirectRead, {Collective::AllReduce, 4.0}, world.topology()) || world.size() > 4) {
+    GTEST_SKIP() << "direct read tested at this size up to 4 ranks (and where the host allows it)";
   }
   const int p = world.size();
   const size_t count = (size_t{16} << 20) / sizeof(float) + 5;
   std::vector<float> in(count), out(count);
   for (size_t i = 0; i < count; ++i) in[i] = input_value(Values::SmallIntegers, 11, world.rank(), i, DType::F32);
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
-    world.all_reduce(in.data(), out.data(), count, DType::F32, op, Algorithm::SharedMemory);
+    world.all_reduce(in.data(), out.data(), count, DType::F32, op, Algorithm::DirectRead);
+    EXPECT_EQ(world.last_decision().algorithm, Algorithm::DirectRead);
     size_t wrong = 0;
     for (size_t i = 0; i < count; ++i) wrong += out[i] != exact_expected(11, p, i, DType::F32, op);
     EXPECT_EQ(wrong, 0u) << reduce_op_name(op);
