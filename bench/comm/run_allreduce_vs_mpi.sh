@@ -5,13 +5,15 @@
 # cost model's prediction error. Target: auto within 10% of MPI or faster at
 # every size, faster from 1 MiB up.
 #
-# Usage: bench/comm/run_allreduce_vs_mpi.sh [EXECUTABLE [comm-bench options...]]
+# Usage: bench/comm/run_allreduce_vs_mpi.sh [EXECUTABLE [--calibrate] [comm-bench options...]]
 #   EXECUTABLE: `strata` or `strata-comm` (default: build/bin/strata, else build/bin/strata-comm)
-# First a fresh link probe and a calibration run over every one-node all_reduce
-# algorithm (it stores the fitted scales in the probe cache, so `auto` chooses
-# with them), then the measurement. Both sides run with the same allocator
-# setting: glibc otherwise returns big blocks to the kernel on free, and first
-# touches of fresh memory are slow here.
+# `auto` chooses with the cost model and a fresh link probe. With --calibrate
+# as the first option, a calibration run over every one-node all_reduce
+# algorithm comes first and stores fitted scales in the probe cache (on a
+# quiet, stable machine that sharpens the choices; on a shared one it fits the
+# moment it ran in). Both sides run with the same allocator setting: glibc
+# otherwise returns big blocks to the kernel on free, and first touches of
+# fresh memory are slow here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exe=${1:-}
@@ -23,10 +25,16 @@ shift || true
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
 json=$(mktemp --suffix=.json)
 trap 'rm -f "$json"' EXIT
-echo "# calibration run"
-STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES -x STRATA_COMM_REPROBE "$exe" comm-bench \
-  -o all_reduce -d f32 -b 4K -e 256M -f 2 -n 3 --rounds 5 \
-  -a ring,rhd,recursive_doubling,binomial,shm,direct --calibrate
+if [[ "${1:-}" == "--calibrate" ]]; then
+  shift
+  echo "# calibration run"
+  STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES -x STRATA_COMM_REPROBE "$exe" comm-bench \
+    -o all_reduce -d f32 -b 4K -e 256M -f 2 -n 3 --rounds 5 \
+    -a ring,rhd,recursive_doubling,binomial,shm,direct --calibrate
+else
+  # A fresh probe (its cache entry, and any calibration stored there, is replaced).
+  STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root -np 2 -x STRATA_COMM_REPROBE "$exe" topo > /dev/null
+fi
 echo "# measurement"
 mpirun --allow-run-as-root -np 2 -x GLIBC_TUNABLES "$exe" comm-bench -o all_reduce -d f32 -b 4K -e 256M -f 2 \
   -a auto,baseline --json "$json" "$@"

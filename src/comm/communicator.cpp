@@ -147,7 +147,7 @@ Decision decide(const GroupState& group, Collective op, size_t count, DType dtyp
     source = "pinned by " + group.config.pinned_by;
   }
   std::string why;
-  if (pinned != Algorithm::Auto && applicable(pinned, shape, group.topology, &why, group.model)) {
+  if (pinned != Algorithm::Auto && applicable(pinned, shape, group.topology, &why)) {
     decision.algorithm = pinned;
     decision.predicted_s = modeled(pinned) ? predict_seconds(shape, pinned, group.topology, group.model) : NAN;
     decision.reason = std::move(source);

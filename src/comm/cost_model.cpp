@@ -316,8 +316,7 @@ double Calibration::size_factor(double bytes) const {
 
 bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
 
-bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why,
-                const ModelOptions& options) {
+bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why) {
   auto refuse = [&](std::string reason) {
     if (why) *why = std::move(reason);
     return false;
@@ -332,11 +331,10 @@ bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc&
       return refuse("direct needs ranks that can read each other's memory (cross-memory attach)");
     }
     if (topology.nodes != 1) return refuse(name + " needs all ranks on one node");
-    double capacity = static_cast<double>(kSharedMemorySlots * options.chunk_bytes);
+    double capacity = static_cast<double>(kSharedMemorySlots * kSharedMemorySlotBytes);
     double fp32_bytes = shape.bytes / static_cast<double>(dtype_size(shape.dtype)) * kWireFloat;
     if (algorithm == Algorithm::SharedMemory && fp32_bytes > capacity) {
-      return refuse(fmt::format("shm takes messages up to {} bytes of fp32 (its slots); larger ones go to direct",
-                                capacity));
+      return refuse(fmt::format("shm takes messages up to {} bytes of fp32 (its slots)", capacity));
     }
   }
   if (algorithm == Algorithm::Hierarchical) {
@@ -389,7 +387,7 @@ Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& to
              const ModelOptions& options) {
   if (!modeled(algorithm)) fail("the cost model does not price algorithm '{}'", algorithm_name(algorithm));
   std::string why;
-  if (!applicable(algorithm, shape, topology, &why, options)) {
+  if (!applicable(algorithm, shape, topology, &why)) {
     fail("cannot price {}: {}", collective_name(shape.op), why);
   }
   return calibrated(raw_cost(shape, algorithm, topology, options), options.of(algorithm), shape.bytes);
@@ -399,7 +397,7 @@ Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, co
   Choice choice;
   bool first = true;
   for (Algorithm candidate : kConcreteAlgorithms) {
-    if (!modeled(candidate) || !applicable(candidate, shape, topology, nullptr, options)) continue;
+    if (!modeled(candidate) || !applicable(candidate, shape, topology)) continue;
     double seconds = predict(shape, candidate, topology, options).total();
     choice.candidates.emplace_back(candidate, seconds);
     if (first || seconds < choice.predicted_s) {

@@ -66,12 +66,14 @@ struct Calibration {
 };
 
 inline constexpr size_t kDefaultChunkBytes = 256 * 1024;
-// Chunks a rank of the shared-memory all-reduce may copy ahead. That
-// algorithm only takes messages that fit (as fp32) in this many chunks: then
+// The shared-memory all-reduce's slots: chunks a rank may copy ahead, and
+// their size. It only takes messages that fit (as fp32) in them, 64 KiB: then
 // every rank copies all of its contribution at once and waits for its peers
-// only once, while bigger messages would move in lockstep with them, which
-// suffers whenever a rank is descheduled; those go to `direct`.
+// only once. Bigger messages would move in lockstep with the peers, which
+// suffers badly whenever a rank is descheduled (measured from 128 KiB up on a
+// shared 2-core host); the point-to-point and direct algorithms take those.
 inline constexpr size_t kSharedMemorySlots = 4;
+inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
 
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};
@@ -102,8 +104,8 @@ struct Cost {
 bool modeled(Algorithm algorithm);
 
 // Whether `algorithm` can run `shape` on `topology`; when not, `why` says so.
-bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why = nullptr,
-                const ModelOptions& options = {});
+bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology,
+                std::string* why = nullptr);
 
 // Calibrated cost. Throws strata::Error for Auto, Mpi or an inapplicable algorithm.
 Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
@@ -120,7 +122,7 @@ struct Choice {
 };
 
 // The cheapest applicable modeled algorithm; ties go to the earlier one in
-// kConcreteAlgorithms.
+// kConcreteAlgorithms (rhd before ring).
 Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options = {});
 
 // The hierarchical algorithm's pieces: the group of one node, the group of one

@@ -139,15 +139,14 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   if (state.nodes != 1 || state.size() < 2) return;
   static int segments = 0;
   char name[64] = {};
-  size_t slot_bytes = (state.config.chunk_bytes + 63) / 64 * 64;
   std::unique_ptr<SharedSegment> segment;
   if (group.rank() == 0) {
     std::snprintf(name, sizeof(name), "/strata-comm-%d-%d", static_cast<int>(getpid()), segments++);
     shm_unlink(name);  // a leftover of a crashed process with the same pid
-    segment = SharedSegment::map(name, true, state.size(), slot_bytes);
+    segment = SharedSegment::map(name, true, state.size(), kSharedMemorySlotBytes);
   }
   group.broadcast(name, sizeof(name) / sizeof(int32_t), DType::I32, 0);
-  if (group.rank() != 0) segment = SharedSegment::map(name, false, state.size(), slot_bytes);
+  if (group.rank() != 0) segment = SharedSegment::map(name, false, state.size(), kSharedMemorySlotBytes);
   float failed = segment ? 0.0f : 1.0f, anyone_failed = 0.0f;
   group.all_reduce(&failed, &anyone_failed, 1, DType::F32, ReduceOp::Max);
   // Every rank that could has mapped it: the name can go.

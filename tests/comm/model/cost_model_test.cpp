@@ -207,7 +207,7 @@ TEST(CostModel, RefusesWhatItCannotPrice) {
 
 TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
   TopologyDesc topology = one_node(4);
-  const double n = 512 * 1024, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
+  const double n = 48 * 1024, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
   std::string why;
   EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, n}, topology, &why));
   EXPECT_NE(why.find("share memory"), std::string::npos) << why;
@@ -223,13 +223,11 @@ TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
   expect_near_relative(predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectRead, topology),
                        2 * a + 3 * (n * b + 2 * n * c), "direct bf16 (reads bf16, sums fp32)");
   EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::Broadcast, n}, topology));
-  // shm takes what fits its slots (as fp32): 1 MiB of f32 or 512 KiB of bf16 at the default chunk size.
-  EXPECT_TRUE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 1 << 20}, topology));
-  EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 1 << 20, DType::BF16}, topology, &why));
-  EXPECT_NE(why.find("larger ones go to direct"), std::string::npos) << why;
-  ModelOptions bigger_chunks;
-  bigger_chunks.chunk_bytes = 1 << 20;
-  EXPECT_TRUE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 4 << 20}, topology, nullptr, bigger_chunks));
+  // shm takes what fits its slots (as fp32): 64 KiB of f32, 32 KiB of bf16.
+  EXPECT_TRUE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 64 << 10}, topology));
+  EXPECT_TRUE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 32 << 10, DType::BF16}, topology));
+  EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 64 << 10, DType::BF16}, topology, &why));
+  EXPECT_NE(why.find("its slots"), std::string::npos) << why;
   TopologyDesc two = two_nodes();
   two.shared_memory = two.cross_memory = true;
   EXPECT_FALSE(applicable(Algorithm::DirectRead, {Collective::AllReduce, n}, two, &why));

@@ -38,9 +38,9 @@ TEST(Calls, SharedMemoryCallsInFlightTakeTheSegmentInOrder) {
     GTEST_SKIP() << "no shared segment for this group";
   }
   const int p = world.size();
-  // Sizes spanning the slots of the tiny test chunks (4 x 128 floats), so the
-  // calls queue for the segment and chunk numbers run on from call to call.
-  const std::vector<size_t> counts = {300, 1, 512, 0, 77};
+  // Sizes spanning the slots (4 x 4096 floats), so the calls queue for the
+  // segment and chunk numbers run on from call to call.
+  const std::vector<size_t> counts = {12000, 1, 16384, 0, 5000};
   std::vector<std::vector<float>> data(counts.size());
   std::vector<Handle> handles;
   for (size_t c = 0; c < counts.size(); ++c) {
