@@ -40,6 +40,11 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("scale", {dy[0]}, n.attrs, grad_label(n, "x"))};
        }},
+      {"cast",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         std::string dtype(dtype_name(g.value(n.inputs[0]).meta.dtype));
+         return {g.apply1("cast", {dy[0]}, {{"dtype", dtype}}, grad_label(n, "x"))};
+       }},
       {"gelu",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("gelu_backward", {dy[0], n.inputs[0]}, {}, grad_label(n, "x"))};

@@ -508,6 +508,7 @@ void register_standard_ops(OpRegistry& registry) {
   add_matmuls(registry);
   add_attention(registry);
   add_cross_entropy(registry);
+  add_cast_ops(registry);
 }
 
 }  // namespace strata

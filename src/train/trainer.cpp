@@ -13,6 +13,7 @@
 #include "ckpt/hf_gpt2.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
+#include "graph/profile_report.h"
 
 namespace strata {
 
@@ -206,6 +207,12 @@ void Trainer::run() {
     std::vector<double> steady(step_seconds.begin() + 1, step_seconds.end());
     std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
     record_measured_step(run_dir, steady[steady.size() / 2], static_cast<int64_t>(steady.size()));
+  }
+  if (profiling_) {
+    const std::vector<NodeTiming>& timings = train_graph_->timings();
+    int64_t runs = timings.empty() ? 0 : timings.front().calls;
+    fmt::print("training graph, kernel time per op over {} runs (the first pays first-touch costs):\n{}", runs,
+               format_op_profile(profile_by_op(train_model_.graph, timings), runs));
   }
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);

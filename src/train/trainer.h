@@ -27,6 +27,8 @@ class Trainer {
   StepMetrics step();        // one optimizer step
   double validation_loss();  // mean over train.val_batches micro-batches from the start of val
   void save_checkpoint();
+  // Times every kernel of the training graph; run() then prints where the time went.
+  void enable_profiling() { train_graph_->enable_profiling(true); profiling_ = true; }
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
@@ -54,6 +56,7 @@ class Trainer {
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
   int64_t completed_steps_ = 0;
+  bool profiling_ = false;
 };
 
 }  // namespace strata

@@ -1,0 +1,45 @@
+#include "graph/rewrite.h"
+
+namespace strata {
+
+GraphRewriter::GraphRewriter(const Graph& source)
+    : source_(source), map_(static_cast<size_t>(source.num_values()), -1) {
+  for (int id = 0; id < source.num_values(); ++id) {
+    const Value& value = source.value(id);
+    if (value.kind == ValueKind::Input) map_[static_cast<size_t>(id)] = target_.add_input(value.name, value.meta);
+    if (value.kind == ValueKind::Param) map_[static_cast<size_t>(id)] = target_.add_param(value.name, value.meta);
+  }
+}
+
+int GraphRewriter::map(int source_value) const {
+  int mapped = map_.at(static_cast<size_t>(source_value));
+  STRATA_CHECK(mapped >= 0, "graph rewrite: value '{}' used before it was produced", source_.value(source_value).name);
+  return mapped;
+}
+
+bool GraphRewriter::is_mapped(int source_value) const { return map_.at(static_cast<size_t>(source_value)) >= 0; }
+
+void GraphRewriter::set(int source_value, int target_value) {
+  STRATA_CHECK(target_.value(target_value).meta == source_.value(source_value).meta,
+               "graph rewrite: '{}' replaced by a value of another shape or dtype", source_.value(source_value).name);
+  map_.at(static_cast<size_t>(source_value)) = target_value;
+}
+
+std::vector<int> GraphRewriter::copy_node(int node_id) {
+  const Node& node = source_.node(node_id);
+  std::vector<int> inputs;
+  for (int input : node.inputs) inputs.push_back(map(input));
+  std::vector<int> outputs = target_.apply(node.op, inputs, node.attrs, node.label);
+  for (size_t i = 0; i < outputs.size(); ++i) set(node.outputs[i], outputs[i]);
+  return outputs;
+}
+
+GraphRewriter::Result GraphRewriter::finish() && { return {std::move(target_), std::move(map_)}; }
+
+int GraphRewriter::Result::operator()(int source_value) const {
+  int mapped = value_map.at(static_cast<size_t>(source_value));
+  STRATA_CHECK(mapped >= 0, "graph rewrite dropped value {}", source_value);
+  return mapped;
+}
+
+}  // namespace strata

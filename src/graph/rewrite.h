@@ -1,0 +1,46 @@
+#pragma once
+// Graph passes rebuild a graph node by node: the rewriter copies every input
+// and param first, then the pass copies, replaces, drops or inserts nodes.
+// Value ids change, so passes hand back the old-to-new map for the caller's
+// handles (see GraphRewrite::map).
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace strata {
+
+class GraphRewriter {
+ public:
+  explicit GraphRewriter(const Graph& source);
+
+  const Graph& source() const { return source_; }
+  Graph& target() { return target_; }
+
+  // New id of a source value; fails if the pass has not produced it yet.
+  int map(int source_value) const;
+  bool is_mapped(int source_value) const;
+  // Records that `target_value` now stands for `source_value`.
+  void set(int source_value, int target_value);
+
+  // Copies source node `node_id` with mapped inputs (and its label and attrs)
+  // and maps its outputs; returns the new outputs.
+  std::vector<int> copy_node(int node_id);
+
+  // The finished graph and, per source value, its new id (-1 for values the
+  // pass dropped).
+  struct Result;
+  Result finish() &&;
+
+ private:
+  const Graph& source_;
+  Graph target_;
+  std::vector<int> map_;
+};
+
+struct GraphRewriter::Result {
+  Graph graph;
+  std::vector<int> value_map;
+  int operator()(int source_value) const;  // new id; fails for dropped values
+};
+
+}  // namespace strata
