@@ -11,5 +11,6 @@ void add_topo_command(CLI::App& app);
 void add_comm_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_ops_command(CLI::App& app);
 
 }  // namespace strata::cli

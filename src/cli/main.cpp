@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   strata::cli::add_comm_bench_command(app);
   strata::cli::add_plan_command(app);
   strata::cli::add_calibrate_command(app);
+  strata::cli::add_ops_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

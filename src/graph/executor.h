@@ -28,6 +28,7 @@ class CompiledGraph {
 
   const Graph& graph() const { return graph_; }
   const MemoryPlan& memory_plan() const { return plan_; }
+  const std::vector<KernelChoice>& kernel_choices() const { return choices_; }  // per node
   void enable_profiling(bool enabled) { profiling_ = enabled; }
   const std::vector<NodeTiming>& timings() const { return timings_; }
 

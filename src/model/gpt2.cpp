@@ -2,11 +2,36 @@
 
 #include <cmath>
 
+#include "graph/fusion.h"
+
 namespace strata {
 
 namespace {
 
-std::string layer_prefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
+constexpr const char* kLayerPrefix = "transformer.h.";
+
+std::string layer_prefix(int64_t layer) { return kLayerPrefix + std::to_string(layer) + "."; }
+
+// Points the model's handles into a rewritten graph.
+void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
+  auto remap = [&](int& id) {
+    if (id >= 0) id = rewritten(id);
+  };
+  for (int* id : {&model.tokens, &model.targets, &model.positions, &model.logits, &model.loss, &model.grads.seed}) {
+    remap(*id);
+  }
+  for (int& id : model.params) remap(id);
+  std::map<int, int> grads;
+  for (auto [param, grad] : model.grads.of) grads[rewritten(param)] = rewritten(grad);
+  model.grads.of = std::move(grads);
+  model.graph = std::move(rewritten.graph);
+}
+
+std::set<int> read_after_run(const GPT2Graph& model) {
+  std::set<int> kept{model.loss, model.logits};
+  for (auto [param, grad] : model.grads.of) kept.insert(grad);
+  return kept;
+}
 
 }  // namespace
 
@@ -42,14 +67,15 @@ std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config) {
   return specs;
 }
 
-GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training, DType dtype) {
+GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
+                           const GPT2BuildOptions& options) {
   config.validate();
   if (seq > config.block_size) fail("sequence length {} exceeds model.block_size {}", seq, config.block_size);
   GPT2Graph model;
   Graph& g = model.graph;
   std::map<std::string, int> param;
   for (const ParamSpec& spec : gpt2_param_specs(config)) {
-    int id = g.add_param(spec.name, {spec.shape, dtype});
+    int id = g.add_param(spec.name, {spec.shape, options.dtype});
     param[spec.name] = id;
     model.params.push_back(id);
   }
@@ -57,32 +83,41 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   model.targets = g.add_input("targets", {{batch, seq}, DType::I32});
   model.positions = g.add_input("positions", {{seq}, DType::I32});
   Attrs eps{{"eps", config.layer_norm_eps}};
+  Autocast ops(g, options.precision);
 
   int wte = param.at("transformer.wte.weight");
-  int token_embeddings = g.apply1("embedding", {wte, model.tokens}, {}, "wte");
-  int position_embeddings = g.apply1("embedding", {param.at("transformer.wpe.weight"), model.positions}, {}, "wpe");
-  int x = g.apply1("add", {token_embeddings, position_embeddings}, {}, "embed");
+  int token_embeddings = ops.apply1("embedding", {wte, model.tokens}, {}, "wte");
+  int position_embeddings = ops.apply1("embedding", {param.at("transformer.wpe.weight"), model.positions}, {}, "wpe");
+  int x = ops.apply1("add", {token_embeddings, position_embeddings}, {}, "embed");
 
   auto layernorm = [&](int input, const std::string& name) {
-    return g.apply("layernorm", {input, param.at(name + ".weight"), param.at(name + ".bias")}, eps, name)[0];
+    return ops.apply("layernorm", {input, param.at(name + ".weight"), param.at(name + ".bias")}, eps, name)[0];
   };
   auto linear = [&](int input, const std::string& name) {
-    return g.apply1("linear", {input, param.at(name + ".weight"), param.at(name + ".bias")}, {}, name);
+    return ops.apply1("linear", {input, param.at(name + ".weight"), param.at(name + ".bias")}, {}, name);
   };
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     std::string p = layer_prefix(layer);
     int h = layernorm(x, p + "ln_1");
     int qkv = linear(h, p + "attn.c_attn");
-    int attended = g.apply("attention", {qkv}, {{"n_head", config.n_head}}, p + "attn")[0];
-    x = g.apply1("add", {x, linear(attended, p + "attn.c_proj")}, {}, p + "attn.residual");
+    int attended = ops.apply("attention", {qkv}, {{"n_head", config.n_head}}, p + "attn")[0];
+    x = ops.apply1("add", {x, linear(attended, p + "attn.c_proj")}, {}, p + "attn.residual");
     h = layernorm(x, p + "ln_2");
-    h = g.apply1("gelu", {linear(h, p + "mlp.c_fc")}, {}, p + "mlp.gelu");
-    x = g.apply1("add", {x, linear(h, p + "mlp.c_proj")}, {}, p + "mlp.residual");
+    h = ops.apply1("gelu", {linear(h, p + "mlp.c_fc")}, {}, p + "mlp.gelu");
+    x = ops.apply1("add", {x, linear(h, p + "mlp.c_proj")}, {}, p + "mlp.residual");
   }
   x = layernorm(x, "transformer.ln_f");
-  model.logits = g.apply1("matmul", {x, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
-  model.loss = g.apply("cross_entropy", {model.logits, model.targets}, {}, "loss")[0];
-  if (training) model.grads = add_backward(g, model.loss, model.params);
+  model.logits = ops.apply1("matmul", {x, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
+  model.loss = ops.apply("cross_entropy", {model.logits, model.targets}, {}, "loss")[0];
+  if (training) {
+    model.first_backward_node = g.num_nodes();
+    model.grads = add_backward(g, model.loss, model.params);
+    if (options.recompute != RecomputeMode::None) {
+      adopt(model, recompute_activations(model.graph, model.first_backward_node, options.recompute,
+                                         segment_by_label_prefix(kLayerPrefix)));
+    }
+  }
+  if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));
   return model;
 }
 

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "graph/autocast.h"
 #include "graph/autodiff.h"
+#include "graph/recompute.h"
 #include "graph/graph.h"
 #include "model/gpt2_config.h"
 #include "model/parameters.h"
@@ -30,13 +32,24 @@ struct GPT2Graph {
   int loss = -1;       // [] mean cross-entropy
   std::vector<int> params;  // value ids, in gpt2_param_specs order
   Gradients grads;          // filled when built for training
+  int first_backward_node = -1;  // nodes before it are the forward pass (training graphs)
+};
+
+struct GPT2BuildOptions {
+  DType dtype = DType::F32;    // params (master weights) and, without autocast, activations; f64 for checks
+  PrecisionPolicy precision;   // which ops compute in bf16/fp16
+  RecomputeMode recompute = RecomputeMode::None;  // training graphs: activations re-run in the backward pass
+  bool fuse = false;           // residual+LayerNorm and element-wise chains become fused ops
 };
 
 // The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the
-// backward graph when `training`. Parameters and activations are `dtype`
-// (f64 serves finite-difference checks).
+// backward graph when `training`.
 GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
-                           DType dtype = DType::F32);
+                           const GPT2BuildOptions& options);
+inline GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
+                                  DType dtype = DType::F32) {
+  return build_gpt2_graph(config, batch, seq, training, GPT2BuildOptions{.dtype = dtype});
+}
 
 // 0..seq-1 as an i32 tensor, for GPT2Graph::positions.
 Tensor position_ids(int64_t seq);

@@ -8,6 +8,13 @@ void Backend::add_kernel(const std::string& op, DType dtype, KernelFn kernel) {
   STRATA_CHECK(inserted, "backend '{}' registers {} {} twice", name_, op, dtype_name(dtype));
 }
 
+void Backend::add_emulated_kernel(const std::string& op, DType dtype, KernelFn kernel) {
+  add_kernel(op, dtype, std::move(kernel));
+  emulated_.insert({op, dtype});
+}
+
+bool Backend::is_emulated(const std::string& op, DType dtype) const { return emulated_.count({op, dtype}) != 0; }
+
 const KernelFn* Backend::find(const std::string& op, DType dtype) const {
   auto found = kernels_.find({op, dtype});
   return found == kernels_.end() ? nullptr : &found->second;

@@ -15,6 +15,7 @@ FallbackPolicy parse_fallback_policy(const std::string& text) {
 std::string_view route_name(Route route) {
   switch (route) {
     case Route::Native: return "native";
+    case Route::Emulated: return "emulated";
     case Route::Decomposed: return "decomposed";
     case Route::Reference: return "ref-fallback";
   }
@@ -28,8 +29,10 @@ KernelChoice Dispatcher::resolve(const std::string& op, DType dtype) {
   KernelChoice choice;
   choice.schema = &OpRegistry::global().get(op);
   choice.dtype = dtype;
-  if ((choice.kernel = primary_.find(op, dtype)) != nullptr) return choice;
-  if (choice.schema->decompose) {
+  if ((choice.kernel = primary_.find(op, dtype)) != nullptr) {
+    if (!primary_.is_emulated(op, dtype)) return choice;
+    choice.route = Route::Emulated;
+  } else if (choice.schema->decompose) {
     choice.route = Route::Decomposed;
   } else if ((choice.kernel = reference_.find(op, dtype)) != nullptr) {
     choice.route = Route::Reference;
@@ -38,14 +41,19 @@ KernelChoice Dispatcher::resolve(const std::string& op, DType dtype) {
          primary_.name(), reference_.name());
   }
   if (policy_ == FallbackPolicy::Error) {
-    fail("op '{}' ({}) has no kernel on backend '{}' and would run {} (ops.fallback = \"error\")", op,
+    fail("op '{}' ({}) has no native kernel on backend '{}' and would run {} (ops.fallback = \"error\")", op,
          dtype_name(dtype), primary_.name(), route_name(choice.route));
   }
   if (policy_ == FallbackPolicy::Warn) {
     std::lock_guard lock(mutex_);
     if (warned_.insert({op, dtype}).second) {
-      spdlog::warn("op '{}' ({}) has no kernel on backend '{}': running {}", op, dtype_name(dtype), primary_.name(),
-                   route_name(choice.route));
+      if (choice.route == Route::Emulated) {
+        spdlog::warn("op '{}' ({}): backend '{}' has no {} arithmetic for it and computes it in a wider type", op,
+                     dtype_name(dtype), primary_.name(), dtype_name(dtype));
+      } else {
+        spdlog::warn("op '{}' ({}) has no kernel on backend '{}': running {}", op, dtype_name(dtype), primary_.name(),
+                     route_name(choice.route));
+      }
     }
   }
   return choice;

@@ -17,7 +17,8 @@ namespace strata {
 enum class FallbackPolicy { Allow, Warn, Error };
 FallbackPolicy parse_fallback_policy(const std::string& text);  // "allow" | "warn" | "error"
 
-enum class Route { Native, Decomposed, Reference };
+// Emulated: the backend's own kernel computes the dtype in a wider one.
+enum class Route { Native, Emulated, Decomposed, Reference };
 std::string_view route_name(Route route);
 
 struct KernelChoice {

@@ -4,6 +4,7 @@
 // kernels for it per dtype.
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -46,6 +47,15 @@ struct OpSchema {
   // read once and every output written once.
   std::function<double(const Metas& inputs, const Metas& outputs, const Attrs& attrs)> bytes;
   DecomposeFn decompose;  // unset: no decomposition, fall back to `ref`
+  // The ops `decompose` runs (same dtype as this op), for coverage reports.
+  std::vector<std::string> decomposes_into;
+  // In-place permission: (output, input) pairs whose output may take over the
+  // input's buffer when no later node reads that input (the memory planner
+  // does this only for equal sizes). Every kernel and decomposition of the op,
+  // on every backend, must then be correct with the two aliased: element i of
+  // the input is read before element i of the output is written, and no other
+  // element of the input is read after that write.
+  std::vector<std::pair<size_t, size_t>> may_reuse;
 };
 
 struct OpCost {

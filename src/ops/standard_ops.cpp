@@ -181,7 +181,8 @@ void add_embedding(OpRegistry& registry) {
 void add_elementwise(OpRegistry& registry) {
   registry.add({
       .name = "add",
-      .summary = "out = a + b, b broadcast over a's leading dims (b's shape is a suffix of a's); out may alias a",
+      .summary = "out = a + b, b broadcast over a's leading dims (b's shape is a suffix of a's); out may alias a, "
+                 "or b when b has a's shape",
       .inputs = {"a", "b"},
       .outputs = {"out"},
       .infer =
@@ -194,6 +195,7 @@ void add_elementwise(OpRegistry& registry) {
             return {in[0]};
           },
       .flops = elementwise_flops(1),
+      .may_reuse = {{0, 0}, {0, 1}},
   });
   registry.add({
       .name = "sum_to",
@@ -224,6 +226,7 @@ void add_elementwise(OpRegistry& registry) {
             return {in[0]};
           },
       .flops = elementwise_flops(1),
+      .may_reuse = {{0, 0}},
   });
   registry.add({
       .name = "sum_squares",
@@ -239,7 +242,7 @@ void add_elementwise(OpRegistry& registry) {
   });
   registry.add({
       .name = "gelu",
-      .summary = "y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (GPT-2's tanh approximation)",
+      .summary = "y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (GPT-2's tanh approximation); y may alias x",
       .inputs = {"x"},
       .outputs = {"y"},
       .infer =
@@ -248,10 +251,11 @@ void add_elementwise(OpRegistry& registry) {
             return {in[0]};
           },
       .flops = elementwise_flops(10),
+      .may_reuse = {{0, 0}},
   });
   registry.add({
       .name = "gelu_backward",
-      .summary = "dx = dy * d gelu(x) / dx",
+      .summary = "dx = dy * d gelu(x) / dx; dx may alias dy or x",
       .inputs = {"dy", "x"},
       .outputs = {"dx"},
       .infer =
@@ -262,6 +266,7 @@ void add_elementwise(OpRegistry& registry) {
             return {in[0]};
           },
       .flops = elementwise_flops(16),
+      .may_reuse = {{0, 0}, {0, 1}},
   });
   registry.add({
       .name = "adamw",
@@ -368,6 +373,7 @@ void add_matmuls(OpRegistry& registry) {
             dispatcher.run("matmul", {in[0], in[1]}, {out[0]}, {{"trans_a", false}, {"trans_b", false}});
             dispatcher.run("add", {out[0], in[2]}, {out[0]});
           },
+      .decomposes_into = {"matmul", "add"},
   });
 }
 
@@ -391,6 +397,8 @@ void add_attention(OpRegistry& registry) {
             AttentionDims d = attention_dims("attention", in[0], attrs);
             return causal_attention_flops(d);
           },
+      .decompose = decompose_attention,
+      .decomposes_into = {"split_heads", "bmm", "causal_softmax", "merge_heads"},
   });
   registry.add({
       .name = "attention_backward",
@@ -416,6 +424,8 @@ void add_attention(OpRegistry& registry) {
             // recompute QK^T, then dV, dP, dQ, dK: five GEMM-sized products vs two forward
             return 2.5 * causal_attention_flops(attention_dims("attention_backward", in[1], attrs));
           },
+      .decompose = decompose_attention_backward,
+      .decomposes_into = {"split_heads", "bmm", "causal_softmax", "causal_softmax_backward", "merge_heads"},
   });
   registry.add({
       .name = "attention_cached",
@@ -475,7 +485,7 @@ void add_cross_entropy(OpRegistry& registry) {
   });
   registry.add({
       .name = "cross_entropy_backward",
-      .summary = "dlogits = dloss * (softmax(logits) - onehot(target)) / positions",
+      .summary = "dlogits = dloss * (softmax(logits) - onehot(target)) / positions; dlogits may alias logits",
       .inputs = {"dloss", "logits", "targets", "lse"},
       .outputs = {"dlogits"},
       .dtype_input = 1,
@@ -496,6 +506,7 @@ void add_cross_entropy(OpRegistry& registry) {
             return {in[1]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[1]); },
+      .may_reuse = {{0, 1}},
   });
 }
 
@@ -509,6 +520,8 @@ void register_standard_ops(OpRegistry& registry) {
   add_attention(registry);
   add_cross_entropy(registry);
   add_cast_ops(registry);
+  add_attention_parts_ops(registry);
+  add_fused_ops(registry);
 }
 
 }  // namespace strata

@@ -260,18 +260,19 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     mem.master = mixed ? kF32 * params / (zero >= 1 ? d : 1) : 0.0;
     mem.gradients = kF32 * params / (zero >= 2 ? d : 1);
     mem.optimizer = 2 * kF32 * params / (zero >= 1 ? d : 1);
-    double saved = count * work.layer.saved[mode].total(split);
-    double temporaries = work.layer.peak.total(split) - work.layer.saved[mode].total(split);
-    if (stage == 0) {
-      saved += work.embedding.saved[0].total(split);
-      temporaries = std::max(temporaries, work.embedding.peak.total(split) - work.embedding.saved[0].total(split));
-    }
-    if (stage == p - 1) {
-      saved += work.head.saved[0].total(split);
-      temporaries = std::max(temporaries, work.head.peak.total(split) - work.head.saved[0].total(split));
-    }
+    // One micro-batch's backward runs the head, the layers (the last first), then the embedding;
+    // each segment's temporaries come on top of what the segments before it still keep, the
+    // segments after it having released theirs.
+    const double layer_saved = work.layer.saved[mode].total(split);
+    const double embedding_saved = stage == 0 ? work.embedding.saved[0].total(split) : 0.0;
+    const double head_saved = stage == p - 1 ? work.head.saved[0].total(split) : 0.0;
+    double saved = count * layer_saved + embedding_saved + head_saved;
+    double temporaries = 0;
+    if (stage == p - 1) temporaries = work.head.peak.total(split) - head_saved;
+    if (count > 0) temporaries = std::max(temporaries, work.layer.peak.total(split) - layer_saved - head_saved);
+    if (stage == 0) temporaries = std::max(temporaries, work.embedding.peak.total(split) - saved);
     mem.activations = in_flight(stage) * saved + temporaries;
-    mem.staging = (zero <= 1 ? params : work.layer.params) * width + (p == 1 ? 2 * tied * width : 0.0);
+    mem.staging = (zero <= 1 ? params : work.layer.params) * width + (p == 1 ? work.tied_gradient_sum_extra : 0.0);
     mem.buffers = zero == 3 ? 2 * work.layer.params * width : 0.0;
     mem.peak =
         mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);

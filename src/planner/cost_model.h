@@ -15,8 +15,11 @@
 // precision), fp32 gradient accumulators and AdamW moments, sharded over data
 // parallelism by ZeRO stage; the activations each in-flight micro-batch keeps
 // (GPipe keeps m, 1F1B keeps pp - stage, interleaving adds (pp-1)/(pp v)) for
-// the recomputation mode, plus the backward temporaries of one segment; or, at
-// the end of a backward pass, the micro-batch's gradients before accumulation.
+// the recomputation mode, plus the backward temporaries of one segment beyond
+// what the segments before it keep (the head's logits are gone when the layers
+// run backward); or, at the end of a backward pass, the micro-batch's gradients
+// before accumulation, with the tied embedding's two partial gradients being
+// summed.
 #include <map>
 #include <memory>
 #include <optional>

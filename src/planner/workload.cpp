@@ -86,7 +86,9 @@ ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
   for (int value = 0; value < g.num_values(); ++value) {
     if (plan.offsets[static_cast<size_t>(value)] >= 0) {
       const Lifetime& lifetime = plan.lifetimes[static_cast<size_t>(value)];
-      add_lifetime(value, lifetime.first, lifetime.last);
+      // A value that took over its dying input's bytes adds none where it is produced.
+      bool took_over = plan.takes_over[static_cast<size_t>(value)] >= 0;
+      add_lifetime(value, took_over ? lifetime.first + 1 : lifetime.first, lifetime.last);
     } else if (segment.activation_inputs.count(value) || value == segment.seed) {
       int first = -1, last = -1;
       for (int node = 0; node < g.num_nodes(); ++node) {
@@ -222,6 +224,18 @@ SegmentWork head_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType d
   return work;
 }
 
+// What the memory planner holds, beyond the sum, while the two partial
+// gradients of the tied table are summed; they die there, so the sum may take
+// one over. Adds of parameters stand in for the ops that make the partials.
+double tied_gradient_sum_extra(const TensorMeta& table) {
+  Graph g;
+  auto partial = [&](const std::string& name) {
+    return g.apply1("add", {g.add_param(name + ".a", table), g.add_param(name + ".b", table)}, {}, name);
+  };
+  int sum = g.apply1("add", {partial("lm_head.grad"), partial("wte.grad")}, {}, "wte.grad_sum");
+  return static_cast<double>(plan_memory(g, {sum}).arena_bytes) - static_cast<double>(table.nbytes());
+}
+
 }  // namespace
 
 OpKind op_kind(const std::string& op) {
@@ -279,6 +293,7 @@ Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t s
   TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
   OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
   work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
+  work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
   work.boundary_bytes = static_cast<double>(micro_batch * seq * config.n_embd) * static_cast<double>(dtype_size(dtype));
   return work;
 }

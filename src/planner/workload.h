@@ -75,6 +75,9 @@ struct Workload {
   SegmentWork head;       // final LayerNorm, tied LM head, cross-entropy
   // Summing the two gradients of the tied embedding when one device holds both ends.
   OpWork tied_gradient_sum;
+  // Bytes live during that sum beyond the summed gradient: both partial
+  // gradients, less the one the sum takes over in place.
+  double tied_gradient_sum_extra = 0;
   double boundary_bytes = 0;  // one micro-batch's activation between layers [b, s, h]
 };
 

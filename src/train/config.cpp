@@ -14,7 +14,7 @@ namespace strata {
 
 namespace {
 
-using FieldRef = std::variant<int64_t*, double*, std::string*, bool*>;
+using FieldRef = std::variant<int64_t*, double*, std::string*, bool*, std::vector<std::string>*>;
 
 struct Field {
   std::string key;
@@ -34,6 +34,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"ops.backend", &c.backend},
       {"ops.fallback", &c.fallback},
       {"ops.threads", &c.threads},
+      {"ops.fuse", &c.fuse},
       {"train.seed", &c.seed},
       {"train.batch_size", &c.batch_size},
       {"train.global_batch", &c.global_batch},
@@ -50,6 +51,13 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.val_batches", &c.val_batches},
       {"parallel.plan", &c.plan},
       {"parallel.cluster", &c.cluster},
+      {"precision.compute", &c.precision},
+      {"precision.fp32_ops", &c.fp32_ops},
+      {"precision.loss_scale", &c.loss_scale},
+      {"precision.growth_interval", &c.loss_scale_growth_interval},
+      {"precision.growth", &c.loss_scale_growth},
+      {"precision.backoff", &c.loss_scale_backoff},
+      {"train.recompute", &c.recompute},
       {"checkpoint.dir", &c.run_dir},
       {"checkpoint.every", &c.checkpoint_every},
       {"checkpoint.keep", &c.checkpoint_keep},
@@ -64,7 +72,8 @@ std::string type_name(const FieldRef& ref) {
         if constexpr (std::is_same_v<T, int64_t>) return "an integer";
         else if constexpr (std::is_same_v<T, double>) return "a number";
         else if constexpr (std::is_same_v<T, std::string>) return "a string";
-        else return "a boolean";
+        else if constexpr (std::is_same_v<T, bool>) return "a boolean";
+        else return "an array of strings";
       },
       ref);
 }
@@ -77,6 +86,16 @@ void assign(const Field& field, const toml::node& node, const std::string& sourc
           if (auto value = node.value_exact<double>()) return *target = *value, true;
           if (auto value = node.value_exact<int64_t>()) return *target = static_cast<double>(*value), true;
           return false;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          const toml::array* array = node.as_array();
+          if (array == nullptr) return false;
+          std::vector<std::string> values;
+          for (const toml::node& element : *array) {
+            auto text = element.value_exact<std::string>();
+            if (!text) return false;
+            values.push_back(*text);
+          }
+          return *target = std::move(values), true;
         } else {
           if (auto value = node.value_exact<T>()) return *target = *value, true;
           return false;
@@ -171,10 +190,27 @@ void TrainConfig::validate() const {
     fail("config key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
          "when parallel.plan = \"auto\"");
   }
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
+    fail("config key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
+  }
+  precision_policy();  // validates precision.fp32_ops
+  if (!(loss_scale > 0)) fail("config key 'precision.loss_scale' must be positive, got {}", loss_scale);
+  positive("precision.growth_interval", loss_scale_growth_interval);
+  if (!(loss_scale_growth > 1)) fail("config key 'precision.growth' must exceed 1, got {}", loss_scale_growth);
+  if (!(loss_scale_backoff > 0 && loss_scale_backoff < 1)) {
+    fail("config key 'precision.backoff' must be in (0, 1), got {}", loss_scale_backoff);
+  }
+  if (recompute != "none" && recompute != "selective" && recompute != "full") {
+    fail("config key 'train.recompute' must be \"none\", \"selective\" or \"full\", got \"{}\"", recompute);
+  }
   if (backend != "ref" && backend != "cpu") fail("config key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("config key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
+}
+
+PrecisionPolicy TrainConfig::precision_policy() const {
+  return PrecisionPolicy::parse(precision, fp32_ops, "precision.fp32_ops");
 }
 
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
@@ -209,7 +245,18 @@ std::string to_toml(const TrainConfig& config) {
     auto dot = field.key.find('.');
     std::string section = field.key.substr(0, dot);
     std::string name = field.key.substr(dot + 1);
-    std::visit([&](auto* value) { sections[section].insert(name, *value); }, field.ref);
+    std::visit(
+        [&](auto* value) {
+          using T = std::remove_pointer_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            toml::array array;
+            for (const std::string& text : *value) array.push_back(text);
+            sections[section].insert(name, std::move(array));
+          } else {
+            sections[section].insert(name, *value);
+          }
+        },
+        field.ref);
   }
   toml::table root;
   for (auto& [name, table] : sections) root.insert(name, std::move(table));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/autocast.h"
 #include "model/gpt2_config.h"
 
 namespace strata {
@@ -19,6 +20,7 @@ struct TrainConfig {
   std::string backend = "cpu";
   std::string fallback = "warn";  // ops.fallback
   int64_t threads = 0;            // 0: every core
+  bool fuse = true;               // ops.fuse: fusion passes (residual+LayerNorm, element-wise chains)
 
   int64_t seed = 1337;
   int64_t batch_size = 8;     // rows per micro-batch; columns = model.block_size
@@ -42,6 +44,19 @@ struct TrainConfig {
   std::string plan = "manual";
   std::string cluster;  // parallel.cluster: a `strata calibrate` profile or a cluster TOML / preset
 
+  // precision.compute: "fp32", or "bf16" / "fp16" mixed precision with f32
+  // master weights; precision.fp32_ops: op types kept in f32.
+  std::string precision = "fp32";
+  std::vector<std::string> fp32_ops = default_fp32_ops();
+  // Dynamic loss scaling (fp16 only): start, multiply by `growth` after
+  // `growth_interval` finite steps, by `backoff` on an inf/nan step (skipped).
+  double loss_scale = 65536;
+  int64_t loss_scale_growth_interval = 2000;
+  double loss_scale_growth = 2;
+  double loss_scale_backoff = 0.5;
+  // train.recompute: "none", "selective" (attention) or "full" (per layer).
+  std::string recompute = "none";
+
   std::string run_dir = "runs/default";
   int64_t checkpoint_every = 200;  // 0: only at the end
   int64_t checkpoint_keep = 2;     // 0: keep all
@@ -49,6 +64,7 @@ struct TrainConfig {
 
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
+  PrecisionPolicy precision_policy() const;
 };
 
 // `source` names the file in error messages.

@@ -20,6 +20,8 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   nlohmann::json line{{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}};
   if (m.val_loss) line["val_loss"] = *m.val_loss;
+  if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
+  if (m.skipped) line["skipped"] = true;
   file_ << line.dump() << "\n";
   file_.flush();
   if (!file_) fail("writing metrics file '{}' failed", path_);
@@ -27,6 +29,7 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   double steps_left = static_cast<double>(total_steps_ - m.step);
   double eta = m.step > 0 ? elapsed_s / static_cast<double>(m.step) * steps_left : 0;
   std::string val = m.val_loss ? fmt::format(" val {:.4f}", *m.val_loss) : "";
+  if (m.skipped) val += " (skipped: inf/nan gradients)";
   if (terminal_) {
     int width = 30;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(total_steps_, 1));

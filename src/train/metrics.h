@@ -15,6 +15,8 @@ struct StepMetrics {
   double grad_norm = 0;
   double tokens_per_s = 0;
   std::optional<double> val_loss;
+  std::optional<double> loss_scale;  // fp16: the scale the step's gradients were computed with
+  bool skipped = false;              // fp16: gradients overflowed, parameters left unchanged
 };
 
 class MetricsLog {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 
@@ -32,6 +33,17 @@ AdamWSettings adamw_settings(const TrainConfig& config) {
   return {config.beta1, config.beta2, config.adam_eps, config.weight_decay};
 }
 
+LossScaleSettings loss_scale_settings(const TrainConfig& config) {
+  return {config.precision == "fp16", config.loss_scale, config.loss_scale_growth_interval, config.loss_scale_growth,
+          config.loss_scale_backoff};
+}
+
+GPT2BuildOptions build_options(const TrainConfig& config, bool training) {
+  return {.precision = config.precision_policy(),
+          .recompute = training ? parse_recompute_mode(config.recompute, "train.recompute") : RecomputeMode::None,
+          .fuse = config.fuse};
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config)
@@ -39,7 +51,8 @@ Trainer::Trainer(TrainConfig config)
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       params_(gpt2_param_specs(config_.model)),
-      optimizer_(params_, adamw_settings(config_)) {
+      optimizer_(params_, adamw_settings(config_)),
+      scaler_(loss_scale_settings(config_)) {
   if (config_.threads > 0) omp_set_num_threads(static_cast<int>(config_.threads));
   if (config_.plan == "auto") plan_ = apply_auto_plan(config_);
   const int64_t batch = config_.batch_size;
@@ -53,8 +66,8 @@ Trainer::Trainer(TrainConfig config)
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq);
 
-  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true);
-  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false);
+  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true, build_options(config_, true));
+  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false, build_options(config_, false));
   train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
   eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, std::set<int>{eval_model_.loss});
 
@@ -62,7 +75,6 @@ Trainer::Trainer(TrainConfig config)
   targets_ = Tensor::empty({batch, seq}, DType::I32);
   positions_ = position_ids(seq);
   loss_seed_ = Tensor::empty({}, DType::F32);
-  loss_seed_.data<float>()[0] = 1.0f / static_cast<float>(config_.accumulation_steps());
   for (auto [model, graph] : {std::pair{&train_model_, train_graph_.get()}, {&eval_model_, eval_graph_.get()}}) {
     for (size_t i = 0; i < params_.size(); ++i) graph->bind(model->params[i], params_.tensor(i));
     graph->bind(model->tokens, tokens_);
@@ -92,6 +104,8 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
 StepMetrics Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   const int64_t micro_batches = config_.accumulation_steps();
+  const double loss_scale = scaler_.scale();
+  loss_seed_.data<float>()[0] = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     loss_sum += run_micro_batch(*train_graph_, train_model_, *train_loader_);
@@ -108,8 +122,19 @@ StepMetrics Trainer::step() {
   metrics.step = completed_steps_ + 1;
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
   metrics.lr = schedule_.at(completed_steps_);
+  if (loss_scale != 1.0) {
+    for (Tensor& grad : grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
+  }
   metrics.grad_norm = clip_grad_norm(grads_, config_.grad_clip, *dispatcher_);
-  optimizer_.update(params_, grads_, metrics.lr, metrics.step, *dispatcher_);
+  if (scaler_.dynamic()) metrics.loss_scale = loss_scale;
+  if (scaler_.update(std::isfinite(metrics.grad_norm))) {
+    ++optimizer_updates_;
+    optimizer_.update(params_, grads_, metrics.lr, optimizer_updates_, *dispatcher_);
+  } else {
+    metrics.skipped = true;
+    fmt::print("step {}: gradients overflowed (inf/nan) at loss scale {:g}; step skipped, loss scale now {:g}\n",
+               metrics.step, loss_scale, scaler_.scale());
+  }
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double tokens = static_cast<double>(config_.global_batch * config_.model.block_size);
@@ -140,6 +165,8 @@ void Trainer::save_checkpoint() {
   nlohmann::json metadata{
       {"train_loader", {{"shard", position.shard}, {"offset", position.offset}}},
       {"seed", config_.seed},
+      {"optimizer_updates", optimizer_updates_},
+      {"loss_scale", {{"scale", scaler_.scale()}, {"finite_steps", scaler_.finite_steps()}}},
       {"rng", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"counter", 0}}},
       {"model",
        {{"n_layer", config_.model.n_layer},
@@ -167,7 +194,41 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   const nlohmann::json& loader = checkpoint.metadata().at("train_loader");
   train_loader_->seek({loader.at("shard").get<int64_t>(), loader.at("offset").get<int64_t>()});
   completed_steps_ = checkpoint.step();
+  const nlohmann::json& metadata = checkpoint.metadata();
+  optimizer_updates_ = metadata.value("optimizer_updates", completed_steps_);
+  if (metadata.contains("loss_scale")) {
+    scaler_.restore(metadata["loss_scale"].value("scale", 1.0), metadata["loss_scale"].value("finite_steps", int64_t{0}));
+  }
   fmt::print("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_);
+}
+
+std::string Trainer::precision_summary() const {
+  PrecisionPolicy policy = config_.precision_policy();
+  std::string text = fmt::format("precision: {}", config_.precision);
+  if (policy.low != DType::F32) {
+    std::string kept;
+    for (const std::string& op : policy.fp32_ops) kept += (kept.empty() ? "" : ", ") + op;
+    text += fmt::format(" (f32 master weights and AdamW state; ops kept in f32: {}{})", kept.empty() ? "none" : kept,
+                        scaler_.dynamic() ? fmt::format("; dynamic loss scale from {:g}", scaler_.scale()) : "");
+  }
+  text += fmt::format("; recompute: {}; fusion: {}\n", config_.recompute, config_.fuse ? "on" : "off");
+  // Which op types of the training graph the backend cannot run natively in the dtype they got.
+  std::map<Route, std::set<std::string>> not_native;
+  for (const KernelChoice& choice : train_graph_->kernel_choices()) {
+    if (choice.route != Route::Native) {
+      not_native[choice.route].insert(fmt::format("{} ({})", choice.schema->name, dtype_name(choice.dtype)));
+    }
+  }
+  for (const auto& [route, ops] : not_native) {
+    std::string list;
+    for (const std::string& op : ops) list += (list.empty() ? "" : ", ") + op;
+    text += route == Route::Emulated
+                ? fmt::format("backend '{}' has no native arithmetic for {}: they run in f32 and are rounded back\n",
+                              config_.backend, list)
+                : fmt::format("backend '{}' has no kernel for {}: they run {}\n", config_.backend, list,
+                              route_name(route));
+  }
+  return text;
 }
 
 void Trainer::run() {
@@ -181,6 +242,7 @@ void Trainer::run() {
              omp_get_max_threads(), static_cast<double>(arena_bytes()) / (1 << 20),
              static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20));
 
+  fmt::print("{}", precision_summary());
   if (plan_) write_plan_record(run_dir, *plan_);
 
   MetricsLog log((run_dir / "metrics.jsonl").string(), config_.steps);

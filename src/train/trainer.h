@@ -10,6 +10,7 @@
 #include "model/gpt2.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
+#include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -37,6 +38,7 @@ class Trainer {
 
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
+  std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader);
 
   TrainConfig config_;
@@ -53,6 +55,8 @@ class Trainer {
   Tensor positions_;
   Tensor loss_seed_;
   std::vector<Tensor> grads_;  // accumulated over a step's micro-batches
+  LossScaler scaler_;
+  int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
   int64_t completed_steps_ = 0;

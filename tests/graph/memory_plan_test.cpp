@@ -21,7 +21,7 @@ TEST(MemoryPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
   GPT2Graph model = build_gpt2_graph(tiny_config(), 2, 8, /*training=*/true);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
-  MemoryPlan plan = plan_memory(model.graph, kept);
+  MemoryPlan plan = plan_memory(model.graph, kept, {.in_place = false});
   const Graph& g = model.graph;
   for (int a = 0; a < g.num_values(); ++a) {
     if (g.value(a).kind != ValueKind::Intermediate) {
@@ -57,7 +57,7 @@ TEST(MemoryPlan, LifetimeSpansProducerToLastReader) {
   int a = g.apply1("scale", {x}, {{"factor", 2.0}});
   int b = g.apply1("scale", {a}, {{"factor", 2.0}});
   int c = g.apply1("add", {b, a});
-  MemoryPlan plan = plan_memory(g, {c});
+  MemoryPlan plan = plan_memory(g, {c}, {.in_place = false});
   EXPECT_EQ(plan.lifetimes[a].first, 0);
   EXPECT_EQ(plan.lifetimes[a].last, 2);
   EXPECT_EQ(plan.lifetimes[b].first, 1);

@@ -95,14 +95,33 @@ OpCase make_case(const std::string& op) {
     return {{{make_tensor({}, {1.5}), Role::Stats}, {logits, Role::Data}, {targets, Role::Index}, {lse, Role::Stats}},
             {}};
   }
+  if (op == "cast") return {{{random_tensor({3, 4}, 1), Role::Data}}, {{"dtype", std::string("f64")}}};
+  if (op == "split_heads") return {{{random_tensor({2, 3, 8}, 1), Role::Data}}, heads};
+  if (op == "merge_heads") return {{{random_tensor({2, 2, 3, 4}, 1), Role::Data}}, {}};
+  if (op == "bmm") {
+    return {{{random_tensor({2, 3, 4}, 1), Role::Data}, {random_tensor({2, 4, 5}, 2), Role::Data}}, plain};
+  }
+  const Attrs softmax_scale{{"scale", 0.5}};
+  if (op == "causal_softmax") return {{{random_tensor({2, 4, 4}, 1, 2.0), Role::Data}}, softmax_scale};
+  if (op == "causal_softmax_backward") {
+    Tensor p = run_ref("causal_softmax", {random_tensor({2, 4, 4}, 1, 2.0)}, softmax_scale)[0];
+    return {{{random_tensor({2, 4, 4}, 2), Role::Data}, {p, Role::Data}}, softmax_scale};
+  }
   ADD_FAILURE() << "no dtype-agreement case for op '" << op << "'";
   return {};
 }
 
 const std::vector<std::string> kCovered = {
-    "add", "adamw", "attention", "attention_backward", "attention_cached", "cross_entropy", "cross_entropy_backward",
-    "embedding", "embedding_backward", "gelu", "gelu_backward", "layernorm", "layernorm_backward", "linear", "matmul",
-    "scale", "sum_squares", "sum_to"};
+    "add", "adamw", "attention", "attention_backward", "attention_cached", "bmm", "cast", "causal_softmax",
+    "causal_softmax_backward", "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward", "gelu",
+    "gelu_backward", "layernorm", "layernorm_backward", "linear", "matmul", "merge_heads", "scale", "split_heads",
+    "sum_squares", "sum_to"};
+// Fused ops round their intermediates to the narrow type exactly as the ops they
+// replace do, so they cannot match one f64 evaluation to one rounding; they are
+// checked against those ops instead (tests/backends/fused_ops_test.cpp).
+const std::vector<std::string> kCheckedAgainstUnfusedOps = {
+    "add_layernorm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3", "fused_elementwise4",
+    "layernorm_backward_add"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {
@@ -164,6 +183,7 @@ INSTANTIATE_TEST_SUITE_P(AllOps, DtypeAgreementTest,
 
 TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
   std::vector<std::string> covered = kCovered;
+  covered.insert(covered.end(), kCheckedAgainstUnfusedOps.begin(), kCheckedAgainstUnfusedOps.end());
   std::sort(covered.begin(), covered.end());
   EXPECT_EQ(covered, OpRegistry::global().names());
 }

@@ -4,10 +4,13 @@
 // (batch, head) packs that head once, then walks key tiles (accumulating
 // their dK and dV in small buffers) and, inside, the query tiles at or after
 // them (accumulating dQ for the whole head). A task owns every output it
-// touches, so the result is deterministic without atomics.
+// touches, so the result is deterministic without atomics. bf16 heads are
+// widened to f32 while packing and computed as f32 ones; dqkv is rounded to
+// bf16 once, lse is f32.
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
@@ -20,24 +23,26 @@ namespace {
 
 constexpr int64_t kTile = 64;
 
+template <typename T>
 struct BackwardHead {
-  const float* q;  // rows of q, k, v and dq, dk, dv are qkv_stride apart
-  const float* k;
-  const float* v;
+  const T* q;  // rows of q, k, v and dq, dk, dv are qkv_stride apart
+  const T* k;
+  const T* v;
   int64_t qkv_stride;
-  const float* dout;  // rows of dout and out are out_stride apart
-  const float* out;
+  const T* dout;  // rows of dout and out are out_stride apart
+  const T* out;
   int64_t out_stride;
   const float* lse;
-  float* dq;
-  float* dk;
-  float* dv;
+  T* dq;
+  T* dk;
+  T* dv;
   int64_t seq;
   int64_t head_dim;
   float scale;
 };
 
-STRATA_CPU_CLONES void attention_backward_head(const BackwardHead& h) {
+template <typename T>
+STRATA_CPU_CLONES void attention_backward_head(const BackwardHead<T>& h) {
   const int64_t seq = h.seq, dim = h.head_dim;
   const int64_t padded_seq = round_up(seq, kTile);
   const int64_t pd = round_up(dim, 16);  // padded head dim, the row length of packed tiles
@@ -62,11 +67,11 @@ STRATA_CPU_CLONES void attention_backward_head(const BackwardHead& h) {
     float dot = 0.0f;
     for (int64_t d = 0; d < pd; ++d) {
       bool in = row && d < dim;
-      float q = in ? h.q[i * h.qkv_stride + d] : 0.0f;
-      float k = in ? h.k[i * h.qkv_stride + d] : 0.0f;
-      float v = in ? h.v[i * h.qkv_stride + d] : 0.0f;
-      float g = in ? h.dout[i * h.out_stride + d] : 0.0f;
-      if (in) dot += g * h.out[i * h.out_stride + d];
+      float q = in ? to_f32(h.q[i * h.qkv_stride + d]) : 0.0f;
+      float k = in ? to_f32(h.k[i * h.qkv_stride + d]) : 0.0f;
+      float v = in ? to_f32(h.v[i * h.qkv_stride + d]) : 0.0f;
+      float g = in ? to_f32(h.dout[i * h.out_stride + d]) : 0.0f;
+      if (in) dot += g * to_f32(h.out[i * h.out_stride + d]);
       q_pack[i * pd + d] = q * h.scale;
       k_pack[i * pd + d] = k;
       k_t[d * padded_seq + i] = k;
@@ -133,35 +138,36 @@ STRATA_CPU_CLONES void attention_backward_head(const BackwardHead& h) {
       }
     }
     for (int64_t j = 0; j < nk; ++j) {
-      float* dk_row = h.dk + (k0 + j) * h.qkv_stride;
-      float* dv_row = h.dv + (k0 + j) * h.qkv_stride;
+      T* dk_row = h.dk + (k0 + j) * h.qkv_stride;
+      T* dv_row = h.dv + (k0 + j) * h.qkv_stride;
       for (int64_t d = 0; d < dim; ++d) {
-        dk_row[d] = dk_acc[j * pd + d];
-        dv_row[d] = dv_acc[j * pd + d];
+        dk_row[d] = from_f32<T>(dk_acc[j * pd + d]);
+        dv_row[d] = from_f32<T>(dv_acc[j * pd + d]);
       }
     }
   }
   for (int64_t i = 0; i < seq; ++i) {
-    float* dq_row = h.dq + i * h.qkv_stride;
-    for (int64_t d = 0; d < dim; ++d) dq_row[d] = dq_acc[i * pd + d] * h.scale;
+    T* dq_row = h.dq + i * h.qkv_stride;
+    for (int64_t d = 0; d < dim; ++d) dq_row[d] = from_f32<T>(dq_acc[i * pd + d] * h.scale);
   }
 }
 
+template <typename T>
 void attention_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   int64_t batch = in[1].size(0), seq = in[1].size(1), width = in[1].size(2) / 3;
   int64_t heads = attrs.get_int("n_head");
   int64_t dim = width / heads;
   float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const float* dout = in[0].data<float>();
-  const float* qkv = in[1].data<float>();
-  const float* result = in[2].data<float>();
+  const T* dout = in[0].data<T>();
+  const T* qkv = in[1].data<T>();
+  const T* result = in[2].data<T>();
   const float* lse = in[3].data<float>();
-  float* dqkv = out[0].data<float>();
+  T* dqkv = out[0].data<T>();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < batch * heads; ++item) {
     int64_t b = item / heads, h = item % heads;
     int64_t column = b * seq * 3 * width + h * dim;
-    attention_backward_head(BackwardHead{
+    attention_backward_head(BackwardHead<T>{
         .q = qkv + column, .k = qkv + column + width, .v = qkv + column + 2 * width, .qkv_stride = 3 * width,
         .dout = dout + b * seq * width + h * dim, .out = result + b * seq * width + h * dim, .out_stride = width,
         .lse = lse + item * seq,
@@ -173,7 +179,8 @@ void attention_backward(const Tensors& in, const Tensors& out, const Attrs& attr
 }  // namespace
 
 void register_attention_backward(Backend& backend) {
-  backend.add_kernel("attention_backward", DType::F32, attention_backward);
+  backend.add_kernel("attention_backward", DType::F32, attention_backward<float>);
+  backend.add_kernel("attention_backward", DType::BF16, attention_backward<bf16>);
 }
 
 }  // namespace strata::cpu

@@ -1,9 +1,12 @@
 // cross_entropy and its backward over rows of logits, threaded over rows.
 // Each row is read twice (max, then the sum of exponentials, from cache);
 // the mean loss is summed in f64 in row order after the parallel pass.
+// bf16 logits are widened to f32 as they are read, so no f32 copy of them
+// exists; lse and the loss are f32, dlogits are rounded to bf16 once.
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/indices.h"
 #include "backends/cpu/parallel.h"
@@ -15,36 +18,43 @@ namespace {
 
 constexpr int64_t kRowGrain = 4;
 
-STRATA_CPU_CLONES void logsumexp_rows(const float* logits, int64_t vocab, int64_t row_begin, int64_t row_end,
-                                      float* lse) {
+template <typename T>
+STRATA_CPU_CLONES void logsumexp_rows(const T* logits, int64_t vocab, int64_t row_begin, int64_t row_end, float* lse) {
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* row = logits + r * vocab;
+    const T* row = logits + r * vocab;
     float max_logit = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max_logit)
-    for (int64_t c = 0; c < vocab; ++c) max_logit = row[c] > max_logit ? row[c] : max_logit;
+    for (int64_t c = 0; c < vocab; ++c) {
+      float value = to_f32(row[c]);
+      max_logit = value > max_logit ? value : max_logit;
+    }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < vocab; ++c) sum += exp_approx(row[c] - max_logit);
+    for (int64_t c = 0; c < vocab; ++c) sum += exp_approx(to_f32(row[c]) - max_logit);
     lse[r] = max_logit + std::log(sum);
   }
 }
 
 // dlogits = weight * (softmax - onehot); may overwrite the logits in place.
-template <typename Index>
-STRATA_CPU_CLONES void softmax_grad_rows(const float* logits, const float* lse, const Index* targets, int64_t vocab,
-                                         float weight, int64_t row_begin, int64_t row_end, float* dlogits) {
+// The target's entry is computed in f32 before its one rounding.
+template <typename T, typename Index>
+STRATA_CPU_CLONES void softmax_grad_rows(const T* logits, const float* lse, const Index* targets, int64_t vocab,
+                                         float weight, int64_t row_begin, int64_t row_end, T* dlogits) {
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* row = logits + r * vocab;
-    float* grad = dlogits + r * vocab;
+    const T* row = logits + r * vocab;
+    T* grad = dlogits + r * vocab;
     float row_lse = lse[r];
+    int64_t target = targets[r];
+    float target_grad = weight * (exp_approx(to_f32(row[target]) - row_lse) - 1.0f);
 #pragma omp simd
-    for (int64_t c = 0; c < vocab; ++c) grad[c] = weight * exp_approx(row[c] - row_lse);
-    grad[targets[r]] -= weight;
+    for (int64_t c = 0; c < vocab; ++c) grad[c] = from_f32<T>(weight * exp_approx(to_f32(row[c]) - row_lse));
+    grad[target] = from_f32<T>(target_grad);
   }
 }
 
+template <typename T>
 void cross_entropy(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* logits = in[0].data<float>();
+  const T* logits = in[0].data<T>();
   int64_t vocab = in[0].size(-1);
   int64_t rows = in[1].numel();
   check_indices("cross_entropy", "targets", in[1], vocab);
@@ -54,20 +64,23 @@ void cross_entropy(const Tensors& in, const Tensors& out, const Attrs&) {
                   [&](int64_t begin, int64_t end) { logsumexp_rows(logits, vocab, begin, end, lse); });
   double total = 0.0;
   with_indices(in[1], [&](const auto* targets) {
-    for (int64_t r = 0; r < rows; ++r) total += static_cast<double>(lse[r]) - logits[r * vocab + targets[r]];
+    for (int64_t r = 0; r < rows; ++r) {
+      total += static_cast<double>(lse[r]) - static_cast<double>(to_f32(logits[r * vocab + targets[r]]));
+    }
   });
   out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
+template <typename T>
 void cross_entropy_backward(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* logits = in[1].data<float>();
+  const T* logits = in[1].data<T>();
   const float* lse = in[3].data<float>();
   int64_t vocab = in[1].size(-1);
   int64_t rows = in[2].numel();
   check_indices("cross_entropy_backward", "targets", in[2], vocab);
   if (rows == 0) return;
   auto weight = static_cast<float>(in[0].item() / static_cast<double>(rows));
-  float* dlogits = out[0].data<float>();
+  T* dlogits = out[0].data<T>();
   with_indices(in[2], [&](const auto* targets) {
     parallel_chunks(rows, kRowGrain, [&](int64_t begin, int64_t end) {
       softmax_grad_rows(logits, lse, targets, vocab, weight, begin, end, dlogits);
@@ -78,8 +91,10 @@ void cross_entropy_backward(const Tensors& in, const Tensors& out, const Attrs&)
 }  // namespace
 
 void register_cross_entropy(Backend& backend) {
-  backend.add_kernel("cross_entropy", DType::F32, cross_entropy);
-  backend.add_kernel("cross_entropy_backward", DType::F32, cross_entropy_backward);
+  backend.add_kernel("cross_entropy", DType::F32, cross_entropy<float>);
+  backend.add_kernel("cross_entropy_backward", DType::F32, cross_entropy_backward<float>);
+  backend.add_kernel("cross_entropy", DType::BF16, cross_entropy<bf16>);
+  backend.add_kernel("cross_entropy_backward", DType::BF16, cross_entropy_backward<bf16>);
 }
 
 }  // namespace strata::cpu

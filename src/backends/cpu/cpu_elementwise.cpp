@@ -1,6 +1,8 @@
-// add, scale, gelu and gelu_backward: streaming loops over fixed chunks.
-// Outputs may alias inputs element for element (each element is read before
-// it is written), which `omp simd` tells the vectoriser.
+// add, scale, gelu and gelu_backward: streaming loops over fixed chunks, for
+// f32 and bf16 storage (computed in f32, rounded once per output; see
+// convert.h). Outputs may alias inputs element for element (each element is
+// read before it is written), which `omp simd` tells the vectoriser.
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/simd.h"
@@ -15,79 +17,86 @@ constexpr float kGeluCubic = 0.044715f;
 
 // out[e] = a[e] + b[e mod b_count] over [begin, end), one contiguous run of b
 // at a time.
-STRATA_CPU_CLONES void add_range(const float* a, const float* b, int64_t b_count, float* out, int64_t begin,
-                                 int64_t end) {
+template <typename T>
+STRATA_CPU_CLONES void add_range(const T* a, const T* b, int64_t b_count, T* out, int64_t begin, int64_t end) {
   int64_t column = begin % b_count;
   for (int64_t e = begin; e < end;) {
     int64_t run = std::min(end - e, b_count - column);
-    const float* a_run = a + e;
-    const float* b_run = b + column;
-    float* out_run = out + e;
+    const T* a_run = a + e;
+    const T* b_run = b + column;
+    T* out_run = out + e;
 #pragma omp simd
-    for (int64_t i = 0; i < run; ++i) out_run[i] = a_run[i] + b_run[i];
+    for (int64_t i = 0; i < run; ++i) out_run[i] = from_f32<T>(to_f32(a_run[i]) + to_f32(b_run[i]));
     e += run;
     column = 0;
   }
 }
 
-STRATA_CPU_CLONES void scale_range(const float* x, float factor, float* out, int64_t begin, int64_t end) {
+template <typename T>
+STRATA_CPU_CLONES void scale_range(const T* x, float factor, T* out, int64_t begin, int64_t end) {
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) out[i] = x[i] * factor;
+  for (int64_t i = begin; i < end; ++i) out[i] = from_f32<T>(to_f32(x[i]) * factor);
 }
 
 // With u = sqrt(2/pi) (x + 0.044715 x^3), E = e^(-2u) and s = 1 / (1 + E):
 // 1 + tanh(u) = 2s and 1 - tanh(u)^2 = 4 s (1 - s) = 4 s E s. Written this
 // way nothing cancels in either tail, so the relative error stays a few ulps
 // where gelu and its derivative approach 0.
-STRATA_CPU_CLONES void gelu_range(const float* x, float* y, int64_t begin, int64_t end) {
+template <typename T>
+STRATA_CPU_CLONES void gelu_range(const T* x, T* y, int64_t begin, int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    float v = x[i];
+    float v = to_f32(x[i]);
     float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
-    y[i] = v / (1.0f + e);
+    y[i] = from_f32<T>(v / (1.0f + e));
   }
 }
 
-STRATA_CPU_CLONES void gelu_backward_range(const float* dy, const float* x, float* dx, int64_t begin, int64_t end) {
+template <typename T>
+STRATA_CPU_CLONES void gelu_backward_range(const T* dy, const T* x, T* dx, int64_t begin, int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    float v = x[i];
+    float v = to_f32(x[i]);
     float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
     float s = 1.0f / (1.0f + e);
     float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
     float one_minus_s = e * s;  // in (0, 1]: e saturates below the float range
-    dx[i] = dy[i] * s * (1.0f + 2.0f * v * du_dx * one_minus_s);
+    dx[i] = from_f32<T>(to_f32(dy[i]) * s * (1.0f + 2.0f * v * du_dx * one_minus_s));
   }
 }
 
+template <typename T>
 void add(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* a = in[0].data<float>();
-  const float* b = in[1].data<float>();
-  float* result = out[0].data<float>();
+  const T* a = in[0].data<T>();
+  const T* b = in[1].data<T>();
+  T* result = out[0].data<T>();
   int64_t b_count = in[1].numel();
   if (b_count == 0) return;  // then a is empty too
   parallel_chunks(in[0].numel(), kGrain,
                   [&](int64_t begin, int64_t end) { add_range(a, b, b_count, result, begin, end); });
 }
 
+template <typename T>
 void scale(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  const float* x = in[0].data<float>();
-  float* result = out[0].data<float>();
+  const T* x = in[0].data<T>();
+  T* result = out[0].data<T>();
   auto factor = static_cast<float>(attrs.get_float("factor"));
   parallel_chunks(in[0].numel(), kGrain,
                   [&](int64_t begin, int64_t end) { scale_range(x, factor, result, begin, end); });
 }
 
+template <typename T>
 void gelu(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* x = in[0].data<float>();
-  float* y = out[0].data<float>();
+  const T* x = in[0].data<T>();
+  T* y = out[0].data<T>();
   parallel_chunks(in[0].numel(), kGrain, [&](int64_t begin, int64_t end) { gelu_range(x, y, begin, end); });
 }
 
+template <typename T>
 void gelu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* dy = in[0].data<float>();
-  const float* x = in[1].data<float>();
-  float* dx = out[0].data<float>();
+  const T* dy = in[0].data<T>();
+  const T* x = in[1].data<T>();
+  T* dx = out[0].data<T>();
   parallel_chunks(in[0].numel(), kGrain,
                   [&](int64_t begin, int64_t end) { gelu_backward_range(dy, x, dx, begin, end); });
 }
@@ -95,10 +104,14 @@ void gelu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
 }  // namespace
 
 void register_elementwise(Backend& backend) {
-  backend.add_kernel("add", DType::F32, add);
-  backend.add_kernel("scale", DType::F32, scale);
-  backend.add_kernel("gelu", DType::F32, gelu);
-  backend.add_kernel("gelu_backward", DType::F32, gelu_backward);
+  backend.add_kernel("add", DType::F32, add<float>);
+  backend.add_kernel("scale", DType::F32, scale<float>);
+  backend.add_kernel("gelu", DType::F32, gelu<float>);
+  backend.add_kernel("gelu_backward", DType::F32, gelu_backward<float>);
+  backend.add_kernel("add", DType::BF16, add<bf16>);
+  backend.add_kernel("scale", DType::BF16, scale<bf16>);
+  backend.add_kernel("gelu", DType::BF16, gelu<bf16>);
+  backend.add_kernel("gelu_backward", DType::BF16, gelu_backward<bf16>);
 }
 
 }  // namespace strata::cpu

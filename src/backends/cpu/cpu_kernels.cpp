@@ -14,6 +14,10 @@ void register_cpu_kernels(Backend& backend) {
   cpu::register_attention(backend);
   cpu::register_attention_backward(backend);
   cpu::register_cross_entropy(backend);
+  cpu::register_cast(backend);
+  cpu::register_attention_parts(backend);
+  cpu::register_fused(backend);
+  cpu::register_through_f32(backend);  // last: it covers the dtypes the others lack
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
 #pragma once
-// The cpu kernels (f32), one registration function per family of ops.
+// The cpu kernels, one registration function per family of ops. Each family
+// registers f32 and, where training in bf16 needs it, bf16.
 #include "ops/backend.h"
 
 namespace strata::cpu {
@@ -18,5 +19,11 @@ void register_matmul(Backend& backend);          // matmul, linear
 void register_attention(Backend& backend);       // attention, attention_cached
 void register_attention_backward(Backend& backend);
 void register_cross_entropy(Backend& backend);   // cross_entropy, cross_entropy_backward
+void register_cast(Backend& backend);            // cast between f32, bf16, f16 (and to f64)
+// bf16 and f16 kernels, computing in f32, for every op with an f32 kernel
+// registered before and no kernel of that dtype: call it last.
+void register_through_f32(Backend& backend);
+void register_attention_parts(Backend& backend);  // split_heads, merge_heads, bmm, causal_softmax(_backward)
+void register_fused(Backend& backend);           // add_layernorm, layernorm_backward_add, fused_elementwise1..4
 
 }  // namespace strata::cpu

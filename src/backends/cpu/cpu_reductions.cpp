@@ -1,6 +1,9 @@
 // sum_to and sum_squares. Both sum fixed blocks in f64 in parallel, then add
 // the block sums in block order, so results are the same run to run and for
-// any thread count.
+// any thread count. bf16 inputs are widened on load; sum_to rounds its f64
+// sums through f32 to bf16 (as ref does), sum_squares returns f32 as the
+// schema says.
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
@@ -15,35 +18,42 @@ constexpr int64_t kBlockElements = 32768;
 
 // partial[c] = sum over rows [row_begin, row_end) of x[row, c] for c in
 // [column_begin, column_end); x has `width` columns.
-STRATA_CPU_CLONES void sum_rows(const float* x, int64_t width, int64_t row_begin, int64_t row_end,
+template <typename T>
+STRATA_CPU_CLONES void sum_rows(const T* x, int64_t width, int64_t row_begin, int64_t row_end,
                                 int64_t column_begin, int64_t column_end, double* partial) {
   for (int64_t c = column_begin; c < column_end; ++c) partial[c] = 0.0;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* row = x + r * width;
+    const T* row = x + r * width;
 #pragma omp simd
-    for (int64_t c = column_begin; c < column_end; ++c) partial[c] += static_cast<double>(row[c]);
+    for (int64_t c = column_begin; c < column_end; ++c) partial[c] += static_cast<double>(to_f32(row[c]));
   }
 }
 
+template <typename T>
 STRATA_CPU_CLONES void sum_blocks(const double* partials, int64_t blocks, int64_t width, int64_t column_begin,
-                                  int64_t column_end, float* out) {
+                                  int64_t column_end, T* out) {
   for (int64_t c = column_begin; c < column_end; ++c) {
     double total = 0.0;
     for (int64_t block = 0; block < blocks; ++block) total += partials[block * width + c];
-    out[c] = static_cast<float>(total);
+    out[c] = from_f32<T>(static_cast<float>(total));
   }
 }
 
-STRATA_CPU_CLONES double sum_squares_range(const float* x, int64_t begin, int64_t end) {
+template <typename T>
+STRATA_CPU_CLONES double sum_squares_range(const T* x, int64_t begin, int64_t end) {
   double total = 0.0;
 #pragma omp simd reduction(+ : total)
-  for (int64_t i = begin; i < end; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (int64_t i = begin; i < end; ++i) {
+    auto value = static_cast<double>(to_f32(x[i]));
+    total += value * value;
+  }
   return total;
 }
 
+template <typename T>
 void sum_to(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* x = in[0].data<float>();
-  float* result = out[0].data<float>();
+  const T* x = in[0].data<T>();
+  T* result = out[0].data<T>();
   int64_t width = out[0].numel();
   if (width == 0) return;
   int64_t rows = in[0].numel() / width;
@@ -61,8 +71,9 @@ void sum_to(const Tensors& in, const Tensors& out, const Attrs&) {
                   [&](int64_t begin, int64_t end) { sum_blocks(partials, blocks, width, begin, end, result); });
 }
 
+template <typename T>
 void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
-  const float* x = in[0].data<float>();
+  const T* x = in[0].data<T>();
   int64_t count = in[0].numel();
   int64_t blocks = (count + kBlockElements - 1) / kBlockElements;
   double* partials = call_scratch<double>(0, static_cast<size_t>(blocks));
@@ -77,8 +88,10 @@ void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
 }  // namespace
 
 void register_reductions(Backend& backend) {
-  backend.add_kernel("sum_to", DType::F32, sum_to);
-  backend.add_kernel("sum_squares", DType::F32, sum_squares);
+  backend.add_kernel("sum_to", DType::F32, sum_to<float>);
+  backend.add_kernel("sum_squares", DType::F32, sum_squares<float>);
+  backend.add_kernel("sum_to", DType::BF16, sum_to<bf16>);
+  backend.add_kernel("sum_squares", DType::BF16, sum_squares<bf16>);
 }
 
 }  // namespace strata::cpu

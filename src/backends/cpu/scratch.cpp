@@ -42,11 +42,14 @@ class ScratchSet {
 
 thread_local ScratchSet thread_set;
 thread_local ScratchSet call_set;
+thread_local ScratchSet widened_set;
 
 }  // namespace
 
 void* thread_scratch_bytes(int slot, size_t bytes) { return thread_set.get(slot, bytes); }
 
 void* call_scratch_bytes(int slot, size_t bytes) { return call_set.get(slot, bytes); }
+
+void* widened_scratch_bytes(int slot, size_t bytes) { return widened_set.get(slot, bytes); }
 
 }  // namespace strata::cpu

@@ -17,6 +17,11 @@ void* thread_scratch_bytes(int slot, size_t bytes);
 // the calling thread also uses as a team member.
 void* call_scratch_bytes(int slot, size_t bytes);
 
+// Buffers of the calling thread for the f32 copies of a kernel's narrow
+// inputs and outputs (cpu_through_f32.cpp), apart from the call and thread
+// buffers the f32 kernel itself then uses.
+void* widened_scratch_bytes(int slot, size_t bytes);
+
 template <typename T>
 T* thread_scratch(int slot, size_t count) {
   return static_cast<T*>(thread_scratch_bytes(slot, count * sizeof(T)));

@@ -12,6 +12,8 @@ void register_ref_kernels(Backend& backend) {
   ref::register_matmul(backend);
   ref::register_attention(backend);
   ref::register_cross_entropy(backend);
+  ref::register_attention_parts(backend);
+  ref::register_fused(backend);
 }
 
 }  // namespace strata

@@ -11,5 +11,7 @@ void register_layernorm(Backend& backend);       // layernorm, layernorm_backwar
 void register_matmul(Backend& backend);          // matmul, linear
 void register_attention(Backend& backend);       // attention, attention_backward, attention_cached
 void register_cross_entropy(Backend& backend);   // cross_entropy, cross_entropy_backward
+void register_attention_parts(Backend& backend);  // split_heads, merge_heads, bmm, causal_softmax(_backward)
+void register_fused(Backend& backend);           // add_layernorm, layernorm_backward_add, fused_elementwise1..4
 
 }  // namespace strata::ref

@@ -1,0 +1,18 @@
+#pragma once
+// Row-major bf16 GEMM with f32 accumulation on oneDNN's matmul primitive
+// (brgemm with the CPU's bf16 dot-product instructions where present):
+//   c[m, n] = bf16(sum over k of A[m, k] B[k, n] + bias[n])
+// with A, B as in gemm.h (a^T when trans_a, b^T when trans_b), bias optional
+// (nullptr), each output rounded once. Primitives are created once per shape,
+// transposes, bias and thread count and kept; results are bit-identical for a
+// given thread count.
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata::cpu {
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a, const bf16* b,
+               const bf16* bias, bf16* c);
+
+}  // namespace strata::cpu

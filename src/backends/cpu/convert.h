@@ -1,0 +1,44 @@
+#pragma once
+// Element loads and stores for kernels templated on their storage type
+// (float or bf16): they compute in f32 and round once on store. The bf16
+// conversions are the bit operations of core/dtype.h written branch-free, so
+// loops over them vectorise inside STRATA_CPU_CLONES functions and give the
+// same bits as the ref backend (round to nearest even, NaN stays NaN, no
+// flushing of subnormals).
+#include <bit>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace strata::cpu {
+
+inline float to_f32(float value) { return value; }
+inline float to_f32(bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
+
+template <typename T>
+T from_f32(float value);
+
+template <>
+inline float from_f32<float>(float value) {
+  return value;
+}
+
+template <>
+inline bf16 from_f32<bf16>(float value) {
+  uint32_t word = std::bit_cast<uint32_t>(value);
+  uint32_t rounded = (word + 0x7fffu + ((word >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (word >> 16) | 0x40u;
+  bool nan = (word & 0x7fffffffu) > 0x7f800000u;
+  return bf16{static_cast<uint16_t>(nan ? quiet_nan : rounded)};
+}
+
+// y[i] = x[i] as f32 for i < count: a vectorised pass (cpu_cast.cpp).
+void widen_bf16(const bf16* x, float* y, int64_t count);
+
+// Whole bf16 or f16 tensors to and from f32, in parallel, rounding to
+// nearest even (cpu_cast.cpp).
+void widen_to_f32(const Tensor& x, float* y);
+void narrow_from_f32(const float* x, const Tensor& y);
+
+}  // namespace strata::cpu

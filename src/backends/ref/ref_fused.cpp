@@ -1,0 +1,146 @@
+// The fused ops in double, rounding where the unfused ops would store: the
+// sum of add_layernorm and every register of a fused program are rounded to
+// their dtype, so these kernels give the bits of the unfused ref ops.
+#include <cmath>
+#include <numbers>
+
+#include "backends/ref/ref_io.h"
+#include "backends/ref/ref_ops.h"
+#include "ops/fused_program.h"
+
+namespace strata::ref {
+
+namespace {
+
+double round_to(DType dtype, double value) {
+  switch (dtype) {
+    case DType::F64: return value;
+    case DType::F32: return static_cast<double>(static_cast<float>(value));
+    case DType::BF16: return to_double(from_double<bf16>(value));
+    case DType::F16: return to_double(from_double<fp16>(value));
+    default: break;
+  }
+  STRATA_CHECK(false, "rounding to {}", dtype_name(dtype));
+  return value;
+}
+
+struct RowStats {
+  double mean, rstd;
+};
+
+RowStats row_stats(const double* row, size_t channels, double eps) {
+  double sum = 0.0;
+  for (size_t c = 0; c < channels; ++c) sum += row[c];
+  double mean = sum / static_cast<double>(channels);
+  double squares = 0.0;
+  for (size_t c = 0; c < channels; ++c) squares += (row[c] - mean) * (row[c] - mean);
+  return {mean, 1.0 / std::sqrt(squares / static_cast<double>(channels) + eps)};
+}
+
+void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  double eps = attrs.get_float("eps");
+  std::vector<double> sum = load(in[0]);
+  std::vector<double> r = load(in[1]);
+  std::vector<double> gamma = load(in[2]);
+  std::vector<double> beta = load(in[3]);
+  DType dtype = in[0].dtype();
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, sum[i] + r[i % r.size()]);
+  size_t channels = gamma.size();
+  size_t rows = static_cast<size_t>(out[2].numel());
+  std::vector<double> y(sum.size()), mean(rows), rstd(rows);
+  for (size_t row = 0; row < rows; ++row) {
+    const double* values = sum.data() + row * channels;
+    RowStats stats = row_stats(values, channels, eps);
+    mean[row] = stats.mean;
+    rstd[row] = stats.rstd;
+    for (size_t c = 0; c < channels; ++c) {
+      y[row * channels + c] = (values[c] - stats.mean) * stats.rstd * gamma[c] + beta[c];
+    }
+  }
+  store(out[0], sum);
+  store(out[1], y);
+  store(out[2], mean);
+  store(out[3], rstd);
+}
+
+// layernorm_backward's formulas (see ref_layernorm.cpp) with dres added to dx.
+void layernorm_backward_add(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> dy = load(in[0]);
+  std::vector<double> x = load(in[1]);
+  std::vector<double> gamma = load(in[2]);
+  std::vector<double> mean = load(in[3]);
+  std::vector<double> rstd = load(in[4]);
+  std::vector<double> dx = load(in[5]);
+  size_t channels = gamma.size();
+  std::vector<double> dgamma(channels, 0.0), dbeta(channels, 0.0), xhat(channels), g(channels);
+  for (size_t r = 0; r < mean.size(); ++r) {
+    double g_mean = 0.0, g_xhat_mean = 0.0;
+    for (size_t c = 0; c < channels; ++c) {
+      size_t i = r * channels + c;
+      xhat[c] = (x[i] - mean[r]) * rstd[r];
+      g[c] = dy[i] * gamma[c];
+      g_mean += g[c];
+      g_xhat_mean += g[c] * xhat[c];
+      dgamma[c] += dy[i] * xhat[c];
+      dbeta[c] += dy[i];
+    }
+    g_mean /= static_cast<double>(channels);
+    g_xhat_mean /= static_cast<double>(channels);
+    for (size_t c = 0; c < channels; ++c) dx[r * channels + c] += rstd[r] * (g[c] - g_mean - xhat[c] * g_xhat_mean);
+  }
+  store(out[0], dx);
+  store(out[1], dgamma);
+  store(out[2], dbeta);
+}
+
+constexpr double kGeluCubic = 0.044715;
+const double kGeluScale = std::sqrt(2.0 / std::numbers::pi);
+
+double execute(const FusedInstruction& instruction, const std::vector<double>& registers) {
+  double a = registers[static_cast<size_t>(instruction.a)];
+  double b = instruction.b >= 0 ? registers[static_cast<size_t>(instruction.b)] : 0.0;
+  switch (instruction.opcode) {
+    case FusedOpcode::Add: return a + b;
+    case FusedOpcode::Scale: return a * instruction.factor;
+    case FusedOpcode::Gelu: return 0.5 * a * (1.0 + std::tanh(kGeluScale * (a + kGeluCubic * a * a * a)));
+    case FusedOpcode::GeluBackward: {  // a = dy, b = x
+      double t = std::tanh(kGeluScale * (b + kGeluCubic * b * b * b));
+      double dinner = kGeluScale * (1.0 + 3.0 * kGeluCubic * b * b);
+      return a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * dinner);
+    }
+    case FusedOpcode::Cast: return a;  // the rounding to the register's dtype is the cast
+  }
+  return 0.0;
+}
+
+void fused_elementwise(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  FusedProgram program = FusedProgram::parse(attrs.get_string("program"), static_cast<int>(in.size()));
+  std::vector<DType> input_dtypes;
+  std::vector<std::vector<double>> inputs;
+  for (const Tensor& tensor : in) {
+    input_dtypes.push_back(tensor.dtype());
+    inputs.push_back(load(tensor));
+  }
+  std::vector<DType> dtypes = program.register_dtypes(input_dtypes);
+  std::vector<double> result(static_cast<size_t>(out[0].numel()));
+  std::vector<double> registers(dtypes.size());
+  for (size_t e = 0; e < result.size(); ++e) {
+    for (size_t i = 0; i < inputs.size(); ++i) registers[i] = inputs[i][e % inputs[i].size()];
+    for (size_t k = 0; k < program.code.size(); ++k) {
+      size_t r = inputs.size() + k;
+      registers[r] = round_to(dtypes[r], execute(program.code[k], registers));
+    }
+    result[e] = registers.back();
+  }
+  store(out[0], result);
+}
+
+}  // namespace
+
+void register_fused(Backend& backend) {
+  add_float_kernels(backend, "add_layernorm", add_layernorm);
+  add_float_kernels(backend, "layernorm_backward_add", layernorm_backward_add);
+  for (int n = 1; n <= kMaxFusedInputs; ++n) add_float_kernels(backend, fused_elementwise_op(n), fused_elementwise);
+}
+
+}  // namespace strata::ref

@@ -1,0 +1,250 @@
+// The cpu backend's bf16 kernels (and its f16 casts) against ref on the same
+// bf16 inputs. Both compute from identical inputs and round each output once
+// to bf16; they differ only by the arithmetic before that rounding (ref: f64;
+// cpu: f32, a polynomial e^x, oneDNN's f32 accumulation), which is far below
+// half a bf16 ulp (2^-9 relative). So an output may land one bf16 ulp apart
+// where its exact value lies near a rounding boundary, and one ulp is at most
+// 2^-7 of the value: bf16 outputs are allowed 2^-7 of |expected| + rms
+// (measured worst: 3.7e-3, such one-ulp flips in attention's backward, which
+// chains three f32 products; matmul, add and sum_to matched ref bit for bit).
+// f32 outputs (lse, the loss, sum_squares) keep the f32 tolerances of the
+// other tests.
+// Each comparison also runs the cpu kernel twice and requires identical bits.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cpu_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+constexpr double kBf16Tol = 1.0 / 128;
+
+Tensor random_bf16(const Shape& shape, uint64_t seed, float scale = 1.0f) {
+  return random_f32(shape, seed, scale).to(DType::BF16);
+}
+
+// Runs `op` on cpu (twice) and ref, comparing output i with tols[i].
+Tensors check_outputs(const std::string& op, const Tensors& inputs, const Attrs& attrs,
+                      const std::vector<double>& tols, const std::string& what) {
+  Tensors cpu = run_on("cpu", op, inputs, attrs);
+  Tensors ref = run_on("ref", op, inputs, attrs);
+  Tensors again = run_on("cpu", op, inputs, attrs);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    std::string label = what + " output " + std::to_string(i);
+    EXPECT_EQ(cpu[i].dtype(), ref[i].dtype()) << label;
+    expect_close(cpu[i], ref[i], tols.at(i), label);
+    expect_identical(cpu[i], again[i], label);
+  }
+  return cpu;
+}
+
+Attrs gemm_attrs(bool trans_a, bool trans_b) { return {{"trans_a", trans_a}, {"trans_b", trans_b}}; }
+
+// ---- cast -------------------------------------------------------------------
+
+Tensor f32_from_bits(const std::vector<uint32_t>& words) {
+  Tensor tensor = Tensor::empty({static_cast<int64_t>(words.size())}, DType::F32);
+  std::memcpy(tensor.raw(), words.data(), words.size() * sizeof(uint32_t));
+  return tensor;
+}
+
+// Same bits as ref everywhere except NaNs, which must stay NaN (F16C may
+// keep more of a NaN's payload than ref does).
+void expect_same_cast(const Tensor& x, DType to, const std::string& what) {
+  Attrs attrs{{"dtype", std::string(dtype_name(to))}};
+  Tensor cpu = run_on("cpu", "cast", {x}, attrs)[0];
+  Tensor ref = run_on("ref", "cast", {x}, attrs)[0];
+  ASSERT_EQ(cpu.dtype(), to) << what;
+  Tensor cpu_wide = cpu.to(DType::F64), ref_wide = ref.to(DType::F64);
+  const double* c = cpu_wide.data<double>();
+  const double* r = ref_wide.data<double>();
+  size_t size = dtype_size(to);
+  auto* c_bytes = static_cast<const unsigned char*>(cpu.raw());
+  auto* r_bytes = static_cast<const unsigned char*>(ref.raw());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (std::isnan(r[i])) {
+      EXPECT_TRUE(std::isnan(c[i])) << what << ": element " << i << " should stay NaN";
+    } else {
+      EXPECT_EQ(std::memcmp(c_bytes + i * size, r_bytes + i * size, size), 0)
+          << what << ": element " << i << " is " << c[i] << ", ref " << r[i];
+    }
+  }
+}
+
+TEST(CpuBf16, CastRoundsLikeRefOnSpecialValues) {
+  Tensor specials = f32_from_bits({
+      0x3f808000u,  // 1 + 2^-8: a tie, rounds to even (down) in bf16
+      0x3f818000u,  // a tie that rounds up
+      0x3f808001u,  // just above a tie
+      0x7f7fffffu,  // the largest float: rounds to inf in bf16 and f16
+      0x00000001u,  // the smallest subnormal
+      0x00400000u,  // a subnormal bf16 keeps
+      0x80000000u,  // -0
+      0x7f800000u,  // inf
+      0xff800000u,  // -inf
+      0x7fc00000u,  // quiet NaN
+      0x7f800001u,  // signalling NaN: must not become inf
+      0x477fe000u,  // 65504, the largest f16
+      0x477ff000u,  // a tie between 65504 and f16 overflow
+      0x33800000u,  // 2^-24, the smallest f16 subnormal
+      0x33000000u,  // 2^-25: a tie, to even (0) in f16
+      0x38800000u,  // 2^-14, the smallest f16 normal
+      0xc0490fdbu,  // -pi
+  });
+  for (DType to : {DType::BF16, DType::F16, DType::F64, DType::F32}) {
+    expect_same_cast(specials, to, "f32 specials to " + std::string(dtype_name(to)));
+    for (DType back : {DType::F32, DType::BF16, DType::F16}) {
+      if (to == DType::F64) continue;  // f64 inputs are ref's
+      Tensor narrowed = run_on("ref", "cast", {specials}, {{"dtype", std::string(dtype_name(to))}})[0];
+      expect_same_cast(narrowed, back,
+                       std::string(dtype_name(to)) + " specials to " + std::string(dtype_name(back)));
+    }
+  }
+}
+
+TEST(CpuBf16, CastMatchesRefOnRandomValuesAcrossChunks) {
+  // 40007 values: several parallel chunks and a tail that is not a multiple
+  // of the vector width; scale 1e3 spreads exponents into f16's edges.
+  for (float scale : {1.0f, 1e3f, 1e-5f}) {
+    Tensor x = random_f32({40007}, 1, scale);
+    for (DType to : {DType::BF16, DType::F16, DType::F64}) {
+      expect_same_cast(x, to, "random f32 to " + std::string(dtype_name(to)));
+    }
+    for (DType from : {DType::BF16, DType::F16}) {
+      Tensor narrow = x.to(from);
+      for (DType to : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+        expect_same_cast(narrow, to, std::string(dtype_name(from)) + " to " + std::string(dtype_name(to)));
+      }
+    }
+  }
+}
+
+// ---- matmul and linear ------------------------------------------------------
+
+TEST(CpuBf16, MatmulMatchesRefOnOddShapes) {
+  check_outputs("matmul", {random_bf16({3, 5, 37}, 1), random_bf16({37, 29}, 2)}, gemm_attrs(false, false),
+                {kBf16Tol}, "[3,5,37] x [37,29]");
+  check_outputs("matmul", {random_bf16({1, 384}, 3), random_bf16({384, 200}, 4)}, gemm_attrs(false, false),
+                {kBf16Tol}, "one row");
+  check_outputs("matmul", {random_bf16({130, 1536}, 5), random_bf16({1536, 70}, 6)}, gemm_attrs(false, false),
+                {kBf16Tol}, "K = 1536");
+  check_outputs("matmul", {random_bf16({2, 33, 48}, 7), random_bf16({101, 48}, 8)}, gemm_attrs(false, true),
+                {kBf16Tol}, "[2,33,48] x [101,48]^T");
+  check_outputs("matmul", {random_bf16({2, 67, 40}, 9), random_bf16({2, 67, 23}, 10)}, gemm_attrs(true, false),
+                {kBf16Tol}, "weight gradient over [2,67]");
+  check_outputs("matmul", {random_bf16({2001, 17}, 11), random_bf16({2001, 31}, 12)}, gemm_attrs(true, false),
+                {kBf16Tol}, "weight gradient over 2001 rows");
+}
+
+TEST(CpuBf16, MatmulOfNoInnerTermsIsZero) {
+  Tensor out =
+      run_on("cpu", "matmul", {random_bf16({3, 0}, 13), random_bf16({0, 4}, 14)}, gemm_attrs(false, false))[0];
+  expect_close(out, Tensor::zeros({3, 4}, DType::BF16), 0.0, "K = 0");
+}
+
+TEST(CpuBf16, LinearMatchesRefWithBias) {
+  check_outputs("linear", {random_bf16({2, 33, 96}, 15), random_bf16({96, 70}, 16), random_bf16({70}, 17)}, {},
+                {kBf16Tol}, "linear [2,33,96] x [96,70]");
+  check_outputs("linear", {random_bf16({1, 5}, 18), random_bf16({5, 3}, 19), random_bf16({3}, 20)}, {}, {kBf16Tol},
+                "linear one row");
+  check_outputs("linear", {random_bf16({67, 384}, 21), random_bf16({384, 1152}, 22), random_bf16({1152}, 23)}, {},
+                {kBf16Tol}, "linear c_attn-like");
+}
+
+// ---- element-wise and reductions ---------------------------------------------
+
+TEST(CpuBf16, AddScaleGeluMatchRef) {
+  Tensor a = random_bf16({3, 5, 77}, 1);
+  check_outputs("add", {a, random_bf16({3, 5, 77}, 2)}, {}, {kBf16Tol}, "add same shape");
+  check_outputs("add", {a, random_bf16({5, 77}, 3)}, {}, {kBf16Tol}, "add [5, 77]");
+  check_outputs("add", {a, random_bf16({}, 4)}, {}, {kBf16Tol}, "add scalar");
+  check_outputs("add", {random_bf16({4, 10000}, 5), random_bf16({10000}, 6)}, {}, {kBf16Tol}, "add chunked");
+  check_outputs("scale", {random_bf16({1, 33333}, 7)}, {{"factor", -0.37}}, {kBf16Tol}, "scale");
+  for (float scale : {1.0f, 4.0f}) {
+    Tensor x = random_bf16({3, 11111}, 8, scale);
+    check_outputs("gelu", {x}, {}, {kBf16Tol}, "gelu");
+    check_outputs("gelu_backward", {random_bf16({3, 11111}, 9), x}, {}, {kBf16Tol}, "gelu_backward");
+  }
+}
+
+TEST(CpuBf16, AddAndScaleMayWriteOverTheirInput) {
+  Tensor a = random_bf16({2, 3000, 7}, 10), b = random_bf16({7}, 11);
+  Tensor expected = run_on("cpu", "add", {a, b})[0];
+  Tensor in_place = a.clone();
+  dispatcher("cpu").run("add", {in_place, b}, {in_place});
+  expect_identical(in_place, expected, "bf16 add in place");
+  Tensor scaled = run_on("cpu", "scale", {a}, {{"factor", 0.3}})[0];
+  Tensor scaled_in_place = a.clone();
+  dispatcher("cpu").run("scale", {scaled_in_place}, {scaled_in_place}, {{"factor", 0.3}});
+  expect_identical(scaled_in_place, scaled, "bf16 scale in place");
+}
+
+TEST(CpuBf16, ReductionsMatchRef) {
+  check_outputs("sum_to", {random_bf16({2048, 384}, 12)}, {{"shape", std::vector<int64_t>{384}}}, {kBf16Tol},
+                "sum_to bias gradient");
+  check_outputs("sum_to", {random_bf16({3, 4500}, 13)}, {{"shape", std::vector<int64_t>{4500}}}, {kBf16Tol},
+                "sum_to wide");
+  check_outputs("sum_to", {random_bf16({4, 3, 5}, 14)}, {{"shape", std::vector<int64_t>{}}}, {kBf16Tol},
+                "sum_to scalar");
+  check_outputs("sum_squares", {random_bf16({100003}, 15)}, {}, {1e-6}, "sum_squares (f32 result)");
+}
+
+// ---- cross-entropy ------------------------------------------------------------
+
+TEST(CpuBf16, CrossEntropyMatchesRef) {
+  struct Case {
+    int64_t rows, vocab;
+    float scale;
+  };
+  // Vocabularies that are not multiples of a vector or chunk, and peaked rows.
+  for (Case c : {Case{7, 4099, 1.0f}, Case{33, 50257, 3.0f}, Case{1, 5, 1.0f}}) {
+    std::string what = "cross_entropy " + std::to_string(c.rows) + "x" + std::to_string(c.vocab);
+    Tensor logits = random_bf16({c.rows, c.vocab}, 16, c.scale);
+    Tensor targets = random_indices({c.rows}, 17, c.vocab);
+    Tensors forward = check_outputs("cross_entropy", {logits, targets}, {}, {2e-6, 2e-6}, what);
+    Tensor dloss = Tensor::zeros({}, DType::F32);
+    dloss.data<float>()[0] = 1.5f;
+    check_outputs("cross_entropy_backward", {dloss, logits, targets, forward[1]}, {}, {kBf16Tol}, what + " backward");
+  }
+}
+
+// ---- attention ------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t batch, seq, heads, head_dim;
+  float scale;
+};
+
+TEST(CpuBf16, AttentionForwardAndBackwardMatchRef) {
+  // T not a multiple of the 64-query tile, head sizes 64 and 80 (and one that
+  // is not a multiple of 16), peaked softmaxes (scale 3).
+  const AttentionCase cases[] = {
+      {2, 67, 3, 64, 1.0f}, {1, 130, 2, 80, 1.0f}, {2, 129, 2, 64, 3.0f}, {1, 5, 4, 24, 3.0f}, {3, 1, 2, 80, 1.0f},
+  };
+  for (const AttentionCase& c : cases) {
+    std::string what = "attention B=" + std::to_string(c.batch) + " T=" + std::to_string(c.seq) +
+                       " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.head_dim);
+    int64_t width = c.heads * c.head_dim;
+    Attrs attrs{{"n_head", c.heads}};
+    Tensor qkv = random_bf16({c.batch, c.seq, 3 * width}, 100 + c.seq, c.scale);
+    check_outputs("attention", {qkv}, attrs, {kBf16Tol, 3e-5}, what);
+    Tensors forward = run_on("ref", "attention", {qkv}, attrs);
+    Tensor dout = random_bf16({c.batch, c.seq, width}, 300 + c.seq);
+    check_outputs("attention_backward", {dout, qkv, forward[0], forward[1]}, attrs, {kBf16Tol}, what + " backward");
+  }
+}
+
+TEST(CpuBf16, CachedAttentionMatchesRef) {
+  Attrs attrs{{"n_head", int64_t{2}}, {"position", int64_t{70}}};
+  check_outputs("attention_cached", {random_bf16({2, 3, 160}, 1), random_bf16({2, 80, 160}, 2),
+                                     random_bf16({2, 80, 160}, 3)},
+                attrs, {kBf16Tol}, "attention_cached D=80");
+}
+
+}  // namespace
+}  // namespace strata::testing
