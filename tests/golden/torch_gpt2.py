@@ -7,12 +7,14 @@ GPT-2 parameter names and Conv1D layouts (weights stored [in, out]). Also here:
 a safetensors reader, an llm.c token-shard reader, the contiguous-window batch
 rule, the LR schedule and AdamW parameter groups.
 
-Run as a script it trains for throughput measurement (bench/train_throughput.sh):
+Run as a script it trains for throughput measurement (bench/train_throughput.py),
+in fp32 or with bf16 autocast around forward and loss (fp32 master weights):
     /usr/bin/python3 torch_gpt2.py --n-layer 6 --n-head 6 --n-embd 384 --vocab-size 50257 \
-        --seq 256 --batch 8 --steps 8 --data data/kjv --threads 2
+        --seq 256 --batch 8 --steps 8 --data data/kjv --threads 2 [--precision bf16]
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -221,15 +223,20 @@ def make_adamw(params, lr, betas, eps, weight_decay):
                              lr=lr, betas=betas, eps=eps)
 
 
-def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip):
+def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None):
     """One optimizer step: the gradient is the mean over `accumulation`
     micro-batches of each one's mean cross-entropy; global-norm clipping
-    (0 disables). Returns (mean loss, gradient norm before clipping)."""
+    (0 disables). With `autocast_dtype` (e.g. torch.bfloat16) forward and loss
+    run under CPU autocast; parameters, gradients and AdamW state stay in
+    their own dtype. Returns (mean loss, gradient norm before clipping)."""
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for _ in range(accumulation):
         inputs, targets = windows.next()
-        loss = loss_of(forward(params, cfg, inputs), targets)
+        autocast = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
+                    else contextlib.nullcontext())
+        with autocast:
+            loss = loss_of(forward(params, cfg, inputs), targets)
         (loss / accumulation).backward()
         loss_sum += loss.item()
     tensors = list(params.values())
@@ -262,6 +269,9 @@ def loaded_blas():
     return f"{paths[0]} ({library.openblas_get_corename().decode()} kernels)"
 
 
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description="Train the PyTorch GPT-2 and report tokens/s")
     parser.add_argument("--n-layer", type=int, required=True)
@@ -276,6 +286,8 @@ def main(argv):
     parser.add_argument("--data", required=True, help="a prepared corpus directory (meta.json)")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--precision", choices=sorted(AUTOCAST_DTYPES), default="fp32",
+                        help="fp32, or bf16 autocast around forward and loss (fp32 master weights)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -287,13 +299,14 @@ def main(argv):
     rates = []
     for step in range(args.steps):
         start = time.perf_counter()
-        loss, _ = train_step(params, cfg, optimizer, windows, args.accumulation, 3e-4, 1.0)
+        loss, _ = train_step(params, cfg, optimizer, windows, args.accumulation, 3e-4, 1.0,
+                             AUTOCAST_DTYPES[args.precision])
         rates.append(tokens_per_step / (time.perf_counter() - start))
         print(f"step {step + 1}: loss {loss:.4f}, {rates[-1]:.0f} tokens/s", file=sys.stderr, flush=True)
     measured = rates[args.warmup:] if len(rates) > args.warmup else rates
     print(json.dumps({"tokens_per_s": float(np.median(measured)), "steps": rates,
-                      "threads": torch.get_num_threads(), "torch": torch.__version__,
-                      "blas": loaded_blas()}))
+                      "threads": torch.get_num_threads(), "torch": torch.__version__, "precision": args.precision,
+                      "blas": loaded_blas(), "mkldnn": torch.backends.mkldnn.is_available()}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,166 @@
+// Mixed precision and recomputation through the real training loop: fp16
+// dynamic loss scaling skips an overflowing step and backs off, bf16 trains,
+// and recomputing activations leaves every loss bit-identical.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/corpus.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PrecisionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(fs::temp_directory_path() / ("strata_precision_test_" + std::to_string(::getpid())));
+    fs::create_directories(*root_);
+    std::ofstream text(*root_ / "corpus.txt");
+    for (int i = 0; i < 300; ++i) text << "And the evening and the morning were the day " << i << ".\n";
+    text.close();
+    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root_);
+    delete root_;
+  }
+
+  TrainConfig config(const std::string& run, std::vector<std::string> extra = {}) {
+    std::vector<std::string> overrides{"data.dir=" + (*root_ / "data").string(),
+                                       "checkpoint.dir=" + (*root_ / run).string(),
+                                       "train.steps=6",
+                                       "train.warmup_steps=1",
+                                       "train.val_every=0",
+                                       "checkpoint.every=0",
+                                       "ops.threads=2"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_train_config(R"(
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+vocab_size = 320
+block_size = 16
+[train]
+batch_size = 2
+global_batch = 4
+lr = 3e-3
+lr_min = 3e-4
+)",
+                              "tiny.toml", overrides);
+  }
+
+  static std::vector<float> snapshot(const Trainer& trainer) {
+    std::vector<float> values;
+    for (size_t i = 0; i < trainer.params().size(); ++i) {
+      const Tensor& tensor = trainer.params().tensor(i);
+      values.insert(values.end(), tensor.data<float>(), tensor.data<float>() + tensor.numel());
+    }
+    return values;
+  }
+
+  static fs::path* root_;
+};
+
+fs::path* PrecisionTest::root_ = nullptr;
+
+// An initial scale far beyond fp16's range (65504) makes the backward
+// overflow in the fp16 casts: each such step is skipped with the parameters
+// untouched and the scale multiplied by the backoff, until the scale fits;
+// then steps apply and the loss falls.
+TEST_F(PrecisionTest, Fp16OverflowStepIsSkippedAndTheScaleBacksOff) {
+  Trainer trainer(config("fp16", {"precision.compute=fp16", "precision.loss_scale=1e12", "precision.backoff=0.001",
+                                  "train.steps=10"}));
+  std::vector<float> before = snapshot(trainer);
+  StepMetrics first = trainer.step();
+  EXPECT_TRUE(first.skipped);
+  ASSERT_TRUE(first.loss_scale.has_value());
+  EXPECT_DOUBLE_EQ(*first.loss_scale, 1e12);
+  EXPECT_EQ(snapshot(trainer), before);
+  EXPECT_EQ(trainer.completed_steps(), 1);
+
+  double expected_scale = 1e12 * 0.001;
+  StepMetrics metrics = trainer.step();
+  for (int guard = 0; metrics.skipped && guard < 4; ++guard) {
+    EXPECT_DOUBLE_EQ(*metrics.loss_scale, expected_scale);
+    EXPECT_EQ(snapshot(trainer), before);
+    expected_scale *= 0.001;
+    metrics = trainer.step();
+  }
+  ASSERT_FALSE(metrics.skipped) << "the scale never came into fp16's range";
+  EXPECT_DOUBLE_EQ(*metrics.loss_scale, expected_scale);
+  EXPECT_NE(snapshot(trainer), before);
+  double last = metrics.loss;
+  for (int i = 0; i < 3; ++i) last = trainer.step().loss;
+  EXPECT_LT(last, first.loss);
+}
+
+TEST_F(PrecisionTest, Fp16ScaleGrowsAfterTheGrowthInterval) {
+  Trainer trainer(config("fp16_growth", {"precision.compute=fp16", "precision.loss_scale=256",
+                                         "precision.growth_interval=2"}));
+  EXPECT_DOUBLE_EQ(*trainer.step().loss_scale, 256);
+  EXPECT_DOUBLE_EQ(*trainer.step().loss_scale, 256);
+  EXPECT_DOUBLE_EQ(*trainer.step().loss_scale, 512);  // grown after two finite steps
+}
+
+TEST_F(PrecisionTest, Bf16TrainsCloseToFp32AndDeterministically) {
+  Trainer fp32(config("fp32"));
+  Trainer bf16(config("bf16", {"precision.compute=bf16"}));
+  Trainer bf16_again(config("bf16_again", {"precision.compute=bf16"}));
+  for (int step = 0; step < 5; ++step) {
+    double reference = fp32.step().loss;
+    double low = bf16.step().loss;
+    EXPECT_NEAR(low, reference, 0.02 * reference) << "step " << step;
+    EXPECT_EQ(bf16_again.step().loss, low) << "step " << step;
+  }
+}
+
+TEST_F(PrecisionTest, RecomputationGivesBitIdenticalLossesAndASmallerArena) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    std::string p = std::string("precision.compute=") + precision;
+    Trainer none(config(std::string("none_") + precision, {p}));
+    Trainer selective(config(std::string("selective_") + precision, {p, "train.recompute=selective"}));
+    Trainer full(config(std::string("full_") + precision, {p, "train.recompute=full"}));
+    for (int step = 0; step < 3; ++step) {
+      double loss = none.step().loss;
+      EXPECT_EQ(selective.step().loss, loss) << precision << " step " << step;
+      EXPECT_EQ(full.step().loss, loss) << precision << " step " << step;
+    }
+    EXPECT_EQ(snapshot(selective), snapshot(none)) << precision;
+    EXPECT_EQ(snapshot(full), snapshot(none)) << precision;
+    EXPECT_LT(selective.arena_bytes(), none.arena_bytes()) << precision;
+    EXPECT_LT(full.arena_bytes(), selective.arena_bytes()) << precision;
+  }
+}
+
+TEST_F(PrecisionTest, FusionChangesOnlyRounding) {
+  Trainer fused(config("fused"));
+  Trainer unfused(config("unfused", {"ops.fuse=false"}));
+  for (int step = 0; step < 3; ++step) {
+    double loss = unfused.step().loss;
+    EXPECT_NEAR(fused.step().loss, loss, 1e-4 * loss) << "step " << step;
+  }
+}
+
+TEST_F(PrecisionTest, BadPrecisionSettingsNameTheKey) {
+  auto error_of = [&](std::vector<std::string> overrides) -> std::string {
+    try {
+      config("bad", std::move(overrides));
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({"precision.compute=fp8"}).find("precision.compute"), std::string::npos);
+  EXPECT_NE(error_of({"precision.fp32_ops=[\"layernrom\"]"}).find("precision.fp32_ops"), std::string::npos);
+  EXPECT_NE(error_of({"precision.fp32_ops=\"layernorm\""}).find("precision.fp32_ops"), std::string::npos);
+  EXPECT_NE(error_of({"precision.backoff=2"}).find("precision.backoff"), std::string::npos);
+  EXPECT_NE(error_of({"train.recompute=some"}).find("train.recompute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
