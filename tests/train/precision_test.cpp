@@ -3,57 +3,14 @@
 // and recomputing activations leaves every loss bit-identical.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-
-#include "data/corpus.h"
+#include "tiny_training_test.h"
 #include "train/trainer.h"
 
 namespace strata {
 namespace {
 
-namespace fs = std::filesystem;
-
-class PrecisionTest : public ::testing::Test {
+class PrecisionTest : public testing::TinyTrainingTest {
  protected:
-  static void SetUpTestSuite() {
-    root_ = new fs::path(fs::temp_directory_path() / ("strata_precision_test_" + std::to_string(::getpid())));
-    fs::create_directories(*root_);
-    std::ofstream text(*root_ / "corpus.txt");
-    for (int i = 0; i < 300; ++i) text << "And the evening and the morning were the day " << i << ".\n";
-    text.close();
-    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*root_);
-    delete root_;
-  }
-
-  TrainConfig config(const std::string& run, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides{"data.dir=" + (*root_ / "data").string(),
-                                       "checkpoint.dir=" + (*root_ / run).string(),
-                                       "train.steps=6",
-                                       "train.warmup_steps=1",
-                                       "train.val_every=0",
-                                       "checkpoint.every=0",
-                                       "ops.threads=2"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    return parse_train_config(R"(
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-vocab_size = 320
-block_size = 16
-[train]
-batch_size = 2
-global_batch = 4
-lr = 3e-3
-lr_min = 3e-4
-)",
-                              "tiny.toml", overrides);
-  }
-
   static std::vector<float> snapshot(const Trainer& trainer) {
     std::vector<float> values;
     for (size_t i = 0; i < trainer.params().size(); ++i) {
@@ -62,11 +19,7 @@ lr_min = 3e-4
     }
     return values;
   }
-
-  static fs::path* root_;
 };
-
-fs::path* PrecisionTest::root_ = nullptr;
 
 // An initial scale far beyond fp16's range (65504) makes the backward
 // overflow in the fp16 casts: each such step is skipped with the parameters

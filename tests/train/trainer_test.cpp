@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint.h"
+#include "tiny_training_test.h"
 #include "data/corpus.h"
 
 namespace strata {
@@ -17,52 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class TrainerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ = new fs::path(fs::temp_directory_path() / ("strata_trainer_test_" + std::to_string(::getpid())));
-    fs::create_directories(*root_);
-    std::ofstream text(*root_ / "corpus.txt");
-    const char* verses[] = {"In the beginning God created the heaven and the earth.",
-                            "And the earth was without form, and void.",
-                            "And God said, Let there be light: and there was light.",
-                            "And God saw the light, that it was good."};
-    for (int i = 0; i < 400; ++i) text << verses[i % 4] << " " << i << "\n";
-    text.close();
-    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*root_);
-    delete root_;
-  }
-
-  TrainConfig config(const std::string& run, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides{
-        "data.dir=" + (*root_ / "data").string(), "checkpoint.dir=" + (*root_ / run).string(),
-        "train.steps=6", "train.warmup_steps=2", "train.val_every=3", "train.val_batches=2",
-        "checkpoint.every=0", "ops.threads=2"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    return parse_train_config(kTiny, "tiny.toml", overrides);
-  }
-
-  static constexpr const char* kTiny = R"(
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-vocab_size = 320
-block_size = 16
-[train]
-batch_size = 2
-global_batch = 4
-lr = 3e-3
-lr_min = 3e-4
-grad_clip = 0.5
-)";
-  static fs::path* root_;
-};
-
-fs::path* TrainerTest::root_ = nullptr;
+using TrainerTest = testing::TinyTrainingTest;
 
 std::vector<double> losses(Trainer& trainer, int steps) {
   std::vector<double> result;
@@ -98,7 +54,7 @@ TEST_F(TrainerTest, ResumeContinuesTheExactTrajectory) {
 TEST_F(TrainerTest, RunWritesMetricsConfigAndCheckpoint) {
   Trainer trainer(config("full"));
   trainer.run();
-  fs::path run = *root_ / "full";
+  fs::path run = root() / "full";
   EXPECT_TRUE(fs::exists(run / "config.toml"));
   EXPECT_EQ(Checkpoint(resolve_checkpoint(run)).step(), 6);
   std::ifstream metrics(run / "metrics.jsonl");
@@ -125,20 +81,20 @@ TEST_F(TrainerTest, MismatchedCheckpointIsRejectedAndKept) {
     losses(trainer, 1);
     trainer.save_checkpoint();
   }
-  fs::path latest = resolve_checkpoint(*root_ / "mismatch");
+  fs::path latest = resolve_checkpoint(root() / "mismatch");
   try {
     Trainer wider(config("mismatch", {"model.n_embd=64"}));
     FAIL() << "a checkpoint with other shapes was accepted";
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("transformer."));
   }
-  EXPECT_EQ(resolve_checkpoint(*root_ / "mismatch"), latest);
+  EXPECT_EQ(resolve_checkpoint(root() / "mismatch"), latest);
   EXPECT_EQ(Checkpoint(latest).step(), 1);
 }
 
 TEST_F(TrainerTest, MissingDataDirectoryIsNamed) {
   try {
-    Trainer trainer(config("nodata", {"data.dir=" + (*root_ / "absent").string()}));
+    Trainer trainer(config("nodata", {"data.dir=" + (root() / "absent").string()}));
     FAIL();
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("absent"));
@@ -155,7 +111,7 @@ TEST_F(TrainerTest, TokenizerLargerThanModelVocabIsNamed) {
 }
 
 TEST_F(TrainerTest, UnwritableRunDirectoryIsNamed) {
-  fs::path blocker = *root_ / "blocker";
+  fs::path blocker = root() / "blocker";
   std::ofstream(blocker) << "a file where a directory should be";
   Trainer trainer(config("blocker/run"));
   losses(trainer, 1);
@@ -177,7 +133,7 @@ TEST_F(TrainerTest, AutoPlanChoosesTheMicroBatchAndRecordsPredictionAndMeasureme
   TrainConfig auto_config = config("auto", {"parallel.plan=auto", "parallel.cluster=this-machine", "train.steps=3"});
   Trainer trainer(auto_config);
   trainer.run();
-  auto record = nlohmann::json::parse(std::ifstream(*root_ / "auto" / "plan.json"));
+  auto record = nlohmann::json::parse(std::ifstream(root() / "auto" / "plan.json"));
   ASSERT_TRUE(record.contains("measured")) << record.dump(2);
   EXPECT_GT(record.at("measured").at("step_s").get<double>(), 0);
   std::string text = record.dump();
