@@ -321,7 +321,7 @@ def main():
           f"machine OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
     shapes = peak_shapes(models)
     gemm = {"start": measure_gemm_peak(args, shapes)}
-    print(f"GEMM peak at the start: " + ", ".join(
+    print("GEMM peak at the start: " + ", ".join(
         f"{s['m']}x{s['n']}x{s['k']} fp32 {s['fp32_gflops']:.0f} / bf16 {s['bf16_gflops']:.0f} GFLOP/s"
         for s in gemm["start"]["shapes"]), flush=True)
     for model in models.values():
