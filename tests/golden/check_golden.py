@@ -87,16 +87,32 @@ class Comparison:
         return not self.failures
 
 
-def check_first_micro_batch(golden, cfg, dtype, result):
+def first_micro_batch_reference(golden, cfg, dtype, fail):
+    """Strata's first-micro-batch dump, and PyTorch's parameters (.grad filled),
+    logits and loss for the same tokens; `fail` hears of mismatched tokens."""
     dump = ref.read_safetensors(golden["first_micro_batch"])
     batch = golden["config"]["batch_size"]
     inputs, targets = ref.TokenWindows(golden["train_shards"], batch, cfg.block_size).next()
     if not torch.equal(inputs, dump["tokens"].long()) or not torch.equal(targets, dump["targets"].long()):
-        result.fail("first micro-batch: Strata's tokens/targets differ from the window rule applied to the shard")
+        fail("first micro-batch: Strata's tokens/targets differ from the window rule applied to the shard")
     params = ref.load_parameters(cfg, golden["initial_weights"], dtype)
     logits = ref.forward(params, cfg, inputs)
     loss = ref.loss_of(logits, targets)
     loss.backward()
+    return dump, params, logits, loss
+
+
+def reference_training(golden, cfg, dtype):
+    """PyTorch's parameters, AdamW and micro-batch stream as golden's run starts."""
+    c = golden["config"]
+    params = ref.load_parameters(cfg, golden["initial_weights"], dtype)
+    optimizer = ref.make_adamw(params, c["lr"], (c["beta1"], c["beta2"]), c["adam_eps"], c["weight_decay"])
+    windows = ref.TokenWindows(golden["train_shards"], c["batch_size"], cfg.block_size)
+    return params, optimizer, windows
+
+
+def check_first_micro_batch(golden, cfg, dtype, result):
+    dump, params, logits, loss = first_micro_batch_reference(golden, cfg, dtype, result.fail)
     result.check("logits", "logits", dump["logits"], logits.detach())
     result.check("loss", "loss", dump["loss"], loss.detach())
     for name, tensor in params.items():
@@ -108,9 +124,7 @@ def check_first_micro_batch(golden, cfg, dtype, result):
 
 def check_training(golden, cfg, dtype, result):
     c = golden["config"]
-    params = ref.load_parameters(cfg, golden["initial_weights"], dtype)
-    optimizer = ref.make_adamw(params, c["lr"], (c["beta1"], c["beta2"]), c["adam_eps"], c["weight_decay"])
-    windows = ref.TokenWindows(golden["train_shards"], c["batch_size"], cfg.block_size)
+    params, optimizer, windows = reference_training(golden, cfg, dtype)
     if len(golden["steps"]) != c["steps"]:
         result.fail(f"Strata recorded {len(golden['steps'])} steps, expected {c['steps']}")
         return
@@ -134,6 +148,16 @@ def check_training(golden, cfg, dtype, result):
             result.check(f"params after {c['steps']} steps", name, saved[name], tensor.detach())
 
 
+def run_golden_dump(dump_tool, backend, work_dir, precision="fp32"):
+    """Runs golden_dump; returns its golden.json and the model's torch_gpt2 Config."""
+    subprocess.run([dump_tool, backend, work_dir, precision], check=True)
+    with open(os.path.join(work_dir, "golden.json")) as f:
+        golden = json.load(f)
+    c = golden["config"]
+    cfg = ref.Config(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["block_size"], c["layer_norm_eps"])
+    return golden, cfg
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump-tool", required=True, help="the golden_dump executable")
@@ -143,11 +167,7 @@ def main():
     parser.add_argument("--verbose", action="store_true", help="print every tensor's errors")
     args = parser.parse_args()
 
-    subprocess.run([args.dump_tool, args.backend, args.work_dir], check=True)
-    with open(os.path.join(args.work_dir, "golden.json")) as f:
-        golden = json.load(f)
-    c = golden["config"]
-    cfg = ref.Config(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["block_size"], c["layer_norm_eps"])
+    golden, cfg = run_golden_dump(args.dump_tool, args.backend, args.work_dir)
     dtype = getattr(torch, args.reference_dtype)
     torch.manual_seed(0)
     print(f"golden check: backend '{args.backend}' against PyTorch {torch.__version__} in {args.reference_dtype}")

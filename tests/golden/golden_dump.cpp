@@ -4,7 +4,12 @@
 // optimizer steps of the real Trainer (gradient accumulation and active
 // clipping), as losses per step plus a checkpoint.
 //
-// Usage: golden_dump BACKEND OUT_DIR
+// With PRECISION bf16 or fp16 (check_mixed_precision.py), the model is built
+// and trained as the Trainer does in that mixed precision (autocast, default
+// fusion, dynamic loss scaling for fp16) for kMixedPrecisionSteps steps; the
+// first micro-batch's gradients are unscaled before they are written.
+//
+// Usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16]
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -36,9 +41,11 @@ constexpr int kTokenizerVocab = 320;
 constexpr int64_t kModelVocab = 331;  // padded above the tokenizer's: unused rows get zero gradient
 constexpr uint64_t kInitSeed = 20240520;
 constexpr int64_t kSteps = 3;
+constexpr int64_t kMixedPrecisionSteps = 20;  // the loss curve compared against PyTorch fp32
 
 // Deterministic English-like text (a fixed word list walked by an LCG), large
-// enough for a 320-piece BPE tokenizer and six micro-batches without wrapping.
+// enough for a 320-piece BPE tokenizer and the mixed-precision run's 40
+// micro-batches (about 29k training tokens) without wrapping.
 std::string generated_text() {
   static const char* const kWords[] = {
       "the",    "lord",   "said",   "unto",   "them",  "and",    "behold", "a",     "great",  "light",
@@ -66,8 +73,9 @@ std::string generated_text() {
   return text;
 }
 
-TrainConfig golden_config(const std::string& backend, const fs::path& out) {
+TrainConfig golden_config(const std::string& backend, const std::string& precision, const fs::path& out) {
   TrainConfig config;
+  config.precision = precision;
   config.model.n_layer = 2;
   config.model.n_head = 4;
   config.model.n_embd = 64;
@@ -80,7 +88,7 @@ TrainConfig golden_config(const std::string& backend, const fs::path& out) {
   config.seed = 1;
   config.batch_size = 2;
   config.global_batch = 4;  // two micro-batches per step
-  config.steps = kSteps;
+  config.steps = precision == "fp32" ? kSteps : kMixedPrecisionSteps;
   config.lr = 3e-3;
   config.lr_min = 3e-4;
   config.warmup_steps = 1;  // lr, then cosine: lr, lr_min
@@ -99,14 +107,28 @@ TrainConfig golden_config(const std::string& backend, const fs::path& out) {
   return config;
 }
 
-// One forward and backward pass of the first training micro-batch with the
-// loss gradient seeded to 1: logits, loss and d(loss)/d(param) of the mean
-// cross-entropy, as PyTorch's loss.backward() gives them.
+// The fp32 golden test checks the plain graph; mixed precision checks the
+// graph the Trainer trains with (autocast and its default fusion).
+GPT2BuildOptions first_micro_batch_options(const TrainConfig& config) {
+  if (config.precision == "fp32") return {};
+  return {.precision = config.precision_policy(), .fuse = config.fuse};
+}
+
+// fp16 gradients are computed at the Trainer's initial loss scale, so small
+// ones do not flush to zero in half precision.
+double first_micro_batch_loss_scale(const TrainConfig& config) {
+  return config.precision == "fp16" ? config.loss_scale : 1.0;
+}
+
+// One forward and backward pass of the first training micro-batch: logits,
+// loss and d(loss)/d(param) of the mean cross-entropy, as PyTorch's
+// loss.backward() gives them (the loss gradient is seeded with the loss
+// scale, and the gradients divided by it).
 void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& params, const fs::path& path) {
   auto dispatcher = make_dispatcher(config.backend, parse_fallback_policy(config.fallback));
   const int64_t batch = config.batch_size;
   const int64_t seq = config.model.block_size;
-  GPT2Graph model = build_gpt2_graph(config.model, batch, seq, /*training=*/true);
+  GPT2Graph model = build_gpt2_graph(config.model, batch, seq, /*training=*/true, first_micro_batch_options(config));
   std::set<int> kept{model.loss, model.logits};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, *dispatcher, kept);
@@ -116,7 +138,8 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
   TokenLoader(read_corpus_meta(config.data_dir).train_shards, batch, seq).next(tokens, targets);
   Tensor positions = position_ids(seq);
   Tensor seed = Tensor::empty({}, DType::F32);
-  seed.data<float>()[0] = 1.0f;
+  const double loss_scale = first_micro_batch_loss_scale(config);
+  seed.data<float>()[0] = static_cast<float>(loss_scale);
   for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
   graph.bind(model.tokens, tokens);
   graph.bind(model.targets, targets);
@@ -129,7 +152,9 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
                  {"logits", graph.tensor(model.logits).clone()},
                  {"loss", graph.tensor(model.loss).clone()}};
   for (size_t i = 0; i < params.size(); ++i) {
-    dump["grad." + params.spec(i).name] = graph.tensor(model.grads.of.at(model.params[i])).clone();
+    Tensor grad = graph.tensor(model.grads.of.at(model.params[i])).clone();
+    if (loss_scale != 1.0) dispatcher->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
+    dump["grad." + params.spec(i).name] = grad;
   }
   write_safetensors(path, dump);
   std::string fallbacks = dispatcher->summary();
@@ -137,7 +162,9 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
 }
 
 json config_json(const TrainConfig& config) {
-  return {{"n_layer", config.model.n_layer},
+  return {{"precision", config.precision},
+          {"loss_scale", config.loss_scale},
+          {"n_layer", config.model.n_layer},
           {"n_head", config.model.n_head},
           {"n_embd", config.model.n_embd},
           {"vocab_size", config.model.vocab_size},
@@ -156,13 +183,13 @@ json config_json(const TrainConfig& config) {
           {"grad_clip", config.grad_clip}};
 }
 
-void run(const std::string& backend, const fs::path& out) {
+void run(const std::string& backend, const std::string& precision, const fs::path& out) {
   fs::create_directories(out);
   fs::remove_all(out / "run");  // a checkpoint of an earlier run would collide with this one's
   write_file_atomic(out / "corpus.txt", generated_text());
   CorpusMeta corpus = prepare_corpus({out / "corpus.txt"}, out / "corpus", kTokenizerVocab);
 
-  TrainConfig config = golden_config(backend, out);
+  TrainConfig config = golden_config(backend, precision, out);
   ParameterSet initial(gpt2_param_specs(config.model));
   initial.initialise(CounterRng(kInitSeed));
   save_gpt2_weights(config.init_from, initial);
@@ -172,7 +199,12 @@ void run(const std::string& backend, const fs::path& out) {
   json steps = json::array();
   for (int64_t s = 0; s < config.steps; ++s) {
     StepMetrics metrics = trainer.step();
-    steps.push_back({{"step", metrics.step}, {"loss", metrics.loss}, {"lr", metrics.lr}, {"grad_norm", metrics.grad_norm}});
+    steps.push_back({{"step", metrics.step},
+                     {"loss", metrics.loss},
+                     {"lr", metrics.lr},
+                     {"grad_norm", metrics.grad_norm},
+                     {"loss_scale", metrics.loss_scale.value_or(1.0)},
+                     {"skipped", metrics.skipped}});
   }
   trainer.save_checkpoint();
   std::string fallbacks = trainer.dispatcher().summary();
@@ -193,12 +225,12 @@ void run(const std::string& backend, const fs::path& out) {
 }  // namespace strata
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR\n");
+  if (argc != 3 && argc != 4) {
+    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16]\n");
     return 2;
   }
   try {
-    strata::run(argv[1], argv[2]);
+    strata::run(argv[1], argc == 4 ? argv[3] : "fp32", argv[2]);
   } catch (const std::exception& error) {
     fmt::print(stderr, "golden_dump: {}\n", error.what());
     return 1;

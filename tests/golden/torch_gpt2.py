@@ -35,8 +35,8 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def read_safetensors(path):
-    """name -> torch tensor. Format: u64 LE header length N, N bytes of JSON
+def _read_safetensors_file(path):
+    """(header, data). Format: u64 LE header length N, N bytes of JSON
     ({name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}}),
     then the data buffer the offsets index."""
     with open(path, "rb") as f:
@@ -47,7 +47,18 @@ def read_safetensors(path):
     if 8 + header_len > len(blob):
         raise ValueError(f"{path}: header length {header_len} runs past the end of the file")
     header = json.loads(blob[8:8 + header_len].decode("utf-8"))
-    data = memoryview(blob)[8 + header_len:]
+    return header, memoryview(blob)[8 + header_len:]
+
+
+def safetensors_dtypes(path):
+    """name -> the dtype stored in the file ("F32", "BF16", ...)."""
+    header, _ = _read_safetensors_file(path)
+    return {name: entry["dtype"] for name, entry in header.items() if name != "__metadata__"}
+
+
+def read_safetensors(path):
+    """name -> torch tensor (BF16 widened to float32)."""
+    header, data = _read_safetensors_file(path)
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -223,12 +234,14 @@ def make_adamw(params, lr, betas, eps, weight_decay):
                              lr=lr, betas=betas, eps=eps)
 
 
-def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None):
+def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None, apply=True):
     """One optimizer step: the gradient is the mean over `accumulation`
     micro-batches of each one's mean cross-entropy; global-norm clipping
     (0 disables). With `autocast_dtype` (e.g. torch.bfloat16) forward and loss
     run under CPU autocast; parameters, gradients and AdamW state stay in
-    their own dtype. Returns (mean loss, gradient norm before clipping)."""
+    their own dtype. apply=False consumes the micro-batches but leaves the
+    parameters and AdamW's step count as they are (a step skipped for
+    overflow). Returns (mean loss, gradient norm before clipping)."""
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for _ in range(accumulation):
@@ -244,9 +257,10 @@ def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, aut
         norm = torch.nn.utils.clip_grad_norm_(tensors, grad_clip).item()
     else:
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.grad) for t in tensors])).item()
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.step()
+    if apply:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
     return loss_sum / accumulation, norm
 
 
