@@ -4,12 +4,15 @@
 // (batch, head) packs that head once, then walks key tiles (accumulating
 // their dK and dV in small buffers) and, inside, the query tiles at or after
 // them (accumulating dQ for the whole head). A task owns every output it
-// touches, so the result is deterministic without atomics. bf16 heads are
-// widened to f32 while packing and computed as f32 ones; dqkv is rounded to
-// bf16 once, lse is f32.
+// touches, so the result is deterministic without atomics. bf16 runs on the
+// CPU's bf16 dot products where it has them (cpu_attention_backward_bf16.cpp);
+// elsewhere bf16 heads are widened to f32 while packing and computed as f32
+// ones, dqkv rounded to bf16 once; lse is f32.
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/bf16_dot.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
@@ -176,11 +179,20 @@ void attention_backward(const Tensors& in, const Tensors& out, const Attrs& attr
   }
 }
 
+void attention_backward_bf16(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  int64_t head_dim = in[1].size(2) / 3 / attrs.get_int("n_head");
+  if (has_bf16_dot() && head_dim % 2 == 0) {
+    attention_backward_bf16_dot(in, out, attrs);
+  } else {
+    attention_backward<bf16>(in, out, attrs);
+  }
+}
+
 }  // namespace
 
 void register_attention_backward(Backend& backend) {
   backend.add_kernel("attention_backward", DType::F32, attention_backward<float>);
-  backend.add_kernel("attention_backward", DType::BF16, attention_backward<bf16>);
+  backend.add_kernel("attention_backward", DType::BF16, attention_backward_bf16);
 }
 
 }  // namespace strata::cpu

@@ -1,0 +1,169 @@
+// Causal attention forward on bf16 with the CPU's bf16 dot products
+// (bf16_dot.h), the flash-attention walk of cpu_attention.cpp: one task per
+// (batch, head, tile of queries) walks the keys a tile at a time with an
+// online softmax, so the T x T scores never exist. Q K^T multiplies the bf16
+// inputs as they are, exactly, in f32; the softmax runs in f32; the
+// probabilities are rounded to bf16 for P V, as FlashAttention does on GPUs
+// (f32 accumulation). The row sum that normalises the output adds the rounded
+// probabilities, so out is an exact weighted mean of the rows of V; lse adds
+// the unrounded ones, so the backward recomputes exactly the softmax here.
+// A parallel pass first packs every head into the layouts dot_block reads.
+// Each task writes only its own rows: results do not depend on scheduling.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/bf16_dot.h"
+#include "backends/cpu/convert.h"
+#include "backends/cpu/scratch.h"
+
+// GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined_* inside
+// max, min, shifts, widening) as maybe uninitialised once inlined: GCC bug 105593.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;  // queries per task and keys per step
+// The running maximum starts finite so that padding rows never compute inf - inf.
+constexpr float kNoScore = -1e30f;
+
+// One packed head: q as pairs along rows [rows][dim / 2], k transposed
+// [dim / 2][rows], v as pairs of rows [rows / 2][padded_dim]; rows is the
+// sequence rounded up to whole tiles, padding zero.
+struct PackedHead {
+  uint32_t* q;
+  uint32_t* k_t;
+  uint32_t* v;
+};
+
+struct Geometry {
+  int64_t seq, rows, dim, padded_dim;
+  float scale;
+};
+
+// Queries [first, first + count) of one head, count <= kTile; writes out
+// rows (stride out_stride) and lse.
+STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int64_t first, int64_t count,
+                                     bf16* out, int64_t out_stride, float* lse) {
+  const int64_t pairs = g.dim / 2, pd = g.padded_dim;
+  const int64_t count4 = (count + 3) / 4 * 4;
+  float* scores = thread_scratch<float>(0, static_cast<size_t>(kTile * kTile));
+  auto* probs = thread_scratch<uint32_t>(1, static_cast<size_t>(kTile * kTile / 2));  // bf16 [kTile][kTile]
+  float* acc = thread_scratch<float>(2, static_cast<size_t>(kTile * pd));
+  float* stats = thread_scratch<float>(3, static_cast<size_t>(3 * kTile));
+  float* row_max = stats;
+  float* row_sum = stats + kTile;          // of the f32 probabilities, for lse
+  float* rounded_sum = stats + 2 * kTile;  // of the bf16 ones, for out
+  std::fill_n(acc, count4 * pd, 0.0f);
+  std::fill_n(row_max, kTile, kNoScore);
+  std::fill_n(row_sum, 2 * kTile, 0.0f);
+
+  const int64_t keys = first + count;  // query first + r sees keys 0..first + r
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
+    const int64_t nk = std::min(kTile, keys - k0);
+    const int64_t key_vectors = (nk + 15) / 16;
+    for (int64_t r0 = 0; r0 < count4; r0 += 4) {
+      // The block's last query sees keys up to first + r0 + 3: later
+      // 16-key vectors are all masked and skipped.
+      const int64_t vectors = std::min(key_vectors, (first + r0 + 4 - k0 + 15) / 16);
+      dot_strip(vectors, pairs, PairsA{h.q + (first + r0) * pairs, pairs, 1}, h.k_t + k0, g.rows,
+                scores + r0 * kTile, kTile, false);
+      // Online softmax along each row; P rows in bf16 up to the block's depth.
+      for (int64_t r = r0; r < r0 + 4; ++r) {
+        const int64_t visible = r < count ? std::min(nk, first + r + 1 - k0) : 0;
+        const float* s = scores + r * kTile;
+        uint32_t* p_row = probs + r * kTile / 2;
+        __m512 tile_max = _mm512_set1_ps(row_max[r]);
+        for (int64_t v = 0; v < vectors; ++v) {
+          __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), _mm512_set1_ps(g.scale));
+          tile_max = _mm512_mask_max_ps(tile_max, first_lanes(visible - 16 * v), tile_max, scaled);
+        }
+        const float new_max = _mm512_reduce_max_ps(tile_max);
+        const float alpha = exp16(_mm512_set1_ps(row_max[r] - new_max))[0];
+        __m512 sum = _mm512_setzero_ps(), sum_rounded = _mm512_setzero_ps();
+        for (int64_t v = 0; v < vectors; ++v) {
+          __m512 shifted = _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), _mm512_set1_ps(g.scale),
+                                           _mm512_set1_ps(new_max));
+          __m512 p = _mm512_maskz_mov_ps(first_lanes(visible - 16 * v), exp16(shifted));
+          __m256bh narrow = _mm512_cvtneps_pbh(p);
+          __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)narrow), 16));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_row + 8 * v), (__m256i)narrow);
+          sum = _mm512_add_ps(sum, p);
+          sum_rounded = _mm512_add_ps(sum_rounded, rounded);
+        }
+        row_sum[r] = row_sum[r] * alpha + _mm512_reduce_add_ps(sum);
+        rounded_sum[r] = rounded_sum[r] * alpha + _mm512_reduce_add_ps(sum_rounded);
+        row_max[r] = new_max;
+        if (alpha != 1.0f) {
+          float* acc_row = acc + r * pd;
+          for (int64_t d = 0; d < pd; d += 16) {
+            _mm512_storeu_ps(acc_row + d, _mm512_mul_ps(_mm512_loadu_ps(acc_row + d), _mm512_set1_ps(alpha)));
+          }
+        }
+      }
+      // out += P V over the keys the block sees (P is 0 past each row's last).
+      const int64_t depth = std::min(nk, first + r0 + 4 - k0);
+      dot_strip(pd / 16, (depth + 1) / 2, PairsA{probs + r0 * kTile / 2, kTile / 2, 1}, h.v + k0 / 2 * pd, pd,
+                acc + r0 * pd, pd, true);
+    }
+  }
+
+  for (int64_t r = 0; r < count; ++r) {
+    const float inverse = 1.0f / rounded_sum[r];
+    bf16* out_row = out + (first + r) * out_stride;
+    const float* acc_row = acc + r * pd;
+    for (int64_t d = 0; d < g.dim; ++d) out_row[d] = from_f32<bf16>(acc_row[d] * inverse);
+    lse[first + r] = row_max[r] + std::log(row_sum[r]);
+  }
+}
+
+// One head's q, k, v, whose rows start at base, base + width, base + 2 * width.
+STRATA_BF16_DOT void pack_head(const bf16* base, int64_t stride, int64_t width, const Geometry& g,
+                               const PackedHead& h) {
+  pack_rows(base, stride, g.seq, g.dim, g.rows, h.q);
+  pack_rows_transposed(base + width, stride, g.seq, g.dim, g.rows, h.k_t);
+  pack_row_pairs(base + 2 * width, stride, g.seq, g.dim, g.rows, g.padded_dim, h.v);
+}
+
+}  // namespace
+
+void attention_bf16_dot(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  const int64_t batch = in[0].size(0), seq = in[0].size(1), width = in[0].size(2) / 3;
+  const int64_t heads = attrs.get_int("n_head");
+  const int64_t dim = width / heads;
+  const Geometry g{.seq = seq, .rows = (seq + kTile - 1) / kTile * kTile, .dim = dim,
+                   .padded_dim = (dim + 15) / 16 * 16, .scale = 1.0f / std::sqrt(static_cast<float>(dim))};
+  const int64_t heads_total = batch * heads;
+  const int64_t q_size = g.rows * dim / 2, v_size = g.rows / 2 * g.padded_dim;
+  const int64_t head_size = 2 * q_size + v_size;
+  auto* packed = call_scratch<uint32_t>(0, static_cast<size_t>(heads_total * head_size));
+  const bf16* qkv = in[0].data<bf16>();
+  bf16* result = out[0].data<bf16>();
+  float* lse = out[1].data<float>();
+  auto head_of = [&](int64_t head) {
+    uint32_t* base = packed + head * head_size;
+    return PackedHead{base, base + q_size, base + 2 * q_size};
+  };
+  const int64_t tiles = g.rows / kTile;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t head = 0; head < heads_total; ++head) {
+      int64_t b = head / heads, h = head % heads;
+      pack_head(qkv + b * seq * 3 * width + h * dim, 3 * width, width, g, head_of(head));
+    }
+    // The tiles with the most keys first, so the dynamic schedule ends evenly.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < heads_total * tiles; ++item) {
+      int64_t tile = tiles - 1 - item / heads_total;
+      int64_t head = item % heads_total;
+      int64_t b = head / heads, h = head % heads, first = tile * kTile;
+      attend_tile_dot(head_of(head), g, first, std::min(kTile, seq - first), result + b * seq * width + h * dim,
+                      width, lse + head * seq);
+    }
+  }
+}
+
+}  // namespace strata::cpu
