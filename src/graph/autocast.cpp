@@ -15,6 +15,12 @@ int width_rank(DType dtype) {
   }
 }
 
+// Ops whose kernels widen every floating input to f32 (or wider) as they read
+// it and compute in f32: keeping them in f32 needs no cast of their inputs.
+// For cross-entropy this saves two passes over the [B, T, V] logits (the cast
+// up, and the cast of dlogits, which keeps the logits' dtype, back down).
+bool computes_in_f32_from_any_input(const std::string& op) { return op == "cross_entropy"; }
+
 }  // namespace
 
 std::vector<std::string> default_fp32_ops() {
@@ -69,6 +75,7 @@ std::vector<int> Autocast::apply(const std::string& op, const std::vector<int>& 
                                  const std::string& label) {
   if (policy_.low == DType::F32) return graph_.apply(op, inputs, attrs, label);
   DType compute = compute_dtype(op, inputs);
+  if (compute == DType::F32 && computes_in_f32_from_any_input(op)) return graph_.apply(op, inputs, attrs, label);
   std::vector<int> cast_inputs;
   for (int input : inputs) {
     DType dtype = graph_.value(input).meta.dtype;

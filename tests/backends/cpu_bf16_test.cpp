@@ -174,15 +174,7 @@ TEST(CpuBf16, AddScaleGeluMatchRef) {
 }
 
 TEST(CpuBf16, AddAndScaleMayWriteOverTheirInput) {
-  Tensor a = random_bf16({2, 3000, 7}, 10), b = random_bf16({7}, 11);
-  Tensor expected = run_on("cpu", "add", {a, b})[0];
-  Tensor in_place = a.clone();
-  dispatcher("cpu").run("add", {in_place, b}, {in_place});
-  expect_identical(in_place, expected, "bf16 add in place");
-  Tensor scaled = run_on("cpu", "scale", {a}, {{"factor", 0.3}})[0];
-  Tensor scaled_in_place = a.clone();
-  dispatcher("cpu").run("scale", {scaled_in_place}, {scaled_in_place}, {{"factor", 0.3}});
-  expect_identical(scaled_in_place, scaled, "bf16 scale in place");
+  expect_add_and_scale_in_place(random_bf16({2, 3000, 7}, 10), random_bf16({7}, 11), 0.3, "bf16");
 }
 
 TEST(CpuBf16, ReductionsMatchRef) {

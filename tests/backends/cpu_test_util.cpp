@@ -84,4 +84,15 @@ Tensors check_against_ref(const std::string& op, const Tensors& inputs, const At
   return cpu;
 }
 
+void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double factor, const std::string& what) {
+  Tensor expected = run_on("cpu", "add", {a, b})[0];
+  Tensor in_place = a.clone();
+  dispatcher("cpu").run("add", {in_place, b}, {in_place});
+  expect_identical(in_place, expected, what + " add in place");
+  Tensor scaled = run_on("cpu", "scale", {a}, {{"factor", factor}})[0];
+  Tensor scaled_in_place = a.clone();
+  dispatcher("cpu").run("scale", {scaled_in_place}, {scaled_in_place}, {{"factor", factor}});
+  expect_identical(scaled_in_place, scaled, what + " scale in place");
+}
+
 }  // namespace strata::testing

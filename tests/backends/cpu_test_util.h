@@ -28,6 +28,10 @@ void expect_close(const Tensor& actual, const Tensor& expected, double tol, cons
 // Bit-identical contents (determinism checks).
 void expect_identical(const Tensor& first, const Tensor& second, const std::string& what);
 
+// cpu add(a, b) and scale(a, factor) written over a copy of `a` give the bits
+// of the out-of-place runs; `what` names the case.
+void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double factor, const std::string& what);
+
 // Runs `op` on cpu and ref, compares every output with tolerance `tol`, then
 // runs cpu again and requires the same bits. Returns the cpu outputs.
 Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,

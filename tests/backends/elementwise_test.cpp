@@ -20,16 +20,7 @@ TEST(CpuElementwise, AddMatchesRefForSameShapeAndSuffixBroadcast) {
 }
 
 TEST(CpuElementwise, AddAndScaleMayWriteOverTheirInput) {
-  Tensor a = random_f32({2, 3000, 7}, 8), b = random_f32({7}, 9);
-  Tensor expected = run_on("cpu", "add", {a, b})[0];
-  Tensor in_place = a.clone();
-  dispatcher("cpu").run("add", {in_place, b}, {in_place});
-  expect_identical(in_place, expected, "add in place");
-
-  Tensor scaled = run_on("cpu", "scale", {a}, {{"factor", -0.37}})[0];
-  Tensor scaled_in_place = a.clone();
-  dispatcher("cpu").run("scale", {scaled_in_place}, {scaled_in_place}, {{"factor", -0.37}});
-  expect_identical(scaled_in_place, scaled, "scale in place");
+  expect_add_and_scale_in_place(random_f32({2, 3000, 7}, 8), random_f32({7}, 9), -0.37, "f32");
 }
 
 TEST(CpuElementwise, ScaleMatchesRef) {

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "graph/executor.h"
 #include "model/gpt2.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
@@ -31,12 +32,7 @@ Tensor random_ids(const Shape& shape, int64_t vocab, uint64_t stream) {
 }
 
 TEST(Autodiff, TiedGpt2GradientsMatchFiniteDifferences) {
-  GPT2Config config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 8;
-  config.vocab_size = 11;
-  config.block_size = 5;
+  GPT2Config config = testing::gpt2_config(2, 2, 8, 11, 5);
   const int64_t batch = 2, seq = 5;
   GPT2Graph model = build_gpt2_graph(config, batch, seq, /*training=*/true, DType::F64);
   auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);

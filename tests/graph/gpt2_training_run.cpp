@@ -8,6 +8,7 @@
 
 #include "backends/backends.h"
 #include "graph/executor.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata::training_run {
 
@@ -43,15 +44,7 @@ std::map<int, Tensor> step_inputs(const GPT2Graph& model, const GPT2Config& conf
 
 }  // namespace
 
-GPT2Config three_layer_config() {
-  GPT2Config config;
-  config.n_layer = 3;
-  config.n_head = 2;
-  config.n_embd = 32;
-  config.vocab_size = 37;
-  config.block_size = 12;
-  return config;
-}
+GPT2Config three_layer_config() { return testing::gpt2_config(3, 2, 32, 37, 12); }
 
 GPT2Graph three_layer_training_graph() { return build_gpt2_graph(three_layer_config(), 2, 12, /*training=*/true); }
 

@@ -63,7 +63,9 @@ TEST(InPlacePlan, GPT2TrainingGraphsShareOnlyByPermittedTakeovers) {
     MemoryPlan separate = plan_memory(result.graph, kept, {.in_place = false});
     EXPECT_LE(plan.arena_bytes, separate.arena_bytes) << recompute_mode_name(mode);
     // Without recomputation the peak holds the logits and their gradient.
-    if (mode == RecomputeMode::None) EXPECT_LT(plan.arena_bytes, separate.arena_bytes);
+    if (mode == RecomputeMode::None) {
+      EXPECT_LT(plan.arena_bytes, separate.arena_bytes);
+    }
     // The largest activation, the logits, becomes their own gradient.
     int logits = result(model.logits);
     int dlogits = -1;

@@ -3,19 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "model/gpt2.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config tiny_config() {
-  GPT2Config config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.vocab_size = 37;
-  config.block_size = 8;
-  return config;
-}
+GPT2Config tiny_config() { return testing::gpt2_config(2, 2, 16, 37, 8); }
 
 TEST(MemoryPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
   GPT2Graph model = build_gpt2_graph(tiny_config(), 2, 8, /*training=*/true);

@@ -6,6 +6,7 @@
 
 #include "gpt2_training_run.h"
 #include "graph/memory_plan.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
@@ -142,12 +143,7 @@ TEST(Recompute, LossAndGradientsAreBitIdentical) {
 // The shapes of configs/bench/small.toml: 6 layers, width 384, vocabulary
 // 4096, 256 tokens, batch 8. Planning only: nothing is allocated.
 TEST(Recompute, PlannedPeakDropsFromNoneToSelectiveToFull) {
-  GPT2Config config;
-  config.n_layer = 6;
-  config.n_head = 6;
-  config.n_embd = 384;
-  config.vocab_size = 4096;
-  config.block_size = 256;
+  GPT2Config config = testing::gpt2_config(6, 6, 384, 4096, 256);
   GPT2Graph model = build_gpt2_graph(config, 8, 256, /*training=*/true);
   for (bool in_place : {false, true}) {
     std::vector<size_t> peaks;

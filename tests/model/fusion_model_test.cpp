@@ -13,19 +13,13 @@
 #include "graph/executor.h"
 #include "graph/fusion.h"
 #include "model/gpt2.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config config() {
-  GPT2Config c;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 40;  // not a multiple of 16
-  c.vocab_size = 37;
-  c.block_size = 12;
-  return c;
-}
+// Width 40: not a multiple of 16.
+GPT2Config config() { return testing::gpt2_config(3, 2, 40, 37, 12); }
 
 GPT2Graph training_graph(const std::string& precision) {
   GPT2BuildOptions options;

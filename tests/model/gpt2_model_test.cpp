@@ -6,28 +6,16 @@
 #include "graph/executor.h"
 #include "model/gpt2.h"
 #include "model/sampler.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config small_config() {
-  GPT2Config config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.vocab_size = 29;
-  config.block_size = 12;
-  return config;
-}
+GPT2Config small_config() { return testing::gpt2_config(2, 2, 16, 29, 12); }
 
 TEST(GPT2, ParameterCountMatchesTheClosedForm) {
   // 124M for GPT-2 small: the published figure (tied head, 1024 positions).
-  GPT2Config gpt2_small;
-  gpt2_small.n_layer = 12;
-  gpt2_small.n_head = 12;
-  gpt2_small.n_embd = 768;
-  gpt2_small.vocab_size = 50257;
-  gpt2_small.block_size = 1024;
+  GPT2Config gpt2_small = testing::gpt2_config(12, 12, 768, 50257, 1024);
   EXPECT_EQ(gpt2_small.num_parameters(), 124439808);
   int64_t from_specs = 0;
   for (const ParamSpec& spec : gpt2_param_specs(gpt2_small)) from_specs += shape_numel(spec.shape);

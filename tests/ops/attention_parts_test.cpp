@@ -104,18 +104,6 @@ TEST(AttentionParts, CausalSoftmaxBackwardMatchesFiniteDifferences) {
   }
 }
 
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& parts) {
-  try {
-    action();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& error) {
-    std::string message = error.what();
-    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
-}
-
-Tensor f64(const Shape& shape) { return Tensor::zeros(shape, DType::F64); }
-
 TEST(AttentionParts, ShapeErrorsNameTheInput) {
   Attrs plain{{"trans_a", false}, {"trans_b", false}};
   expect_error([&] { run_ref("bmm", {f64({2, 3, 4}), f64({2, 5, 6})}, plain); }, {"'bmm'", "[2, 3, 4]", "[2, 5, 6]"});

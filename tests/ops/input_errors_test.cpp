@@ -7,18 +7,6 @@
 namespace strata::testing {
 namespace {
 
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& parts) {
-  try {
-    action();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& error) {
-    std::string message = error.what();
-    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
-}
-
-Tensor f64(const Shape& shape) { return Tensor::zeros(shape, DType::F64); }
-
 TEST(ShapeErrors, ElementwiseOps) {
   expect_error([] { run_ref("add", {f64({2, 3}), f64({2})}); }, {"'add'", "b", "[2]", "[2, 3]"});
   expect_error([] { run_ref("add", {f64({3}), Tensor::zeros({3}, DType::F32)}); }, {"'add'", "'b'", "f32"});

@@ -31,6 +31,8 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, double scale, DType dtyp
   return make_tensor(shape, values, dtype);
 }
 
+Tensor f64(const Shape& shape) { return Tensor::zeros(shape, DType::F64); }
+
 std::vector<double> values_of(const Tensor& tensor) {
   Tensor f64 = tensor.to(DType::F64);
   const double* data = f64.data<double>();
@@ -75,6 +77,16 @@ void expect_all_near(const Tensor& actual, const std::vector<double>& expected, 
     if (!close && reported++ < 5) {
       ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << expected[i];
     }
+  }
+}
+
+void expect_error(const std::function<void()>& action, const std::vector<std::string>& parts) {
+  try {
+    action();
+    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
+  } catch (const Error& error) {
+    std::string message = error.what();
+    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
   }
 }
 

@@ -20,6 +20,7 @@ Tensor make_tensor(const Shape& shape, const std::vector<double>& values, DType 
 Tensor make_indices(const Shape& shape, const std::vector<int64_t>& values, DType dtype = DType::I64);
 // Standard normal entries times `scale`, a pure function of `seed`.
 Tensor random_tensor(const Shape& shape, uint64_t seed, double scale = 1.0, DType dtype = DType::F64);
+Tensor f64(const Shape& shape);  // zeros: the inputs of the shape-error tests
 std::vector<double> values_of(const Tensor& tensor);
 
 // A dispatcher on `ref` that refuses any fallback, shared by the tests.
@@ -33,6 +34,10 @@ Tensor offset(const Tensor& x, double step, const Tensor& direction);  // x + st
 // Derivative of `loss` at `x` along `direction`, by central differences.
 double central_difference(const std::function<double(const Tensor&)>& loss, const Tensor& x,
                           const Tensor& direction, double step = 1e-5);
+
+// Fails the test unless `action` throws a strata::Error whose message
+// contains every one of `parts`.
+void expect_error(const std::function<void()>& action, const std::vector<std::string>& parts);
 
 // Every element of `actual` within atol + rtol * |expected| of `expected`.
 void expect_all_near(const Tensor& actual, const std::vector<double>& expected, double atol, double rtol,

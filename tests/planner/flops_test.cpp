@@ -6,6 +6,7 @@
 #include "planner/cost_model.h"
 #include "planner/workload.h"
 #include "planner_test_support.h"
+#include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
@@ -24,15 +25,7 @@ double all_flops(const std::vector<OpWork>& ops) {
   return total;
 }
 
-GPT2Config small_config() {
-  GPT2Config c;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_embd = 128;
-  c.vocab_size = 1000;
-  c.block_size = 64;
-  return c;
-}
+GPT2Config small_config() { return testing::gpt2_config(3, 4, 128, 1000, 64); }
 
 TEST(PlannerFlops, PerDeviceSegmentsAddUpToTheTrainingGraph) {
   GPT2Config c = small_config();

@@ -15,6 +15,9 @@ namespace strata::cpu {
 
 inline float to_f32(float value) { return value; }
 inline float to_f32(bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
+// f16 operands (fp16 mixed precision) convert through core/dtype.h's scalar
+// code: correct, not fast.
+inline float to_f32(fp16 value) { return fp16_to_float(value); }
 
 template <typename T>
 T from_f32(float value);

@@ -9,8 +9,8 @@
 // elsewhere bf16 heads are widened to f32 while packing and computed as f32
 // ones, dqkv rounded to bf16 once; lse is f32.
 #include <algorithm>
-#include <cmath>
 
+#include "backends/cpu/attention_backward_heads.h"
 #include "backends/cpu/attention_bf16.h"
 #include "backends/cpu/bf16_dot.h"
 #include "backends/cpu/convert.h"
@@ -25,24 +25,6 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kTile = 64;
-
-template <typename T>
-struct BackwardHead {
-  const T* q;  // rows of q, k, v and dq, dk, dv are qkv_stride apart
-  const T* k;
-  const T* v;
-  int64_t qkv_stride;
-  const T* dout;  // rows of dout and out are out_stride apart
-  const T* out;
-  int64_t out_stride;
-  const float* lse;
-  T* dq;
-  T* dk;
-  T* dv;
-  int64_t seq;
-  int64_t head_dim;
-  float scale;
-};
 
 template <typename T>
 STRATA_CPU_CLONES void attention_backward_head(const BackwardHead<T>& h) {
@@ -157,26 +139,7 @@ STRATA_CPU_CLONES void attention_backward_head(const BackwardHead<T>& h) {
 
 template <typename T>
 void attention_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  int64_t batch = in[1].size(0), seq = in[1].size(1), width = in[1].size(2) / 3;
-  int64_t heads = attrs.get_int("n_head");
-  int64_t dim = width / heads;
-  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const T* dout = in[0].data<T>();
-  const T* qkv = in[1].data<T>();
-  const T* result = in[2].data<T>();
-  const float* lse = in[3].data<float>();
-  T* dqkv = out[0].data<T>();
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t item = 0; item < batch * heads; ++item) {
-    int64_t b = item / heads, h = item % heads;
-    int64_t column = b * seq * 3 * width + h * dim;
-    attention_backward_head(BackwardHead<T>{
-        .q = qkv + column, .k = qkv + column + width, .v = qkv + column + 2 * width, .qkv_stride = 3 * width,
-        .dout = dout + b * seq * width + h * dim, .out = result + b * seq * width + h * dim, .out_stride = width,
-        .lse = lse + item * seq,
-        .dq = dqkv + column, .dk = dqkv + column + width, .dv = dqkv + column + 2 * width,
-        .seq = seq, .head_dim = dim, .scale = scale});
-  }
+  for_each_backward_head<T>(in, out, attrs, [](const BackwardHead<T>& head) { attention_backward_head(head); });
 }
 
 void attention_backward_bf16(const Tensors& in, const Tensors& out, const Attrs& attrs) {

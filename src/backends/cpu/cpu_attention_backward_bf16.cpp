@@ -9,8 +9,8 @@
 // them (dQ for the whole head). A task owns every output it touches, so the
 // result is deterministic without atomics.
 #include <algorithm>
-#include <cmath>
 
+#include "backends/cpu/attention_backward_heads.h"
 #include "backends/cpu/attention_bf16.h"
 #include "backends/cpu/bf16_dot.h"
 #include "backends/cpu/convert.h"
@@ -26,24 +26,7 @@ namespace {
 
 constexpr int64_t kTile = 64;
 
-struct BackwardHead {
-  const bf16* q;  // rows of q, k, v and dq, dk, dv are qkv_stride apart
-  const bf16* k;
-  const bf16* v;
-  int64_t qkv_stride;
-  const bf16* dout;  // rows of dout and out are out_stride apart
-  const bf16* out;
-  int64_t out_stride;
-  const float* lse;
-  bf16* dq;
-  bf16* dk;
-  bf16* dv;
-  int64_t seq;
-  int64_t head_dim;
-  float scale;
-};
-
-STRATA_BF16_DOT void attention_backward_head_dot(const BackwardHead& h) {
+STRATA_BF16_DOT void attention_backward_head_dot(const BackwardHead<bf16>& h) {
   const int64_t seq = h.seq, dim = h.head_dim, pairs = dim / 2;
   const int64_t rows = (seq + kTile - 1) / kTile * kTile;
   const int64_t pd = (dim + 15) / 16 * 16;
@@ -164,26 +147,8 @@ STRATA_BF16_DOT void attention_backward_head_dot(const BackwardHead& h) {
 }  // namespace
 
 void attention_backward_bf16_dot(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  const int64_t batch = in[1].size(0), seq = in[1].size(1), width = in[1].size(2) / 3;
-  const int64_t heads = attrs.get_int("n_head");
-  const int64_t dim = width / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const bf16* dout = in[0].data<bf16>();
-  const bf16* qkv = in[1].data<bf16>();
-  const bf16* result = in[2].data<bf16>();
-  const float* lse = in[3].data<float>();
-  bf16* dqkv = out[0].data<bf16>();
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t item = 0; item < batch * heads; ++item) {
-    int64_t b = item / heads, h = item % heads;
-    int64_t column = b * seq * 3 * width + h * dim;
-    attention_backward_head_dot(BackwardHead{
-        .q = qkv + column, .k = qkv + column + width, .v = qkv + column + 2 * width, .qkv_stride = 3 * width,
-        .dout = dout + b * seq * width + h * dim, .out = result + b * seq * width + h * dim, .out_stride = width,
-        .lse = lse + item * seq,
-        .dq = dqkv + column, .dk = dqkv + column + width, .dv = dqkv + column + 2 * width,
-        .seq = seq, .head_dim = dim, .scale = scale});
-  }
+  for_each_backward_head<bf16>(in, out, attrs,
+                               [](const BackwardHead<bf16>& head) { attention_backward_head_dot(head); });
 }
 
 }  // namespace strata::cpu

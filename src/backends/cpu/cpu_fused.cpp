@@ -7,14 +7,14 @@
 //   never reach memory.
 // Formulas and roundings are those of the unfused cpu kernels (x + r rounded to
 // x's dtype before the norm, each program register rounded to its dtype), and
-// row blocks and partial sums follow cpu_layernorm.cpp, so results do not
-// depend on the thread count.
-#include <cmath>
+// the layernorm rows are those of layernorm_rows.h, shared with
+// cpu_layernorm.cpp, so results do not depend on the thread count.
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/layernorm_rows.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
@@ -22,13 +22,8 @@
 
 namespace strata::cpu {
 
-// f16 operands (fp16 mixed precision) convert through core/dtype.h's scalar
-// code: correct, not fast; the fusion passes do not create them.
-inline float to_f32(fp16 value) { return fp16_to_float(value); }
-
 namespace {
 
-constexpr int64_t kRowGrain = 16;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
@@ -52,18 +47,7 @@ STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows
       rounded[c] = to_f32(stored);
       total += rounded[c];
     }
-    float mean = total / static_cast<float>(width);
-    float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-    for (int64_t c = 0; c < width; ++c) squares += (rounded[c] - mean) * (rounded[c] - mean);
-    float rstd = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
-    X* y_row = y + row * width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      y_row[c] = from_f32<X>((rounded[c] - mean) * rstd * to_f32(gamma[c]) + to_f32(beta[c]));
-    }
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
+    normalize_row(rounded, total, gamma, beta, width, eps, y + row * width, mean_out + row, rstd_out + row);
   }
 }
 
@@ -81,7 +65,7 @@ void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& att
   X* y = out[1].data<X>();
   float* mean = out[2].data<float>();
   float* rstd = out[3].data<float>();
-  parallel_chunks(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+  parallel_chunks(rows, kLayernormRowGrain, [&](int64_t begin, int64_t end) {
     float* rounded = thread_scratch<float>(0, static_cast<size_t>(width));
     add_layernorm_rows(x, r, r_rows, gamma, beta, width, eps, begin, end, sum, y, mean, rstd, rounded);
   });
@@ -104,76 +88,11 @@ void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
 
 // ---- layernorm_backward_add --------------------------------------------------
 
-// dx for rows [row_begin, row_end), and that block's sums of dy * xhat and dy
-// into partial[0..width) and partial[width..2 width). `g` holds width floats.
-template <typename DY, typename X>
-STRATA_CPU_CLONES void layernorm_backward_add_rows(const DY* dy, const X* x, const X* gamma, const float* mean,
-                                                   const float* rstd, const X* dres, int64_t width, int64_t row_begin,
-                                                   int64_t row_end, X* dx, float* partial, float* dy_row) {
-  float* dgamma = partial;
-  float* dbeta = partial + width;
-  for (int64_t c = 0; c < 2 * width; ++c) partial[c] = 0.0f;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const X* x_row = x + r * width;
-    float row_mean = mean[r], row_rstd = rstd[r];
-    float mean_g = 0.0f, mean_g_xhat = 0.0f;  // of gamma * dy and gamma * dy * xhat
-#pragma omp simd reduction(+ : mean_g, mean_g_xhat)
-    for (int64_t c = 0; c < width; ++c) {
-      dy_row[c] = to_f32(dy[r * width + c]);
-      float xhat = (to_f32(x_row[c]) - row_mean) * row_rstd;
-      float g = to_f32(gamma[c]) * dy_row[c];
-      mean_g += g;
-      mean_g_xhat += g * xhat;
-      dgamma[c] += dy_row[c] * xhat;
-      dbeta[c] += dy_row[c];
-    }
-    mean_g /= static_cast<float>(width);
-    mean_g_xhat /= static_cast<float>(width);
-    const X* dres_row = dres + r * width;
-    X* dx_row = dx + r * width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      float xhat = (to_f32(x_row[c]) - row_mean) * row_rstd;
-      float local = row_rstd * (to_f32(gamma[c]) * dy_row[c] - mean_g - xhat * mean_g_xhat);
-      dx_row[c] = from_f32<X>(to_f32(dres_row[c]) + local);
-    }
-  }
-}
-
-template <typename X>
-STRATA_CPU_CLONES void sum_partials(const float* partials, int64_t blocks, int64_t stride, int64_t begin,
-                                    int64_t end, X* out) {
-  for (int64_t c = begin; c < end; ++c) {
-    double total = 0.0;
-    for (int64_t block = 0; block < blocks; ++block) total += static_cast<double>(partials[block * stride + c]);
-    out[c] = from_f32<X>(static_cast<float>(total));
-  }
-}
-
 template <typename DY, typename X>
 void layernorm_backward_add_typed(const Tensors& in, const Tensors& out) {
-  int64_t width = in[1].size(-1);
-  int64_t rows = leading_rows(in[1]);
-  const DY* dy = in[0].data<DY>();
-  const X* x = in[1].data<X>();
-  const X* gamma = in[2].data<X>();
-  const float* mean = in[3].data<float>();
-  const float* rstd = in[4].data<float>();
-  const X* dres = in[5].data<X>();
-  X* dx = out[0].data<X>();
-  int64_t blocks = std::max<int64_t>(1, (rows + kRowGrain - 1) / kRowGrain);
-  float* partials = call_scratch<float>(0, static_cast<size_t>(blocks * 2 * width));
-  parallel_chunks(blocks, 1, [&](int64_t block, int64_t) {
-    float* dy_row = thread_scratch<float>(0, static_cast<size_t>(width));
-    layernorm_backward_add_rows(dy, x, gamma, mean, rstd, dres, width, block * kRowGrain,
-                                std::min(rows, (block + 1) * kRowGrain), dx, partials + block * 2 * width, dy_row);
-  });
-  X* dgamma = out[1].data<X>();
-  X* dbeta = out[2].data<X>();
-  parallel_chunks(width, 1024, [&](int64_t begin, int64_t end) {
-    sum_partials(partials, blocks, 2 * width, begin, end, dgamma);
-    sum_partials(partials + width, blocks, 2 * width, begin, end, dbeta);
-  });
+  layernorm_backward_blocks<DY, X, /*kAddResidual=*/true>(
+      in[0].data<DY>(), in[1].data<X>(), in[2].data<X>(), in[3].data<float>(), in[4].data<float>(), in[5].data<X>(),
+      leading_rows(in[1]), in[1].size(-1), out[0].data<X>(), out[1].data<X>(), out[2].data<X>());
 }
 
 template <typename X>

@@ -13,38 +13,39 @@ namespace {
 
 size_t dim(const Tensor& tensor, int64_t axis) { return static_cast<size_t>(tensor.size(axis)); }
 
-// x [B, T, H*D] -> out [B, H, T, D].
-void split_heads(const Tensors& in, const Tensors& out, const Attrs&) {
-  size_t batch = dim(out[0], 0), heads = dim(out[0], 1), seq = dim(out[0], 2), head_dim = dim(out[0], 3);
-  std::vector<double> x = load(in[0]);
+// Moves x between the packed [B, T, H*D] and split [B, H, T, D] layouts:
+// packed to split when `to_split`, else back.
+std::vector<double> move_heads(const std::vector<double>& x, size_t batch, size_t heads, size_t seq,
+                               size_t head_dim, bool to_split) {
   std::vector<double> result(x.size());
   for (size_t b = 0; b < batch; ++b) {
     for (size_t h = 0; h < heads; ++h) {
       for (size_t t = 0; t < seq; ++t) {
         for (size_t d = 0; d < head_dim; ++d) {
-          result[((b * heads + h) * seq + t) * head_dim + d] = x[(b * seq + t) * heads * head_dim + h * head_dim + d];
+          size_t packed = (b * seq + t) * heads * head_dim + h * head_dim + d;
+          size_t split = ((b * heads + h) * seq + t) * head_dim + d;
+          if (to_split) {
+            result[split] = x[packed];
+          } else {
+            result[packed] = x[split];
+          }
         }
       }
     }
   }
-  store(out[0], result);
+  return result;
+}
+
+// x [B, T, H*D] -> out [B, H, T, D].
+void split_heads(const Tensors& in, const Tensors& out, const Attrs&) {
+  store(out[0], move_heads(load(in[0]), dim(out[0], 0), dim(out[0], 1), dim(out[0], 2), dim(out[0], 3),
+                           /*to_split=*/true));
 }
 
 // x [B, H, T, D] -> out [B, T, H*D].
 void merge_heads(const Tensors& in, const Tensors& out, const Attrs&) {
-  size_t batch = dim(in[0], 0), heads = dim(in[0], 1), seq = dim(in[0], 2), head_dim = dim(in[0], 3);
-  std::vector<double> x = load(in[0]);
-  std::vector<double> result(x.size());
-  for (size_t b = 0; b < batch; ++b) {
-    for (size_t h = 0; h < heads; ++h) {
-      for (size_t t = 0; t < seq; ++t) {
-        for (size_t d = 0; d < head_dim; ++d) {
-          result[(b * seq + t) * heads * head_dim + h * head_dim + d] = x[((b * heads + h) * seq + t) * head_dim + d];
-        }
-      }
-    }
-  }
-  store(out[0], result);
+  store(out[0], move_heads(load(in[0]), dim(in[0], 0), dim(in[0], 1), dim(in[0], 2), dim(in[0], 3),
+                           /*to_split=*/false));
 }
 
 void bmm(const Tensors& in, const Tensors& out, const Attrs& attrs) {

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "backends/ref/ref_io.h"
+#include "backends/ref/ref_layernorm.h"
 #include "backends/ref/ref_ops.h"
 #include "ops/fused_program.h"
 
@@ -24,73 +25,25 @@ double round_to(DType dtype, double value) {
   return value;
 }
 
-struct RowStats {
-  double mean, rstd;
-};
-
-RowStats row_stats(const double* row, size_t channels, double eps) {
-  double sum = 0.0;
-  for (size_t c = 0; c < channels; ++c) sum += row[c];
-  double mean = sum / static_cast<double>(channels);
-  double squares = 0.0;
-  for (size_t c = 0; c < channels; ++c) squares += (row[c] - mean) * (row[c] - mean);
-  return {mean, 1.0 / std::sqrt(squares / static_cast<double>(channels) + eps)};
-}
-
 void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  double eps = attrs.get_float("eps");
   std::vector<double> sum = load(in[0]);
   std::vector<double> r = load(in[1]);
-  std::vector<double> gamma = load(in[2]);
-  std::vector<double> beta = load(in[3]);
   DType dtype = in[0].dtype();
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, sum[i] + r[i % r.size()]);
-  size_t channels = gamma.size();
-  size_t rows = static_cast<size_t>(out[2].numel());
-  std::vector<double> y(sum.size()), mean(rows), rstd(rows);
-  for (size_t row = 0; row < rows; ++row) {
-    const double* values = sum.data() + row * channels;
-    RowStats stats = row_stats(values, channels, eps);
-    mean[row] = stats.mean;
-    rstd[row] = stats.rstd;
-    for (size_t c = 0; c < channels; ++c) {
-      y[row * channels + c] = (values[c] - stats.mean) * stats.rstd * gamma[c] + beta[c];
-    }
-  }
+  LayerNormRows norm = layernorm_rows(sum, load(in[2]), load(in[3]), attrs.get_float("eps"));
   store(out[0], sum);
-  store(out[1], y);
-  store(out[2], mean);
-  store(out[3], rstd);
+  store(out[1], norm.y);
+  store(out[2], norm.mean);
+  store(out[3], norm.rstd);
 }
 
-// layernorm_backward's formulas (see ref_layernorm.cpp) with dres added to dx.
 void layernorm_backward_add(const Tensors& in, const Tensors& out, const Attrs&) {
-  std::vector<double> dy = load(in[0]);
-  std::vector<double> x = load(in[1]);
-  std::vector<double> gamma = load(in[2]);
-  std::vector<double> mean = load(in[3]);
-  std::vector<double> rstd = load(in[4]);
-  std::vector<double> dx = load(in[5]);
-  size_t channels = gamma.size();
-  std::vector<double> dgamma(channels, 0.0), dbeta(channels, 0.0), xhat(channels), g(channels);
-  for (size_t r = 0; r < mean.size(); ++r) {
-    double g_mean = 0.0, g_xhat_mean = 0.0;
-    for (size_t c = 0; c < channels; ++c) {
-      size_t i = r * channels + c;
-      xhat[c] = (x[i] - mean[r]) * rstd[r];
-      g[c] = dy[i] * gamma[c];
-      g_mean += g[c];
-      g_xhat_mean += g[c] * xhat[c];
-      dgamma[c] += dy[i] * xhat[c];
-      dbeta[c] += dy[i];
-    }
-    g_mean /= static_cast<double>(channels);
-    g_xhat_mean /= static_cast<double>(channels);
-    for (size_t c = 0; c < channels; ++c) dx[r * channels + c] += rstd[r] * (g[c] - g_mean - xhat[c] * g_xhat_mean);
-  }
-  store(out[0], dx);
-  store(out[1], dgamma);
-  store(out[2], dbeta);
+  std::vector<double> dres = load(in[5]);
+  LayerNormGrads grads =
+      layernorm_backward_rows(load(in[0]), load(in[1]), load(in[2]), load(in[3]), load(in[4]), &dres);
+  store(out[0], grads.dx);
+  store(out[1], grads.dgamma);
+  store(out[2], grads.dbeta);
 }
 
 constexpr double kGeluCubic = 0.044715;
