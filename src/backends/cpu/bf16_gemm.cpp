@@ -8,6 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "backends/cpu/scratch.h"
 #include "core/error.h"
 
 namespace strata::cpu {
@@ -25,9 +26,14 @@ struct GemmKey {
 };
 
 struct GemmPlan {
-  memory::desc a, b, bias, c;
+  memory::desc a, b, bias, c, scratchpad;
   dnnl::matmul primitive;
 };
+
+// The call-scratch slot holding oneDNN's scratchpad. Left to oneDNN, the
+// scratchpad is malloc'ed per execution and the heap needs several training
+// steps to settle (fresh pages are slow to touch here); a kept buffer avoids it.
+constexpr int kScratchpadSlot = 7;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -46,7 +52,11 @@ GemmPlan make_plan(const GemmKey& key) {
   if (key.bias) plan.bias = memory::desc({1, key.n}, type::bf16, tag::ab);
   dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.c)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.c);
-  plan.primitive = dnnl::matmul(dnnl::matmul::primitive_desc(desc, cpu_engine()));
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc primitive_desc(desc, attr, cpu_engine());
+  plan.scratchpad = primitive_desc.scratchpad_desc();
+  plan.primitive = dnnl::matmul(primitive_desc);
   return plan;
 }
 
@@ -79,6 +89,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
         {DNNL_ARG_DST, memory(plan.c, engine, c)},
     };
     if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, engine, handle(bias)));
+    if (size_t bytes = plan.scratchpad.get_size(); bytes > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan.scratchpad, engine, call_scratch_bytes(kScratchpadSlot, bytes)));
+    }
     dnnl::stream stream(engine);
     plan.primitive.execute(stream, args);
     stream.wait();
