@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -146,13 +147,13 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   if (options.algorithms.empty()) fail("comm-bench: no algorithms to run");
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  bool has_baseline = std::find(options.algorithms.begin(), options.algorithms.end(), "baseline") != options.algorithms.end();
-  std::vector<Algorithm> algorithms;
+  // One entry per requested name; empty for the MPI library's own collective.
+  std::vector<std::optional<Algorithm>> algorithms;
   for (const std::string& name : options.algorithms) {
     if (name == "baseline") {
       if (options.dtype != DType::F32) fail("comm-bench: the MPI baseline needs f32 buffers (MPI has no bf16)");
       if (group.size() != world_size) fail("comm-bench: the MPI baseline runs on the world group only");
-      algorithms.push_back(Algorithm::Auto);  // placeholder; rows say "baseline"
+      algorithms.push_back(std::nullopt);
       continue;
     }
     Algorithm algorithm = parse_algorithm(name, "comm-bench --algorithms");
@@ -162,7 +163,9 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
     algorithms.push_back(algorithm);
   }
   MPI_Comm baseline_comm = MPI_COMM_NULL;
-  if (has_baseline) MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
+  if (std::find(algorithms.begin(), algorithms.end(), std::nullopt) != algorithms.end()) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
+  }
 
   const int p = group.size();
   const int me = group.rank();
@@ -200,11 +203,11 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       }
     };
     auto run_once = [&](size_t index) {
-      if (options.algorithms[index] == "baseline") {
+      if (!algorithms[index]) {
         run_baseline(options, baseline_comm, in, out, count);
         return;
       }
-      Algorithm algorithm = algorithms[index];
+      Algorithm algorithm = *algorithms[index];
       switch (options.op) {
         case Collective::AllReduce: group.all_reduce(in, out, count, options.dtype, options.reduce, algorithm); break;
         case Collective::ReduceScatter: group.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
@@ -213,7 +216,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       }
     };
     auto check = [&](size_t index) {
-      long long wrong = count_wrong(options, p, me, out, count, options.algorithms[index] == "baseline");
+      long long wrong = count_wrong(options, p, me, out, count, !algorithms[index]);
       float local = static_cast<float>(wrong), total = 0.0f;
       group.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
       return static_cast<long long>(total);
@@ -254,10 +257,10 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       row.algbw_GBps = bytes / seconds / 1e9;
       row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
       row.predicted_us = NAN;
-      if (row.algorithm == "baseline") {
+      if (!algorithms[a]) {
         row.ran = "MPI library";
       } else {
-        Decision decision = group.plan(options.op, model_count, options.dtype, algorithms[a]);
+        Decision decision = group.plan(options.op, model_count, options.dtype, *algorithms[a]);
         row.ran = std::string(algorithm_name(decision.algorithm));
         row.predicted_us = decision.predicted_s * 1e6;
         if (modeled(decision.algorithm)) {

@@ -82,15 +82,18 @@ Task fold_in_contribution(Context ctx, Fold fold, ReduceBuffers buffers, size_t 
   }
 }
 
+// A group of one has nothing to exchange: its own contribution is the result.
+bool finished_alone(const Context& ctx, const ReduceBuffers& buffers, size_t count) {
+  if (ctx.size() != 1) return false;
+  store_final(buffers.out, buffers.out_dtype, buffers.own, count, buffers.divisor);
+  return true;
+}
+
 }  // namespace
 
 Task rhd_all_reduce(Context ctx, ReduceBuffers buffers, size_t count) {
   const int r = ctx.rank();
-  if (count == 0) co_return;
-  if (ctx.size() == 1) {
-    store_final(buffers.out, buffers.out_dtype, buffers.own, count, buffers.divisor);
-    co_return;
-  }
+  if (count == 0 || finished_alone(ctx, buffers, count)) co_return;
   Fold fold(ctx.size());
   size_t width = dtype_size(buffers.out_dtype);
   const float* current = nullptr;
@@ -107,11 +110,7 @@ Task rhd_all_reduce(Context ctx, ReduceBuffers buffers, size_t count) {
 
 Task rhd_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t block_count) {
   const int r = ctx.rank();
-  if (block_count == 0) co_return;
-  if (ctx.size() == 1) {
-    store_final(buffers.out, buffers.out_dtype, buffers.own, block_count, buffers.divisor);
-    co_return;
-  }
+  if (block_count == 0 || finished_alone(ctx, buffers, block_count)) co_return;
   Fold fold(ctx.size());
   size_t count = block_count * static_cast<size_t>(ctx.size());
   const float* current = nullptr;
@@ -134,11 +133,7 @@ Task rhd_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t block_count) 
 
 Task rd_all_reduce(Context ctx, ReduceBuffers buffers, size_t count) {
   const int r = ctx.rank();
-  if (count == 0) co_return;
-  if (ctx.size() == 1) {
-    store_final(buffers.out, buffers.out_dtype, buffers.own, count, buffers.divisor);
-    co_return;
-  }
+  if (count == 0 || finished_alone(ctx, buffers, count)) co_return;
   Fold fold(ctx.size());
   size_t width = dtype_size(buffers.out_dtype);
   const float* current = nullptr;
