@@ -1,7 +1,5 @@
 #include "graph/autocast.h"
 
-#include <algorithm>
-
 namespace strata {
 
 namespace {
@@ -21,16 +19,18 @@ int width_rank(DType dtype) {
 // up, and the cast of dlogits, which keeps the logits' dtype, back down).
 bool computes_in_f32_from_any_input(const std::string& op) { return op == "cross_entropy"; }
 
+// Ops that only move, combine or convert values: they run in the widest
+// floating dtype among their inputs (add of an f32 residual and a bf16
+// projection is f32).
+bool follows_input_precision(const std::string& op) {
+  static const std::set<std::string> glue = {"add", "scale", "sum_to", "cast", "split_heads", "merge_heads"};
+  return glue.count(op) != 0;
+}
+
 }  // namespace
 
 std::vector<std::string> default_fp32_ops() {
   return {"layernorm", "cross_entropy", "embedding", "sum_squares", "adamw", "causal_softmax", "add_layernorm"};
-}
-
-bool follows_input_precision(const std::string& op) {
-  static const std::set<std::string> glue = {"add", "scale", "sum_to", "cast", "split_heads", "merge_heads",
-                                             "fused_elementwise"};
-  return glue.count(op) != 0;
 }
 
 PrecisionPolicy PrecisionPolicy::parse(const std::string& mode, const std::vector<std::string>& fp32_ops,

@@ -27,11 +27,6 @@ struct PrecisionPolicy {
 // stay f32 by default; everything else that is not glue runs in low precision.
 std::vector<std::string> default_fp32_ops();
 
-// Ops that only move, combine or convert values: they run in the widest
-// floating dtype among their inputs (add of an f32 residual and a bf16
-// projection is f32).
-bool follows_input_precision(const std::string& op);
-
 class Autocast {
  public:
   Autocast(Graph& graph, PrecisionPolicy policy);
@@ -42,10 +37,10 @@ class Autocast {
              const std::string& label = "") {
     return apply(op, inputs, attrs, label).at(0);
   }
+ private:
   // The dtype `op` computes in given its inputs' dtypes.
   DType compute_dtype(const std::string& op, const std::vector<int>& inputs) const;
 
- private:
   int cast(int value, DType dtype);
 
   Graph& graph_;

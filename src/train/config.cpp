@@ -209,6 +209,12 @@ void TrainConfig::validate() const {
   }
 }
 
+GPT2BuildOptions gpt2_build_options(const TrainConfig& config, bool training) {
+  return {.precision = config.precision_policy(),
+          .recompute = training ? parse_recompute_mode(config.recompute, "train.recompute") : RecomputeMode::None,
+          .fuse = config.fuse};
+}
+
 PrecisionPolicy TrainConfig::precision_policy() const {
   return PrecisionPolicy::parse(precision, fp32_ops, "precision.fp32_ops");
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "graph/autocast.h"
-#include "model/gpt2_config.h"
+#include "model/gpt2.h"
 
 namespace strata {
 
@@ -66,6 +66,10 @@ struct TrainConfig {
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;
 };
+
+// How the trainer builds its graphs from the config: precision policy,
+// recomputation (training graphs only) and fusion.
+GPT2BuildOptions gpt2_build_options(const TrainConfig& config, bool training);
 
 // `source` names the file in error messages.
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,

@@ -38,11 +38,6 @@ LossScaleSettings loss_scale_settings(const TrainConfig& config) {
           config.loss_scale_backoff};
 }
 
-GPT2BuildOptions build_options(const TrainConfig& config, bool training) {
-  return {.precision = config.precision_policy(),
-          .recompute = training ? parse_recompute_mode(config.recompute, "train.recompute") : RecomputeMode::None,
-          .fuse = config.fuse};
-}
 
 }  // namespace
 
@@ -66,8 +61,8 @@ Trainer::Trainer(TrainConfig config)
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq);
 
-  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true, build_options(config_, true));
-  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false, build_options(config_, false));
+  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true, gpt2_build_options(config_, /*training=*/true));
+  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false, gpt2_build_options(config_, /*training=*/false));
   train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
   eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, std::set<int>{eval_model_.loss});
 

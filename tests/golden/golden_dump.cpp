@@ -111,7 +111,7 @@ TrainConfig golden_config(const std::string& backend, const std::string& precisi
 // graph the Trainer trains with (autocast and its default fusion).
 GPT2BuildOptions first_micro_batch_options(const TrainConfig& config) {
   if (config.precision == "fp32") return {};
-  return {.precision = config.precision_policy(), .fuse = config.fuse};
+  return gpt2_build_options(config, /*training=*/true);
 }
 
 // fp16 gradients are computed at the Trainer's initial loss scale, so small
