@@ -5,9 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 
 #include "file_size_limit.h"
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -22,14 +22,7 @@ using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 Tensor filled(const Shape& shape, float start) {
   Tensor tensor = Tensor::empty(shape, DType::F32);

@@ -7,11 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <initializer_list>
 
 #include <nlohmann/json.hpp>
 
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -46,14 +46,7 @@ std::string raw(std::initializer_list<T> values) {
   return bytes;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Safetensors, ReadsAFileBuiltByHand) {
   TempDir dir;

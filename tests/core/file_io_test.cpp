@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
-#include <functional>
 #include <vector>
 
 #include "core/error.h"
+#include "support/error_text.h"
 
 namespace strata {
 namespace {
@@ -53,14 +53,7 @@ std::vector<std::string> list_names(const fs::path& dir) {
   return names;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(FileIo, AtomicWriteCreatesAndReplaces) {
   TempDir dir;

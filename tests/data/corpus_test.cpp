@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include "core/error.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -27,14 +27,7 @@ using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::string generated_lines(uint32_t seed, size_t bytes) {
   const char* words[] = {"the", "king", "said", "to", "his", "queen", "and", "her", "lord", "of", "night", "day"};

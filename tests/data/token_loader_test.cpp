@@ -5,10 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <numeric>
 
 #include "core/error.h"
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -19,14 +19,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::TempDir;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::vector<int32_t> values(const Tensor& tensor) {
   return std::vector<int32_t>(tensor.data<int32_t>(), tensor.data<int32_t>() + tensor.numel());

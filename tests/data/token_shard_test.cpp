@@ -4,9 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 
 #include "core/error.h"
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -38,14 +38,7 @@ std::vector<int32_t> read_all(const TokenShard& shard) {
   return tokens;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(TokenShard, ReadsLlmcGpt2Shards) {
   TempDir dir;

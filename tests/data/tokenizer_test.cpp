@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 
 #include "core/error.h"
+#include "support/error_text.h"
 #include "support/test_files.h"
 
 namespace strata {
@@ -20,14 +20,7 @@ using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // About 20 KB of word-like lines over a small alphabet, the same every run.
 std::string generated_text() {

@@ -3,6 +3,7 @@
 // and recomputing activations leaves every loss bit-identical.
 #include <gtest/gtest.h>
 
+#include "support/error_text.h"
 #include "tiny_training_test.h"
 #include "train/trainer.h"
 
@@ -100,13 +101,8 @@ TEST_F(PrecisionTest, FusionChangesOnlyRounding) {
 }
 
 TEST_F(PrecisionTest, BadPrecisionSettingsNameTheKey) {
-  auto error_of = [&](std::vector<std::string> overrides) -> std::string {
-    try {
-      config("bad", std::move(overrides));
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "";
+  auto error_of = [&](const std::vector<std::string>& overrides) {
+    return testing::error_of([&] { config("bad", overrides); });
   };
   EXPECT_NE(error_of({"precision.compute=fp8"}).find("precision.compute"), std::string::npos);
   EXPECT_NE(error_of({"precision.fp32_ops=[\"layernrom\"]"}).find("precision.fp32_ops"), std::string::npos);
