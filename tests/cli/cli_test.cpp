@@ -4,13 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "data/token_shard.h"
+#include "run_strata.h"
 
 namespace strata {
 namespace {
@@ -18,20 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
-
-Result run(const std::string& arguments) {
-  std::string command = std::string(STRATA_EXECUTABLE) + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (size_t read = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, read);
-  int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
+using testing::run_strata;
+using testing::StrataRun;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -53,7 +41,8 @@ class CliTest : public ::testing::Test {
     std::string text;
     for (int i = 0; i < 300; ++i) text += "And God said, Let there be light: and there was light " + std::to_string(i) + "\n";
     std::string corpus = write("corpus.txt", text);
-    Result prepared = run("data prepare " + corpus + " --out " + (dir_ / "data").string() + " --vocab-size 400");
+    StrataRun prepared =
+        run_strata("data prepare " + corpus + " --out " + (dir_ / "data").string() + " --vocab-size 400");
     EXPECT_EQ(prepared.exit_code, 0) << prepared.output;
     return write("job.toml", "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 420\nblock_size = 16\n"
                              "[data]\ndir = \"" + (dir_ / "data").string() + "\"\n"
@@ -65,21 +54,22 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, MissingCorpusNamesTheFile) {
-  Result result = run("data prepare " + (dir_ / "nowhere.txt").string() + " --out " + (dir_ / "out").string());
+  StrataRun result =
+      run_strata("data prepare " + (dir_ / "nowhere.txt").string() + " --out " + (dir_ / "out").string());
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.output, HasSubstr("nowhere.txt"));
 }
 
 TEST_F(CliTest, EmptyCorpusNamesTheFile) {
   std::string empty = write("empty.txt", "");
-  Result result = run("data prepare " + empty + " --out " + (dir_ / "out").string());
+  StrataRun result = run_strata("data prepare " + empty + " --out " + (dir_ / "out").string());
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.output, HasSubstr("empty.txt"));
 }
 
 TEST_F(CliTest, UnknownConfigKeyIsNamed) {
   std::string config = write("bad.toml", "[train]\nlearning_rate = 1\n");
-  Result result = run("train " + config);
+  StrataRun result = run_strata("train " + config);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_THAT(result.output, HasSubstr("train.learning_rate"));
   EXPECT_THAT(result.output, HasSubstr("bad.toml"));
@@ -87,17 +77,18 @@ TEST_F(CliTest, UnknownConfigKeyIsNamed) {
 
 TEST_F(CliTest, BadOverrideIsNamed) {
   std::string config = write("ok.toml", "[train]\nsteps = 1\n");
-  Result result = run("train " + config + " --set model.n_head=5");
+  StrataRun result = run_strata("train " + config + " --set model.n_head=5");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_THAT(result.output, HasSubstr("model.n_head"));
 }
 
 TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
   std::string config = prepared_config();
-  Result trained = run("train " + config);
+  StrataRun trained = run_strata("train " + config);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   fs::path checkpoint = resolve_checkpoint(dir_ / "run");
-  Result sampled = run("sample " + (dir_ / "run").string() + " --prompt 'And God' --tokens 5 --temperature 0");
+  StrataRun sampled =
+      run_strata("sample " + (dir_ / "run").string() + " --prompt 'And God' --tokens 5 --temperature 0");
   EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
   EXPECT_THAT(sampled.output, HasSubstr("And God"));
 
@@ -110,20 +101,20 @@ TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
     int32_t wrong = 12345;
     file.write(reinterpret_cast<const char*>(&wrong), sizeof(wrong));
   }
-  Result bad_magic = run("train " + config + " --set train.steps=4");
+  StrataRun bad_magic = run_strata("train " + config + " --set train.steps=4");
   EXPECT_NE(bad_magic.exit_code, 0);
   EXPECT_THAT(bad_magic.output, HasSubstr("train_000.bin"));
 
   // A truncated shard body.
   fs::copy_file(saved_shard, shard, fs::copy_options::overwrite_existing);
   fs::resize_file(shard, fs::file_size(shard) - 3);
-  Result truncated = run("train " + config + " --set train.steps=4");
+  StrataRun truncated = run_strata("train " + config + " --set train.steps=4");
   EXPECT_NE(truncated.exit_code, 0);
   EXPECT_THAT(truncated.output, HasSubstr("train_000.bin"));
   fs::copy_file(saved_shard, shard, fs::copy_options::overwrite_existing);
 
   // A checkpoint whose shapes do not match the config.
-  Result wider = run("train " + config + " --set model.n_embd=32 --set train.steps=4");
+  StrataRun wider = run_strata("train " + config + " --set model.n_embd=32 --set train.steps=4");
   EXPECT_NE(wider.exit_code, 0);
   EXPECT_THAT(wider.output, HasSubstr("transformer."));
 
@@ -136,13 +127,13 @@ TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
     file.write(reinterpret_cast<const char*>(&length), sizeof(length));
     file << "{not json";
   }
-  Result malformed = run("sample " + copy.string() + " --prompt 'And' --tokens 2");
+  StrataRun malformed = run_strata("sample " + copy.string() + " --prompt 'And' --tokens 2");
   EXPECT_NE(malformed.exit_code, 0);
   EXPECT_THAT(malformed.output, HasSubstr("model.safetensors"));
 
   // An unwritable output directory (a file stands where it should be).
   write("blocker", "not a directory");
-  Result unwritable = run("train " + config + " --set checkpoint.dir=" + (dir_ / "blocker" / "run").string());
+  StrataRun unwritable = run_strata("train " + config + " --set checkpoint.dir=" + (dir_ / "blocker" / "run").string());
   EXPECT_NE(unwritable.exit_code, 0);
   EXPECT_THAT(unwritable.output, HasSubstr("blocker"));
 
@@ -153,7 +144,7 @@ TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
 }
 
 TEST_F(CliTest, SampleFromMissingCheckpointIsNamed) {
-  Result result = run("sample " + (dir_ / "nothing").string() + " --prompt hi");
+  StrataRun result = run_strata("sample " + (dir_ / "nothing").string() + " --prompt hi");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.output, HasSubstr("nothing"));
 }

@@ -6,33 +6,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/backends.h"
+#include "run_strata.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
-
-Result run_strata(const std::string& arguments, bool with_stderr = true) {
-  std::string command = std::string(STRATA_EXECUTABLE) + " " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (size_t read = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, read);
-  int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
+using testing::run_strata;
+using testing::StrataRun;
 
 std::string expected_route(const Backend& backend, const std::string& op, DType dtype) {
   if (backend.find(op, dtype) != nullptr) return backend.is_emulated(op, dtype) ? "emulated" : "native";
@@ -42,7 +30,7 @@ std::string expected_route(const Backend& backend, const std::string& op, DType 
 }
 
 void check_report(const std::string& backend_name, const std::vector<DType>& dtypes, const std::string& dtype_flag) {
-  Result result = run_strata("ops --json --backend " + backend_name + dtype_flag, false);
+  StrataRun result = run_strata("ops --json --backend " + backend_name + dtype_flag, false);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   nlohmann::json report = nlohmann::json::parse(result.output);
   const Backend& backend = get_backend(backend_name);
@@ -79,7 +67,7 @@ void check_report(const std::string& backend_name, const std::vector<DType>& dty
 // ref, the golden model, runs every op natively in f32.
 TEST(OpsCommand, RefReportMatchesItsKernels) {
   check_report("ref", {DType::F64, DType::F32, DType::BF16, DType::F16}, "");
-  Result result = run_strata("ops --json --backend ref --dtype f32", false);
+  StrataRun result = run_strata("ops --json --backend ref --dtype f32", false);
   nlohmann::json report = nlohmann::json::parse(result.output);
   EXPECT_EQ(report["totals"]["f32"]["native"], OpRegistry::global().names().size());
 }
@@ -92,7 +80,7 @@ TEST(OpsCommand, CpuReportMatchesItsKernels) {
 // The text table: one row per op with a route per dtype, then each
 // decomposition with the ops it runs.
 TEST(OpsCommand, TextReportShowsRoutesAndDecompositions) {
-  Result result = run_strata("ops --backend cpu --dtype f32,f16");
+  StrataRun result = run_strata("ops --backend cpu --dtype f32,f16");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   std::map<std::string, std::vector<std::string>> rows;  // first word -> the rest, first such line
   std::istringstream lines(result.output);
@@ -117,13 +105,13 @@ TEST(OpsCommand, TextReportShowsRoutesAndDecompositions) {
 }
 
 TEST(OpsCommand, BadArgumentsAreNamed) {
-  Result unknown = run_strata("ops --backend nosuch");
+  StrataRun unknown = run_strata("ops --backend nosuch");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_THAT(unknown.output, HasSubstr("nosuch"));
-  Result integer = run_strata("ops --dtype f32,i32");
+  StrataRun integer = run_strata("ops --dtype f32,i32");
   EXPECT_NE(integer.exit_code, 0);
   EXPECT_THAT(integer.output, HasSubstr("i32"));
-  Result bad = run_strata("ops --dtype f33");
+  StrataRun bad = run_strata("ops --dtype f33");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.output, HasSubstr("f33"));
 }
