@@ -1,13 +1,7 @@
 // strata: the command-line entry point. Subcommands register themselves from
-// commands.h; every user-facing failure is a strata::Error printed as one line.
-#include <cstdio>
-#include <exception>
-
-#include <CLI/CLI.hpp>
-#include <fmt/core.h>
-
+// commands.h; run_app prints every user-facing failure (a strata::Error) as one line.
 #include "cli/commands.h"
-#include "core/error.h"
+#include "cli/run_app.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata: train transformers on any platform by changing configuration, not code"};
@@ -20,16 +14,5 @@ int main(int argc, char** argv) {
   strata::cli::add_plan_command(app);
   strata::cli::add_calibrate_command(app);
   strata::cli::add_ops_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  } catch (const strata::Error& error) {
-    fmt::print(stderr, "error: {}\n", error.what());
-    return 1;
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "error: {}\n", error.what());
-    return 2;
-  }
-  return 0;
+  return strata::cli::run_app(app, argc, argv);
 }
