@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   cmake ninja-build g++ pkg-config
   libdnnl-dev libopenblas-dev libopenblas0-openmp
+  ocl-icd-opencl-dev opencl-headers  # Debian's oneDNN CMake package requires its OpenCL runtime's dev files
   libsentencepiece-dev
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev googletest
