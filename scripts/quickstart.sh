@@ -3,7 +3,7 @@
 # Bible corpus, train the default GPT-2-style model, and sample from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh strata  # the tests are built by scripts/test.sh
 strata=build/bin/strata
 
 if [[ ! -s data/kjv.txt ]]; then

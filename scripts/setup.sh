@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs Strata's Debian dependencies (only what is missing) and builds it.
+# Installs Strata's Debian dependencies (only what is missing) and builds it:
+# the given ninja targets, or everything (tests and benchmarks too).
 # Idempotent: a second run installs nothing and rebuilds only what changed.
+# Usage: scripts/setup.sh [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +12,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers  # Debian's oneDNN CMake package requires its OpenCL runtime's dev files
   libsentencepiece-dev
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev
-  libgtest-dev googletest
+  libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin libhwloc-dev
   python3-torch python3-numpy
   bible-kjv bible-kjv-text
@@ -29,4 +31,4 @@ fi
 
 build_dir=${STRATA_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
-ninja -C "$build_dir"
+ninja -C "$build_dir" "$@"
