@@ -13,24 +13,13 @@ int width_rank(DType dtype) {
   }
 }
 
-// Ops whose kernels widen every floating input to f32 (or wider) as they read
-// it and compute in f32: keeping them in f32 needs no cast of their inputs.
-// For cross-entropy this saves two passes over the [B, T, V] logits (the cast
-// up, and the cast of dlogits, which keeps the logits' dtype, back down).
-bool computes_in_f32_from_any_input(const std::string& op) { return op == "cross_entropy"; }
-
-// Ops that only move, combine or convert values: they run in the widest
-// floating dtype among their inputs (add of an f32 residual and a bf16
-// projection is f32).
-bool follows_input_precision(const std::string& op) {
-  static const std::set<std::string> glue = {"add", "scale", "sum_to", "cast", "split_heads", "merge_heads"};
-  return glue.count(op) != 0;
-}
+const OpSchema& schema_of(const std::string& op) { return OpRegistry::global().get(op); }
 
 }  // namespace
 
 std::vector<std::string> default_fp32_ops() {
-  return {"layernorm", "cross_entropy", "embedding", "sum_squares", "adamw", "causal_softmax", "add_layernorm"};
+  return OpRegistry::global().names_where(
+      [](const OpSchema& schema) { return schema.precision == PrecisionRole::F32Default; });
 }
 
 PrecisionPolicy PrecisionPolicy::parse(const std::string& mode, const std::vector<std::string>& fp32_ops,
@@ -60,7 +49,7 @@ Autocast::Autocast(Graph& graph, PrecisionPolicy policy) : graph_(graph), policy
 
 DType Autocast::compute_dtype(const std::string& op, const std::vector<int>& inputs) const {
   if (policy_.low == DType::F32) return DType::F32;
-  if (follows_input_precision(op)) {
+  if (schema_of(op).precision == PrecisionRole::FollowsInputs) {
     DType widest = policy_.low;
     for (int input : inputs) {
       DType dtype = graph_.value(input).meta.dtype;
@@ -75,7 +64,7 @@ std::vector<int> Autocast::apply(const std::string& op, const std::vector<int>& 
                                  const std::string& label) {
   if (policy_.low == DType::F32) return graph_.apply(op, inputs, attrs, label);
   DType compute = compute_dtype(op, inputs);
-  if (compute == DType::F32 && computes_in_f32_from_any_input(op)) return graph_.apply(op, inputs, attrs, label);
+  if (compute == DType::F32 && schema_of(op).reads_any_float_as_f32) return graph_.apply(op, inputs, attrs, label);
   std::vector<int> cast_inputs;
   for (int input : inputs) {
     DType dtype = graph_.value(input).meta.dtype;

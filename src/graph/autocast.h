@@ -23,8 +23,8 @@ struct PrecisionPolicy {
                                const std::string& key);
 };
 
-// Norms, softmax-like ops, the loss, reductions into statistics and lookups
-// stay f32 by default; everything else that is not glue runs in low precision.
+// The ops whose schema says PrecisionRole::F32Default (norms, softmax-like
+// ops, the loss, reductions into statistics, lookups, the optimizer), sorted.
 std::vector<std::string> default_fp32_ops();
 
 class Autocast {

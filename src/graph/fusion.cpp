@@ -101,12 +101,8 @@ bool plan_backward_add(const Uses& uses, int backward, int add, std::vector<Acti
 
 // ---- element-wise trees ------------------------------------------------------
 
-bool elementwise_op(const std::string& op) {
-  return op == "add" || op == "scale" || op == "gelu" || op == "gelu_backward" || op == "cast";
-}
-
 bool fusible_node(const Graph& graph, const Node& node) {
-  if (!elementwise_op(node.op)) return false;
+  if (!runs_in_fused_program(node.op)) return false;
   auto storable = [&](int value) {
     DType dtype = graph.value(value).meta.dtype;
     return dtype == DType::F32 || dtype == DType::BF16;
@@ -164,17 +160,9 @@ std::string tree_program(const Graph& graph, const Tree& tree) {
   };
   for (int member : tree.members) {
     const Node& node = graph.node(member);
-    FusedInstruction instruction;
-    if (node.op == "add") instruction.opcode = FusedOpcode::Add;
-    if (node.op == "scale") instruction.opcode = FusedOpcode::Scale;
-    if (node.op == "gelu") instruction.opcode = FusedOpcode::Gelu;
-    if (node.op == "gelu_backward") instruction.opcode = FusedOpcode::GeluBackward;
-    if (node.op == "cast") instruction.opcode = FusedOpcode::Cast;
-    instruction.a = register_of(node.inputs[0]);
-    if (node.inputs.size() > 1) instruction.b = register_of(node.inputs[1]);
-    if (node.op == "scale") instruction.factor = node.attrs.get_float("factor");
-    if (node.op == "cast") instruction.dtype = parse_dtype(node.attrs.get_string("dtype"));
-    program.code.push_back(instruction);
+    std::vector<int> operands;
+    for (int input : node.inputs) operands.push_back(register_of(input));
+    program.code.push_back(*FusedInstruction::of(node.op, node.attrs, operands));
     registers.push_back(node.outputs[0]);
   }
   return program.str();

@@ -16,7 +16,8 @@ std::vector<bool> values_to_recompute(const Graph& graph, int first_backward_nod
   for (int id = 0; id < first_backward_node; ++id) segment[static_cast<size_t>(id)] = segment_of(graph.node(id));
   for (int id = 0; id < first_backward_node; ++id) {
     const Node& node = graph.node(id);
-    bool chosen = mode == RecomputeMode::Selective ? recomputed_selectively(node.op) : segment[static_cast<size_t>(id)] >= 0;
+    bool in_segment = segment[static_cast<size_t>(id)] >= 0;
+    bool chosen = in_segment && (mode == RecomputeMode::Full || OpRegistry::global().get(node.op).recomputed_selectively);
     if (chosen) {
       for (int output : node.outputs) recomputed[static_cast<size_t>(output)] = true;
     }
@@ -80,8 +81,6 @@ std::string_view recompute_mode_name(RecomputeMode mode) {
   }
   return "?";
 }
-
-bool recomputed_selectively(const std::string& op) { return op == "attention"; }
 
 SegmentOf segment_by_label_prefix(std::string prefix) {
   return [prefix = std::move(prefix)](const Node& node) {

@@ -16,15 +16,13 @@ namespace strata {
 
 enum class RecomputeMode {
   None,       // keep every activation the backward reads
-  Selective,  // re-run the attention core (ops where recomputed_selectively)
+  Selective,  // re-run the ops whose schema says recomputed_selectively (the attention core)
   Full,       // keep only what enters each segment; re-run the rest of it
 };
 
 RecomputeMode parse_recompute_mode(std::string_view text, std::string_view key);  // errors name `key`
 std::string_view recompute_mode_name(RecomputeMode mode);                          // "none", "selective", "full"
 
-// The forward ops `Selective` re-runs.
-bool recomputed_selectively(const std::string& op);
 
 // The recomputation segment (for a transformer: its layer) of a forward node,
 // or -1 for nodes outside every segment. Under `Full` a value made in a

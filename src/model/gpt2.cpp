@@ -3,14 +3,12 @@
 #include <cmath>
 
 #include "graph/fusion.h"
+#include "model/gpt2_block.h"
+#include "model/graph_emitter.h"
 
 namespace strata {
 
 namespace {
-
-constexpr const char* kLayerPrefix = "transformer.h.";
-
-std::string layer_prefix(int64_t layer) { return kLayerPrefix + std::to_string(layer) + "."; }
 
 // Points the model's handles into a rewritten graph.
 void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
@@ -51,7 +49,7 @@ std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config) {
   weight("transformer.wte.weight", {config.vocab_size, c}, stddev);
   weight("transformer.wpe.weight", {config.block_size, c}, stddev);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    std::string p = layer_prefix(layer);
+    std::string p = gpt2_layer_prefix(layer);
     norm(p + "ln_1");
     weight(p + "attn.c_attn.weight", {c, 3 * c}, stddev);
     bias(p + "attn.c_attn.bias", 3 * c);
@@ -82,39 +80,22 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   model.tokens = g.add_input("tokens", {{batch, seq}, DType::I32});
   model.targets = g.add_input("targets", {{batch, seq}, DType::I32});
   model.positions = g.add_input("positions", {{seq}, DType::I32});
-  Attrs eps{{"eps", config.layer_norm_eps}};
-  Autocast ops(g, options.precision);
-
-  int wte = param.at("transformer.wte.weight");
-  int token_embeddings = ops.apply1("embedding", {wte, model.tokens}, {}, "wte");
-  int position_embeddings = ops.apply1("embedding", {param.at("transformer.wpe.weight"), model.positions}, {}, "wpe");
-  int x = ops.apply1("add", {token_embeddings, position_embeddings}, {}, "embed");
-
-  auto layernorm = [&](int input, const std::string& name) {
-    return ops.apply("layernorm", {input, param.at(name + ".weight"), param.at(name + ".bias")}, eps, name)[0];
-  };
-  auto linear = [&](int input, const std::string& name) {
-    return ops.apply1("linear", {input, param.at(name + ".weight"), param.at(name + ".bias")}, {}, name);
-  };
-  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    std::string p = layer_prefix(layer);
-    int h = layernorm(x, p + "ln_1");
-    int qkv = linear(h, p + "attn.c_attn");
-    int attended = ops.apply("attention", {qkv}, {{"n_head", config.n_head}}, p + "attn")[0];
-    x = ops.apply1("add", {x, linear(attended, p + "attn.c_proj")}, {}, p + "attn.residual");
-    h = layernorm(x, p + "ln_2");
-    h = ops.apply1("gelu", {linear(h, p + "mlp.c_fc")}, {}, p + "mlp.gelu");
-    x = ops.apply1("add", {x, linear(h, p + "mlp.c_proj")}, {}, p + "mlp.residual");
-  }
-  x = layernorm(x, "transformer.ln_f");
-  model.logits = ops.apply1("matmul", {x, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
-  model.loss = ops.apply("cross_entropy", {model.logits, model.targets}, {}, "loss")[0];
+  GraphEmitter emit(g, options.precision, [&](const std::string& name, const Shape& shape) {
+    int id = param.at(name);
+    STRATA_CHECK(g.value(id).meta.shape == shape, "GPT-2 parameter {} built as {}, used as {}", name,
+                 shape_str(g.value(id).meta.shape), shape_str(shape));
+    return id;
+  });
+  int x = gpt2_embed(emit, config, model.tokens, model.positions);
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) x = gpt2_block(emit, config, x, gpt2_layer_prefix(layer));
+  model.logits = gpt2_lm_head(emit, config, gpt2_final_norm(emit, config, x));
+  model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
   if (training) {
     model.first_backward_node = g.num_nodes();
     model.grads = add_backward(g, model.loss, model.params);
     if (options.recompute != RecomputeMode::None) {
       adopt(model, recompute_activations(model.graph, model.first_backward_node, options.recompute,
-                                         segment_by_label_prefix(kLayerPrefix)));
+                                         segment_by_label_prefix(kGPT2LayerPrefix)));
     }
   }
   if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));

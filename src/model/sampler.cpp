@@ -4,7 +4,54 @@
 #include <cmath>
 #include <numeric>
 
+#include "model/gpt2_block.h"
+
 namespace strata {
+
+namespace {
+
+// Runs the model's ops eagerly on a dispatcher (see gpt2_block.h), with the
+// attention core reading and extending the current layer's key/value cache.
+class CachedEmitter {
+ public:
+  using Value = Tensor;
+
+  CachedEmitter(const ParameterSet& params, Dispatcher& dispatcher, int64_t position)
+      : params_(params), dispatcher_(dispatcher), position_(position) {}
+
+  void use_cache(Tensor& keys, Tensor& values) {
+    keys_ = &keys;
+    values_ = &values;
+  }
+
+  Tensor param(const std::string& name, const Shape& shape) const {
+    const Tensor& tensor = params_.get(name);
+    STRATA_CHECK(tensor.shape() == shape, "parameter {} is {}, the model reads it as {}", name,
+                 shape_str(tensor.shape()), shape_str(shape));
+    return tensor;
+  }
+  Tensor op(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs, const std::string&) {
+    return dispatcher_.call(op, inputs, attrs)[0];
+  }
+  // The new tokens' keys and values go into the cache at `position_`; their
+  // queries attend to everything cached up to and including themselves.
+  Tensor attention(const Tensor& qkv, int64_t heads, const std::string& label) {
+    const int64_t width = qkv.shape()[2] / 3, count = qkv.shape()[1];
+    keys_->narrow(1, position_, count).copy_from(qkv.narrow(2, width, width));
+    values_->narrow(1, position_, count).copy_from(qkv.narrow(2, 2 * width, width));
+    Tensor query = qkv.narrow(2, 0, width).clone();
+    return op("attention_cached", {query, *keys_, *values_}, {{"n_head", heads}, {"position", position_}}, label);
+  }
+
+ private:
+  const ParameterSet& params_;
+  Dispatcher& dispatcher_;
+  int64_t position_;
+  Tensor* keys_ = nullptr;
+  Tensor* values_ = nullptr;
+};
+
+}  // namespace
 
 GPT2Sampler::GPT2Sampler(const GPT2Config& config, const ParameterSet& params, Dispatcher& dispatcher)
     : config_(config), params_(params), dispatcher_(dispatcher) {
@@ -16,7 +63,6 @@ GPT2Sampler::GPT2Sampler(const GPT2Config& config, const ParameterSet& params, D
 
 Tensor GPT2Sampler::feed(const std::vector<int32_t>& tokens) {
   const int64_t count = static_cast<int64_t>(tokens.size());
-  const int64_t c = config_.n_embd;
   STRATA_CHECK(count > 0 && length_ + count <= config_.block_size, "feeding {} tokens at {}", count, length_);
   Tensor ids = Tensor::empty({1, count}, DType::I32);
   Tensor positions = Tensor::empty({count}, DType::I32);
@@ -24,37 +70,16 @@ Tensor GPT2Sampler::feed(const std::vector<int32_t>& tokens) {
     ids.data<int32_t>()[i] = tokens[static_cast<size_t>(i)];
     positions.data<int32_t>()[i] = static_cast<int32_t>(length_ + i);
   }
-  auto call1 = [&](const std::string& op, const Tensors& inputs, const Attrs& attrs = {}) {
-    return dispatcher_.call(op, inputs, attrs)[0];
-  };
-  auto param = [&](const std::string& name) { return params_.get(name); };
-  auto layernorm = [&](const Tensor& x, const std::string& name) {
-    return call1("layernorm", {x, param(name + ".weight"), param(name + ".bias")}, {{"eps", config_.layer_norm_eps}});
-  };
-  auto linear = [&](const Tensor& x, const std::string& name) {
-    return call1("linear", {x, param(name + ".weight"), param(name + ".bias")});
-  };
-
-  Tensor x = call1("add", {call1("embedding", {param("transformer.wte.weight"), ids}),
-                           call1("embedding", {param("transformer.wpe.weight"), positions})});
+  CachedEmitter emit(params_, dispatcher_, length_);
+  Tensor x = gpt2_embed(emit, config_, ids, positions);
   for (int64_t layer = 0; layer < config_.n_layer; ++layer) {
-    std::string p = "transformer.h." + std::to_string(layer) + ".";
-    Tensor qkv = linear(layernorm(x, p + "ln_1"), p + "attn.c_attn");
-    Tensor& keys = key_cache_[static_cast<size_t>(layer)];
-    Tensor& values = value_cache_[static_cast<size_t>(layer)];
-    keys.narrow(1, length_, count).copy_from(qkv.narrow(2, c, c));
-    values.narrow(1, length_, count).copy_from(qkv.narrow(2, 2 * c, c));
-    Tensor query = qkv.narrow(2, 0, c).clone();
-    Tensor attended =
-        call1("attention_cached", {query, keys, values}, {{"n_head", config_.n_head}, {"position", length_}});
-    x = call1("add", {x, linear(attended, p + "attn.c_proj")});
-    Tensor hidden = call1("gelu", {linear(layernorm(x, p + "ln_2"), p + "mlp.c_fc")});
-    x = call1("add", {x, linear(hidden, p + "mlp.c_proj")});
+    emit.use_cache(key_cache_[static_cast<size_t>(layer)], value_cache_[static_cast<size_t>(layer)]);
+    x = gpt2_block(emit, config_, x, gpt2_layer_prefix(layer));
   }
   length_ += count;
-  Tensor last = layernorm(x, "transformer.ln_f").narrow(1, count - 1, 1).clone();
-  return call1("matmul", {last, param("transformer.wte.weight")}, {{"trans_a", false}, {"trans_b", true}})
-      .reshape({config_.vocab_size});
+  // Only the last position's logits are needed: the head reads just that row.
+  Tensor last = gpt2_final_norm(emit, config_, x).narrow(1, count - 1, 1).clone();
+  return gpt2_lm_head(emit, config_, last).reshape({config_.vocab_size});
 }
 
 int32_t GPT2Sampler::pick(const Tensor& logits, const SamplingOptions& options, uint64_t draw) const {

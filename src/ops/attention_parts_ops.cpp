@@ -84,6 +84,8 @@ void add_head_layout_ops(OpRegistry& registry) {
             return {{{in[0].shape[0], heads, in[0].shape[1], width / heads}, in[0].dtype}};
           },
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::No,
   });
   registry.add({
       .name = "merge_heads",
@@ -99,6 +101,8 @@ void add_head_layout_ops(OpRegistry& registry) {
             return {{{s[0], s[2], s[1] * s[3]}, in[0].dtype}};
           },
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -129,6 +133,7 @@ void add_bmm(OpRegistry& registry) {
             return 2.0 * static_cast<double>(d.batch) * static_cast<double>(d.m) * static_cast<double>(d.p) *
                    static_cast<double>(d.k);
           },
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -149,6 +154,8 @@ void add_causal_softmax(OpRegistry& registry) {
           },
       // max, subtract, exp (counted as one), sum, divide per element
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
   });
   registry.add({
       .name = "causal_softmax_backward",
@@ -168,6 +175,7 @@ void add_causal_softmax(OpRegistry& registry) {
             return {in[0]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[0]); },
+      .differentiable = Differentiable::No,
   });
 }
 

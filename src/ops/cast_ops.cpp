@@ -21,6 +21,8 @@ void add_cast_ops(OpRegistry& registry) {
             return {{in[0].shape, target}};
           },
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
   });
 }
 

@@ -60,6 +60,8 @@ void add_add_layernorm(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 9.0 * count(in[0]); },
       .may_reuse = {{0, 0}},
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -91,6 +93,7 @@ void add_layernorm_backward_add(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 15.0 * count(in[1]); },
       .may_reuse = {{0, 5}},
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -160,6 +163,7 @@ void add_fused_elementwise(OpRegistry& registry, int num_inputs) {
             return flops;
           },
       .may_reuse = reuse,
+      .differentiable = Differentiable::No,
   });
 }
 

@@ -24,6 +24,13 @@ constexpr OpcodeInfo kOpcodes[] = {
     {FusedOpcode::Cast, "cast", 1},
 };
 
+const OpcodeInfo* info_of(const std::string& op) {
+  for (const OpcodeInfo& entry : kOpcodes) {
+    if (op == entry.name) return &entry;
+  }
+  return nullptr;
+}
+
 const OpcodeInfo& info(FusedOpcode opcode) {
   for (const OpcodeInfo& entry : kOpcodes) {
     if (entry.opcode == opcode) return entry;
@@ -65,6 +72,23 @@ std::vector<int> FusedInstruction::operands() const {
   return {a};
 }
 
+std::optional<FusedInstruction> FusedInstruction::of(const std::string& op, const Attrs& attrs,
+                                                     const std::vector<int>& operands) {
+  const OpcodeInfo* found = info_of(op);
+  if (found == nullptr) return std::nullopt;
+  STRATA_CHECK(static_cast<int>(operands.size()) == found->registers, "fused {} given {} operands", op,
+               operands.size());
+  FusedInstruction instruction;
+  instruction.opcode = found->opcode;
+  instruction.a = operands[0];
+  if (found->registers == 2) instruction.b = operands[1];
+  if (found->opcode == FusedOpcode::Scale) instruction.factor = attrs.get_float("factor");
+  if (found->opcode == FusedOpcode::Cast) instruction.dtype = parse_dtype(attrs.get_string("dtype"));
+  return instruction;
+}
+
+bool runs_in_fused_program(const std::string& op) { return info_of(op) != nullptr; }
+
 FusedProgram FusedProgram::parse(const std::string& text, int num_inputs) {
   FusedProgram program;
   program.num_inputs = num_inputs;
@@ -75,10 +99,7 @@ FusedProgram FusedProgram::parse(const std::string& text, int num_inputs) {
     std::vector<std::string> tokens;
     for (std::string word; words >> word;) tokens.push_back(word);
     if (tokens.empty()) fail("fused program '{}': empty instruction", text);
-    const OpcodeInfo* found = nullptr;
-    for (const OpcodeInfo& entry : kOpcodes) {
-      if (tokens[0] == entry.name) found = &entry;
-    }
+    const OpcodeInfo* found = info_of(tokens[0]);
     if (found == nullptr) fail("fused program: unknown instruction '{}' in '{}'", tokens[0], text);
     bool has_constant = found->opcode == FusedOpcode::Scale || found->opcode == FusedOpcode::Cast;
     size_t expected = 1 + static_cast<size_t>(found->registers) + (has_constant ? 1 : 0);

@@ -9,6 +9,7 @@
 //
 // Text form, one instruction per `;`: "cast %0 f32; add %1 %3; gelu %4",
 // "scale %2 0.125". Operands are registers, then the op's constant.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,15 @@ struct FusedInstruction {
   std::string op_name() const;  // the standard op it stands for
   Attrs op_attrs() const;       // that op's attributes
   std::vector<int> operands() const;
+
+  // The instruction computing standard op `op` with `attrs` on registers
+  // `operands`; nullopt when `op` is not one a fused program can run.
+  static std::optional<FusedInstruction> of(const std::string& op, const Attrs& attrs,
+                                            const std::vector<int>& operands);
 };
+
+// Whether a fused element-wise program can run standard op `op`.
+bool runs_in_fused_program(const std::string& op);
 
 struct FusedProgram {
   int num_inputs = 0;

@@ -35,8 +35,14 @@ bool OpRegistry::contains(const std::string& name) const {
 }
 
 std::vector<std::string> OpRegistry::names() const {
+  return names_where([](const OpSchema&) { return true; });
+}
+
+std::vector<std::string> OpRegistry::names_where(const std::function<bool(const OpSchema&)>& has) const {
   std::vector<std::string> result;
-  for (const OpSchema& schema : schemas_) result.push_back(schema.name);
+  for (const OpSchema& schema : schemas_) {
+    if (has(schema)) result.push_back(schema.name);
+  }
   std::sort(result.begin(), result.end());
   return result;
 }

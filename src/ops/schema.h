@@ -31,6 +31,25 @@ class Dispatcher;
 using DecomposeFn =
     std::function<void(Dispatcher& dispatcher, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs)>;
 
+// Facts about an op that the graph passes and the planner read. They live on
+// the schema so that adding an op means writing them once, here.
+
+// How the mixed-precision policy (graph/autocast) picks the dtype an op computes in.
+enum class PrecisionRole {
+  Low,          // the policy's low dtype (bf16/fp16), unless listed in precision.fp32_ops
+  F32Default,   // in the default precision.fp32_ops: norms, softmax, losses, lookups, the optimizer
+  FollowsInputs,  // glue (moves, combines or converts values): the widest floating dtype among its inputs
+};
+
+// Whether reverse-mode autodiff differentiates through the op, in which case
+// the graph layer has a gradient rule for it. Every op must say; ops that only
+// autodiff, the optimizer or fusion create, and inference-only ops, say No.
+enum class Differentiable { Unstated, Yes, No };
+
+// How the planner prices an op's arithmetic: GEMMs and attention at the
+// efficiency their size reaches, anything else by its measured efficiency.
+enum class OpKind { Gemm, Attention, Other };
+
 struct OpSchema {
   std::string name;
   std::string summary;
@@ -56,6 +75,16 @@ struct OpSchema {
   // the input is read before element i of the output is written, and no other
   // element of the input is read after that write.
   std::vector<std::pair<size_t, size_t>> may_reuse;
+  PrecisionRole precision = PrecisionRole::Low;
+  // Kernels widen every floating input to f32 as they read it: computing in
+  // f32 needs no cast of the inputs (for cross-entropy, no f32 copy of the logits).
+  bool reads_any_float_as_f32 = false;
+  Differentiable differentiable = Differentiable::Unstated;
+  // Re-run in the backward pass under train.recompute = "selective", inside
+  // each recomputation segment (a transformer layer), and priced so by the
+  // planner: the attention core, as in Megatron's selective recomputation.
+  bool recomputed_selectively = false;
+  OpKind kind = OpKind::Other;
 };
 
 struct OpCost {
@@ -72,6 +101,8 @@ class OpRegistry {
   const OpSchema& get(const std::string& name) const;  // throws naming the op
   bool contains(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
+  // Sorted names of the ops whose schema satisfies `has`.
+  std::vector<std::string> names_where(const std::function<bool(const OpSchema&)>& has) const;
 
   Metas infer(const std::string& name, const Metas& inputs, const Attrs& attrs) const;
   OpCost cost(const std::string& name, const Metas& inputs, const Attrs& attrs) const;

@@ -157,6 +157,8 @@ void add_embedding(OpRegistry& registry) {
       .bytes = [](const Metas& in, const Metas& out, const Attrs&) {
         return 2.0 * static_cast<double>(out[0].nbytes()) + static_cast<double>(in[1].nbytes());
       },
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "embedding_backward",
@@ -175,6 +177,7 @@ void add_embedding(OpRegistry& registry) {
             return {{{attrs.get_int("num_embeddings"), in[0].shape.back()}, in[0].dtype}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return count(in[0]); },
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -196,6 +199,8 @@ void add_elementwise(OpRegistry& registry) {
           },
       .flops = elementwise_flops(1),
       .may_reuse = {{0, 0}, {0, 1}},
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "sum_to",
@@ -213,6 +218,8 @@ void add_elementwise(OpRegistry& registry) {
             return {{target, in[0].dtype}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return count(in[0]); },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::No,
   });
   registry.add({
       .name = "scale",
@@ -227,6 +234,8 @@ void add_elementwise(OpRegistry& registry) {
           },
       .flops = elementwise_flops(1),
       .may_reuse = {{0, 0}},
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "sum_squares",
@@ -239,6 +248,8 @@ void add_elementwise(OpRegistry& registry) {
             return {{{}, stats_dtype(in[0].dtype)}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
   });
   registry.add({
       .name = "gelu",
@@ -252,6 +263,7 @@ void add_elementwise(OpRegistry& registry) {
           },
       .flops = elementwise_flops(10),
       .may_reuse = {{0, 0}},
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "gelu_backward",
@@ -267,6 +279,7 @@ void add_elementwise(OpRegistry& registry) {
           },
       .flops = elementwise_flops(16),
       .may_reuse = {{0, 0}, {0, 1}},
+      .differentiable = Differentiable::No,
   });
   registry.add({
       .name = "adamw",
@@ -289,6 +302,8 @@ void add_elementwise(OpRegistry& registry) {
             return {in[0], in[2], in[3]};
           },
       .flops = elementwise_flops(12),
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -313,6 +328,8 @@ void add_layernorm(OpRegistry& registry) {
             return {in[0], stats, stats};
           },
       .flops = elementwise_flops(8),
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "layernorm_backward",
@@ -337,6 +354,7 @@ void add_layernorm(OpRegistry& registry) {
             return {in[0], in[2], in[2]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 14.0 * count(in[0]); },
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -351,6 +369,8 @@ void add_matmuls(OpRegistry& registry) {
       .attrs = {"trans_a", "trans_b"},
       .infer = matmul_infer,
       .flops = matmul_flops,
+      .differentiable = Differentiable::Yes,
+      .kind = OpKind::Gemm,
   });
   registry.add({
       .name = "linear",
@@ -374,6 +394,8 @@ void add_matmuls(OpRegistry& registry) {
             dispatcher.run("add", {out[0], in[2]}, {out[0]});
           },
       .decomposes_into = {"matmul", "add"},
+      .differentiable = Differentiable::Yes,
+      .kind = OpKind::Gemm,
   });
 }
 
@@ -399,6 +421,9 @@ void add_attention(OpRegistry& registry) {
           },
       .decompose = decompose_attention,
       .decomposes_into = {"split_heads", "bmm", "causal_softmax", "merge_heads"},
+      .differentiable = Differentiable::Yes,
+      .recomputed_selectively = true,
+      .kind = OpKind::Attention,
   });
   registry.add({
       .name = "attention_backward",
@@ -426,6 +451,8 @@ void add_attention(OpRegistry& registry) {
           },
       .decompose = decompose_attention_backward,
       .decomposes_into = {"split_heads", "bmm", "causal_softmax", "causal_softmax_backward", "merge_heads"},
+      .differentiable = Differentiable::No,
+      .kind = OpKind::Attention,
   });
   registry.add({
       .name = "attention_cached",
@@ -459,6 +486,7 @@ void add_attention(OpRegistry& registry) {
             double keys = static_cast<double>(attrs.get_int("position")) + static_cast<double>(in[0].shape[1] + 1) / 2;
             return 4.0 * count(in[0]) * keys;
           },
+      .differentiable = Differentiable::No,
   });
 }
 
@@ -482,6 +510,9 @@ void add_cross_entropy(OpRegistry& registry) {
             return {{{}, stats}, {in[1].shape, stats}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[0]); },
+      .precision = PrecisionRole::F32Default,
+      .reads_any_float_as_f32 = true,
+      .differentiable = Differentiable::Yes,
   });
   registry.add({
       .name = "cross_entropy_backward",
@@ -507,6 +538,7 @@ void add_cross_entropy(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[1]); },
       .may_reuse = {{0, 1}},
+      .differentiable = Differentiable::No,
   });
 }
 

@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "graph/autodiff.h"
 #include "graph/memory_plan.h"
+#include "model/gpt2_block.h"
+#include "model/graph_emitter.h"
 
 namespace strata {
 
@@ -17,11 +19,11 @@ bool on_residual_stream(const std::string& label) {
   std::string base = label.substr(0, label.find(':'));
   base = base.substr(0, base.find(".grad_"));
   static const std::set<std::string> stream = {"x",    "d_loss", "tokens",        "targets",      "embed",
-                                               "ln_1", "ln_2",   "attn.residual", "mlp.residual", "ln_f"};
+                                               "ln_1", "ln_2",   "attn.residual", "mlp.residual", "transformer.ln_f"};
   return stream.count(base) != 0;
 }
 
-bool selectively_recomputed(const std::string& op) { return op == "layernorm" || op == "attention" || op == "gelu"; }
+bool selectively_recomputed(const std::string& op) { return OpRegistry::global().get(op).recomputed_selectively; }
 
 struct SegmentGraph {
   Graph graph;
@@ -148,62 +150,41 @@ void finish(SegmentGraph& segment, int objective) {
   segment.seed = add_backward(segment.graph, objective, wrt).seed;
 }
 
-int add_param(SegmentGraph& segment, const std::string& name, Shape shape, DType dtype) {
-  int id = segment.graph.add_param(name, {std::move(shape), dtype});
-  segment.params.insert(id);
-  return id;
-}
-
 int add_activation(SegmentGraph& segment, const std::string& name, Shape shape, DType dtype) {
   int id = segment.graph.add_input(name, {std::move(shape), dtype});
   segment.activation_inputs.insert(id);
   return id;
 }
 
-int layernorm(SegmentGraph& s, int x, const std::string& name, int64_t width, DType dtype, double eps) {
-  int weight = add_param(s, name + ".weight", {width}, dtype);
-  int bias = add_param(s, name + ".bias", {width}, dtype);
-  return s.graph.apply("layernorm", {x, weight, bias}, {{"eps", eps}}, name)[0];
+// Builds the model's layers into the segment's graph (see model/gpt2_block.h);
+// each parameter the layers read becomes one of the segment's, once.
+GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
+  return GraphEmitter(segment.graph, PrecisionPolicy{}, [&segment, dtype](const std::string& name, const Shape& shape) {
+    for (int id : segment.params) {
+      if (segment.graph.value(id).name == name) return id;
+    }
+    int id = segment.graph.add_param(name, {shape, dtype});
+    segment.params.insert(id);
+    return id;
+  });
 }
 
-int linear(SegmentGraph& s, int x, const std::string& name, int64_t in, int64_t out, DType dtype) {
-  int weight = add_param(s, name + ".weight", {in, out}, dtype);
-  int bias = add_param(s, name + ".bias", {out}, dtype);
-  return s.graph.apply1("linear", {x, weight, bias}, {}, name);
-}
-
-// One transformer block as gpt2.cpp builds it, with this device's shard of
-// every tensor-parallel weight.
+// One transformer block, with this device's shard of every tensor-parallel weight.
 SegmentWork layer_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
-  const int64_t h = c.n_embd;
   SegmentGraph seg;
   seg.recomputable = true;
-  int x = add_activation(seg, "x", {b, s, h}, dtype);
-  Graph& g = seg.graph;
-  int normed = layernorm(seg, x, "ln_1", h, dtype, c.layer_norm_eps);
-  int qkv = linear(seg, normed, "attn.c_attn", h, 3 * h / tp, dtype);
-  int attended = g.apply("attention", {qkv}, {{"n_head", c.n_head / tp}}, "attn")[0];
-  int residual = g.apply1("add", {x, linear(seg, attended, "attn.c_proj", h / tp, h, dtype)}, {}, "attn.residual");
-  normed = layernorm(seg, residual, "ln_2", h, dtype, c.layer_norm_eps);
-  int hidden = g.apply1("gelu", {linear(seg, normed, "mlp.c_fc", h, 4 * h / tp, dtype)}, {}, "mlp.gelu");
-  int out = g.apply1("add", {residual, linear(seg, hidden, "mlp.c_proj", 4 * h / tp, h, dtype)}, {}, "mlp.residual");
-  finish(seg, out);
+  int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
+  GraphEmitter emit = segment_emitter(seg, dtype);
+  finish(seg, gpt2_block(emit, c, x, "", tp));
   return summarise(seg);
 }
-
-int64_t vocab_shard(const GPT2Config& c, int tp) { return (c.vocab_size + tp - 1) / tp; }
 
 SegmentWork embedding_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
   SegmentGraph seg;
   int tokens = add_activation(seg, "tokens", {b, s}, DType::I32);
   int positions = add_activation(seg, "positions", {s}, DType::I32);
-  int wte = add_param(seg, "wte", {vocab_shard(c, tp), c.n_embd}, dtype);
-  int wpe = add_param(seg, "wpe", {c.block_size, c.n_embd}, dtype);
-  Graph& g = seg.graph;
-  int out = g.apply1(
-      "add", {g.apply1("embedding", {wte, tokens}, {}, "wte"), g.apply1("embedding", {wpe, positions}, {}, "wpe")}, {},
-      "embed");
-  finish(seg, out);
+  GraphEmitter emit = segment_emitter(seg, dtype);
+  finish(seg, gpt2_embed(emit, c, tokens, positions, tp));
   return summarise(seg);
 }
 
@@ -212,15 +193,11 @@ SegmentWork head_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType d
   SegmentGraph seg;
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   int targets = add_activation(seg, "targets", {b, s}, DType::I32);
-  int normed = layernorm(seg, x, "ln_f", c.n_embd, dtype, c.layer_norm_eps);
-  int wte = seg.graph.add_param("wte", {{vocab_shard(c, tp), c.n_embd}, dtype});
-  seg.params.insert(wte);
-  Graph& g = seg.graph;
-  int logits = g.apply1("matmul", {normed, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
-  int loss = g.apply("cross_entropy", {logits, targets}, {}, "loss")[0];
-  finish(seg, loss);
+  GraphEmitter emit = segment_emitter(seg, dtype);
+  int logits = gpt2_lm_head(emit, c, gpt2_final_norm(emit, c, x), tp);
+  finish(seg, emit.op("cross_entropy", {logits, targets}, {}, "loss"));
   SegmentWork work = summarise(seg);
-  work.params -= static_cast<double>(vocab_shard(c, tp) * c.n_embd);
+  work.params -= static_cast<double>(gpt2_vocab_shard(c, tp) * c.n_embd);
   return work;
 }
 
@@ -238,18 +215,15 @@ double tied_gradient_sum_extra(const TensorMeta& table) {
 
 }  // namespace
 
-OpKind op_kind(const std::string& op) {
-  if (op == "linear" || op == "matmul") return OpKind::Gemm;
-  if (op == "attention" || op == "attention_backward") return OpKind::Attention;
-  return OpKind::Other;
-}
-
 OpWork op_work(const Graph& graph, int node_id) {
   const Node& node = graph.node(node_id);
   OpCost cost = graph.node_cost(node_id);
-  OpWork work{node.op, node.label, op_kind(node.op), cost.flops, cost.bytes, 0, false, false};
+  const OpSchema& schema = OpRegistry::global().get(node.op);
+  OpWork work{node.op, node.label, schema.kind, cost.flops, cost.bytes, 0, false, false};
   if (work.kind == OpKind::Attention) {
-    int qkv = node.op == "attention" ? node.inputs[0] : node.inputs[1];
+    // Attention ops read the packed q, k, v as their input "qkv" [B, T, 3C].
+    auto qkv_input = std::find(schema.inputs.begin(), schema.inputs.end(), "qkv") - schema.inputs.begin();
+    int qkv = node.inputs[static_cast<size_t>(qkv_input)];
     work.attention_problems = static_cast<double>(graph.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
   }
   return work;
@@ -290,7 +264,7 @@ Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t s
   work.embedding = embedding_work(config, micro_batch, seq, tp, dtype);
   work.layer = layer_work(config, micro_batch, seq, tp, dtype);
   work.head = head_work(config, micro_batch, seq, tp, dtype);
-  TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
+  TensorMeta table{{gpt2_vocab_shard(config, tp), config.n_embd}, dtype};
   OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
   work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
   work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);

@@ -22,13 +22,10 @@ inline constexpr std::array kRecomputeModes = {Recompute::None, Recompute::Selec
 std::string_view recompute_name(Recompute mode);  // "none", "selective", "full"
 Recompute parse_recompute(std::string_view text, std::string_view what);
 
-enum class OpKind { Gemm, Attention, Other };
-OpKind op_kind(const std::string& op);  // linear and matmul are GEMMs; attention and its backward Attention
-
 struct OpWork {
   std::string op;
   std::string label;
-  OpKind kind = OpKind::Other;
+  OpKind kind = OpKind::Other;  // from the op's schema
   double flops = 0;
   double bytes = 0;
   // Attention ops: independent (row, head) problems in the call, so that
@@ -37,8 +34,8 @@ struct OpWork {
   // Works on the residual stream, which tensor parallelism replicates and
   // sequence parallelism splits by sequence.
   bool residual_stream = false;
-  // A forward op redone in backward under selective recomputation (layer
-  // norms, the attention core, GELU: cheap to redo, large to keep).
+  // A forward op redone in backward under selective recomputation (the ops
+  // whose schema says so, as the trainer's recomputation pass re-runs them).
   bool selective_recompute = false;
 };
 

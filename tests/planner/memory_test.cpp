@@ -58,11 +58,11 @@ TEST(PlannerMemory, SavedActivationsPerLayerFollowTheClosedForms) {
     const auto& none = w.layer.saved[static_cast<size_t>(Recompute::None)];
     EXPECT_DOUBLE_EQ(none.residual, 4 * sbh + 4 * rows) << "tp " << tp;
     EXPECT_DOUBLE_EQ(none.sharded, 12 * sbh / tp + heads / tp * rows) << "tp " << tp;
-    // Selective: the norms, the attention core and GELU are redone from the layer input,
-    // the residual, q/k/v and the first MLP projection.
+    // Selective: the attention core is redone from q/k/v, so neither its output nor its
+    // log-sum-exp is kept; everything else is.
     const auto& selective = w.layer.saved[static_cast<size_t>(Recompute::Selective)];
-    EXPECT_DOUBLE_EQ(selective.residual, 2 * sbh) << "tp " << tp;
-    EXPECT_DOUBLE_EQ(selective.sharded, 7 * sbh / tp) << "tp " << tp;
+    EXPECT_DOUBLE_EQ(selective.residual, 4 * sbh + 4 * rows) << "tp " << tp;
+    EXPECT_DOUBLE_EQ(selective.sharded, 11 * sbh / tp) << "tp " << tp;
     // Full: only the layer input.
     const auto& full = w.layer.saved[static_cast<size_t>(Recompute::Full)];
     EXPECT_DOUBLE_EQ(full.residual, sbh);
