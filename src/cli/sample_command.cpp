@@ -3,8 +3,7 @@
 #include <fmt/core.h>
 
 #include "backends/backends.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/training_checkpoint.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
@@ -25,36 +24,17 @@ struct SampleArgs {
   uint64_t seed = 1;
 };
 
-GPT2Config model_config(const Checkpoint& checkpoint) {
-  const nlohmann::json& model = checkpoint.metadata().at("model");
-  GPT2Config config;
-  config.n_layer = model.at("n_layer").get<int64_t>();
-  config.n_head = model.at("n_head").get<int64_t>();
-  config.n_embd = model.at("n_embd").get<int64_t>();
-  config.vocab_size = model.at("vocab_size").get<int64_t>();
-  config.block_size = model.at("block_size").get<int64_t>();
-  config.layer_norm_eps = model.at("layer_norm_eps").get<double>();
-  config.validate();
-  return config;
-}
-
 void sample(const SampleArgs& args) {
   Checkpoint checkpoint(resolve_checkpoint(args.checkpoint));
-  GPT2Config config;
-  try {
-    config = model_config(checkpoint);
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: checkpoint metadata lacks the model config: {}", checkpoint.dir().string(), error.what());
-  }
-  std::string tokenizer_path = args.tokenizer;
-  if (tokenizer_path.empty()) tokenizer_path = checkpoint.metadata().value("tokenizer", std::string());
+  TrainingCheckpoint saved = read_training_checkpoint(checkpoint);
+  std::string tokenizer_path = args.tokenizer.empty() ? saved.tokenizer : args.tokenizer;
   if (tokenizer_path.empty()) fail("{}: no tokenizer recorded; pass --tokenizer", checkpoint.dir().string());
   Tokenizer tokenizer(tokenizer_path);
 
-  ParameterSet params(gpt2_param_specs(config));
-  load_gpt2_weights(checkpoint.dir() / "model.safetensors", params);
+  ParameterSet params(gpt2_param_specs(saved.model));
+  load_training_parameters(checkpoint, params);
   auto dispatcher = make_dispatcher(args.backend, FallbackPolicy::Warn);
-  GPT2Sampler sampler(config, params, *dispatcher);
+  GPT2Sampler sampler(saved.model, params, *dispatcher);
   std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens; give some text");
   SamplingOptions options{args.temperature, args.top_k, args.seed};

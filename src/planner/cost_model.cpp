@@ -54,6 +54,11 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
   return count;
 }
 
+MemoryBreakdown highest_peak(const std::vector<MemoryBreakdown>& stages) {
+  return *std::max_element(stages.begin(), stages.end(),
+                           [](const MemoryBreakdown& a, const MemoryBreakdown& b) { return a.peak < b.peak; });
+}
+
 }  // namespace
 
 void PlanningProblem::validate() const {
@@ -205,169 +210,208 @@ std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) c
   return std::nullopt;
 }
 
-Prediction CostModel::evaluate(const ParallelPlan& plan) {
-  if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
+struct CostModel::PlanFigures {
+  const ParallelPlan& plan;
+  const Workload& work;
+  const Costs& cost;
+  int p, v, t, d, zero;    // pipeline stages, virtual stages, tensor and data parallelism, ZeRO stage
+  double m;                // micro-batches
+  int split;               // sequence parallelism's split of the residual stream
+  double width;            // bytes of a compute-dtype element
+  bool mixed;              // fp32 master weights beside the compute-dtype ones
+  size_t mode;             // the recomputation mode, as an index of SegmentWork::saved
+  double tied;             // parameters of one copy of the tied embedding on a device
+  double layer_recompute;  // seconds per layer and micro-batch redone in backward
+  double layer_seconds;    // seconds per layer and micro-batch, recomputation included
+};
+
+struct CostModel::StageTime {
+  double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0;
+  double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
+  double total() const { return compute + recompute + tp + p2p + zero + accumulate; }
+};
+
+CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const Workload& work = workload(plan.micro_batch, plan.tp);
   const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp);
-  const DeviceSpec& device = problem_.cluster.device;
-  const int p = plan.pp, v = plan.virtual_stages, t = plan.tp, d = plan.dp, zero = plan.zero;
-  const double m = static_cast<double>(plan.micro_batches);
-  const int split = plan.sp ? t : 1;
-  const double width = static_cast<double>(dtype_size(problem_.dtype));
-  const bool mixed = problem_.dtype != DType::F32;
-  const size_t mode = static_cast<size_t>(plan.recompute);
-  const double tied = static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd);
-
-  // Per layer and micro-batch.
+  const int t = plan.tp;
   const SegmentCost& layer = cost.layer;
   double layer_recompute = plan.recompute == Recompute::Selective ? layer.selective
                            : plan.recompute == Recompute::Full    ? layer.forward + layer.tp_forward
                                                                   : 0.0;
-  double layer_seconds = layer.forward + layer.backward + layer.tp_forward + layer.tp_backward + layer_recompute;
-  auto segment_seconds = [](const SegmentCost& s) { return s.forward + s.backward + s.tp_forward + s.tp_backward; };
+  return PlanFigures{plan,
+                     work,
+                     cost,
+                     plan.pp,
+                     plan.virtual_stages,
+                     t,
+                     plan.dp,
+                     plan.zero,
+                     static_cast<double>(plan.micro_batches),
+                     plan.sp ? t : 1,
+                     static_cast<double>(dtype_size(problem_.dtype)),
+                     problem_.dtype != DType::F32,
+                     static_cast<size_t>(plan.recompute),
+                     static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd),
+                     layer_recompute,
+                     layer.seconds() + layer_recompute};
+}
 
-  std::vector<double> per_layer(static_cast<size_t>(p), layer_seconds), extra(static_cast<size_t>(p), 0.0);
-  extra[0] += segment_seconds(cost.embedding);
-  extra[static_cast<size_t>(p - 1)] += segment_seconds(cost.head) + (p == 1 ? cost.tied_gradient_sum : 0.0);
+std::vector<int> CostModel::split_layers_by_time(const PlanFigures& figures) {
+  const size_t last = static_cast<size_t>(figures.p - 1);
+  std::vector<double> per_layer(static_cast<size_t>(figures.p), figures.layer_seconds),
+      extra(static_cast<size_t>(figures.p), 0.0);
+  extra[0] += figures.cost.embedding.seconds();
+  extra[last] += figures.cost.head.seconds() + (figures.p == 1 ? figures.cost.tied_gradient_sum : 0.0);
   // The time split depends only on these figures, shared by many plans.
-  auto split_key = std::make_tuple(p, v, layer_seconds, extra[0], extra[static_cast<size_t>(p - 1)]);
-  auto cached = time_splits_.find(split_key);
+  auto key = std::make_tuple(figures.p, figures.v, figures.layer_seconds, extra[0], extra[last]);
+  auto cached = time_splits_.find(key);
   if (cached == time_splits_.end()) {
     cached =
-        time_splits_.emplace(split_key, balance_layers(static_cast<int>(problem_.model.n_layer), per_layer, extra, v))
+        time_splits_.emplace(key, balance_layers(static_cast<int>(problem_.model.n_layer), per_layer, extra, figures.v))
             .first;
   }
-  std::vector<int> layers = cached->second;
+  return cached->second;
+}
 
-  // Memory per stage; a split balanced by time that does not fit is retried balanced by memory.
-  auto in_flight = [&](int stage) {
-    double kept = std::min(m, static_cast<double>(p - stage));
-    if (plan.schedule == PipelineSchedule::GPipe) return m;
-    if (plan.schedule == PipelineSchedule::Interleaved) kept *= 1.0 + (p - 1.0) / (static_cast<double>(p) * v);
-    return std::min(m, kept);
-  };
-  auto stage_params = [&](int stage, int count) {
-    double params = count * work.layer.params;
-    if (stage == 0) params += work.embedding.params;
-    if (stage == p - 1) params += work.head.params + (p > 1 ? tied : 0.0);
-    return params;
-  };
-  auto stage_memory = [&](int stage, int count) {
-    MemoryBreakdown mem;
-    mem.stage = stage;
-    double params = stage_params(stage, count);
-    mem.weights = params * width / (zero == 3 ? d : 1);
-    mem.master = mixed ? kF32 * params / (zero >= 1 ? d : 1) : 0.0;
-    mem.gradients = kF32 * params / (zero >= 2 ? d : 1);
-    mem.optimizer = 2 * kF32 * params / (zero >= 1 ? d : 1);
-    // One micro-batch's backward runs the head, the layers (the last first), then the embedding;
-    // each segment's temporaries come on top of what the segments before it still keep, the
-    // segments after it having released theirs.
-    const double layer_saved = work.layer.saved[mode].total(split);
-    const double embedding_saved = stage == 0 ? work.embedding.saved[0].total(split) : 0.0;
-    const double head_saved = stage == p - 1 ? work.head.saved[0].total(split) : 0.0;
-    double saved = count * layer_saved + embedding_saved + head_saved;
-    double temporaries = 0;
-    if (stage == p - 1) temporaries = work.head.peak.total(split) - head_saved;
-    if (count > 0) temporaries = std::max(temporaries, work.layer.peak.total(split) - layer_saved - head_saved);
-    if (stage == 0) temporaries = std::max(temporaries, work.embedding.peak.total(split) - saved);
-    mem.activations = in_flight(stage) * saved + temporaries;
-    mem.staging = (zero <= 1 ? params : work.layer.params) * width + (p == 1 ? work.tied_gradient_sum_extra : 0.0);
-    mem.buffers = zero == 3 ? 2 * work.layer.params * width : 0.0;
-    mem.peak =
-        mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
-    mem.capacity = device.usable_memory_bytes();
-    return mem;
-  };
-  auto memory_per_stage = [&](const std::vector<int>& split_layers) {
-    std::vector<MemoryBreakdown> stages;
-    for (int stage = 0; stage < p; ++stage)
-      stages.push_back(stage_memory(stage, split_layers[static_cast<size_t>(stage)]));
-    return stages;
-  };
-  auto worst = [](const std::vector<MemoryBreakdown>& stages) {
-    return *std::max_element(stages.begin(), stages.end(),
-                             [](const MemoryBreakdown& a, const MemoryBreakdown& b) { return a.peak < b.peak; });
-  };
-  std::vector<MemoryBreakdown> stage_memories = memory_per_stage(layers);
-  MemoryBreakdown memory = worst(stage_memories);
-  if (memory.peak > memory.capacity && p > 1) {
-    std::vector<double> per_layer_bytes(static_cast<size_t>(p)), base_bytes(static_cast<size_t>(p));
-    for (int stage = 0; stage < p; ++stage) {
-      base_bytes[static_cast<size_t>(stage)] = stage_memory(stage, 0).peak;
-      per_layer_bytes[static_cast<size_t>(stage)] =
-          stage_memory(stage, 1).peak - base_bytes[static_cast<size_t>(stage)];
-    }
-    // No split beats the average stage; skip the search when even that does not fit.
-    double least_slope = *std::min_element(per_layer_bytes.begin(), per_layer_bytes.end());
-    double average = (std::accumulate(base_bytes.begin(), base_bytes.end(), 0.0) +
-                      static_cast<double>(problem_.model.n_layer) * least_slope) /
-                     p;
-    if (average <= memory.capacity) {
-      std::vector<int> by_memory =
-          balance_layers(static_cast<int>(problem_.model.n_layer), per_layer_bytes, base_bytes, v);
-      std::vector<MemoryBreakdown> alternative = memory_per_stage(by_memory);
-      if (worst(alternative).peak < memory.peak) {
-        layers = by_memory;
-        stage_memories = std::move(alternative);
-        memory = worst(stage_memories);
-      }
-    }
+double CostModel::stage_params(const PlanFigures& figures, int stage, int layers) {
+  double params = layers * figures.work.layer.params;
+  if (stage == 0) params += figures.work.embedding.params;
+  if (stage == figures.p - 1) params += figures.work.head.params + (figures.p > 1 ? figures.tied : 0.0);
+  return params;
+}
+
+double CostModel::in_flight(const PlanFigures& figures, int stage) {
+  double kept = std::min(figures.m, static_cast<double>(figures.p - stage));
+  if (figures.plan.schedule == PipelineSchedule::GPipe) return figures.m;
+  if (figures.plan.schedule == PipelineSchedule::Interleaved)
+    kept *= 1.0 + (figures.p - 1.0) / (static_cast<double>(figures.p) * figures.v);
+  return std::min(figures.m, kept);
+}
+
+MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {
+  const Workload& work = figures.work;
+  const int d = figures.d, zero = figures.zero, split = figures.split;
+  MemoryBreakdown mem;
+  mem.stage = stage;
+  double params = stage_params(figures, stage, layers);
+  mem.weights = params * figures.width / (zero == 3 ? d : 1);
+  mem.master = figures.mixed ? kF32 * params / (zero >= 1 ? d : 1) : 0.0;
+  mem.gradients = kF32 * params / (zero >= 2 ? d : 1);
+  mem.optimizer = 2 * kF32 * params / (zero >= 1 ? d : 1);
+  // One micro-batch's backward runs the head, the layers (the last first), then the embedding;
+  // each segment's temporaries come on top of what the segments before it still keep, the
+  // segments after it having released theirs.
+  const double layer_saved = work.layer.saved[figures.mode].total(split);
+  const double embedding_saved = stage == 0 ? work.embedding.saved[0].total(split) : 0.0;
+  const double head_saved = stage == figures.p - 1 ? work.head.saved[0].total(split) : 0.0;
+  double saved = layers * layer_saved + embedding_saved + head_saved;
+  double temporaries = 0;
+  if (stage == figures.p - 1) temporaries = work.head.peak.total(split) - head_saved;
+  if (layers > 0) temporaries = std::max(temporaries, work.layer.peak.total(split) - layer_saved - head_saved);
+  if (stage == 0) temporaries = std::max(temporaries, work.embedding.peak.total(split) - saved);
+  mem.activations = in_flight(figures, stage) * saved + temporaries;
+  mem.staging =
+      (zero <= 1 ? params : work.layer.params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
+  mem.buffers = zero == 3 ? 2 * work.layer.params * figures.width : 0.0;
+  mem.peak =
+      mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
+  mem.capacity = problem_.cluster.device.usable_memory_bytes();
+  return mem;
+}
+
+std::vector<MemoryBreakdown> CostModel::memory_per_stage(const PlanFigures& figures,
+                                                         const std::vector<int>& layers) const {
+  std::vector<MemoryBreakdown> stages;
+  for (int stage = 0; stage < figures.p; ++stage)
+    stages.push_back(stage_memory(figures, stage, layers[static_cast<size_t>(stage)]));
+  return stages;
+}
+
+void CostModel::rebalance_by_memory(const PlanFigures& figures, std::vector<int>& layers,
+                                    std::vector<MemoryBreakdown>& stages) const {
+  const MemoryBreakdown worst = highest_peak(stages);
+  if (worst.peak <= worst.capacity || figures.p == 1) return;
+  const size_t p = static_cast<size_t>(figures.p);
+  std::vector<double> per_layer_bytes(p), base_bytes(p);
+  for (int stage = 0; stage < figures.p; ++stage) {
+    base_bytes[static_cast<size_t>(stage)] = stage_memory(figures, stage, 0).peak;
+    per_layer_bytes[static_cast<size_t>(stage)] =
+        stage_memory(figures, stage, 1).peak - base_bytes[static_cast<size_t>(stage)];
   }
+  // No split beats the average stage; skip the search when even that does not fit.
+  double least_slope = *std::min_element(per_layer_bytes.begin(), per_layer_bytes.end());
+  double average = (std::accumulate(base_bytes.begin(), base_bytes.end(), 0.0) +
+                    static_cast<double>(problem_.model.n_layer) * least_slope) /
+                   figures.p;
+  if (average > worst.capacity) return;
+  std::vector<int> by_memory =
+      balance_layers(static_cast<int>(problem_.model.n_layer), per_layer_bytes, base_bytes, figures.v);
+  std::vector<MemoryBreakdown> alternative = memory_per_stage(figures, by_memory);
+  if (highest_peak(alternative).peak < worst.peak) {
+    layers = std::move(by_memory);
+    stages = std::move(alternative);
+  }
+}
 
-  // Time per stage and micro-batch.
+double CostModel::bucketed(const PlanFigures& figures, Collective op, double bytes_per_param, DType dtype,
+                           double layers, double params) {
+  double seconds =
+      layers * pricer_.collective(op, bytes_per_param * figures.work.layer.params, figures.d, figures.t, dtype);
+  double ends = params - layers * figures.work.layer.params;
+  if (ends > 0) seconds += pricer_.collective(op, bytes_per_param * ends, figures.d, figures.t, dtype);
+  return seconds;
+}
+
+double CostModel::exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward,
+                                    double backward, double recompute) {
+  if (figures.d == 1 || figures.zero < 2) return 0.0;
+  double reduce = bucketed(figures, Collective::ReduceScatter, kF32, DType::F32, layers, params);
+  if (figures.zero < 3) return std::max(0.0, reduce - backward - recompute);
+  double gather = bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, layers, params);
+  return std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - recompute);
+}
+
+CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage, int layers, double p2p) {
+  const SegmentCost& layer = figures.cost.layer;
+  StageTime st;
+  double n = layers;
+  double forward = n * layer.forward, backward = n * layer.backward;
+  st.tp = n * (layer.tp_forward + layer.tp_backward);
+  if (stage == 0) {
+    forward += figures.cost.embedding.forward;
+    backward += figures.cost.embedding.backward;
+    st.tp += figures.cost.embedding.tp_forward + figures.cost.embedding.tp_backward;
+  }
+  if (stage == figures.p - 1) {
+    forward += figures.cost.head.forward;
+    backward += figures.cost.head.backward + (figures.p == 1 ? figures.cost.tied_gradient_sum : 0.0);
+    st.tp += figures.cost.head.tp_forward + figures.cost.head.tp_backward;
+  }
+  st.compute = forward + backward;
+  st.recompute = n * figures.layer_recompute;
+  st.p2p = p2p;
+  double params = stage_params(figures, stage, layers);
+  st.zero = exposed_zero_comm(figures, n, params, forward, backward, st.recompute);
+  st.accumulate = accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
+  st.backward = backward + st.recompute + n * layer.tp_backward;
+  return st;
+}
+
+std::vector<CostModel::StageTime> CostModel::stage_times(const PlanFigures& figures, const std::vector<int>& layers) {
   double p2p = 0;
-  if (p > 1) {
-    double bytes = work.boundary_bytes / split;
-    p2p = 2.0 * v * pricer_.point_to_point(bytes, t * d);
+  if (figures.p > 1) {
+    double bytes = figures.work.boundary_bytes / figures.split;
+    p2p = 2.0 * figures.v * pricer_.point_to_point(bytes, figures.t * figures.d);
   }
-  // Gradient and weight collectives over data parallelism go one bucket per
-  // layer (and one for the embedding or head), each overlapping with compute.
-  auto bucketed = [&](Collective op, double bytes_per_param, DType dtype, double n, double stage_param_count) {
-    double seconds = n * pricer_.collective(op, bytes_per_param * work.layer.params, d, t, dtype);
-    double ends = stage_param_count - n * work.layer.params;
-    if (ends > 0) seconds += pricer_.collective(op, bytes_per_param * ends, d, t, dtype);
-    return seconds;
-  };
-  struct StageTime {
-    double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0, backward = 0;
-    double total() const { return compute + recompute + tp + p2p + zero + accumulate; }
-  };
-  std::vector<StageTime> stages(static_cast<size_t>(p));
-  std::vector<double> params(static_cast<size_t>(p));
-  for (int stage = 0; stage < p; ++stage) {
-    StageTime& st = stages[static_cast<size_t>(stage)];
-    double n = layers[static_cast<size_t>(stage)];
-    double forward = n * layer.forward, backward = n * layer.backward;
-    st.tp = n * (layer.tp_forward + layer.tp_backward);
-    if (stage == 0) {
-      forward += cost.embedding.forward;
-      backward += cost.embedding.backward;
-      st.tp += cost.embedding.tp_forward + cost.embedding.tp_backward;
-    }
-    if (stage == p - 1) {
-      forward += cost.head.forward;
-      backward += cost.head.backward + (p == 1 ? cost.tied_gradient_sum : 0.0);
-      st.tp += cost.head.tp_forward + cost.head.tp_backward;
-    }
-    st.compute = forward + backward;
-    st.recompute = n * layer_recompute;
-    st.p2p = p2p;
-    double stage_param_count = stage_params(stage, layers[static_cast<size_t>(stage)]);
-    params[static_cast<size_t>(stage)] = stage_param_count;
-    if (d > 1 && zero >= 2) {
-      double reduce = bucketed(Collective::ReduceScatter, kF32, DType::F32, n, stage_param_count);
-      if (zero == 3) {
-        double gather = bucketed(Collective::AllGather, width, problem_.dtype, n, stage_param_count);
-        st.zero = std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - st.recompute);
-      } else {
-        st.zero = std::max(0.0, reduce - backward - st.recompute);
-      }
-    }
-    st.accumulate = accumulate_seconds(zero >= 2 ? stage_param_count / d : stage_param_count, m) / m;
-    st.backward = backward + st.recompute + n * layer.tp_backward;
+  std::vector<StageTime> stages;
+  for (int stage = 0; stage < figures.p; ++stage) {
+    stages.push_back(stage_time(figures, stage, layers[static_cast<size_t>(stage)], p2p));
   }
+  return stages;
+}
 
+TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages) {
   size_t slowest = 0;
   double sum = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -375,14 +419,10 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
     if (stages[i].total() > stages[slowest].total()) slowest = i;
   }
   const StageTime& bottleneck = stages[slowest];
-  double t_max = bottleneck.total();
-  double pipeline =
-      plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / v : (m - 1) * t_max + sum;
-
-  Prediction prediction;
-  prediction.plan = plan;
-  prediction.layers_per_stage = layers;
-  TimeBreakdown& time = prediction.time;
+  const double m = figures.m, t_max = bottleneck.total();
+  double pipeline = figures.plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / figures.v
+                                                                           : (m - 1) * t_max + sum;
+  TimeBreakdown time;
   time.compute = m * bottleneck.compute;
   time.recompute = m * bottleneck.recompute;
   time.tp_comm = m * bottleneck.tp;
@@ -390,49 +430,85 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
   time.zero_comm = m * bottleneck.zero;
   time.grad_accumulation = m * bottleneck.accumulate;
   time.bubble = pipeline - m * t_max;
+  return time;
+}
 
-  // Data-parallel gradient reduction overlaps the last backward pass, except
-  // for the last layer's bucket; earlier stages finish later, which hides more.
-  if (d > 1 && zero <= 1) {
+double CostModel::data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
+                                     const std::vector<StageTime>& stages) {
+  double seconds = 0;
+  // The gradient reduction overlaps the last backward pass, except for the
+  // last layer's bucket; earlier stages finish later, which hides more.
+  if (figures.d > 1 && figures.zero <= 1) {
     double drain = 0;
     double exposed = 0;
-    for (int stage = 0; stage < p; ++stage) {
+    Collective op = figures.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+    for (int stage = 0; stage < figures.p; ++stage) {
       const StageTime& st = stages[static_cast<size_t>(stage)];
-      Collective op = zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-      double reduce =
-          bucketed(op, kF32, DType::F32, layers[static_cast<size_t>(stage)], params[static_cast<size_t>(stage)]);
-      double tail = std::max(reduce - st.backward, reduce / std::max(layers[static_cast<size_t>(stage)], 1));
+      const int n = layers[static_cast<size_t>(stage)];
+      double reduce = bucketed(figures, op, kF32, DType::F32, n, stage_params(figures, stage, n));
+      double tail = std::max(reduce - st.backward, reduce / std::max(n, 1));
       exposed = std::max(exposed, tail - drain);
       drain += st.backward;
     }
-    time.dp_comm = exposed;
+    seconds = exposed;
   }
-  if (p > 1) {  // the tied embedding's two copies exchange gradients
-    time.dp_comm += pricer_.collective(Collective::AllReduce, kF32 * tied, 2, t * d * (p - 1));
+  if (figures.p > 1) {  // the tied embedding's two copies exchange gradients
+    seconds +=
+        pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.t * figures.d * (figures.p - 1));
   }
-  double optimizer = 0, gather = 0;
-  for (int stage = 0; stage < p; ++stage) {
-    double count = params[static_cast<size_t>(stage)];
-    double sharded = zero >= 1 ? count / d : count;
-    optimizer = std::max(optimizer, optimizer_seconds(sharded, zero >= 2 ? count / d : count));
-    if (d > 1 && (zero == 1 || zero == 2)) {
-      gather = std::max(
-          gather, bucketed(Collective::AllGather, width, problem_.dtype, layers[static_cast<size_t>(stage)], count));
-    }
-  }
-  time.optimizer = optimizer;
-  time.param_gather = gather;
+  return seconds;
+}
 
-  prediction.step_s = time.total();
+double CostModel::slowest_optimizer(const PlanFigures& figures, const std::vector<int>& layers) const {
+  double seconds = 0;
+  for (int stage = 0; stage < figures.p; ++stage) {
+    double count = stage_params(figures, stage, layers[static_cast<size_t>(stage)]);
+    double sharded = figures.zero >= 1 ? count / figures.d : count;
+    seconds = std::max(seconds, optimizer_seconds(sharded, figures.zero >= 2 ? count / figures.d : count));
+  }
+  return seconds;
+}
+
+double CostModel::slowest_param_gather(const PlanFigures& figures, const std::vector<int>& layers) {
+  if (figures.d == 1 || (figures.zero != 1 && figures.zero != 2)) return 0.0;
+  double seconds = 0;
+  for (int stage = 0; stage < figures.p; ++stage) {
+    const int n = layers[static_cast<size_t>(stage)];
+    seconds = std::max(seconds, bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, n,
+                                         stage_params(figures, stage, n)));
+  }
+  return seconds;
+}
+
+void CostModel::add_rates(Prediction& prediction) const {
+  prediction.step_s = prediction.time.total();
   prediction.tokens_per_s = static_cast<double>(problem_.global_batch * problem_.seq) / prediction.step_s;
-  double peak = device.performance(problem_.dtype).matrix_flops * problem_.cluster.devices();
+  double peak = problem_.cluster.device.performance(problem_.dtype).matrix_flops * problem_.cluster.devices();
   prediction.mfu = model_flops_per_step_ / (prediction.step_s * peak);
-  double recomputed_per_row = plan.recompute == Recompute::Full        ? full_flops_per_row_
-                              : plan.recompute == Recompute::Selective ? selective_flops_per_row_
-                                                                       : 0.0;
+  double recomputed_per_row = prediction.plan.recompute == Recompute::Full        ? full_flops_per_row_
+                              : prediction.plan.recompute == Recompute::Selective ? selective_flops_per_row_
+                                                                                  : 0.0;
   prediction.hardware_flops = model_flops_per_step_ + recomputed_per_row * static_cast<double>(problem_.global_batch);
-  prediction.memory = memory;
-  prediction.stages = std::move(stage_memories);
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan) {
+  if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
+  const PlanFigures figures = plan_figures(plan);
+  std::vector<int> layers = split_layers_by_time(figures);
+  std::vector<MemoryBreakdown> memories = memory_per_stage(figures, layers);
+  rebalance_by_memory(figures, layers, memories);
+  std::vector<StageTime> stages = stage_times(figures, layers);
+
+  Prediction prediction;
+  prediction.plan = plan;
+  prediction.time = pipeline_time(figures, stages);
+  prediction.time.dp_comm = data_parallel_comm(figures, layers, stages);
+  prediction.time.optimizer = slowest_optimizer(figures, layers);
+  prediction.time.param_gather = slowest_param_gather(figures, layers);
+  add_rates(prediction);
+  prediction.layers_per_stage = std::move(layers);
+  prediction.memory = highest_peak(memories);
+  prediction.stages = std::move(memories);
   return prediction;
 }
 

@@ -69,6 +69,7 @@ class CostModel {
     double selective = 0;  // forward ops redone under selective recomputation
     double tp_forward = 0;
     double tp_backward = 0;
+    double seconds() const { return forward + backward + tp_forward + tp_backward; }
   };
   struct Costs {
     SegmentCost embedding, layer, head;
@@ -77,6 +78,36 @@ class CostModel {
   const Costs& costs(int64_t micro_batch, int tp, bool sp);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
+
+  // The steps of evaluate(), in order.
+  struct PlanFigures;  // a plan and what every step reads of it
+  struct StageTime;    // one pipeline stage's seconds per micro-batch
+  PlanFigures plan_figures(const ParallelPlan& plan);
+  std::vector<int> split_layers_by_time(const PlanFigures& figures);
+  std::vector<MemoryBreakdown> memory_per_stage(const PlanFigures& figures, const std::vector<int>& layers) const;
+  // A split balanced by time that does not fit gives way to one balanced by memory that needs less.
+  void rebalance_by_memory(const PlanFigures& figures, std::vector<int>& layers,
+                           std::vector<MemoryBreakdown>& stages) const;
+  std::vector<StageTime> stage_times(const PlanFigures& figures, const std::vector<int>& layers);
+  static TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages);
+  // The gradient reduction the last backward pass does not hide, and the tied embedding's all-reduce.
+  double data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
+                            const std::vector<StageTime>& stages);
+  double slowest_optimizer(const PlanFigures& figures, const std::vector<int>& layers) const;
+  double slowest_param_gather(const PlanFigures& figures, const std::vector<int>& layers);  // ZeRO-1/2
+  void add_rates(Prediction& prediction) const;  // step time, tokens/s, MFU, hardware FLOPs
+
+  // What those steps share.
+  static double stage_params(const PlanFigures& figures, int stage, int layers);  // on one device
+  static double in_flight(const PlanFigures& figures, int stage);  // micro-batches whose activations it keeps
+  MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
+  StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
+  // ZeRO-2/3 collectives of one micro-batch that the stage's compute does not hide.
+  double exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward, double backward,
+                           double recompute);
+  // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head.
+  double bucketed(const PlanFigures& figures, comm::Collective op, double bytes_per_param, DType dtype, double layers,
+                  double params);
 
   PlanningProblem problem_;
   CommPricer pricer_;

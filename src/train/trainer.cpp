@@ -10,8 +10,8 @@
 #include <fmt/core.h>
 
 #include "backends/backends.h"
-#include "ckpt/checkpoint.h"
 #include "ckpt/hf_gpt2.h"
+#include "ckpt/training_checkpoint.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
 #include "graph/profile_report.h"
@@ -19,9 +19,6 @@
 namespace strata {
 
 namespace {
-
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 
 std::set<int> kept_values(const GPT2Graph& model) {
   std::set<int> kept{model.loss};
@@ -38,6 +35,9 @@ LossScaleSettings loss_scale_settings(const TrainConfig& config) {
           config.loss_scale_backoff};
 }
 
+TrainingTensors checkpoint_tensors(ParameterSet& params, AdamW& optimizer) {
+  return {params, optimizer.first_moments(), optimizer.second_moments()};
+}
 
 }  // namespace
 
@@ -147,53 +147,26 @@ double Trainer::validation_loss() {
 }
 
 void Trainer::save_checkpoint() {
-  CheckpointFiles files;
-  TensorMap& model = files[kModelFile];
-  TensorMap& optimizer = files[kOptimizerFile];
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const std::string& name = params_.spec(i).name;
-    model[name] = params_.tensor(i);
-    optimizer["exp_avg." + name] = optimizer_.first_moments()[i];
-    optimizer["exp_avg_sq." + name] = optimizer_.second_moments()[i];
-  }
-  LoaderPosition position = train_loader_->position();
-  nlohmann::json metadata{
-      {"train_loader", {{"shard", position.shard}, {"offset", position.offset}}},
-      {"seed", config_.seed},
-      {"optimizer_updates", optimizer_updates_},
-      {"loss_scale", {{"scale", scaler_.scale()}, {"finite_steps", scaler_.finite_steps()}}},
-      {"rng", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"counter", 0}}},
-      {"model",
-       {{"n_layer", config_.model.n_layer},
-        {"n_head", config_.model.n_head},
-        {"n_embd", config_.model.n_embd},
-        {"vocab_size", config_.model.vocab_size},
-        {"block_size", config_.model.block_size},
-        {"layer_norm_eps", config_.model.layer_norm_eps}}},
-      {"tokenizer", (std::filesystem::absolute(config_.data_dir) / "tokenizer.model").string()},
-  };
-  strata::save_checkpoint(config_.run_dir, completed_steps_, files, metadata, static_cast<int>(config_.checkpoint_keep));
+  TrainingCheckpoint state;
+  state.step = completed_steps_;
+  state.model = config_.model;
+  state.tokenizer = (std::filesystem::absolute(config_.data_dir) / kCorpusTokenizerFile).string();
+  state.seed = config_.seed;
+  state.train_loader = train_loader_->position();
+  state.optimizer_updates = optimizer_updates_;
+  state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
+  save_training_checkpoint(config_.run_dir, state, checkpoint_tensors(params_, optimizer_),
+                           static_cast<int>(config_.checkpoint_keep));
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
-  TensorMap model, optimizer;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const std::string& name = params_.spec(i).name;
-    model[name] = params_.tensor(i);
-    optimizer["exp_avg." + name] = optimizer_.first_moments()[i];
-    optimizer["exp_avg_sq." + name] = optimizer_.second_moments()[i];
-  }
-  checkpoint.load_into(kModelFile, model);
-  checkpoint.load_into(kOptimizerFile, optimizer);
-  const nlohmann::json& loader = checkpoint.metadata().at("train_loader");
-  train_loader_->seek({loader.at("shard").get<int64_t>(), loader.at("offset").get<int64_t>()});
-  completed_steps_ = checkpoint.step();
-  const nlohmann::json& metadata = checkpoint.metadata();
-  optimizer_updates_ = metadata.value("optimizer_updates", completed_steps_);
-  if (metadata.contains("loss_scale")) {
-    scaler_.restore(metadata["loss_scale"].value("scale", 1.0), metadata["loss_scale"].value("finite_steps", int64_t{0}));
-  }
+  TrainingCheckpoint state = read_training_checkpoint(checkpoint);
+  load_training_tensors(checkpoint, checkpoint_tensors(params_, optimizer_));
+  train_loader_->seek(state.train_loader);
+  completed_steps_ = state.step;
+  optimizer_updates_ = state.optimizer_updates;
+  if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
   fmt::print("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_);
 }
 
