@@ -1,166 +1,66 @@
 #include "comm/cluster_file.h"
 
-#include <cmath>
-#include <optional>
 #include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
 
-#include "core/error.h"
 #include "core/file_io.h"
+#include "core/toml_reader.h"
 
 namespace strata::comm {
 namespace {
 
 constexpr double kGiga = 1e9;
 constexpr double kMicro = 1e-6;
+constexpr int64_t kMaxCount = int64_t{1} << 24;
 
-class Reader {
- public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
+LinkLevel read_link(const TomlReader& link) {
+  link.only({"latency_us", "bandwidth_gbps"});
+  return {link.non_negative("latency_us") * kMicro, link.positive("bandwidth_gbps") * kGiga};
+}
 
-  void only_keys(const toml::table& table, const std::string& prefix, const std::set<std::string>& allowed) {
-    for (auto&& [key, node] : table) {
-      std::string name(key.str());
-      if (!allowed.count(name)) {
-        std::string expected;
-        for (const auto& item : allowed) expected += (expected.empty() ? "" : ", ") + item;
-        fail("{}: unknown key '{}{}' (expected one of: {})", source_, prefix, name, expected);
+Calibration read_calibration(const TomlReader& entry) {
+  entry.only({"latency_scale", "bandwidth_scale", "size_factors"});
+  Calibration calibration;
+  calibration.latency_scale = entry.positive("latency_scale");
+  calibration.bandwidth_scale = entry.positive("bandwidth_scale");
+  if (entry.has("size_factors")) {
+    calibration.size_factors = entry.curve("size_factors", "bytes", "factor");
+    for (size_t i = 0; i < calibration.size_factors.size(); ++i) {
+      double factor = calibration.size_factors[i].second;
+      if (!(factor > 0)) {
+        entry.fail_key("size_factors", fmt::format("entry {}: factor must be positive, got {}", i, factor));
       }
     }
   }
-
-  const toml::table& table(const toml::table& parent, const std::string& prefix, const std::string& key) {
-    const toml::node* node = parent.get(key);
-    if (!node) fail("{}: missing table [{}{}]", source_, prefix, key);
-    const toml::table* result = node->as_table();
-    if (!result) fail("{}: '{}{}' must be a table", source_, prefix, key);
-    return *result;
-  }
-
-  double number(const toml::table& table, const std::string& prefix, const std::string& key) {
-    const toml::node* node = table.get(key);
-    if (!node) fail("{}: missing key '{}{}'", source_, prefix, key);
-    double value;
-    if (auto integer = node->value_exact<int64_t>()) {
-      value = static_cast<double>(*integer);
-    } else if (auto real = node->value_exact<double>()) {
-      value = *real;
-    } else {
-      fail("{}: key '{}{}' must be a number", source_, prefix, key);
-    }
-    if (!std::isfinite(value)) fail("{}: key '{}{}' must be finite, got {}", source_, prefix, key, value);
-    return value;
-  }
-
-  double positive(const toml::table& table, const std::string& prefix, const std::string& key) {
-    double value = number(table, prefix, key);
-    if (value <= 0.0) fail("{}: key '{}{}' must be > 0, got {}", source_, prefix, key, value);
-    return value;
-  }
-
-  double non_negative(const toml::table& table, const std::string& prefix, const std::string& key) {
-    double value = number(table, prefix, key);
-    if (value < 0.0) fail("{}: key '{}{}' must be >= 0, got {}", source_, prefix, key, value);
-    return value;
-  }
-
-  int count(const toml::table& table, const std::string& key) {
-    const toml::node* node = table.get(key);
-    if (!node) fail("{}: missing key '{}'", source_, key);
-    auto integer = node->value_exact<int64_t>();
-    if (!integer) fail("{}: key '{}' must be an integer", source_, key);
-    if (*integer < 1 || *integer > (1 << 24)) fail("{}: key '{}' must be in [1, 2^24], got {}", source_, key, *integer);
-    return static_cast<int>(*integer);
-  }
-
-  // [[bytes, factor], ...]: bytes strictly ascending, both > 0.
-  std::vector<std::pair<double, double>> size_factors(const toml::table& table, const std::string& key) {
-    const toml::array* points = table.get(key.substr(key.rfind('.') + 1))->as_array();
-    if (!points) fail("{}: key '{}' must be an array of [bytes, factor] pairs", source_, key);
-    std::vector<std::pair<double, double>> result;
-    for (size_t i = 0; i < points->size(); ++i) {
-      const toml::array* point = (*points)[i].as_array();
-      std::optional<double> bytes, factor;
-      if (point && point->size() == 2) {
-        bytes = (*point)[0].value<double>();
-        factor = (*point)[1].value<double>();
-      }
-      if (!bytes || !factor) fail("{}: {}[{}] must be a [bytes, factor] pair of numbers", source_, key, i);
-      if (!(*bytes > 0.0) || !(*factor > 0.0) || !std::isfinite(*bytes) || !std::isfinite(*factor)) {
-        fail("{}: {}[{}] needs bytes and factor > 0, got [{}, {}]", source_, key, i, *bytes, *factor);
-      }
-      if (!result.empty() && *bytes <= result.back().first) {
-        fail("{}: {}[{}]: sizes must ascend ({} after {})", source_, key, i, *bytes, result.back().first);
-      }
-      result.emplace_back(*bytes, *factor);
-    }
-    return result;
-  }
-
-  LinkLevel link(const toml::table& root, const std::string& key) {
-    const toml::table& section = table(root, "", key);
-    std::string prefix = key + ".";
-    only_keys(section, prefix, {"latency_us", "bandwidth_gbps"});
-    return {non_negative(section, prefix, "latency_us") * kMicro, positive(section, prefix, "bandwidth_gbps") * kGiga};
-  }
-
- private:
-  std::string source_;
-};
+  return calibration;
+}
 
 }  // namespace
 
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& error) {
-    fail("{}:{}:{}: {}", source_name, error.source().begin.line, error.source().begin.column, error.description());
-  }
-  Reader reader(source_name);
-  reader.only_keys(root, "",
-                  {"nodes", "ranks_per_node", "reduce_gbps", "probe_key", "shared_memory", "intra", "inter", "calibration"});
+  TomlReader root = TomlReader::parse(text, source_name);
+  root.only({"nodes", "ranks_per_node", "reduce_gbps", "probe_key", "shared_memory", "intra", "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
-  topology.nodes = reader.count(root, "nodes");
-  topology.ranks_per_node = reader.count(root, "ranks_per_node");
-  topology.reduce_Bps = reader.positive(root, "", "reduce_gbps") * kGiga;
-  topology.intra = reader.link(root, "intra");
-  if (topology.nodes > 1 || root.contains("inter")) {
-    topology.inter = reader.link(root, "inter");
-  } else {
-    topology.inter = topology.intra;
+  topology.nodes = static_cast<int>(root.integer("nodes", 1, kMaxCount));
+  topology.ranks_per_node = static_cast<int>(root.integer("ranks_per_node", 1, kMaxCount));
+  topology.reduce_Bps = root.positive("reduce_gbps") * kGiga;
+  topology.intra = read_link(root.table("intra"));
+  topology.inter = topology.nodes > 1 || root.has("inter") ? read_link(root.table("inter")) : topology.intra;
+  if (root.has("shared_memory")) topology.shared_memory = topology.cross_memory = root.boolean("shared_memory");
+  if (root.has("probe_key")) description.probe_key = root.string("probe_key");
+  TomlReader calibration = root.table("calibration", false);
+  std::set<std::string> names;
+  for (Algorithm algorithm : kConcreteAlgorithms) {
+    if (modeled(algorithm)) names.emplace(algorithm_name(algorithm));
   }
-  if (const toml::node* flag = root.get("shared_memory")) {
-    auto value = flag->value_exact<bool>();
-    if (!value) fail("{}: key 'shared_memory' must be true or false", source_name);
-    topology.shared_memory = topology.cross_memory = *value;
-  }
-  if (const toml::node* key = root.get("probe_key")) {
-    auto value = key->value_exact<std::string>();
-    if (!value) fail("{}: key 'probe_key' must be a string", source_name);
-    description.probe_key = *value;
-  }
-  if (root.contains("calibration")) {
-    const toml::table& calibration = reader.table(root, "", "calibration");
-    std::set<std::string> names;
-    for (Algorithm algorithm : kConcreteAlgorithms) {
-      if (modeled(algorithm)) names.emplace(algorithm_name(algorithm));
-    }
-    reader.only_keys(calibration, "calibration.", names);
-    for (Algorithm algorithm : kConcreteAlgorithms) {
-      std::string name(algorithm_name(algorithm));
-      if (!calibration.contains(name)) continue;
-      std::string prefix = "calibration." + name + ".";
-      const toml::table& entry = reader.table(calibration, "calibration.", name);
-      reader.only_keys(entry, prefix, {"latency_scale", "bandwidth_scale", "size_factors"});
-      Calibration& target = description.calibration[static_cast<size_t>(algorithm)];
-      target.latency_scale = reader.positive(entry, prefix, "latency_scale");
-      target.bandwidth_scale = reader.positive(entry, prefix, "bandwidth_scale");
-      if (entry.contains("size_factors")) target.size_factors = reader.size_factors(entry, prefix + "size_factors");
-    }
+  calibration.only(names);
+  for (Algorithm algorithm : kConcreteAlgorithms) {
+    std::string name(algorithm_name(algorithm));
+    if (!calibration.has(name)) continue;
+    description.calibration[static_cast<size_t>(algorithm)] = read_calibration(calibration.table(name));
   }
   topology.validate(source_name);
   return description;

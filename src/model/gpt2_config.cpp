@@ -6,7 +6,7 @@ namespace strata {
 
 void GPT2Config::validate() const {
   auto positive = [](const char* key, int64_t value) {
-    if (value <= 0) fail("config key '{}' must be positive, got {}", key, value);
+    if (value <= 0) fail("key '{}' must be positive, got {}", key, value);
   };
   positive("model.n_layer", n_layer);
   positive("model.n_head", n_head);
@@ -14,9 +14,9 @@ void GPT2Config::validate() const {
   positive("model.vocab_size", vocab_size);
   positive("model.block_size", block_size);
   if (n_embd % n_head != 0) {
-    fail("config key 'model.n_head' ({}) must divide 'model.n_embd' ({})", n_head, n_embd);
+    fail("key 'model.n_head' ({}) must divide 'model.n_embd' ({})", n_head, n_embd);
   }
-  if (!(layer_norm_eps > 0)) fail("config key 'model.layer_norm_eps' must be positive, got {}", layer_norm_eps);
+  if (!(layer_norm_eps > 0)) fail("key 'model.layer_norm_eps' must be positive, got {}", layer_norm_eps);
 }
 
 int64_t GPT2Config::num_parameters() const {

@@ -1,12 +1,11 @@
 #include "planner/hardware.h"
 
 #include <cmath>
-#include <optional>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/toml_reader.h"
 #include "ops/schema.h"
-#include "planner/toml_fields.h"
 
 namespace strata {
 
@@ -15,70 +14,47 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kGB = 1e9;
 
-EfficiencyCurve read_curve(const TomlFields& fields, const std::string& key) {
-  const toml::array& rows = fields.array(key);
-  if (rows.empty())
-    fail("{}: key '{}' must list at least one [flops, fraction] pair", fields.source(), fields.path(key));
+EfficiencyCurve read_curve(const TomlReader& fields, const std::string& key) {
   EfficiencyCurve curve;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const toml::array* row = rows[i].as_array();
-    auto number = [&](size_t column) -> std::optional<double> {
-      if (row == nullptr || row->size() != 2) return std::nullopt;
-      const toml::node& node = (*row)[column];
-      if (auto value = node.value_exact<double>()) return *value;
-      if (auto value = node.value_exact<int64_t>()) return static_cast<double>(*value);
-      return std::nullopt;
-    };
-    auto flops = number(0), fraction = number(1);
-    if (!flops || !fraction) {
-      fail("{}: key '{}' entry {} must be a pair [flops, fraction] of numbers", fields.source(), fields.path(key), i);
+  curve.points = fields.curve(key, "flops", "fraction");
+  if (curve.points.empty()) fields.fail_key(key, "must list at least one [flops, fraction] pair");
+  for (size_t i = 0; i < curve.points.size(); ++i) {
+    double fraction = curve.points[i].second;
+    if (!(fraction > 0 && fraction <= 1)) {
+      fields.fail_key(key, fmt::format("entry {}: fraction of peak must be in (0, 1], got {}", i, fraction));
     }
-    if (!(*flops > 0) || !std::isfinite(*flops)) {
-      fail("{}: key '{}' entry {}: FLOPs per call must be positive, got {}", fields.source(), fields.path(key), i,
-           *flops);
-    }
-    if (!(*fraction > 0 && *fraction <= 1)) {
-      fail("{}: key '{}' entry {}: fraction of peak must be in (0, 1], got {}", fields.source(), fields.path(key), i,
-           *fraction);
-    }
-    if (!curve.points.empty() && !(*flops > curve.points.back().first)) {
-      fail("{}: key '{}' entry {}: FLOPs per call must increase from entry to entry", fields.source(), fields.path(key),
-           i);
-    }
-    curve.points.emplace_back(*flops, *fraction);
   }
   return curve;
 }
 
-DTypePerformance read_dtype(const TomlFields& fields) {
+DTypePerformance read_dtype(const TomlReader& fields) {
   fields.only({"matrix_tflops", "vector_tflops", "gemm_efficiency", "attention_efficiency", "op_efficiency"});
   DTypePerformance perf;
   perf.matrix_flops = fields.positive("matrix_tflops") * 1e12;
   perf.vector_flops = fields.positive("vector_tflops") * 1e12;
   perf.gemm = read_curve(fields, "gemm_efficiency");
   perf.attention = read_curve(fields, "attention_efficiency");
-  TomlFields ops = fields.table("op_efficiency", false);
-  for (const auto& [key, node] : ops.raw()) {
-    std::string op(key.str());
-    if (!OpRegistry::global().contains(op)) fail("{}: '{}' is not an op", fields.source(), ops.path(op));
+  TomlReader ops = fields.table("op_efficiency", false);
+  for (const std::string& op : ops.keys()) {
+    if (!OpRegistry::global().contains(op)) ops.fail_key(op, "is not an op");
     perf.op_efficiency[op] = ops.positive(op);
   }
   return perf;
 }
 
-DeviceSpec read_device(const TomlFields& fields) {
+DeviceSpec read_device(const TomlReader& fields) {
   const std::set<std::string> dtype_names = {"f64", "f32", "bf16", "f16"};
   std::set<std::string> allowed = {
       "name", "memory_gib", "reserved_gib", "memory_bandwidth_gbps", "memory_efficiency", "op_overhead_us"};
   allowed.insert(dtype_names.begin(), dtype_names.end());
   fields.only(allowed);
   DeviceSpec device;
-  device.name = fields.string("name");
+  device.name = fields.non_empty_string("name");
   device.memory_bytes = fields.positive("memory_gib") * kGiB;
   device.reserved_bytes = fields.non_negative("reserved_gib") * kGiB;
   if (device.reserved_bytes >= device.memory_bytes) {
-    fail("{}: key '{}' ({} GiB) must be less than memory_gib", fields.source(), fields.path("reserved_gib"),
-         device.reserved_bytes / kGiB);
+    fields.fail_range("reserved_gib", fmt::format("less than memory_gib ({})", device.memory_bytes / kGiB),
+                      device.reserved_bytes / kGiB);
   }
   device.memory_bandwidth_Bps = fields.positive("memory_bandwidth_gbps") * kGB;
   device.memory_efficiency = fields.fraction("memory_efficiency");
@@ -92,7 +68,7 @@ DeviceSpec read_device(const TomlFields& fields) {
   return device;
 }
 
-LinkSpec read_link(const TomlFields& fields, const std::string& bandwidth_key) {
+LinkSpec read_link(const TomlReader& fields, const std::string& bandwidth_key) {
   LinkSpec link;
   link.bandwidth_Bps = fields.positive(bandwidth_key) * kGB;
   link.latency_s = fields.non_negative("latency_us") * 1e-6;
@@ -143,26 +119,25 @@ void ClusterSpec::validate() const {
 }
 
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& source) {
-  toml::table root = parse_toml_text(toml_text, source);
-  TomlFields fields(root, source);
+  TomlReader fields = TomlReader::parse(toml_text, source);
   fields.only({"cluster", "device", "intra_node", "inter_node"});
 
   ClusterSpec spec;
   spec.source = source;
-  TomlFields cluster = fields.table("cluster");
+  TomlReader cluster = fields.table("cluster");
   cluster.only({"name", "nodes", "devices_per_node"});
-  spec.name = cluster.string("name");
+  spec.name = cluster.non_empty_string("name");
   spec.nodes = static_cast<int>(cluster.integer("nodes", 1));
   spec.devices_per_node = static_cast<int>(cluster.integer("devices_per_node", 1));
 
   spec.device = read_device(fields.table("device"));
 
-  TomlFields intra = fields.table("intra_node", spec.devices_per_node > 1);
+  TomlReader intra = fields.table("intra_node", spec.devices_per_node > 1);
   if (spec.devices_per_node > 1 || intra.has("bandwidth_gbps")) {
     intra.only({"bandwidth_gbps", "latency_us"});
     spec.intra_node = read_link(intra, "bandwidth_gbps");
   }
-  TomlFields inter = fields.table("inter_node", spec.nodes > 1);
+  TomlReader inter = fields.table("inter_node", spec.nodes > 1);
   if (spec.nodes > 1 || inter.has("nic_bandwidth_gbps")) {
     inter.only({"nics_per_node", "nic_bandwidth_gbps", "latency_us"});
     spec.nics_per_node = static_cast<int>(inter.integer("nics_per_node", 1));

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "planner/toml_fields.h"
+#include "core/toml_reader.h"
 
 namespace strata {
 
@@ -57,9 +57,8 @@ ModelSpec model_preset(const std::string& name) {
 }
 
 ModelSpec parse_model_file(const std::string& toml_text, const std::string& source) {
-  toml::table root = parse_toml_text(toml_text, source);
-  TomlFields fields(root, source);
-  TomlFields model = fields.table("model");
+  TomlReader fields = TomlReader::parse(toml_text, source);
+  TomlReader model = fields.table("model");
   model.only({"n_layer", "n_head", "n_embd", "vocab_size", "block_size", "layer_norm_eps", "init_from"});
   ModelSpec spec;
   spec.name = std::filesystem::path(source).stem().string();
@@ -74,7 +73,7 @@ ModelSpec parse_model_file(const std::string& toml_text, const std::string& sour
   } catch (const Error& error) {
     fail("{}: {}", source, error.what());
   }
-  TomlFields train = fields.table("train", false);
+  TomlReader train = fields.table("train", false);
   if (train.has("global_batch")) spec.global_batch = train.integer("global_batch", 1);
   return spec;
 }

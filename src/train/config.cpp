@@ -1,7 +1,7 @@
 #include "train/config.h"
 
-#include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/toml_reader.h"
 
 namespace strata {
 
@@ -65,65 +66,39 @@ std::vector<Field> fields(TrainConfig& c) {
   };
 }
 
-std::string type_name(const FieldRef& ref) {
-  return std::visit(
-      [](auto* p) -> std::string {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, int64_t>) return "an integer";
-        else if constexpr (std::is_same_v<T, double>) return "a number";
-        else if constexpr (std::is_same_v<T, std::string>) return "a string";
-        else if constexpr (std::is_same_v<T, bool>) return "a boolean";
-        else return "an array of strings";
-      },
-      ref);
+// "train.lr" -> {"train", "lr"}: every config key is one section deep.
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  auto dot = key.find('.');
+  return {key.substr(0, dot), key.substr(dot + 1)};
 }
 
-void assign(const Field& field, const toml::node& node, const std::string& source) {
-  bool ok = std::visit(
+std::map<std::string, std::set<std::string>> keys_by_section(const std::vector<Field>& fields) {
+  std::map<std::string, std::set<std::string>> sections;
+  for (const Field& field : fields) {
+    auto [section, name] = split_key(field.key);
+    sections[section].insert(name);
+  }
+  return sections;
+}
+
+void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std::set<std::string>>& sections) {
+  std::set<std::string> names;
+  for (const auto& [section, keys] : sections) names.insert(section);
+  root.only(names);
+  for (const auto& [section, keys] : sections) root.table(section, false).only(keys);
+}
+
+void assign(const Field& field, const TomlReader& section, const std::string& name) {
+  std::visit(
       [&](auto* target) {
         using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, double>) {
-          if (auto value = node.value_exact<double>()) return *target = *value, true;
-          if (auto value = node.value_exact<int64_t>()) return *target = static_cast<double>(*value), true;
-          return false;
-        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-          const toml::array* array = node.as_array();
-          if (array == nullptr) return false;
-          std::vector<std::string> values;
-          for (const toml::node& element : *array) {
-            auto text = element.value_exact<std::string>();
-            if (!text) return false;
-            values.push_back(*text);
-          }
-          return *target = std::move(values), true;
-        } else {
-          if (auto value = node.value_exact<T>()) return *target = *value, true;
-          return false;
-        }
+        if constexpr (std::is_same_v<T, int64_t>) *target = section.integer(name);
+        else if constexpr (std::is_same_v<T, double>) *target = section.number(name);
+        else if constexpr (std::is_same_v<T, std::string>) *target = section.string(name);
+        else if constexpr (std::is_same_v<T, bool>) *target = section.boolean(name);
+        else *target = section.strings(name);
       },
       field.ref);
-  if (!ok) fail("{}: config key '{}' must be {}", source, field.key, type_name(field.ref));
-}
-
-void collect_leaves(const toml::table& table, const std::string& prefix,
-                    std::vector<std::pair<std::string, const toml::node*>>& leaves) {
-  for (const auto& [key, node] : table) {
-    std::string path = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
-    if (const toml::table* child = node.as_table()) {
-      collect_leaves(*child, path, leaves);
-    } else {
-      leaves.emplace_back(path, &node);
-    }
-  }
-}
-
-toml::table parse_toml(const std::string& text, const std::string& source) {
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& error) {
-    fail("{}:{}:{}: invalid TOML: {}", source, error.source().begin.line, error.source().begin.column,
-         error.description());
-  }
 }
 
 // `--set train.lr=3e-4`: the value is read as a TOML value, or as a bare
@@ -158,24 +133,24 @@ void apply_override(toml::table& table, const std::string& assignment) {
 void TrainConfig::validate() const {
   model.validate();
   auto positive = [](const char* key, auto value) {
-    if (!(value > 0)) fail("config key '{}' must be positive, got {}", key, value);
+    if (!(value > 0)) fail("key '{}' must be positive, got {}", key, value);
   };
   auto non_negative = [](const char* key, auto value) {
-    if (value < 0) fail("config key '{}' must not be negative, got {}", key, value);
+    if (value < 0) fail("key '{}' must be at least 0, got {}", key, value);
   };
   positive("train.batch_size", batch_size);
   positive("train.global_batch", global_batch);
   if (global_batch % batch_size != 0) {
-    fail("config key 'train.batch_size' ({}) must divide 'train.global_batch' ({})", batch_size, global_batch);
+    fail("key 'train.batch_size' ({}) must divide 'train.global_batch' ({})", batch_size, global_batch);
   }
   positive("train.steps", steps);
   positive("train.lr", lr);
   non_negative("train.lr_min", lr_min);
-  if (lr_min > lr) fail("config key 'train.lr_min' ({}) must not exceed 'train.lr' ({})", lr_min, lr);
+  if (lr_min > lr) fail("key 'train.lr_min' ({}) must not exceed 'train.lr' ({})", lr_min, lr);
   non_negative("train.warmup_steps", warmup_steps);
   non_negative("train.weight_decay", weight_decay);
-  if (!(beta1 >= 0 && beta1 < 1)) fail("config key 'train.beta1' must be in [0, 1), got {}", beta1);
-  if (!(beta2 >= 0 && beta2 < 1)) fail("config key 'train.beta2' must be in [0, 1), got {}", beta2);
+  if (!(beta1 >= 0 && beta1 < 1)) fail("key 'train.beta1' must be in [0, 1), got {}", beta1);
+  if (!(beta2 >= 0 && beta2 < 1)) fail("key 'train.beta2' must be in [0, 1), got {}", beta2);
   positive("train.adam_eps", adam_eps);
   non_negative("train.grad_clip", grad_clip);
   non_negative("train.val_every", val_every);
@@ -183,29 +158,29 @@ void TrainConfig::validate() const {
   non_negative("ops.threads", threads);
   non_negative("checkpoint.every", checkpoint_every);
   non_negative("checkpoint.keep", checkpoint_keep);
-  if (data_dir.empty()) fail("config key 'data.dir' must not be empty");
-  if (run_dir.empty()) fail("config key 'checkpoint.dir' must not be empty");
-  if (plan != "manual" && plan != "auto") fail("config key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
+  if (data_dir.empty()) fail("key 'data.dir' must not be empty");
+  if (run_dir.empty()) fail("key 'checkpoint.dir' must not be empty");
+  if (plan != "manual" && plan != "auto") fail("key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
   if (plan == "auto" && cluster.empty()) {
-    fail("config key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
+    fail("key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
          "when parallel.plan = \"auto\"");
   }
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
-    fail("config key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
+    fail("key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
   }
   precision_policy();  // validates precision.fp32_ops
-  if (!(loss_scale > 0)) fail("config key 'precision.loss_scale' must be positive, got {}", loss_scale);
+  if (!(loss_scale > 0)) fail("key 'precision.loss_scale' must be positive, got {}", loss_scale);
   positive("precision.growth_interval", loss_scale_growth_interval);
-  if (!(loss_scale_growth > 1)) fail("config key 'precision.growth' must exceed 1, got {}", loss_scale_growth);
+  if (!(loss_scale_growth > 1)) fail("key 'precision.growth' must exceed 1, got {}", loss_scale_growth);
   if (!(loss_scale_backoff > 0 && loss_scale_backoff < 1)) {
-    fail("config key 'precision.backoff' must be in (0, 1), got {}", loss_scale_backoff);
+    fail("key 'precision.backoff' must be in (0, 1), got {}", loss_scale_backoff);
   }
   if (recompute != "none" && recompute != "selective" && recompute != "full") {
-    fail("config key 'train.recompute' must be \"none\", \"selective\" or \"full\", got \"{}\"", recompute);
+    fail("key 'train.recompute' must be \"none\", \"selective\" or \"full\", got \"{}\"", recompute);
   }
-  if (backend != "ref" && backend != "cpu") fail("config key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
+  if (backend != "ref" && backend != "cpu") fail("key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
-    fail("config key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
+    fail("key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
 }
 
@@ -221,16 +196,25 @@ PrecisionPolicy TrainConfig::precision_policy() const {
 
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
                                const std::vector<std::string>& overrides) {
-  toml::table table = parse_toml(toml_text, source);
-  for (const std::string& assignment : overrides) apply_override(table, assignment);
+  TomlReader from_file = TomlReader::parse(toml_text, source);
+  toml::table assignments;
+  for (const std::string& assignment : overrides) apply_override(assignments, assignment);
+  TomlReader from_set(std::move(assignments), "--set");
   TrainConfig config;
   std::vector<Field> known = fields(config);
-  std::vector<std::pair<std::string, const toml::node*>> leaves;
-  collect_leaves(table, "", leaves);
-  for (const auto& [key, node] : leaves) {
-    auto field = std::find_if(known.begin(), known.end(), [&](const Field& f) { return f.key == key; });
-    if (field == known.end()) fail("{}: unknown config key '{}'", source, key);
-    assign(*field, *node, source);
+  std::map<std::string, std::set<std::string>> sections = keys_by_section(known);
+  reject_unknown_keys(from_file, sections);
+  reject_unknown_keys(from_set, sections);
+  for (const Field& field : known) {
+    auto [section, name] = split_key(field.key);
+    // An override replaces the file's value, whatever that was.
+    for (const TomlReader* layer : {&from_set, &from_file}) {
+      TomlReader table = layer->table(section, false);
+      if (table.has(name)) {
+        assign(field, table, name);
+        break;
+      }
+    }
   }
   try {
     config.validate();
@@ -248,9 +232,7 @@ std::string to_toml(const TrainConfig& config) {
   TrainConfig copy = config;
   std::map<std::string, toml::table> sections;
   for (const Field& field : fields(copy)) {
-    auto dot = field.key.find('.');
-    std::string section = field.key.substr(0, dot);
-    std::string name = field.key.substr(dot + 1);
+    auto [section, name] = split_key(field.key);
     std::visit(
         [&](auto* value) {
           using T = std::remove_pointer_t<decltype(value)>;

@@ -1,7 +1,7 @@
 #pragma once
 // The training job's configuration: a TOML file plus `--set key=value`
-// overrides, validated strictly (unknown keys, wrong types and impossible
-// values are errors naming the key).
+// overrides, read strictly with core's TomlReader (unknown keys, wrong types
+// and impossible values are errors naming the key, and the file or `--set`).
 #include <cstdint>
 #include <string>
 #include <vector>

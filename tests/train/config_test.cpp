@@ -45,14 +45,24 @@ TEST(TrainConfig, ReadsKeysAndOverrides) {
 
 TEST(TrainConfig, UnknownKeyIsNamed) {
   EXPECT_THAT(error_of(std::string(kValid) + "[optim]\nlearning_rate = 1\n"),
-              HasSubstr("unknown config key 'optim.learning_rate'"));
-  EXPECT_THAT(error_of(kValid, {"train.lrr=1"}), HasSubstr("'train.lrr'"));
+              HasSubstr("job.toml: unknown key 'optim' (expected one of: checkpoint, data, model, ops, parallel, "
+                        "precision, train)"));
+  EXPECT_THAT(error_of(kValid, {"train.lrr=1"}),
+              HasSubstr("--set: unknown key 'train.lrr' (expected one of: adam_eps, batch_size,"));
 }
 
 TEST(TrainConfig, WrongTypeIsNamed) {
-  EXPECT_THAT(error_of(kValid, {"model.n_layer=\"two\""}), HasSubstr("'model.n_layer' must be an integer"));
-  EXPECT_THAT(error_of(kValid, {"train.lr=fast"}), HasSubstr("'train.lr' must be a number"));
-  EXPECT_THAT(error_of(kValid, {"checkpoint.resume=3"}), HasSubstr("'checkpoint.resume' must be a boolean"));
+  EXPECT_THAT(error_of(kValid, {"model.n_layer=\"two\""}),
+              HasSubstr("--set: key 'model.n_layer' must be an integer, got a string"));
+  EXPECT_THAT(error_of(kValid, {"train.lr=fast"}), HasSubstr("--set: key 'train.lr' must be a number, got a string"));
+  EXPECT_THAT(error_of(kValid, {"checkpoint.resume=3"}),
+              HasSubstr("--set: key 'checkpoint.resume' must be a boolean, got an integer"));
+}
+
+TEST(TrainConfig, OverrideReplacesTheFilesValue) {
+  std::string text = std::string(kValid) + "[ops]\nthreads = \"many\"\n";
+  EXPECT_THAT(error_of(text), HasSubstr("job.toml: key 'ops.threads' must be an integer, got a string"));
+  EXPECT_EQ(parse_train_config(text, "job.toml", {"ops.threads=2"}).threads, 2);
 }
 
 TEST(TrainConfig, ImpossibleValuesNameTheKey) {

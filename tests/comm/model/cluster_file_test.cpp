@@ -70,7 +70,7 @@ TEST(ClusterFile, SharedMemoryFlag) {
   EXPECT_TRUE(description.topology.shared_memory);
   EXPECT_TRUE(description.topology.cross_memory);
   EXPECT_FALSE(parse_cluster_description(kValid, "cluster.toml").topology.shared_memory);
-  expect_error(std::string("shared_memory = 1\n") + kValid, "'shared_memory' must be true or false");
+  expect_error(std::string("shared_memory = 1\n") + kValid, "key 'shared_memory' must be a boolean, got an integer");
 }
 
 TEST(ClusterFile, OneNodeNeedsNoInterTable) {
@@ -85,23 +85,26 @@ TEST(ClusterFile, RejectsMistakesNamingTheKey) {
   expect_error(valid + "colour = 3\n", "unknown key 'calibration.ring.colour'");
   expect_error(replace(valid, "latency_us = 0.5", "latency_us = 0.5\nlatncy_us = 1"), "unknown key 'intra.latncy_us'");
   expect_error(replace(valid, "nodes = 2\n", ""), "missing key 'nodes'");
-  expect_error(replace(valid, "nodes = 2", "nodes = 0"), "'nodes' must be in [1, 2^24]");
+  expect_error(replace(valid, "nodes = 2", "nodes = 0"), "key 'nodes' must be in [1, 16777216], got 0");
   expect_error(replace(valid, "nodes = 2", "nodes = 2.5"), "'nodes' must be an integer");
-  expect_error(replace(valid, "bandwidth_gbps = 20.0", "bandwidth_gbps = -1"), "'intra.bandwidth_gbps' must be > 0");
+  expect_error(replace(valid, "bandwidth_gbps = 20.0", "bandwidth_gbps = -1"),
+               "key 'intra.bandwidth_gbps' must be positive, got -1");
   expect_error(replace(valid, "latency_us = 5", "latency_us = \"fast\""), "'inter.latency_us' must be a number");
   expect_error(replace(valid, "latency_us = 5", "latency_us = nan"), "'inter.latency_us' must be finite");
-  expect_error(replace(valid, "reduce_gbps = 12", "reduce_gbps = 0"), "'reduce_gbps' must be > 0");
+  expect_error(replace(valid, "reduce_gbps = 12", "reduce_gbps = 0"), "key 'reduce_gbps' must be positive, got 0");
   expect_error(replace(valid, "[inter]\nlatency_us = 5\nbandwidth_gbps = 2.5\n", ""), "missing table [inter]");
   expect_error(replace(valid, "[calibration.ring]", "[calibration.rings]"), "unknown key 'calibration.rings'");
   expect_error(replace(valid, "[calibration.ring]", "[calibration.mpi]"), "unknown key 'calibration.mpi'");
   expect_error(replace(valid, "bandwidth_scale = 0.8", "bandwidth_scale = 0"),
-               "'calibration.ring.bandwidth_scale' must be > 0");
+               "key 'calibration.ring.bandwidth_scale' must be positive, got 0");
   expect_error(replace(valid, "nodes = 2", "nodes = = 2"), "cluster.toml:2:");
   expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0.5], [1024, 2]]"),
-               "calibration.ring.size_factors[1]: sizes must ascend");
+               "key 'calibration.ring.size_factors' entry 1: bytes must increase from entry to entry, "
+               "got 1024 after 4096");
   expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0.5, 3]]"),
-               "calibration.ring.size_factors[0] must be a [bytes, factor] pair");
-  expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0]]"), "needs bytes and factor > 0");
+               "key 'calibration.ring.size_factors' entry 0 must be a pair [bytes, factor] of finite numbers");
+  expect_error(replace(valid, "[[4096, 0.5], [1048576, 2]]", "[[4096, 0]]"),
+               "key 'calibration.ring.size_factors' entry 0: factor must be positive, got 0");
 }
 
 TEST(ClusterFile, SavedDescriptionsReadBackExactly) {

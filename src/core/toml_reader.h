@@ -1,0 +1,77 @@
+#pragma once
+// Strict reading of TOML: every lookup names the source (a file, or e.g.
+// "--set") and the full dotted key when the value is missing, of the wrong type
+// or out of range, and tables reject keys nobody reads. One wording for all:
+//   <source>:<line>:<column>: invalid TOML: <what>
+//   <source>: unknown key 'a.b' (expected one of: c, d)
+//   <source>: missing key 'a.b'            <source>: missing table [a]
+//   <source>: key 'a.b' must be an integer, got a string
+//   <source>: key 'a.b' must be positive, got -1
+#include <toml++/toml.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+class TomlReader {
+ public:
+  // Fails with the source, line and column of a syntax error.
+  static TomlReader parse(std::string_view text, const std::string& source);
+  TomlReader(toml::table table, std::string source);
+
+  // A sub-table; `required` false gives an empty reader when it is absent.
+  TomlReader table(const std::string& key, bool required = true) const;
+  bool has(const std::string& key) const;
+  std::vector<std::string> keys() const;
+
+  std::string string(const std::string& key) const;
+  std::string non_empty_string(const std::string& key) const;
+  std::vector<std::string> strings(const std::string& key) const;  // an array of strings
+  bool boolean(const std::string& key) const;
+  int64_t integer(const std::string& key, int64_t at_least = std::numeric_limits<int64_t>::min(),
+                  int64_t at_most = std::numeric_limits<int64_t>::max()) const;
+  double number(const std::string& key) const;        // finite; integers are accepted
+  double positive(const std::string& key) const;      // > 0
+  double non_negative(const std::string& key) const;  // >= 0
+  double fraction(const std::string& key) const;      // in (0, 1]
+  // `key = [[x, y], ...]`: finite numbers, x positive and increasing from entry
+  // to entry (a figure sampled at growing sizes); `x_name` and `y_name` name
+  // them in messages.
+  std::vector<std::pair<double, double>> curve(const std::string& key, const std::string& x_name,
+                                               const std::string& y_name) const;
+
+  // Fails naming the first key outside `allowed` and listing `allowed`.
+  void only(const std::set<std::string>& allowed) const;
+
+  // "<source>: key 'a.b' <problem>": for checks only the caller knows.
+  [[noreturn]] void fail_key(const std::string& key, const std::string& problem) const;
+  template <typename Value>
+  [[noreturn]] void fail_range(const std::string& key, const std::string& requirement, const Value& value) const {
+    fail_key(key, fmt::format("must be {}, got {}", requirement, value));
+  }
+
+  std::string path(const std::string& key) const;  // the full dotted key
+  const std::string& source() const { return source_; }
+
+ private:
+  TomlReader(std::shared_ptr<const toml::table> document, const toml::table& table, std::string source,
+             std::string prefix);
+  const toml::node& get(const std::string& key) const;
+  [[noreturn]] void fail_type(const std::string& key, const toml::node& node, const std::string& expected) const;
+
+  std::shared_ptr<const toml::table> document_;  // keeps table_ alive
+  const toml::table* table_;
+  std::string source_;
+  std::string prefix_;
+};
+
+}  // namespace strata
