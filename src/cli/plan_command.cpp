@@ -44,7 +44,7 @@ PlanLimits limits_of(const PlanArgs& args) {
     if (args.sp != "on" && args.sp != "off") fail("--sp must be on or off, got '{}'", args.sp);
     limits.sp = args.sp == "on";
   }
-  if (!args.recompute.empty()) limits.recompute = parse_recompute(args.recompute, "--recompute");
+  if (!args.recompute.empty()) limits.recompute = parse_recompute_mode(args.recompute, "--recompute");
   if (!args.schedule.empty()) limits.schedule = parse_schedule(args.schedule, "--schedule");
   return limits;
 }

@@ -101,4 +101,10 @@ const GradRule& grad_rule(const std::string& op) {
   return found->second;
 }
 
+std::vector<std::string> ops_with_grad_rules() {
+  std::vector<std::string> ops;
+  for (const auto& [op, rule] : rules()) ops.push_back(op);
+  return ops;
+}
+
 }  // namespace strata

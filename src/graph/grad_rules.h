@@ -16,5 +16,6 @@ inline constexpr int kNoGradient = -1;
 using GradRule = std::function<std::vector<int>(Graph& graph, const Node& node, const std::vector<int>& output_grads)>;
 
 const GradRule& grad_rule(const std::string& op);  // throws naming an op without a rule
+std::vector<std::string> ops_with_grad_rules();      // sorted
 
 }  // namespace strata

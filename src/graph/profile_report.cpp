@@ -21,7 +21,7 @@ std::vector<OpProfileRow> profile_by_op(const Graph& graph, const std::vector<No
   for (int id = 0; id < graph.num_nodes(); ++id) {
     const Node& node = graph.node(id);
     std::string key = node.op;
-    if (dtypes_of_op[node.op].size() > 1) key += "/" + std::string(dtype_name(node_dtype(id)));
+    if (dtypes_of_op[node.op].size() > 1) key += fmt::format("/{}", dtype_name(node_dtype(id)));
     OpProfileRow& row = rows[key];
     row.op = key;
     const NodeTiming& timing = timings[static_cast<size_t>(id)];

@@ -6,6 +6,7 @@
 // originals then die at their last forward reader, so the memory planner
 // reuses their bytes. Clones run the same op, attributes and inputs, so every
 // value they make is bit-identical to the original.
+#include <array>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@ enum class RecomputeMode {
   Full,       // keep only what enters each segment; re-run the rest of it
 };
 
+inline constexpr std::array kRecomputeModes = {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full};
 RecomputeMode parse_recompute_mode(std::string_view text, std::string_view key);  // errors name `key`
 std::string_view recompute_mode_name(RecomputeMode mode);                          // "none", "selective", "full"
 

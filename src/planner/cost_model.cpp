@@ -236,8 +236,8 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp);
   const int t = plan.tp;
   const SegmentCost& layer = cost.layer;
-  double layer_recompute = plan.recompute == Recompute::Selective ? layer.selective
-                           : plan.recompute == Recompute::Full    ? layer.forward + layer.tp_forward
+  double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective
+                           : plan.recompute == RecomputeMode::Full    ? layer.forward + layer.tp_forward
                                                                   : 0.0;
   return PlanFigures{plan,
                      work,
@@ -485,8 +485,8 @@ void CostModel::add_rates(Prediction& prediction) const {
   prediction.tokens_per_s = static_cast<double>(problem_.global_batch * problem_.seq) / prediction.step_s;
   double peak = problem_.cluster.device.performance(problem_.dtype).matrix_flops * problem_.cluster.devices();
   prediction.mfu = model_flops_per_step_ / (prediction.step_s * peak);
-  double recomputed_per_row = prediction.plan.recompute == Recompute::Full        ? full_flops_per_row_
-                              : prediction.plan.recompute == Recompute::Selective ? selective_flops_per_row_
+  double recomputed_per_row = prediction.plan.recompute == RecomputeMode::Full        ? full_flops_per_row_
+                              : prediction.plan.recompute == RecomputeMode::Selective ? selective_flops_per_row_
                                                                                   : 0.0;
   prediction.hardware_flops = model_flops_per_step_ + recomputed_per_row * static_cast<double>(problem_.global_batch);
 }

@@ -32,7 +32,7 @@ PipelineSchedule parse_schedule(std::string_view text, std::string_view what) {
 
 std::string ParallelPlan::describe() const {
   std::string text = fmt::format("dp={} tp={} pp={}{} mb={}x{} zero={} recompute={}", dp, tp, pp, sp ? " sp" : "",
-                                 micro_batch, micro_batches, zero, recompute_name(recompute));
+                                 micro_batch, micro_batches, zero, recompute_mode_name(recompute));
   if (pp > 1) {
     text += fmt::format(" {}", schedule_name(schedule));
     if (schedule == PipelineSchedule::Interleaved) text += fmt::format(" v={}", virtual_stages);

@@ -21,7 +21,7 @@ struct ParallelPlan {
   int64_t micro_batch = 1;    // rows per micro-batch
   int64_t micro_batches = 1;  // per optimizer step and data-parallel replica
   int zero = 0;               // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
-  Recompute recompute = Recompute::None;
+  RecomputeMode recompute = RecomputeMode::None;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
 

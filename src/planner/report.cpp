@@ -89,7 +89,7 @@ nlohmann::json plan_json(const ParallelPlan& plan) {
           {"micro_batch", plan.micro_batch},
           {"micro_batches", plan.micro_batches},
           {"zero", plan.zero},
-          {"recompute", std::string(recompute_name(plan.recompute))},
+          {"recompute", std::string(recompute_mode_name(plan.recompute))},
           {"schedule", std::string(schedule_name(plan.schedule))},
           {"virtual_stages", plan.virtual_stages},
           {"description", plan.describe()}};

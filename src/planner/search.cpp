@@ -113,7 +113,7 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
           if (!allowed(limits.sp, sp) || (sp && tp == 1)) continue;
           for (int zero = 0; zero <= 3; ++zero) {
             if (limits.zero ? zero != *limits.zero : (dp == 1 && zero > 0)) continue;
-            for (Recompute recompute : kRecomputeModes) {
+            for (RecomputeMode recompute : kRecomputeModes) {
               if (!allowed(limits.recompute, recompute)) continue;
               ParallelPlan plan{dp, tp, pp, sp, micro_batch, micro_batches, zero, recompute};
               if (pp == 1) {

@@ -24,7 +24,7 @@ struct PlanLimits {
   std::optional<int64_t> micro_batch;
   int64_t max_micro_batch = 32;
   std::optional<int> zero;
-  std::optional<Recompute> recompute;
+  std::optional<RecomputeMode> recompute;
   std::optional<PipelineSchedule> schedule;
   std::optional<int> virtual_stages;
   int max_virtual_stages = 8;

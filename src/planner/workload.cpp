@@ -129,13 +129,13 @@ SegmentWork summarise(const SegmentGraph& segment) {
     for (int value : values) add_bytes(bytes, g.value(value));
     return bytes;
   };
-  work.saved[static_cast<size_t>(Recompute::None)] = total(kept);
+  work.saved[static_cast<size_t>(RecomputeMode::None)] = total(kept);
   if (segment.recomputable) {
-    work.saved[static_cast<size_t>(Recompute::Selective)] = total(kept_under_selective(segment, kept));
-    work.saved[static_cast<size_t>(Recompute::Full)] = total(segment.activation_inputs);
+    work.saved[static_cast<size_t>(RecomputeMode::Selective)] = total(kept_under_selective(segment, kept));
+    work.saved[static_cast<size_t>(RecomputeMode::Full)] = total(segment.activation_inputs);
   } else {
-    work.saved[static_cast<size_t>(Recompute::Selective)] = work.saved[0];
-    work.saved[static_cast<size_t>(Recompute::Full)] = work.saved[0];
+    work.saved[static_cast<size_t>(RecomputeMode::Selective)] = work.saved[0];
+    work.saved[static_cast<size_t>(RecomputeMode::Full)] = work.saved[0];
   }
   work.peak = peak_live(segment, 1);
   return work;
@@ -227,25 +227,6 @@ OpWork op_work(const Graph& graph, int node_id) {
     work.attention_problems = static_cast<double>(graph.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
   }
   return work;
-}
-
-std::string_view recompute_name(Recompute mode) {
-  switch (mode) {
-    case Recompute::None:
-      return "none";
-    case Recompute::Selective:
-      return "selective";
-    case Recompute::Full:
-      return "full";
-  }
-  return "?";
-}
-
-Recompute parse_recompute(std::string_view text, std::string_view what) {
-  for (Recompute mode : kRecomputeModes) {
-    if (text == recompute_name(mode)) return mode;
-  }
-  fail("{}: recomputation must be none, selective or full, got '{}'", what, text);
 }
 
 Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, DType dtype) {

@@ -13,14 +13,10 @@
 
 #include "core/dtype.h"
 #include "graph/graph.h"
+#include "graph/recompute.h"
 #include "model/gpt2_config.h"
 
 namespace strata {
-
-enum class Recompute { None, Selective, Full };
-inline constexpr std::array kRecomputeModes = {Recompute::None, Recompute::Selective, Recompute::Full};
-std::string_view recompute_name(Recompute mode);  // "none", "selective", "full"
-Recompute parse_recompute(std::string_view text, std::string_view what);
 
 struct OpWork {
   std::string op;
@@ -55,7 +51,7 @@ struct SegmentWork {
   std::vector<OpWork> forward;
   std::vector<OpWork> backward;
   double params = 0;  // parameters one device holds for this segment
-  // Kept from forward to backward, per recomputation mode (index: Recompute).
+  // Kept from forward to backward, per recomputation mode (index: RecomputeMode).
   std::array<ActivationBytes, 3> saved{};
   // Live at once when the segment runs alone (the memory planner's peak plus
   // its activation inputs): saved activations plus backward temporaries.

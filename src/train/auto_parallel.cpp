@@ -21,7 +21,7 @@ AutoPlan apply_auto_plan(TrainConfig& config) {
   request.limits.tp = 1;
   request.limits.pp = 1;
   request.limits.zero = 0;
-  request.limits.recompute = Recompute::None;
+  request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch;
   AutoPlan plan = auto_plan(request);
   config.batch_size = plan.chosen.plan.micro_batch;

@@ -24,7 +24,7 @@ TEST(PlannerAutoPlan, ChoosesWithinTheRunsLimitsAndRecordsIt) {
   request.global_batch = 32;
   request.seq = 64;
   request.cluster = testing::test_cluster(1, 1, 8);
-  request.limits.recompute = Recompute::None;
+  request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = 8;
   AutoPlan plan = auto_plan(request);
   EXPECT_EQ(plan.chosen.plan.devices(), 1);

@@ -79,7 +79,7 @@ TEST(PlannerFlops, RecomputationAddsForwardWork) {
   GPT2Config c = small_config();
   const double B = 4, s = 32, h = 128, L = 3;
   CostModel model(PlanningProblem{"t", c, 4, 32, DType::F32, testing::test_cluster(1, 1, 64)});
-  auto hardware = [&](Recompute mode) {
+  auto hardware = [&](RecomputeMode mode) {
     ParallelPlan plan;
     plan.micro_batch = 4;
     plan.recompute = mode;
@@ -90,11 +90,11 @@ TEST(PlannerFlops, RecomputationAddsForwardWork) {
   // (8 per element), GELU (10 per element of 4h), two residual adds.
   double layer_forward =
       24 * T * h * h + 9 * T * h + 4 * B * (s * (s + 1) / 2) * h + 2 * 8 * T * h + 10 * 4 * T * h + 2 * T * h;
-  EXPECT_DOUBLE_EQ(hardware(Recompute::None), model.model_flops_per_step());
-  EXPECT_DOUBLE_EQ(hardware(Recompute::Full) - model.model_flops_per_step(), L * layer_forward);
+  EXPECT_DOUBLE_EQ(hardware(RecomputeMode::None), model.model_flops_per_step());
+  EXPECT_DOUBLE_EQ(hardware(RecomputeMode::Full) - model.model_flops_per_step(), L * layer_forward);
   // Selective: the attention core only (as the trainer's recomputation pass does).
   double selective = 4 * B * (s * (s + 1) / 2) * h;
-  EXPECT_DOUBLE_EQ(hardware(Recompute::Selective) - model.model_flops_per_step(), L * selective);
+  EXPECT_DOUBLE_EQ(hardware(RecomputeMode::Selective) - model.model_flops_per_step(), L * selective);
 }
 
 TEST(PlannerFlops, TensorParallelismSplitsTheShardedWork) {

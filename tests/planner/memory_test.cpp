@@ -55,16 +55,16 @@ TEST(PlannerMemory, SavedActivationsPerLayerFollowTheClosedForms) {
   const double sbh = b * s * h * 4.0, rows = b * s * 4.0;
   for (int tp : {1, 2, 4}) {
     Workload w = build_workload(c, b, s, tp, DType::F32);
-    const auto& none = w.layer.saved[static_cast<size_t>(Recompute::None)];
+    const auto& none = w.layer.saved[static_cast<size_t>(RecomputeMode::None)];
     EXPECT_DOUBLE_EQ(none.residual, 4 * sbh + 4 * rows) << "tp " << tp;
     EXPECT_DOUBLE_EQ(none.sharded, 12 * sbh / tp + heads / tp * rows) << "tp " << tp;
     // Selective: the attention core is redone from q/k/v, so neither its output nor its
     // log-sum-exp is kept; everything else is.
-    const auto& selective = w.layer.saved[static_cast<size_t>(Recompute::Selective)];
+    const auto& selective = w.layer.saved[static_cast<size_t>(RecomputeMode::Selective)];
     EXPECT_DOUBLE_EQ(selective.residual, 4 * sbh + 4 * rows) << "tp " << tp;
     EXPECT_DOUBLE_EQ(selective.sharded, 11 * sbh / tp) << "tp " << tp;
     // Full: only the layer input.
-    const auto& full = w.layer.saved[static_cast<size_t>(Recompute::Full)];
+    const auto& full = w.layer.saved[static_cast<size_t>(RecomputeMode::Full)];
     EXPECT_DOUBLE_EQ(full.residual, sbh);
     EXPECT_DOUBLE_EQ(full.sharded, 0);
     // Sequence parallelism splits the residual part too: 16 sbh / t in all.

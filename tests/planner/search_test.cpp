@@ -86,13 +86,13 @@ TEST(PlannerSearch, HonoursTheUsersLimits) {
   PlanLimits limits;
   limits.max_tp = 2;
   limits.pp = 2;
-  limits.recompute = Recompute::Selective;
+  limits.recompute = RecomputeMode::Selective;
   SearchResult result = search_plans(model, limits, 100);
   ASSERT_FALSE(result.ranked.empty());
   for (const Prediction& p : result.ranked) {
     EXPECT_LE(p.plan.tp, 2);
     EXPECT_EQ(p.plan.pp, 2);
-    EXPECT_EQ(p.plan.recompute, Recompute::Selective);
+    EXPECT_EQ(p.plan.recompute, RecomputeMode::Selective);
   }
   // Every dimension fixed: one plan, evaluated alone.
   PlanLimits manual;
@@ -102,7 +102,7 @@ TEST(PlannerSearch, HonoursTheUsersLimits) {
   manual.sp = true;
   manual.micro_batch = 4;
   manual.zero = 1;
-  manual.recompute = Recompute::None;
+  manual.recompute = RecomputeMode::None;
   manual.schedule = PipelineSchedule::OneFOneB;
   manual.virtual_stages = 1;
   SearchResult one = search_plans(model, manual, 5);
