@@ -1,9 +1,83 @@
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "comm/mpi_session.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
+
+namespace {
+
+// mpirun (OpenMPI) exports this to every rank it starts.
+bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+// `strata train ... --nproc N` on one host: runs the same command as N ranks
+// under mpirun (as torchrun --nproc-per-node does) and never returns.
+[[noreturn]] void exec_under_mpirun(int ranks, const std::string& config, const std::vector<std::string>& overrides,
+                                    bool profile) {
+  if (launched_by_mpirun()) fail("--nproc: this command already runs under mpirun; drop --nproc or mpirun");
+  std::string mpirun = find_on_path("mpirun");
+  if (mpirun.empty()) fail("--nproc needs mpirun on PATH (Debian: apt-get install openmpi-bin)");
+  std::vector<std::string> args{mpirun, "-np", std::to_string(ranks)};
+  // Threads of a rank must not be pinned to one core (OpenMPI binds to a core by default).
+  args.insert(args.end(), {"--bind-to", "none"});
+  if (ranks > static_cast<int>(std::thread::hardware_concurrency())) args.push_back("--oversubscribe");
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {std::filesystem::read_symlink("/proc/self/exe").string(), "train", config});
+  for (const std::string& assignment : overrides) args.insert(args.end(), {"--set", assignment});
+  if (profile) args.push_back("--profile");
+  std::string shown;
+  for (const std::string& arg : args) shown += (shown.empty() ? "" : " ") + arg;
+  fmt::print("launching: {}\n", shown);
+  std::fflush(stdout);
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ::execv(mpirun.c_str(), argv.data());
+  fail("--nproc: could not start {}: {}", mpirun, std::strerror(errno));
+}
+
+void train(const TrainConfig& config, bool profile) {
+  if (!launched_by_mpirun()) {
+    if (config.dp > 1) {
+      fail("key 'parallel.dp' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
+           "`--nproc {}`",
+           config.dp, config.dp, config.dp);
+    }
+    Trainer trainer(config);
+    if (profile) trainer.enable_profiling();
+    trainer.run();
+    return;
+  }
+  comm::MpiSession mpi;
+  Trainer trainer(config, DataParallel(comm::Communicator::world(), config.dp));
+  if (profile) trainer.enable_profiling();
+  trainer.run();
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto* command = app.add_subcommand("train", "Train a model from a TOML config");
@@ -13,10 +87,13 @@ void add_train_command(CLI::App& app) {
   command->add_option("--set", *overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
   auto profile = std::make_shared<bool>(false);
   command->add_flag("--profile", *profile, "Time every kernel and print the time per op type at the end");
-  command->callback([config_path, overrides, profile] {
-    Trainer trainer(load_train_config(*config_path, *overrides));
-    if (*profile) trainer.enable_profiling();
-    trainer.run();
+  auto nproc = std::make_shared<int>(0);
+  command->add_option("--nproc", *nproc, "Run as N data-parallel ranks on this host (starts mpirun)")
+      ->check(CLI::PositiveNumber);
+  command->callback([config_path, overrides, profile, nproc] {
+    TrainConfig config = load_train_config(*config_path, *overrides);  // bad configs fail before any launch
+    if (*nproc > 0) exec_under_mpirun(*nproc, *config_path, *overrides, *profile);
+    train(config, *profile);
   });
 }
 

@@ -29,14 +29,25 @@ void TokenLoader::next(Tensor& inputs, Tensor& targets) {
                  shape_str(tensor->shape()));
   }
   const int64_t window = batch_size_ * seq_len_;
+  LoaderPosition start = advance();
+  const TokenShard& shard = shards_[static_cast<size_t>(start.shard)];
+  shard.read(start.offset, window, inputs.data<int32_t>());
+  shard.read(start.offset + 1, window, targets.data<int32_t>());
+}
+
+void TokenLoader::skip(int64_t batches) {
+  for (int64_t i = 0; i < batches; ++i) advance();
+}
+
+LoaderPosition TokenLoader::advance() {
+  const int64_t window = batch_size_ * seq_len_;
   if (position_.offset + window + 1 > shards_[static_cast<size_t>(position_.shard)].size()) {
     position_.shard = (position_.shard + 1) % static_cast<int64_t>(shards_.size());
     position_.offset = 0;
   }
-  const TokenShard& shard = shards_[static_cast<size_t>(position_.shard)];
-  shard.read(position_.offset, window, inputs.data<int32_t>());
-  shard.read(position_.offset + 1, window, targets.data<int32_t>());
+  LoaderPosition start = position_;
   position_.offset += window;
+  return start;
 }
 
 TokenBatch TokenLoader::next() {

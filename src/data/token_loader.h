@@ -33,6 +33,9 @@ class TokenLoader {
   // Fills contiguous i32 [B, T] tensors with the next batch.
   void next(Tensor& inputs, Tensor& targets);
   TokenBatch next();
+  // Moves past `batches` batches as next() would, without reading them (the
+  // windows other data-parallel ranks take).
+  void skip(int64_t batches);
 
   LoaderPosition position() const { return position_; }
   // Any shard index and offset in [0, that shard's size] is accepted.
@@ -43,6 +46,8 @@ class TokenLoader {
   const std::vector<TokenShard>& shards() const { return shards_; }
 
  private:
+  LoaderPosition advance();  // the next window's start; moves past it
+
   std::vector<TokenShard> shards_;
   int64_t batch_size_;
   int64_t seq_len_;

@@ -52,6 +52,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.val_batches", &c.val_batches},
       {"parallel.plan", &c.plan},
       {"parallel.cluster", &c.cluster},
+      {"parallel.dp", &c.dp},
+      {"parallel.bucket_mb", &c.bucket_mb},
       {"precision.compute", &c.precision},
       {"precision.fp32_ops", &c.fp32_ops},
       {"precision.loss_scale", &c.loss_scale},
@@ -165,6 +167,8 @@ void TrainConfig::validate() const {
     fail("key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
          "when parallel.plan = \"auto\"");
   }
+  non_negative("parallel.dp", dp);
+  if (!(bucket_mb > 0)) fail("key 'parallel.bucket_mb' must be positive, got {}", bucket_mb);
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
     fail("key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
   }

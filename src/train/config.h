@@ -43,6 +43,8 @@ struct TrainConfig {
   // parallel degrees) for parallel.cluster, recording plan.json in the run dir.
   std::string plan = "manual";
   std::string cluster;  // parallel.cluster: a `strata calibrate` profile or a cluster TOML / preset
+  int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: every rank of the job
+  double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
 
   // precision.compute: "fp32", or "bf16" / "fp16" mixed precision with f32
   // master weights; precision.fp32_ops: op types kept in f32.
@@ -62,6 +64,7 @@ struct TrainConfig {
   int64_t checkpoint_keep = 2;     // 0: keep all
   bool resume = true;              // continue from run_dir/latest when present
 
+  // Micro-batches of one optimizer step, over all data-parallel ranks.
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -39,17 +40,43 @@ TrainingTensors checkpoint_tensors(ParameterSet& params, AdamW& optimizer) {
   return {params, optimizer.first_moments(), optimizer.second_moments()};
 }
 
+std::vector<Shape> shapes_of(const ParameterSet& params) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < params.size(); ++i) shapes.push_back(params.spec(i).shape);
+  return shapes;
+}
+
+// ops.threads = 0: the host's cores shared among the job's ranks on it.
+int threads_per_rank(const TrainConfig& config, const DataParallel& parallel) {
+  if (config.threads > 0) return static_cast<int>(config.threads);
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / parallel.ranks_on_this_host());
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainConfig config)
+Trainer::Trainer(TrainConfig config, DataParallel parallel)
     : config_(std::move(config)),
+      parallel_(std::move(parallel)),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       params_(gpt2_param_specs(config_.model)),
       optimizer_(params_, adamw_settings(config_)),
+      grad_buckets_(shapes_of(params_), static_cast<size_t>(config_.bucket_mb * (1 << 20))),
+      grads_(grad_buckets_.grads()),
       scaler_(loss_scale_settings(config_)) {
-  if (config_.threads > 0) omp_set_num_threads(static_cast<int>(config_.threads));
+  parallel_.check_ranks_agree(to_toml(config_));
+  if (config_.plan == "auto" && parallel_.degree() > 1) {
+    fail("parallel.plan = \"auto\" chooses among single-process layouts only so far; run it on one rank or set "
+         "parallel.plan = \"manual\"");
+  }
+  if (config_.threads > 0 || parallel_.degree() > 1) omp_set_num_threads(threads_per_rank(config_, parallel_));
   if (config_.plan == "auto") plan_ = apply_auto_plan(config_);
+  if (config_.accumulation_steps() % parallel_.degree() != 0) {
+    fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
+         "ranks, so that every rank runs the same number of micro-batches",
+         config_.global_batch, config_.batch_size, parallel_.degree());
+  }
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
@@ -77,7 +104,6 @@ Trainer::Trainer(TrainConfig config)
     graph->bind(model->positions, positions_);
   }
   train_graph_->bind(train_model_.grads.seed, loss_seed_);
-  for (size_t i = 0; i < params_.size(); ++i) grads_.push_back(Tensor::zeros(params_.tensor(i).shape(), DType::F32));
 
   std::filesystem::path run_dir(config_.run_dir);
   bool resumable = config_.resume && std::filesystem::exists(run_dir / "latest");
@@ -96,23 +122,34 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
   return graph.tensor(model.loss).item();
 }
 
+void Trainer::accumulate_gradients(bool first) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[i]));
+    if (first) {
+      grads_[i].copy_from(grad);
+    } else {
+      dispatcher_->run("add", {grads_[i], grad}, {grads_[i]});
+    }
+  }
+}
+
 StepMetrics Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   const int64_t micro_batches = config_.accumulation_steps();
   const double loss_scale = scaler_.scale();
+  // Every rank scales by the global count, so the sum over ranks is the step's mean gradient.
   loss_seed_.data<float>()[0] = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
-  double loss_sum = 0;
-  for (int64_t micro = 0; micro < micro_batches; ++micro) {
-    loss_sum += run_micro_batch(*train_graph_, train_model_, *train_loader_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[i]));
-      if (micro == 0) {
-        grads_[i].copy_from(grad);
-      } else {
-        dispatcher_->run("add", {grads_[i], grad}, {grads_[i]});
-      }
-    }
+  MicroBatchShare share = parallel_.share(micro_batches);
+  train_loader_->skip(share.first);
+  std::vector<double> losses;
+  for (int64_t micro = 0; micro < share.count; ++micro) {
+    losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_));
+    accumulate_gradients(micro == 0);
   }
+  train_loader_->skip(micro_batches - share.first - share.count);
+  parallel_.sum_gradients(grad_buckets_);
+  double loss_sum = 0;
+  for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
   StepMetrics metrics;
   metrics.step = completed_steps_ + 1;
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
@@ -127,8 +164,9 @@ StepMetrics Trainer::step() {
     optimizer_.update(params_, grads_, metrics.lr, optimizer_updates_, *dispatcher_);
   } else {
     metrics.skipped = true;
-    fmt::print("step {}: gradients overflowed (inf/nan) at loss scale {:g}; step skipped, loss scale now {:g}\n",
-               metrics.step, loss_scale, scaler_.scale());
+    print(fmt::format("step {}: gradients overflowed (inf/nan) at loss scale {:g}; step skipped, loss scale now "
+                      "{:g}\n",
+                      metrics.step, loss_scale, scaler_.scale()));
   }
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -138,15 +176,24 @@ StepMetrics Trainer::step() {
 }
 
 double Trainer::validation_loss() {
+  MicroBatchShare share = parallel_.share(config_.val_batches);
   val_loader_->seek({});
-  double total = 0;
-  for (int64_t batch = 0; batch < config_.val_batches; ++batch) {
-    total += run_micro_batch(*eval_graph_, eval_model_, *val_loader_);
+  val_loader_->skip(share.first);
+  std::vector<double> losses;
+  for (int64_t batch = 0; batch < share.count; ++batch) {
+    losses.push_back(run_micro_batch(*eval_graph_, eval_model_, *val_loader_));
   }
+  double total = 0;
+  for (double loss : parallel_.gather(losses, config_.val_batches)) total += loss;
   return total / static_cast<double>(config_.val_batches);
 }
 
+void Trainer::print(const std::string& text) const {
+  if (parallel_.reports()) fmt::print("{}", text);
+}
+
 void Trainer::save_checkpoint() {
+  if (!parallel_.reports()) return;  // every rank holds the same state; rank 0 writes it
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
@@ -167,7 +214,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
   if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
-  fmt::print("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_);
+  print(fmt::format("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_));
 }
 
 std::string Trainer::precision_summary() const {
@@ -201,19 +248,28 @@ std::string Trainer::precision_summary() const {
 
 void Trainer::run() {
   std::filesystem::path run_dir(config_.run_dir);
-  std::filesystem::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.toml", to_toml(config_));
-  fmt::print("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
-             config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
-             config_.model.block_size, static_cast<double>(params_.count()) / 1e6);
-  fmt::print("backend: {} ({} threads); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
-             omp_get_max_threads(), static_cast<double>(arena_bytes()) / (1 << 20),
-             static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20));
+  std::optional<MetricsLog> log;
+  if (parallel_.reports()) {
+    std::filesystem::create_directories(run_dir);
+    write_file_atomic(run_dir / "config.toml", to_toml(config_));
+    if (plan_) write_plan_record(run_dir, *plan_);
+    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps);
+  }
+  print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
+                    config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
+                    config_.model.block_size, static_cast<double>(params_.count()) / 1e6));
+  if (parallel_.degree() > 1) {
+    print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; gradients in {} "
+                      "bucket(s) of up to {:g} MiB\n",
+                      parallel_.degree(), config_.batch_size, config_.accumulation_steps() / parallel_.degree(),
+                      grad_buckets_.size(), config_.bucket_mb));
+  }
+  print(fmt::format("backend: {} ({} threads{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
+                    omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",
+                    static_cast<double>(arena_bytes()) / (1 << 20),
+                    static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20)));
+  print(precision_summary());
 
-  fmt::print("{}", precision_summary());
-  if (plan_) write_plan_record(run_dir, *plan_);
-
-  MetricsLog log((run_dir / "metrics.jsonl").string(), config_.steps);
   std::vector<double> step_seconds;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
@@ -225,13 +281,14 @@ void Trainer::run() {
       metrics.val_loss = validation_loss();
     }
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    log.record(metrics, elapsed * static_cast<double>(completed_steps_) /
+    if (log) log->record(metrics, elapsed * static_cast<double>(completed_steps_) /
                             static_cast<double>(std::max<int64_t>(completed_steps_ - first_step, 1)));
     if (last || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
       save_checkpoint();
     }
   }
-  log.finish();
+  if (!log) return;  // the reporting rank prints the summaries
+  log->finish();
   if (plan_ && step_seconds.size() > 1) {
     // The median after the first step (which pays first-touch costs) is the measured step time.
     std::vector<double> steady(step_seconds.begin() + 1, step_seconds.end());

@@ -1,13 +1,16 @@
 #pragma once
-// The training loop: hardware-agnostic. It builds the GPT-2 graph once, runs
-// micro-batches through the compiled graph on the configured backend,
-// accumulates gradients, clips, steps AdamW, validates, logs and checkpoints.
+// The training loop: hardware- and layout-agnostic. It builds the GPT-2 graph
+// once, runs its share of each step's micro-batches (parallel/) through the
+// compiled graph on the configured backend, accumulates and combines
+// gradients, clips, steps AdamW, validates, logs and checkpoints.
 #include <memory>
 #include <optional>
 
 #include "data/token_loader.h"
 #include "graph/executor.h"
 #include "model/gpt2.h"
+#include "parallel/data_parallel.h"
+#include "parallel/gradient_buckets.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
 #include "train/loss_scaler.h"
@@ -19,7 +22,8 @@ namespace strata {
 
 class Trainer {
  public:
-  explicit Trainer(TrainConfig config);
+  // `parallel` spreads each step over ranks; the default is one process.
+  explicit Trainer(TrainConfig config, DataParallel parallel = {});
 
   // Trains from the current step to train.steps, validating and saving on
   // schedule and at the end. Prints the fallback summary.
@@ -40,8 +44,11 @@ class Trainer {
   void restore(const std::filesystem::path& checkpoint_dir);
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader);
+  void accumulate_gradients(bool first);
+  void print(const std::string& text) const;  // on the reporting rank only
 
   TrainConfig config_;
+  DataParallel parallel_;
   std::optional<AutoPlan> plan_;  // parallel.plan = "auto"
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
@@ -54,7 +61,8 @@ class Trainer {
   Tensor tokens_, targets_;
   Tensor positions_;
   Tensor loss_seed_;
-  std::vector<Tensor> grads_;  // accumulated over a step's micro-batches
+  GradientBuckets grad_buckets_;  // accumulated over a step's micro-batches, then summed over ranks
+  std::vector<Tensor>& grads_;    // per parameter, views into grad_buckets_
   LossScaler scaler_;
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
   std::unique_ptr<TokenLoader> train_loader_;

@@ -1,0 +1,58 @@
+#pragma once
+// Data parallelism as the trainer sees it: which share of a step's
+// micro-batches this rank runs, the sum of every rank's gradients, the step's
+// losses in global order, and which rank reports. One process is the same
+// object with a degree of 1 and no communicator, so the training loop has a
+// single code path for every layout.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "parallel/gradient_buckets.h"
+
+namespace strata {
+
+// Micro-batches [first, first + count) of a step's global sequence.
+struct MicroBatchShare {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+class DataParallel {
+ public:
+  DataParallel() = default;  // one process
+  // Every rank of `world` in one data-parallel group; `requested_degree` is
+  // parallel.dp (0: the world size) and must equal the world size, since data
+  // parallelism is the only dimension the runtime executes yet.
+  DataParallel(comm::Communicator world, int64_t requested_degree);
+
+  int degree() const { return group_ ? group_->size() : 1; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  bool reports() const { return rank() == 0; }  // prints progress, writes metrics and checkpoints
+  // Ranks of this job on this host (threads per rank default to cores / this).
+  int ranks_on_this_host() const;
+
+  // Rank r of D takes the contiguous block [r*n/D, (r+1)*n/D) of a step's n
+  // micro-batches: a single process running them in order reads the same
+  // token windows. n need not divide evenly (validation batches).
+  MicroBatchShare share(int64_t micro_batches) const;
+
+  // Sums every rank's bucket into every rank's, one collective per bucket,
+  // all in flight together (bit-identical on every rank).
+  void sum_gradients(GradientBuckets& buckets);
+  // The values of all `total` micro-batches of a step, each rank giving those
+  // of its share: in global order, the same vector on every rank.
+  std::vector<double> gather(const std::vector<double>& mine, int64_t total);
+  void barrier();
+
+  // Fails on every rank, naming the first differing key, when ranks were
+  // started with different resolved configs or different strata binaries.
+  void check_ranks_agree(const std::string& resolved_config);
+
+ private:
+  std::optional<comm::Communicator> group_;
+};
+
+}  // namespace strata

@@ -1,0 +1,272 @@
+// Data parallelism end to end: `mpirun -np D strata train` against one process
+// running the same global batch with gradient accumulation (the reference),
+// compared on the per-step losses of metrics.jsonl and the saved parameters
+// and AdamW moments.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "data/corpus.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LaunchResult {
+  int exit_code;
+  std::string output;
+};
+
+// Every launch is bounded: a rank that hangs fails the test instead of CI.
+LaunchResult shell(const std::string& command) {
+  FILE* pipe = popen(("timeout --kill-after=10 180 " + command + " 2>&1").c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t read = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, read);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+std::string mpirun(int ranks) {
+  return std::string(STRATA_MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " +
+         std::to_string(ranks) + " ";
+}
+
+class DataParallelRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(fs::temp_directory_path() / ("strata_parallel_test_" + std::to_string(::getpid())));
+    fs::create_directories(*root_);
+    std::ofstream text(*root_ / "corpus.txt");
+    const char* verses[] = {"In the beginning God created the heaven and the earth.",
+                            "And the earth was without form, and void; and darkness was upon the deep.",
+                            "And God said, Let there be light: and there was light.",
+                            "And God saw the light, that it was good: and God divided the light."};
+    for (int i = 0; i < 600; ++i) text << verses[i % 4] << " " << i << "\n";
+    text.close();
+    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
+    std::ofstream config(*root_ / "tiny.toml");
+    config << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab_size = 320\nblock_size = 16\n"
+           << "[data]\ndir = \"" << (*root_ / "data").string() << "\"\n"
+           << "[ops]\nthreads = 1\n"
+           << "[train]\nsteps = 20\nwarmup_steps = 3\nlr = 3e-3\nlr_min = 3e-4\ngrad_clip = 0.5\n"
+           << "val_every = 10\nval_batches = 3\n"
+           << "[checkpoint]\nevery = 0\nresume = false\n";
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root_);
+    delete root_;
+  }
+
+  // `launcher` is "" (one process) or mpirun(D); returns the run directory.
+  fs::path train(const std::string& name, const std::string& launcher, const std::string& settings) {
+    fs::path run_dir = *root_ / name;
+    LaunchResult run = shell(launcher + STRATA_EXECUTABLE + " train " + (*root_ / "tiny.toml").string() +
+                    " --set checkpoint.dir=" + run_dir.string() + " " + settings);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    last_output_ = run.output;
+    return run_dir;
+  }
+
+  static std::vector<nlohmann::json> metrics(const fs::path& run_dir) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  static std::string bytes_of(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+  static void expect_identical_runs(const fs::path& a, const fs::path& b, const std::string& step_dir) {
+    std::vector<nlohmann::json> ma = metrics(a), mb = metrics(b);
+    ASSERT_EQ(ma.size(), mb.size());
+    for (size_t i = 0; i < ma.size(); ++i) {
+      for (const char* key : {"loss", "grad_norm", "val_loss"}) {
+        if (ma[i].contains(key)) {
+          EXPECT_EQ(ma[i][key].dump(), mb[i][key].dump()) << key << " at line " << i;
+        }
+      }
+    }
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      EXPECT_TRUE(bytes_of(a / step_dir / file) == bytes_of(b / step_dir / file)) << file << " differs";
+    }
+  }
+
+  static const fs::path& root() { return *root_; }
+
+  std::string last_output_;  // of the latest train()
+
+ private:
+  static inline fs::path* root_ = nullptr;
+};
+
+const std::string kTwoMicroBatches = "--set train.batch_size=2 --set train.global_batch=4";
+
+TEST_F(DataParallelRun, TwoRanksAreBitIdenticalToOneProcessAccumulatingTwoMicroBatches) {
+  fs::path single = train("single_fp32", "", kTwoMicroBatches);
+  fs::path dp2 = train("dp2_fp32", mpirun(2), kTwoMicroBatches);
+  expect_identical_runs(single, dp2, "step_00000020");
+}
+
+TEST_F(DataParallelRun, SeveralGradientBucketsAndBf16StayBitIdentical) {
+  // 0.004 MiB buckets: the 2-layer model's gradients take several.
+  std::string settings = kTwoMicroBatches + " --set parallel.bucket_mb=0.004 --set precision.compute=bf16";
+  fs::path single = train("single_bf16", "", settings);
+  fs::path dp2 = train("dp2_bf16", mpirun(2), settings);
+  EXPECT_EQ(last_output_.find("gradients in 1 bucket"), std::string::npos) << last_output_;
+  expect_identical_runs(single, dp2, "step_00000020");
+}
+
+// Largest |want - got| and largest |want| over elements [begin, end).
+std::pair<double, double> worst_and_largest(const Tensor& want, const Tensor& got, int64_t begin, int64_t end) {
+  double worst = 0, largest = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    largest = std::max(largest, std::abs(double(want.data<float>()[i])));
+    worst = std::max(worst, std::abs(double(want.data<float>()[i]) - double(got.data<float>()[i])));
+  }
+  return {worst, largest};
+}
+
+// Per-rank accumulation and a different summation order round differently:
+// losses within 1e-6 relative per step, parameters within 1e-5 of each tensor's largest value.
+// One exception, checked for what it is: the key part of c_attn's bias has an exactly zero
+// gradient (adding a constant to every key leaves each softmax row unchanged), so it holds only
+// Adam's normalised rounding noise, which any other summation order changes. It must stay at
+// noise level in both runs.
+TEST_F(DataParallelRun, ThreeAndFourRanksAgreeWithOneProcessWithinTolerance) {
+  const std::string settings = "--set train.batch_size=1 --set train.global_batch=12";
+  fs::path single = train("single_12", "", settings);
+  TensorMap reference = read_safetensors(single / "step_00000020" / "model.safetensors");
+  for (int ranks : {3, 4}) {
+    fs::path parallel = train("dp" + std::to_string(ranks) + "_12", mpirun(ranks), settings);
+    std::vector<nlohmann::json> expected = metrics(single), got = metrics(parallel);
+    ASSERT_EQ(expected.size(), got.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double a = expected[i]["loss"], b = got[i]["loss"];
+      EXPECT_LE(std::abs(a - b), 1e-6 * std::abs(a)) << ranks << " ranks, step " << i + 1;
+    }
+    for (const auto& [name, tensor] : read_safetensors(parallel / "step_00000020" / "model.safetensors")) {
+      const Tensor& want = reference.at(name);
+      const int64_t n = want.numel();
+      if (name.ends_with("attn.c_attn.bias")) {
+        const int64_t c = n / 3;
+        for (int64_t begin : {int64_t{0}, 2 * c}) {  // queries, values
+          auto [worst, largest] = worst_and_largest(want, tensor, begin, begin + c);
+          EXPECT_LE(worst, 1e-5 * largest) << ranks << " ranks, " << name << " from " << begin;
+        }
+        double query_scale = worst_and_largest(want, tensor, 0, c).second;
+        Tensor zero = Tensor::zeros(want.shape(), DType::F32);
+        for (const Tensor* run : {&want, &tensor}) {
+          EXPECT_LE(worst_and_largest(zero, *run, c, 2 * c).first, 1e-3 * query_scale) << name << " keys";
+        }
+        continue;
+      }
+      auto [worst, largest] = worst_and_largest(want, tensor, 0, n);
+      EXPECT_LE(worst, 1e-5 * largest) << ranks << " ranks, " << name;
+    }
+  }
+}
+
+TEST_F(DataParallelRun, ResumeContinuesBitIdenticallyWithTheSameOrAnotherDegree) {
+  const std::string settings = kTwoMicroBatches + " --set checkpoint.every=10 --set checkpoint.keep=0";
+  fs::path straight = train("straight", mpirun(2), settings);
+  for (auto [name, launcher] : {std::pair{"resumed_dp2", mpirun(2)}, std::pair{"resumed_dp1", std::string()}}) {
+    // A copy of the run as it stood after step 10.
+    fs::path resumed = root() / name;
+    fs::create_directories(resumed);
+    fs::copy(straight / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
+    std::ofstream(resumed / "latest") << "step_00000010";
+    std::vector<nlohmann::json> lines = metrics(straight);
+    std::ofstream log(resumed / "metrics.jsonl");
+    for (size_t i = 0; i < 10; ++i) log << lines[i].dump() << "\n";
+    log.close();
+    train(name, launcher, settings + " --set checkpoint.resume=true");
+    expect_identical_runs(straight, resumed, "step_00000020");
+  }
+}
+
+// A rank killed mid-run: the survivor's next collective times out (5 s here) and
+// ends the job with an error naming the collective and the peer it waits on.
+TEST_F(DataParallelRun, AKilledRankEndsTheOthersWithANamedErrorWithinTheTimeout) {
+  fs::path run_dir = root() / "killed";
+  std::string launch = "env STRATA_COMM_TIMEOUT=5 " + std::string(STRATA_MPIRUN) +
+                       " --allow-run-as-root --oversubscribe --bind-to none -x STRATA_COMM_TIMEOUT"
+                       " --mca orte_abort_on_non_zero_status 0 -np 2 " + STRATA_EXECUTABLE + " train " +
+                       (root() / "tiny.toml").string() + " --set checkpoint.dir=" + run_dir.string() +
+                       " " + kTwoMicroBatches + " --set train.steps=1000000 --set train.val_every=0";
+  // Start the job, wait for its first steps, kill one rank (not mpirun), report how long the rest took.
+  std::string script = "(" + launch + " > " + (root() / "killed.log").string() + " 2>&1; echo exit=$?) & " +
+                       "for i in $(seq 100); do [ -s " + (run_dir / "metrics.jsonl").string() +
+                       " ] && break; sleep 0.2; done; sleep 1; "
+                       "victim=$(pgrep -f 'checkpoint.dir=" + run_dir.string() + "' -a | grep -v mpirun | "
+                       "grep -v 'bash -c' | tail -1 | cut -d' ' -f1); kill -9 $victim; start=$(date +%s); wait; "
+                       "echo seconds=$(( $(date +%s) - start )); cat " + (root() / "killed.log").string();
+  fs::path script_file = root() / "kill_a_rank.sh";
+  std::ofstream(script_file) << script << "\n";
+  LaunchResult run = shell("bash " + script_file.string());
+  EXPECT_EQ(run.output.find("exit=0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("no progress for 5.0 s (the timeout); waiting for peer rank"), std::string::npos)
+      << run.output;
+  auto seconds_at = run.output.find("seconds=");
+  ASSERT_NE(seconds_at, std::string::npos) << run.output;
+  EXPECT_LE(std::stoi(run.output.substr(seconds_at + 8)), 30) << run.output;
+}
+
+TEST_F(DataParallelRun, RanksStartedWithDifferentConfigsAreRefusedNamingTheKey) {
+  std::string command = std::string(STRATA_EXECUTABLE) + " train " + (root() / "tiny.toml").string() +
+                        " --set checkpoint.dir=" + (root() / "mismatch").string();
+  LaunchResult run = shell(std::string(STRATA_MPIRUN) + " --allow-run-as-root --oversubscribe -np 1 " + command + " : -np 1 " +
+                  command + " --set train.lr=0.002");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find("rank 1 was started with a config that differs from rank 0's, first at key 'train.lr'"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
+  std::string config = (root() / "tiny.toml").string() + " --set checkpoint.dir=" + (root() / "bad").string();
+  LaunchResult wrong_degree = shell(mpirun(2) + STRATA_EXECUTABLE + " train " + config + " --set parallel.dp=3");
+  EXPECT_NE(wrong_degree.exit_code, 0);
+  EXPECT_NE(wrong_degree.output.find("key 'parallel.dp' is 3 but the job has 2 ranks"), std::string::npos)
+      << wrong_degree.output;
+  LaunchResult uneven = shell(mpirun(2) + STRATA_EXECUTABLE + " train " + config +
+                     " --set train.batch_size=2 --set train.global_batch=2");
+  EXPECT_NE(uneven.exit_code, 0);
+  EXPECT_NE(uneven.output.find("key 'train.global_batch' (2) must be a multiple"), std::string::npos)
+      << uneven.output;
+  LaunchResult one_process = shell(std::string(STRATA_EXECUTABLE) + " train " + config + " --set parallel.dp=2");
+  EXPECT_NE(one_process.exit_code, 0);
+  EXPECT_NE(one_process.output.find("key 'parallel.dp' is 2 but this is one process"), std::string::npos)
+      << one_process.output;
+  LaunchResult nested = shell(mpirun(1) + STRATA_EXECUTABLE + " train " + config + " --nproc 2");
+  EXPECT_NE(nested.exit_code, 0);
+  EXPECT_NE(nested.output.find("already runs under mpirun"), std::string::npos) << nested.output;
+  LaunchResult no_mpirun = shell("env PATH=/nonexistent " + std::string(STRATA_EXECUTABLE) + " train " + config + " --nproc 2");
+  EXPECT_NE(no_mpirun.exit_code, 0);
+  EXPECT_NE(no_mpirun.output.find("--nproc needs mpirun on PATH"), std::string::npos) << no_mpirun.output;
+}
+
+TEST_F(DataParallelRun, NprocLaunchesTheSameRunUnderMpirunAndSaysHow) {
+  LaunchResult run = shell(std::string(STRATA_EXECUTABLE) + " train " + (root() / "tiny.toml").string() +
+                  " --set checkpoint.dir=" + (root() / "nproc").string() + " " + kTwoMicroBatches +
+                  " --set train.steps=3 --nproc 2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("launching: "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("data parallel: 2 ranks"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace strata
