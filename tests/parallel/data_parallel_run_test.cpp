@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ckpt/safetensors.h"
-#include "data/corpus.h"
+#include "support/tiny_corpus.h"
 
 namespace strata {
 namespace {
@@ -46,18 +46,10 @@ class DataParallelRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new fs::path(fs::temp_directory_path() / ("strata_parallel_test_" + std::to_string(::getpid())));
-    fs::create_directories(*root_);
-    std::ofstream text(*root_ / "corpus.txt");
-    const char* verses[] = {"In the beginning God created the heaven and the earth.",
-                            "And the earth was without form, and void; and darkness was upon the deep.",
-                            "And God said, Let there be light: and there was light.",
-                            "And God saw the light, that it was good: and God divided the light."};
-    for (int i = 0; i < 600; ++i) text << verses[i % 4] << " " << i << "\n";
-    text.close();
-    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
+    fs::path data = testing::prepare_tiny_corpus(*root_, 600);
     std::ofstream config(*root_ / "tiny.toml");
     config << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab_size = 320\nblock_size = 16\n"
-           << "[data]\ndir = \"" << (*root_ / "data").string() << "\"\n"
+           << "[data]\ndir = \"" << data.string() << "\"\n"
            << "[ops]\nthreads = 1\n"
            << "[train]\nsteps = 20\nwarmup_steps = 3\nlr = 3e-3\nlr_min = 3e-4\ngrad_clip = 0.5\n"
            << "val_every = 10\nval_batches = 3\n"

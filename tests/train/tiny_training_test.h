@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data/corpus.h"
+#include "support/tiny_corpus.h"
 #include "train/config.h"
 
 namespace strata::testing {
@@ -20,15 +20,7 @@ class TinyTrainingTest : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                       ("strata_training_test_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*root_);
-    std::ofstream text(*root_ / "corpus.txt");
-    const char* verses[] = {"In the beginning God created the heaven and the earth.",
-                            "And the earth was without form, and void.",
-                            "And God said, Let there be light: and there was light.",
-                            "And God saw the light, that it was good."};
-    for (int i = 0; i < 400; ++i) text << verses[i % 4] << " " << i << "\n";
-    text.close();
-    prepare_corpus({*root_ / "corpus.txt"}, *root_ / "data", 300);
+    prepare_tiny_corpus(*root_, 400);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*root_);
