@@ -34,7 +34,7 @@ void CompiledGraph::bind(int value, const Tensor& tensor) {
   node_inputs_.clear();  // rebuilt lazily: views changed
 }
 
-void CompiledGraph::run() {
+void CompiledGraph::run(const NodeHook& after_node) {
   if (node_inputs_.empty()) {
     for (int id = 0; id < graph_.num_values(); ++id) {
       if (!tensors_[static_cast<size_t>(id)].defined()) fail("graph value '{}' is not bound", graph_.value(id).name);
@@ -56,6 +56,7 @@ void CompiledGraph::run() {
       timings_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++timings_[i].calls;
     }
+    if (after_node) after_node(static_cast<int>(i));
   }
 }
 

@@ -2,6 +2,7 @@
 // Runs a graph on a backend. Compilation resolves every node's kernel once
 // (recording fallbacks), plans the arena and creates the tensor views; each
 // run then only calls kernels.
+#include <functional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -23,7 +24,10 @@ class CompiledGraph {
 
   // Inputs and params are bound to tensors owned elsewhere (checked for shape and dtype).
   void bind(int value, const Tensor& tensor);
-  void run();
+  // `after_node(id)` runs after each node's kernel (the data-parallel runtime
+  // starts gradient reductions there).
+  using NodeHook = std::function<void(int node)>;
+  void run(const NodeHook& after_node = {});
   Tensor tensor(int value) const;  // the view of any value (intermediates: only while valid)
 
   const Graph& graph() const { return graph_; }

@@ -80,15 +80,10 @@ MicroBatchShare DataParallel::share(int64_t micro_batches) const {
   return {first, (r + 1) * micro_batches / d - first};
 }
 
-void DataParallel::sum_gradients(GradientBuckets& buckets) {
-  if (!group_) return;
-  std::vector<comm::Handle> in_flight;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    Tensor& bucket = buckets.bucket(i);
-    in_flight.push_back(group_->all_reduce_async(bucket.data<float>(), bucket.data<float>(),
-                                                 static_cast<size_t>(bucket.numel()), DType::F32, comm::ReduceOp::Sum));
-  }
-  for (comm::Handle& handle : in_flight) handle.wait();
+comm::Handle DataParallel::sum_async(Tensor& bucket) {
+  STRATA_CHECK(group_.has_value(), "summing gradients over ranks in a single process");
+  return group_->all_reduce_async(bucket.data<float>(), bucket.data<float>(), static_cast<size_t>(bucket.numel()),
+                                  DType::F32, comm::ReduceOp::Sum);
 }
 
 std::vector<double> DataParallel::gather(const std::vector<double>& mine, int64_t total) {

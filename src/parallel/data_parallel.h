@@ -39,9 +39,9 @@ class DataParallel {
   // token windows. n need not divide evenly (validation batches).
   MicroBatchShare share(int64_t micro_batches) const;
 
-  // Sums every rank's bucket into every rank's, one collective per bucket,
-  // all in flight together (bit-identical on every rank).
-  void sum_gradients(GradientBuckets& buckets);
+  // Starts summing a gradient bucket over the ranks, in place (fp32, the
+  // same bits on every rank). Only valid with more than one rank.
+  comm::Handle sum_async(Tensor& bucket);
   // The values of all `total` micro-batches of a step, each rank giving those
   // of its share: in global order, the same vector on every rank.
   std::vector<double> gather(const std::vector<double>& mine, int64_t total);

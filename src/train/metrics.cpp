@@ -22,6 +22,7 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   if (m.val_loss) line["val_loss"] = *m.val_loss;
   if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
   if (m.skipped) line["skipped"] = true;
+  if (m.comm_wait_s) line["comm_wait_s"] = *m.comm_wait_s;
   file_ << line.dump() << "\n";
   file_.flush();
   if (!file_) fail("writing metrics file '{}' failed", path_);

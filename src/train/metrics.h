@@ -17,6 +17,9 @@ struct StepMetrics {
   std::optional<double> val_loss;
   std::optional<double> loss_scale;  // fp16: the scale the step's gradients were computed with
   bool skipped = false;              // fp16: gradients overflowed, parameters left unchanged
+  // Data parallelism: seconds spent waiting for the gradient sums after the
+  // backward pass (the communication it did not hide).
+  std::optional<double> comm_wait_s;
 };
 
 class MetricsLog {

@@ -104,6 +104,11 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
     graph->bind(model->positions, positions_);
   }
   train_graph_->bind(train_model_.grads.seed, loss_seed_);
+  std::vector<int> ready_after;
+  for (int param : train_model_.params) {
+    ready_after.push_back(train_model_.graph.value(train_model_.grads.of.at(param)).producer);
+  }
+  grad_sync_ = std::make_unique<GradientSync>(parallel_, grad_buckets_, ready_after, train_model_.graph.num_nodes());
 
   std::filesystem::path run_dir(config_.run_dir);
   bool resumable = config_.resume && std::filesystem::exists(run_dir / "latest");
@@ -116,20 +121,19 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   }
 }
 
-double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader) {
+double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
+                                const CompiledGraph::NodeHook& after_node) {
   loader.next(tokens_, targets_);
-  graph.run();
+  graph.run(after_node);
   return graph.tensor(model.loss).item();
 }
 
-void Trainer::accumulate_gradients(bool first) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[i]));
-    if (first) {
-      grads_[i].copy_from(grad);
-    } else {
-      dispatcher_->run("add", {grads_[i], grad}, {grads_[i]});
-    }
+void Trainer::collect_gradient(size_t parameter, bool first_micro_batch) {
+  Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[parameter]));
+  if (first_micro_batch) {
+    grads_[parameter].copy_from(grad);
+  } else {
+    dispatcher_->run("add", {grads_[parameter], grad}, {grads_[parameter]});
   }
 }
 
@@ -143,17 +147,20 @@ StepMetrics Trainer::step() {
   train_loader_->skip(share.first);
   std::vector<double> losses;
   for (int64_t micro = 0; micro < share.count; ++micro) {
-    losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_));
-    accumulate_gradients(micro == 0);
+    const bool first = micro == 0, last = micro + 1 == share.count;
+    losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_, [&](int node) {
+      grad_sync_->after_node(node, last, [&](size_t parameter) { collect_gradient(parameter, first); });
+    }));
   }
   train_loader_->skip(micro_batches - share.first - share.count);
-  parallel_.sum_gradients(grad_buckets_);
+  const double comm_wait_s = grad_sync_->finish();
   double loss_sum = 0;
   for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
   StepMetrics metrics;
   metrics.step = completed_steps_ + 1;
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
   metrics.lr = schedule_.at(completed_steps_);
+  if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
   if (loss_scale != 1.0) {
     for (Tensor& grad : grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
   }

@@ -11,6 +11,7 @@
 #include "model/gpt2.h"
 #include "parallel/data_parallel.h"
 #include "parallel/gradient_buckets.h"
+#include "parallel/gradient_sync.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
 #include "train/loss_scaler.h"
@@ -43,8 +44,9 @@ class Trainer {
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
-  double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader);
-  void accumulate_gradients(bool first);
+  double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
+                         const CompiledGraph::NodeHook& after_node = {});
+  void collect_gradient(size_t parameter, bool first_micro_batch);
   void print(const std::string& text) const;  // on the reporting rank only
 
   TrainConfig config_;
@@ -63,6 +65,7 @@ class Trainer {
   Tensor loss_seed_;
   GradientBuckets grad_buckets_;  // accumulated over a step's micro-batches, then summed over ranks
   std::vector<Tensor>& grads_;    // per parameter, views into grad_buckets_
+  std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   LossScaler scaler_;
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
   std::unique_ptr<TokenLoader> train_loader_;
