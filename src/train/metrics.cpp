@@ -11,8 +11,11 @@
 
 namespace strata {
 
-MetricsLog::MetricsLog(const std::string& path, int64_t total_steps)
-    : file_(path, std::ios::app), path_(path), total_steps_(total_steps), terminal_(isatty(STDOUT_FILENO) != 0) {
+MetricsLog::MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar)
+    : file_(path, std::ios::app),
+      path_(path),
+      total_steps_(total_steps),
+      terminal_(progress_bar && isatty(STDOUT_FILENO) != 0) {
   if (!file_) fail("cannot open metrics file '{}' for writing", path);
 }
 

@@ -24,8 +24,9 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  // Appends to `path` (a resumed run continues its file).
-  MetricsLog(const std::string& path, int64_t total_steps);
+  // Appends to `path` (a resumed run continues its file). With `progress_bar`
+  // and stdout a terminal, progress redraws one line; otherwise one line per step.
+  MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar = true);
   void record(const StepMetrics& metrics, double elapsed_s);
   void finish();
 

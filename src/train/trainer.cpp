@@ -260,7 +260,8 @@ void Trainer::run() {
     std::filesystem::create_directories(run_dir);
     write_file_atomic(run_dir / "config.toml", to_toml(config_));
     if (plan_) write_plan_record(run_dir, *plan_);
-    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps);
+    // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
+    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps, /*progress_bar=*/parallel_.degree() == 1);
   }
   print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
