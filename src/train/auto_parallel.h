@@ -1,7 +1,8 @@
 #pragma once
 // `parallel.plan = "auto"`: asks the planner for the best layout of this job
-// on the configured hardware, within what the trainer can execute (one
-// process for now), and applies it to the configuration.
+// on the configured hardware, within what the runtime executes for the ranks
+// it was launched with (data parallelism over all of them, no ZeRO, no
+// recomputation: the planner chooses the micro-batch), and applies it.
 #include <filesystem>
 
 #include "planner/auto_plan.h"
@@ -9,7 +10,14 @@
 
 namespace strata {
 
-// Chooses the plan and sets config.batch_size to its micro-batch.
-AutoPlan apply_auto_plan(TrainConfig& config);
+struct AppliedPlan {
+  AutoPlan plan;
+  std::string summary;  // the start-up line: the chosen plan and its prediction
+};
+
+// Chooses the plan for `ranks` data-parallel ranks of `threads_per_rank`
+// threads (0: as the profile was measured) on one host and sets
+// config.batch_size to its micro-batch.
+AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank);
 
 }  // namespace strata

@@ -66,12 +66,14 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
       grads_(grad_buckets_.grads()),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
-  if (config_.plan == "auto" && parallel_.degree() > 1) {
-    fail("parallel.plan = \"auto\" chooses among single-process layouts only so far; run it on one rank or set "
-         "parallel.plan = \"manual\"");
+  const bool threads_chosen = config_.threads > 0 || parallel_.degree() > 1;
+  if (threads_chosen) omp_set_num_threads(threads_per_rank(config_, parallel_));
+  if (config_.plan == "auto") {
+    AppliedPlan applied =
+        apply_auto_plan(config_, parallel_.degree(), threads_chosen ? threads_per_rank(config_, parallel_) : 0);
+    plan_ = std::move(applied.plan);
+    print(applied.summary);
   }
-  if (config_.threads > 0 || parallel_.degree() > 1) omp_set_num_threads(threads_per_rank(config_, parallel_));
-  if (config_.plan == "auto") plan_ = apply_auto_plan(config_);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
          "ranks, so that every rank runs the same number of micro-batches",

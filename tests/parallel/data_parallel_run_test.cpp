@@ -251,6 +251,25 @@ TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
   EXPECT_NE(no_mpirun.output.find("--nproc needs mpirun on PATH"), std::string::npos) << no_mpirun.output;
 }
 
+// parallel.plan = "auto" on 2 ranks: the planner chooses among 2-rank data-parallel layouts,
+// the run executes exactly that micro-batch, and plan.json holds prediction and measurement.
+TEST_F(DataParallelRun, AutoPlanChoosesForTheLaunchedRanksAndTheRunExecutesIt) {
+  fs::path run_dir = train("auto_dp2", mpirun(2),
+                           "--set train.global_batch=8 --set train.steps=4 --set parallel.plan=auto "
+                           "--set parallel.cluster=this-machine");
+  nlohmann::json record = nlohmann::json::parse(std::ifstream(run_dir / "plan.json"));
+  const nlohmann::json& chosen = record["chosen"]["plan"];
+  EXPECT_EQ(chosen["dp"], 2);
+  EXPECT_EQ(chosen["tp"], 1);
+  EXPECT_EQ(chosen["pp"], 1);
+  int micro_batch = chosen["micro_batch"];
+  EXPECT_NE(last_output_.find("data parallel: 2 ranks, micro-batches of " + std::to_string(micro_batch) + " rows"),
+            std::string::npos)
+      << last_output_;
+  EXPECT_GT(record["measured"]["step_s"].get<double>(), 0.0);
+  EXPECT_GT(record["chosen"]["step_s"].get<double>(), 0.0);
+}
+
 TEST_F(DataParallelRun, NprocLaunchesTheSameRunUnderMpirunAndSaysHow) {
   LaunchResult run = shell(std::string(STRATA_EXECUTABLE) + " train " + (root() / "tiny.toml").string() +
                   " --set checkpoint.dir=" + (root() / "nproc").string() + " " + kTwoMicroBatches +
