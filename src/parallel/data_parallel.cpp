@@ -104,6 +104,14 @@ std::vector<double> DataParallel::gather(const std::vector<double>& mine, int64_
   return ordered;
 }
 
+void DataParallel::all_gather(const float* in, float* out, size_t count) {
+  if (!group_) {
+    std::memcpy(out, in, count * sizeof(float));
+    return;
+  }
+  group_->all_gather(in, out, count, DType::F32);
+}
+
 void DataParallel::barrier() {
   if (group_) group_->barrier();
 }

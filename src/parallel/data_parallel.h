@@ -42,6 +42,8 @@ class DataParallel {
   // Starts summing a gradient bucket over the ranks, in place (fp32, the
   // same bits on every rank). Only valid with more than one rank.
   comm::Handle sum_async(Tensor& bucket);
+  // out gets every rank's `count` floats of `in`, rank r's at r * count.
+  void all_gather(const float* in, float* out, size_t count);
   // The values of all `total` micro-batches of a step, each rank giving those
   // of its share: in global order, the same vector on every rank.
   std::vector<double> gather(const std::vector<double>& mine, int64_t total);

@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string cluster;  // parallel.cluster: a `strata calibrate` profile or a cluster TOML / preset
   int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: every rank of the job
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
+  int64_t zero = 0;        // parallel.zero: 0, or 1 (AdamW's moments and update split over the dp ranks)
 
   // precision.compute: "fp32", or "bf16" / "fp16" mixed precision with f32
   // master weights; precision.fp32_ops: op types kept in f32.

@@ -4,25 +4,60 @@
 
 namespace strata {
 
-AdamW::AdamW(const ParameterSet& params, AdamWSettings settings) : settings_(settings) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    m_.push_back(Tensor::zeros(params.tensor(i).shape(), DType::F32));
-    v_.push_back(Tensor::zeros(params.tensor(i).shape(), DType::F32));
+namespace {
+
+// Elements [range.begin, +length) of a parameter-shaped tensor, flat.
+Tensor slice(const Tensor& tensor, const ParameterRange& range) {
+  return tensor.reshape({tensor.numel()}).narrow(0, range.begin, range.length);
+}
+
+}  // namespace
+
+AdamW::AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<ParameterRange> ranges)
+    : settings_(settings), ranges_(std::move(ranges)) {
+  for (const ParameterRange& range : ranges_) {
+    STRATA_CHECK(range.parameter < params.size() && range.begin >= 0 &&
+                     range.begin + range.length <= params.tensor(range.parameter).numel(),
+                 "optimizer range outside parameter {}", range.parameter);
+    m_.push_back(Tensor::zeros({range.length}, DType::F32));
+    v_.push_back(Tensor::zeros({range.length}, DType::F32));
   }
 }
 
 void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step,
                    Dispatcher& dispatcher) {
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    const ParameterRange& range = ranges_[r];
     Attrs attrs{{"lr", lr},
                 {"beta1", settings_.beta1},
                 {"beta2", settings_.beta2},
                 {"eps", settings_.eps},
-                {"weight_decay", params.spec(i).decay ? settings_.weight_decay : 0.0},
+                {"weight_decay", params.spec(range.parameter).decay ? settings_.weight_decay : 0.0},
                 {"step", step}};
-    Tensor& param = params.tensor(i);
-    dispatcher.run("adamw", {param, grads[i], m_[i], v_[i]}, {param, m_[i], v_[i]}, attrs);
+    Tensor param = slice(params.tensor(range.parameter), range);
+    dispatcher.run("adamw", {param, slice(grads[range.parameter], range), m_[r], v_[r]}, {param, m_[r], v_[r]},
+                   attrs);
   }
+}
+
+void AdamW::export_moments(std::vector<Tensor>& first, std::vector<Tensor>& second) const {
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    slice(first[ranges_[r].parameter], ranges_[r]).copy_from(m_[r]);
+    slice(second[ranges_[r].parameter], ranges_[r]).copy_from(v_[r]);
+  }
+}
+
+void AdamW::import_moments(const std::vector<Tensor>& first, const std::vector<Tensor>& second) {
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    m_[r].copy_from(slice(first[ranges_[r].parameter], ranges_[r]));
+    v_[r].copy_from(slice(second[ranges_[r].parameter], ranges_[r]));
+  }
+}
+
+size_t AdamW::state_bytes() const {
+  size_t bytes = 0;
+  for (size_t r = 0; r < ranges_.size(); ++r) bytes += m_[r].nbytes() + v_[r].nbytes();
+  return bytes;
 }
 
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, Dispatcher& dispatcher) {

@@ -5,6 +5,7 @@
 
 #include "model/parameters.h"
 #include "ops/dispatcher.h"
+#include "parallel/zero_partition.h"
 
 namespace strata {
 
@@ -17,17 +18,23 @@ struct AdamWSettings {
 
 class AdamW {
  public:
-  AdamW(const ParameterSet& params, AdamWSettings settings);
+  // Keeps moments for, and updates, `ranges` of the parameters: all of every
+  // parameter in one process or under ZeRO-0, this rank's share under ZeRO-1.
+  AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<ParameterRange> ranges);
 
-  // One update with learning rate `lr`; `step` counts updates from 1.
+  // One update of the owned ranges with learning rate `lr`; `step` counts updates from 1.
   void update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step, Dispatcher& dispatcher);
 
-  std::vector<Tensor>& first_moments() { return m_; }
-  std::vector<Tensor>& second_moments() { return v_; }
+  // Copies the owned ranges of the moments into, or from, whole per-parameter
+  // tensors (elements outside the ranges are left alone).
+  void export_moments(std::vector<Tensor>& first, std::vector<Tensor>& second) const;
+  void import_moments(const std::vector<Tensor>& first, const std::vector<Tensor>& second);
+  size_t state_bytes() const;  // this rank's moments
 
  private:
   AdamWSettings settings_;
-  std::vector<Tensor> m_, v_;
+  std::vector<ParameterRange> ranges_;
+  std::vector<Tensor> m_, v_;  // per range, flat
 };
 
 // The L2 norm of all gradients together; when `max_norm` > 0 and the norm

@@ -36,8 +36,12 @@ LossScaleSettings loss_scale_settings(const TrainConfig& config) {
           config.loss_scale_backoff};
 }
 
-TrainingTensors checkpoint_tensors(ParameterSet& params, AdamW& optimizer) {
-  return {params, optimizer.first_moments(), optimizer.second_moments()};
+size_t bucket_bytes(const TrainConfig& config) { return static_cast<size_t>(config.bucket_mb * (1 << 20)); }
+
+std::vector<Tensor> tensors_of(ParameterSet& params) {
+  std::vector<Tensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) tensors.push_back(params.tensor(i));
+  return tensors;
 }
 
 std::vector<Shape> shapes_of(const ParameterSet& params) {
@@ -61,9 +65,13 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       params_(gpt2_param_specs(config_.model)),
-      optimizer_(params_, adamw_settings(config_)),
-      grad_buckets_(shapes_of(params_), static_cast<size_t>(config_.bucket_mb * (1 << 20))),
+      param_tensors_(tensors_of(params_)),
+      grad_buckets_(shapes_of(params_), bucket_bytes(config_)),
       grads_(grad_buckets_.grads()),
+      zero_(config_.zero == 1 ? std::optional<ZeroPartition>(std::in_place, grad_buckets_, shapes_of(params_),
+                                                              parallel_.rank(), parallel_.degree())
+                              : std::nullopt),
+      optimizer_(params_, adamw_settings(config_), zero_ ? zero_->owned() : ZeroPartition::whole(shapes_of(params_))),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
   const bool threads_chosen = config_.threads > 0 || parallel_.degree() > 1;
@@ -171,6 +179,7 @@ StepMetrics Trainer::step() {
   if (scaler_.update(std::isfinite(metrics.grad_norm))) {
     ++optimizer_updates_;
     optimizer_.update(params_, grads_, metrics.lr, optimizer_updates_, *dispatcher_);
+    if (zero_) zero_->all_gather_parameters(parallel_, param_tensors_);
   } else {
     metrics.skipped = true;
     print(fmt::format("step {}: gradients overflowed (inf/nan) at loss scale {:g}; step skipped, loss scale now "
@@ -201,8 +210,19 @@ void Trainer::print(const std::string& text) const {
   if (parallel_.reports()) fmt::print("{}", text);
 }
 
+GradientBuckets Trainer::whole_moments_scratch() const { return GradientBuckets(shapes_of(params_), bucket_bytes(config_)); }
+
 void Trainer::save_checkpoint() {
-  if (!parallel_.reports()) return;  // every rank holds the same state; rank 0 writes it
+  // The checkpoint holds whole moments: under ZeRO-1 each rank contributes its share (the others'
+  // elements are zero, so the sums are exact copies).
+  GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
+  optimizer_.export_moments(first.grads(), second.grads());
+  if (zero_) {
+    for (GradientBuckets* moments : {&first, &second}) {
+      for (size_t b = 0; b < moments->size(); ++b) parallel_.sum_async(moments->bucket(b)).wait();
+    }
+  }
+  if (!parallel_.reports()) return;  // rank 0 writes
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
@@ -211,14 +231,16 @@ void Trainer::save_checkpoint() {
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;
   state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
-  save_training_checkpoint(config_.run_dir, state, checkpoint_tensors(params_, optimizer_),
+  save_training_checkpoint(config_.run_dir, state, {params_, first.grads(), second.grads()},
                            static_cast<int>(config_.checkpoint_keep));
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
-  load_training_tensors(checkpoint, checkpoint_tensors(params_, optimizer_));
+  GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
+  load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
+  optimizer_.import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
@@ -270,9 +292,10 @@ void Trainer::run() {
                     config_.model.block_size, static_cast<double>(params_.count()) / 1e6));
   if (parallel_.degree() > 1) {
     print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; gradients in {} "
-                      "bucket(s) of up to {:g} MiB\n",
+                      "bucket(s) of up to {:g} MiB; ZeRO-{}: optimizer state {:.2f} MiB per rank\n",
                       parallel_.degree(), config_.batch_size, config_.accumulation_steps() / parallel_.degree(),
-                      grad_buckets_.size(), config_.bucket_mb));
+                      grad_buckets_.size(), config_.bucket_mb, config_.zero,
+                      static_cast<double>(optimizer_.state_bytes()) / (1 << 20)));
   }
   print(fmt::format("backend: {} ({} threads{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
                     omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",

@@ -12,6 +12,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/gradient_buckets.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/zero_partition.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
 #include "train/loss_scaler.h"
@@ -43,6 +44,7 @@ class Trainer {
 
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
+  GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
@@ -55,6 +57,10 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;
+  std::vector<Tensor> param_tensors_;  // the parameters' tensors (shared storage), for the ZeRO-1 all-gather
+  GradientBuckets grad_buckets_;  // accumulated over a step's micro-batches, then summed over ranks
+  std::vector<Tensor>& grads_;    // per parameter, views into grad_buckets_
+  std::optional<ZeroPartition> zero_;  // parallel.zero = 1: this rank's share of the optimizer
   AdamW optimizer_;
   GPT2Graph train_model_;
   GPT2Graph eval_model_;
@@ -63,8 +69,6 @@ class Trainer {
   Tensor tokens_, targets_;
   Tensor positions_;
   Tensor loss_seed_;
-  GradientBuckets grad_buckets_;  // accumulated over a step's micro-batches, then summed over ranks
-  std::vector<Tensor>& grads_;    // per parameter, views into grad_buckets_
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   LossScaler scaler_;
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count

@@ -190,6 +190,57 @@ TEST_F(DataParallelRun, ResumeContinuesBitIdenticallyWithTheSameOrAnotherDegree)
   }
 }
 
+// ZeRO-1 splits AdamW's moments and update over the ranks, then all-gathers the parameters:
+// the same arithmetic on the same elements, so bit-identical to ZeRO-0, with several buckets
+// (padded when a bucket does not divide by the ranks), in fp32 and bf16, and resumable.
+TEST_F(DataParallelRun, ZeroOneIsBitIdenticalToZeroZeroAndHalvesTheOptimizerStateAtTwoRanks) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    std::string settings = kTwoMicroBatches + " --set parallel.bucket_mb=0.004 --set precision.compute=" + precision;
+    fs::path zero0 = train(std::string("zero0_") + precision, mpirun(2), settings);
+    std::string zero0_output = last_output_;
+    fs::path zero1 = train(std::string("zero1_") + precision, mpirun(2), settings + " --set parallel.zero=1");
+    expect_identical_runs(zero0, zero1, "step_00000020");
+    auto state_mib = [](const std::string& output) {
+      auto at = output.find("optimizer state ");
+      return at == std::string::npos ? 0.0 : std::stod(output.substr(at + 16));
+    };
+    EXPECT_NEAR(state_mib(last_output_), state_mib(zero0_output) / 2, 0.01) << last_output_;
+  }
+}
+
+TEST_F(DataParallelRun, ZeroOneAtThreeRanksMatchesZeroZeroAndResumesBitIdentically) {
+  const std::string settings = "--set train.batch_size=1 --set train.global_batch=6 --set parallel.bucket_mb=0.004 "
+                               "--set checkpoint.every=10 --set checkpoint.keep=0";
+  fs::path zero0 = train("zero0_dp3", mpirun(3), settings);
+  fs::path zero1 = train("zero1_dp3", mpirun(3), settings + " --set parallel.zero=1");
+  expect_identical_runs(zero0, zero1, "step_00000020");
+  fs::path resumed = root() / "zero1_dp3_resumed";
+  fs::create_directories(resumed);
+  fs::copy(zero1 / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
+  std::ofstream(resumed / "latest") << "step_00000010";
+  train("zero1_dp3_resumed", mpirun(3), settings + " --set parallel.zero=1 --set checkpoint.resume=true");
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(bytes_of(zero1 / "step_00000020" / file) == bytes_of(resumed / "step_00000020" / file)) << file;
+  }
+}
+
+// fp16 with a loss scale that overflows: every rank skips the same steps, as one process does.
+TEST_F(DataParallelRun, AnOverflowingFp16StepIsSkippedOnEveryRank) {
+  const std::string settings = kTwoMicroBatches + " --set precision.compute=fp16 --set precision.loss_scale=1e30 "
+                               "--set train.steps=3 --set train.val_every=0";
+  fs::path single = train("fp16_single", "", settings);
+  fs::path dp2 = train("fp16_dp2", mpirun(2), settings + " --set parallel.zero=1");
+  std::vector<nlohmann::json> expected = metrics(single), got = metrics(dp2);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].value("skipped", false)) << got[0].dump();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].value("skipped", false), expected[i].value("skipped", false)) << "step " << i + 1;
+    EXPECT_EQ(got[i]["loss"].dump(), expected[i]["loss"].dump()) << "step " << i + 1;
+  }
+  EXPECT_TRUE(bytes_of(single / "step_00000003" / "model.safetensors") ==
+              bytes_of(dp2 / "step_00000003" / "model.safetensors"));
+}
+
 // A rank killed mid-run: the survivor's next collective times out (5 s here) and
 // ends the job with an error naming the collective and the peer it waits on.
 TEST_F(DataParallelRun, AKilledRankEndsTheOthersWithANamedErrorWithinTheTimeout) {
@@ -243,6 +294,11 @@ TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
   EXPECT_NE(one_process.exit_code, 0);
   EXPECT_NE(one_process.output.find("key 'parallel.dp' is 2 but this is one process"), std::string::npos)
       << one_process.output;
+  LaunchResult zero = shell(mpirun(2) + STRATA_EXECUTABLE + " train " + config + " --set parallel.zero=3");
+  EXPECT_NE(zero.output.find("key 'parallel.zero' must be 0, 1 or 2, got 3"), std::string::npos) << zero.output;
+  LaunchResult bucket = shell(std::string(STRATA_EXECUTABLE) + " train " + config + " --set parallel.bucket_mb=0");
+  EXPECT_NE(bucket.output.find("key 'parallel.bucket_mb' must be positive, got 0"), std::string::npos)
+      << bucket.output;
   LaunchResult nested = shell(mpirun(1) + STRATA_EXECUTABLE + " train " + config + " --nproc 2");
   EXPECT_NE(nested.exit_code, 0);
   EXPECT_NE(nested.output.find("already runs under mpirun"), std::string::npos) << nested.output;
