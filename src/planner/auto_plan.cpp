@@ -66,12 +66,23 @@ AutoPlan auto_plan(const AutoPlanRequest& request) {
   return plan;
 }
 
+AutoPlan predict_plan(const AutoPlanRequest& request, const ParallelPlan& plan) {
+  CostModel model(PlanningProblem{request.model_name, request.model, request.global_batch, request.seq, request.dtype,
+                                  request.cluster});
+  AutoPlan predicted;
+  predicted.chosen = model.evaluate(plan);
+  predicted.record = {{"mode", "manual"}, {"cluster", request.cluster.name},
+                      {"chosen", prediction_json(predicted.chosen)}};
+  return predicted;
+}
+
 void write_plan_record(const std::filesystem::path& run_dir, const AutoPlan& plan) {
   std::filesystem::create_directories(run_dir);
   write_file_atomic(run_dir / kPlanFile, plan.record.dump(2) + "\n");
 }
 
-void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps) {
+void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps,
+                          const nlohmann::json& more) {
   std::filesystem::path path = run_dir / kPlanFile;
   nlohmann::json record;
   try {
@@ -80,10 +91,12 @@ void record_measured_step(const std::filesystem::path& run_dir, double measured_
     fail("{}: invalid JSON: {}", path.string(), error.what());
   }
   if (!record.contains("chosen")) fail("{}: no chosen plan recorded", path.string());
-  double predicted = record["chosen"].value("step_s", 0.0);
-  record["measured"] = {{"step_s", measured_step_s},
-                        {"steps", steps},
-                        {"predicted_over_measured", measured_step_s > 0 ? predicted / measured_step_s : 0.0}};
+  nlohmann::json measured = {{"step_s", measured_step_s}, {"steps", steps}};
+  if (record["chosen"].contains("step_s") && measured_step_s > 0) {
+    measured["predicted_over_measured"] = record["chosen"]["step_s"].get<double>() / measured_step_s;
+  }
+  measured.update(more);
+  record["measured"] = measured;
   write_file_atomic(path, record.dump(2) + "\n");
 }
 

@@ -36,10 +36,15 @@ struct AutoPlan {
 
 // Throws naming the rejected regions when no plan fits.
 AutoPlan auto_plan(const AutoPlanRequest& request);
+// The prediction for a layout the user fixed (`parallel.plan = "manual"`);
+// request.limits are not used.
+AutoPlan predict_plan(const AutoPlanRequest& request, const ParallelPlan& plan);
 
 // run_dir/plan.json (atomic).
 void write_plan_record(const std::filesystem::path& run_dir, const AutoPlan& plan);
-// Adds {"measured": {"step_s", "steps", "predicted_over_measured"}} to run_dir/plan.json.
-void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps);
+// Adds {"measured": {"step_s", "steps", "predicted_over_measured" (when a step
+// time was predicted), and the entries of `more`}} to run_dir/plan.json.
+void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps,
+                          const nlohmann::json& more = nlohmann::json::object());
 
 }  // namespace strata

@@ -2,9 +2,14 @@
 
 #include <fmt/core.h>
 
+#include "planner/report.h"
+
 namespace strata {
 
-AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank) {
+namespace {
+
+// This job on `ranks` devices of one node of parallel.cluster.
+AutoPlanRequest plan_request(const TrainConfig& config, int ranks, int threads_per_rank) {
   AutoPlanRequest request;
   request.model_name = "config";
   request.model = config.model;
@@ -13,13 +18,21 @@ AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank
   // A calibrated profile is this machine as `ranks` processes of threads_per_rank threads.
   bool profile = find_cluster_file(config.cluster).extension() == ".json";
   request.cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
-  request.cluster.nodes = 1;  // the run occupies `ranks` devices of one node of the described cluster
+  request.cluster.nodes = 1;
   request.cluster.devices_per_node = ranks;
-  // The planner chooses among the layouts the runtime executes.
+  return request;
+}
+
+}  // namespace
+
+AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank) {
+  AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
+  // The planner chooses among the layouts the runtime executes: data parallelism over every
+  // rank at the configured ZeRO stage, any micro-batch.
   request.limits.dp = ranks;
   request.limits.tp = 1;
   request.limits.pp = 1;
-  request.limits.zero = 0;
+  request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch / ranks;
   AutoPlan plan = auto_plan(request);
@@ -29,6 +42,30 @@ AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank
                                     request.cluster.name, plan.chosen.plan.describe(), plan.chosen.step_s,
                                     plan.chosen.tokens_per_s);
   return {std::move(plan), std::move(summary)};
+}
+
+AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threads_per_rank) {
+  ParallelPlan plan;
+  plan.dp = ranks;
+  plan.micro_batch = config.batch_size;
+  plan.micro_batches = config.accumulation_steps() / ranks;
+  plan.zero = static_cast<int>(config.zero);
+  plan.recompute = parse_recompute_mode(config.recompute, "train.recompute");
+  if (config.cluster.empty()) {
+    AutoPlan unpredicted;
+    unpredicted.chosen.plan = plan;
+    unpredicted.record = {{"mode", "manual"},
+                          {"chosen", {{"plan", plan_json(plan)}}},
+                          {"prediction", "none: set parallel.cluster to a cluster or a `strata calibrate` profile"}};
+    return {std::move(unpredicted), fmt::format("plan: {} (no prediction: parallel.cluster is not set)\n",
+                                                plan.describe())};
+  }
+  AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
+  AutoPlan predicted = predict_plan(request, plan);
+  std::string summary = fmt::format("plan: {} (predicted on {}: {:.3f} s/step, {:.1f} MiB per rank)\n", plan.describe(),
+                                    request.cluster.name, predicted.chosen.step_s,
+                                    predicted.chosen.memory.peak / (1 << 20));
+  return {std::move(predicted), std::move(summary)};
 }
 
 }  // namespace strata

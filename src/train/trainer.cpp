@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,19 @@ AdamWSettings adamw_settings(const TrainConfig& config) {
 LossScaleSettings loss_scale_settings(const TrainConfig& config) {
   return {config.precision == "fp16", config.loss_scale, config.loss_scale_growth_interval, config.loss_scale_growth,
           config.loss_scale_backoff};
+}
+
+double median_after_first(const std::vector<double>& values) {
+  std::vector<double> steady(values.begin() + 1, values.end());
+  std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
+  return steady[steady.size() / 2];
+}
+
+// Peak resident memory of this process so far (Linux reports KiB).
+double peak_rss_mib_of_this_process() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
 size_t bucket_bytes(const TrainConfig& config) { return static_cast<size_t>(config.bucket_mb * (1 << 20)); }
@@ -76,17 +90,17 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   parallel_.check_ranks_agree(to_toml(config_));
   const bool threads_chosen = config_.threads > 0 || parallel_.degree() > 1;
   if (threads_chosen) omp_set_num_threads(threads_per_rank(config_, parallel_));
-  if (config_.plan == "auto") {
-    AppliedPlan applied =
-        apply_auto_plan(config_, parallel_.degree(), threads_chosen ? threads_per_rank(config_, parallel_) : 0);
-    plan_ = std::move(applied.plan);
-    print(applied.summary);
-  }
+  const int plan_threads = threads_chosen ? threads_per_rank(config_, parallel_) : 0;
+  AppliedPlan applied;
+  if (config_.plan == "auto") applied = apply_auto_plan(config_, parallel_.degree(), plan_threads);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
          "ranks, so that every rank runs the same number of micro-batches",
          config_.global_batch, config_.batch_size, parallel_.degree());
   }
+  if (config_.plan != "auto") applied = describe_manual_plan(config_, parallel_.degree(), plan_threads);
+  plan_ = std::move(applied.plan);
+  plan_summary_ = std::move(applied.summary);
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
@@ -283,7 +297,7 @@ void Trainer::run() {
   if (parallel_.reports()) {
     std::filesystem::create_directories(run_dir);
     write_file_atomic(run_dir / "config.toml", to_toml(config_));
-    if (plan_) write_plan_record(run_dir, *plan_);
+    write_plan_record(run_dir, plan_);
     // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
     log.emplace((run_dir / "metrics.jsonl").string(), config_.steps, /*progress_bar=*/parallel_.degree() == 1);
   }
@@ -302,12 +316,14 @@ void Trainer::run() {
                     static_cast<double>(arena_bytes()) / (1 << 20),
                     static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20)));
   print(precision_summary());
+  print(plan_summary_);
 
-  std::vector<double> step_seconds;
+  std::vector<double> step_seconds, comm_waits;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
   while (completed_steps_ < config_.steps) {
     StepMetrics metrics = step();
+    if (metrics.comm_wait_s) comm_waits.push_back(*metrics.comm_wait_s);
     step_seconds.push_back(static_cast<double>(config_.global_batch * config_.model.block_size) / metrics.tokens_per_s);
     bool last = completed_steps_ == config_.steps;
     if (config_.val_every > 0 && (completed_steps_ % config_.val_every == 0 || last)) {
@@ -320,13 +336,21 @@ void Trainer::run() {
       save_checkpoint();
     }
   }
+  std::vector<double> peak_rss_mib = parallel_.gather({peak_rss_mib_of_this_process()}, parallel_.degree());
   if (!log) return;  // the reporting rank prints the summaries
   log->finish();
-  if (plan_ && step_seconds.size() > 1) {
-    // The median after the first step (which pays first-touch costs) is the measured step time.
-    std::vector<double> steady(step_seconds.begin() + 1, step_seconds.end());
-    std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
-    record_measured_step(run_dir, steady[steady.size() / 2], static_cast<int64_t>(steady.size()));
+  if (step_seconds.size() > 1) {
+    // Medians after the first step (which pays first-touch costs) are the measured figures.
+    double step_s = median_after_first(step_seconds);
+    nlohmann::json more = {{"peak_rss_mib_per_rank", peak_rss_mib}};
+    if (comm_waits.size() > 1) more["comm_wait_s"] = median_after_first(comm_waits);
+    record_measured_step(run_dir, step_s, static_cast<int64_t>(step_seconds.size() - 1), more);
+    std::string versus = plan_.record["chosen"].contains("step_s")
+                             ? fmt::format("; predicted {:.4f} s (measured / predicted {:.2f})", plan_.chosen.step_s,
+                                           step_s / plan_.chosen.step_s)
+                             : "";
+    fmt::print("measured {:.4f} s/step (median of {} steps after the first){}; peak memory {:.0f} MiB per rank\n",
+               step_s, step_seconds.size() - 1, versus, *std::max_element(peak_rss_mib.begin(), peak_rss_mib.end()));
   }
   if (profiling_) {
     const std::vector<NodeTiming>& timings = train_graph_->timings();

@@ -53,7 +53,8 @@ class Trainer {
 
   TrainConfig config_;
   DataParallel parallel_;
-  std::optional<AutoPlan> plan_;  // parallel.plan = "auto"
+  AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
+  std::string plan_summary_;      // its start-up line
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;

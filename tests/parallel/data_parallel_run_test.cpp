@@ -333,6 +333,13 @@ TEST_F(DataParallelRun, NprocLaunchesTheSameRunUnderMpirunAndSaysHow) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("launching: "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("data parallel: 2 ranks"), std::string::npos) << run.output;
+  // Every run records its layout and what it measured, manual ones too.
+  nlohmann::json record = nlohmann::json::parse(std::ifstream(root() / "nproc" / "plan.json"));
+  EXPECT_EQ(record["mode"], "manual");
+  EXPECT_EQ(record["chosen"]["plan"]["dp"], 2);
+  EXPECT_EQ(record["chosen"]["plan"]["micro_batches"], 1);
+  EXPECT_EQ(record["measured"]["peak_rss_mib_per_rank"].size(), 2u);
+  EXPECT_TRUE(record["measured"].contains("comm_wait_s")) << record.dump();
 }
 
 }  // namespace
