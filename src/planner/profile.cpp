@@ -203,8 +203,13 @@ DTypePerformance performance_of(const DTypeProfile& measured, const std::string&
 ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices, const std::string& source) {
   if (devices < 1) fail("{}: devices must be at least 1, got {}", source, devices);
   const ThreadProfile& measured = profile.for_threads(threads);
+  // More threads than cores (e.g. 4 ranks of 1 thread on 2 cores): the processes share the cores,
+  // so each runs at that share of the rates measured with the cores to itself.
+  const double share = std::min(1.0, static_cast<double>(profile.cores) / (static_cast<double>(devices) * threads));
   ClusterSpec cluster;
-  cluster.name = fmt::format("this machine ({}; {} device(s) of {} thread(s))", profile.cpu, devices, threads);
+  cluster.name = fmt::format("this machine ({}; {} device(s) of {} thread(s){})", profile.cpu, devices, threads,
+                             share < 1 ? fmt::format(", oversubscribed: {:.0f}% of the measured rates", 100 * share)
+                                       : "");
   cluster.source = source;
   cluster.nodes = 1;
   cluster.devices_per_node = devices;
@@ -212,11 +217,14 @@ ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, in
   device.name = fmt::format("{} x{} threads", profile.cpu, threads);
   device.memory_bytes = profile.memory_bytes / devices;
   device.reserved_bytes = 0.1 * device.memory_bytes;  // the operating system and everything else running
-  device.memory_bandwidth_Bps = measured.memory_bandwidth_Bps;
+  device.memory_bandwidth_Bps = measured.memory_bandwidth_Bps * share;
   device.memory_efficiency = 1.0;  // measured through the kernels themselves
   device.op_overhead_s = measured.op_overhead_s;
   for (const auto& [dtype, d] : measured.dtypes) {
-    device.dtypes[dtype] = performance_of(d, fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype)));
+    DTypePerformance performance = performance_of(d, fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype)));
+    performance.matrix_flops *= share;
+    performance.vector_flops *= share;
+    device.dtypes[dtype] = std::move(performance);
   }
   if (devices > 1) {
     if (!profile.links) {

@@ -65,6 +65,11 @@ TEST(PlannerProfile, DerivesThisMachineAsACluster) {
   EXPECT_EQ(two.devices(), 2);
   EXPECT_DOUBLE_EQ(two.intra_node.bandwidth_Bps, 5e9);
   EXPECT_DOUBLE_EQ(two.reduce_Bps, 8e9);
+  // Two processes of 2 threads on the profile's 2 cores share them: half the measured rates each.
+  EXPECT_DOUBLE_EQ(two.device.performance(DType::F32).matrix_flops, 25e9);
+  EXPECT_DOUBLE_EQ(two.device.performance(DType::F32).vector_flops, 2.5e9);
+  EXPECT_DOUBLE_EQ(two.device.memory_bandwidth_Bps, 10e9);
+  EXPECT_NE(two.name.find("oversubscribed: 50%"), std::string::npos) << two.name;
 }
 
 TEST(PlannerProfile, RefusesForeignOrBrokenFiles) {
