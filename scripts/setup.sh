@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin libhwloc-dev
+  iproute2  # the two-"host" data-parallel test (network namespaces)
   python3-torch python3-numpy
   bible-kjv bible-kjv-text
 )
