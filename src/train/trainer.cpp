@@ -88,9 +88,9 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
       optimizer_(params_, adamw_settings(config_), zero_ ? zero_->owned() : ZeroPartition::whole(shapes_of(params_))),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
-  const bool threads_chosen = config_.threads > 0 || parallel_.degree() > 1;
-  if (threads_chosen) omp_set_num_threads(threads_per_rank(config_, parallel_));
-  const int plan_threads = threads_chosen ? threads_per_rank(config_, parallel_) : 0;
+  // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
+  const int plan_threads = config_.threads > 0 || parallel_.degree() > 1 ? threads_per_rank(config_, parallel_) : 0;
+  if (plan_threads > 0) omp_set_num_threads(plan_threads);
   AppliedPlan applied;
   if (config_.plan == "auto") applied = apply_auto_plan(config_, parallel_.degree(), plan_threads);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
