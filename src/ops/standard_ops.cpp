@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/exact_square_sum.h"
 #include "ops/dispatcher.h"
 
 namespace strata {
@@ -249,6 +250,23 @@ void add_elementwise(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
+  });
+  registry.add({
+      .name = "square_sum_exact",
+      .summary = "bins[] = the sum of x^2 held exactly, as ExactSquareSum's int64 words (f32 or bf16 x): the same "
+                 "bits for any split of x, so sharded gradients give the unsharded global norm",
+      .inputs = {"x"},
+      .outputs = {"bins"},
+      .infer =
+          [](const Metas& in, const Attrs&) -> Metas {
+            if (in[0].dtype != DType::F32 && in[0].dtype != DType::BF16) {
+              fail("op 'square_sum_exact': input 'x' must be f32 or bf16, got {}", dtype_name(in[0].dtype));
+            }
+            return {{{static_cast<int64_t>(ExactSquareSum::kWords)}, DType::I64}};
+          },
+      .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
+      .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::No,
   });
   registry.add({

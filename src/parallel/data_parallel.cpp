@@ -1,6 +1,7 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,33 @@ comm::Handle DataParallel::sum_async(Tensor& bucket) {
   STRATA_CHECK(group_.has_value(), "summing gradients over ranks in a single process");
   return group_->all_reduce_async(bucket.data<float>(), bucket.data<float>(), static_cast<size_t>(bucket.numel()),
                                   DType::F32, comm::ReduceOp::Sum);
+}
+
+comm::Handle DataParallel::reduce_scatter_async(const Tensor& in, Tensor& block) {
+  STRATA_CHECK(group_.has_value(), "reduce-scattering gradients in a single process");
+  STRATA_CHECK(in.numel() == block.numel() * degree(), "reduce-scatter of {} elements into blocks of {}", in.numel(),
+               block.numel());
+  return group_->reduce_scatter_async(in.data<float>(), block.data<float>(), static_cast<size_t>(block.numel()),
+                                      DType::F32, comm::ReduceOp::Sum);
+}
+
+comm::Handle DataParallel::all_gather_async(const Tensor& block, Tensor& out) {
+  STRATA_CHECK(group_.has_value(), "all-gathering gradients in a single process");
+  STRATA_CHECK(out.numel() == block.numel() * degree(), "all-gather of blocks of {} into {} elements",
+               block.numel(), out.numel());
+  return group_->all_gather_async(block.data<float>(), out.data<float>(), static_cast<size_t>(block.numel()),
+                                  DType::F32);
+}
+
+ExactSquareSum DataParallel::sum(const ExactSquareSum& mine) {
+  if (!group_) return mine;
+  // Integer bins: gathered and added here, in any order, they stay exact (an f32 reduction would not).
+  std::array<int64_t, ExactSquareSum::kWords> words = mine.words();
+  std::vector<int64_t> all(words.size() * static_cast<size_t>(degree()));
+  group_->all_gather(words.data(), all.data(), words.size(), DType::I64);
+  ExactSquareSum total;
+  for (int r = 0; r < degree(); ++r) total.merge(ExactSquareSum::from_words(all.data() + r * words.size()));
+  return total;
 }
 
 std::vector<double> DataParallel::gather(const std::vector<double>& mine, int64_t total) {

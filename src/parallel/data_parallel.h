@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/exact_square_sum.h"
 #include "parallel/gradient_buckets.h"
 
 namespace strata {
@@ -42,6 +43,13 @@ class DataParallel {
   // Starts summing a gradient bucket over the ranks, in place (fp32, the
   // same bits on every rank). Only valid with more than one rank.
   comm::Handle sum_async(Tensor& bucket);
+  // Starts summing `in` (degree() blocks) over the ranks, leaving this
+  // rank's block of the sum in `block`; and the reverse, every rank's block
+  // into `out`. f32; only valid with more than one rank.
+  comm::Handle reduce_scatter_async(const Tensor& in, Tensor& block);
+  comm::Handle all_gather_async(const Tensor& block, Tensor& out);
+  // The exact sum over the ranks of their exact square sums.
+  ExactSquareSum sum(const ExactSquareSum& mine);
   // out gets every rank's `count` floats of `in`, rank r's at r * count.
   void all_gather(const float* in, float* out, size_t count);
   // The values of all `total` micro-batches of a step, each rank giving those

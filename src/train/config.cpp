@@ -171,7 +171,6 @@ void TrainConfig::validate() const {
   non_negative("parallel.dp", dp);
   if (!(bucket_mb > 0)) fail("key 'parallel.bucket_mb' must be positive, got {}", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
-  if (zero == 2) fail("key 'parallel.zero' = 2 (sharded gradients) is not executed yet; use 0 or 1");
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
     fail("key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
   }

@@ -26,6 +26,7 @@ AdamW::AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<Par
 
 void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step,
                    Dispatcher& dispatcher) {
+  STRATA_CHECK(grads.size() == ranges_.size(), "{} gradients for {} optimizer ranges", grads.size(), ranges_.size());
   for (size_t r = 0; r < ranges_.size(); ++r) {
     const ParameterRange& range = ranges_[r];
     Attrs attrs{{"lr", lr},
@@ -35,8 +36,7 @@ void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, doubl
                 {"weight_decay", params.spec(range.parameter).decay ? settings_.weight_decay : 0.0},
                 {"step", step}};
     Tensor param = slice(params.tensor(range.parameter), range);
-    dispatcher.run("adamw", {param, slice(grads[range.parameter], range), m_[r], v_[r]}, {param, m_[r], v_[r]},
-                   attrs);
+    dispatcher.run("adamw", {param, grads.at(r), m_[r], v_[r]}, {param, m_[r], v_[r]}, attrs);
   }
 }
 
@@ -60,15 +60,18 @@ size_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, Dispatcher& dispatcher) {
-  double total = 0;
-  for (const Tensor& grad : grads) total += dispatcher.call("sum_squares", {grad})[0].item();
-  double norm = std::sqrt(total);
-  if (max_norm > 0 && norm > max_norm) {
-    double factor = max_norm / (norm + 1e-6);
-    for (Tensor& grad : grads) dispatcher.run("scale", {grad}, {grad}, {{"factor", factor}});
+ExactSquareSum square_sum(const std::vector<Tensor>& grads, Dispatcher& dispatcher) {
+  ExactSquareSum total;
+  for (const Tensor& grad : grads) {
+    total.merge(ExactSquareSum::from_words(dispatcher.call("square_sum_exact", {grad})[0].data<int64_t>()));
   }
-  return norm;
+  return total;
+}
+
+void clip_to_norm(std::vector<Tensor>& grads, double norm, double max_norm, Dispatcher& dispatcher) {
+  if (max_norm <= 0 || !(norm > max_norm)) return;
+  const double factor = max_norm / (norm + 1e-6);
+  for (Tensor& grad : grads) dispatcher.run("scale", {grad}, {grad}, {{"factor", factor}});
 }
 
 }  // namespace strata

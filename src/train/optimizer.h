@@ -3,6 +3,7 @@
 // through the op dispatcher so each backend supplies its own fused kernel.
 #include <vector>
 
+#include "core/exact_square_sum.h"
 #include "model/parameters.h"
 #include "ops/dispatcher.h"
 #include "parallel/zero_partition.h"
@@ -22,7 +23,8 @@ class AdamW {
   // parameter in one process or under ZeRO-0, this rank's share under ZeRO-1.
   AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<ParameterRange> ranges);
 
-  // One update of the owned ranges with learning rate `lr`; `step` counts updates from 1.
+  // One update of the owned ranges with learning rate `lr`; `step` counts
+  // updates from 1; grads[r] is range r's gradient, flat.
   void update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step, Dispatcher& dispatcher);
 
   // Copies the owned ranges of the moments into, or from, whole per-parameter
@@ -37,9 +39,12 @@ class AdamW {
   std::vector<Tensor> m_, v_;  // per range, flat
 };
 
-// The L2 norm of all gradients together; when `max_norm` > 0 and the norm
-// exceeds it, scales every gradient by max_norm / (norm + 1e-6) as
-// torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
-double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, Dispatcher& dispatcher);
+// The squares of all gradients summed exactly (square_sum_exact): the global
+// L2 norm is the square root of the sum over every piece of the gradients,
+// and comes out the same bits however they are split over ranks.
+ExactSquareSum square_sum(const std::vector<Tensor>& grads, Dispatcher& dispatcher);
+// Global-norm clipping as torch.nn.utils.clip_grad_norm_: when `max_norm` > 0
+// and `norm` exceeds it, scales every gradient by max_norm / (norm + 1e-6).
+void clip_to_norm(std::vector<Tensor>& grads, double norm, double max_norm, Dispatcher& dispatcher);
 
 }  // namespace strata

@@ -80,12 +80,6 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       params_(gpt2_param_specs(config_.model)),
       param_tensors_(tensors_of(params_)),
-      grad_buckets_(shapes_of(params_), bucket_bytes(config_)),
-      grads_(grad_buckets_.grads()),
-      zero_(config_.zero == 1 ? std::optional<ZeroPartition>(std::in_place, grad_buckets_, shapes_of(params_),
-                                                              parallel_.rank(), parallel_.degree())
-                              : std::nullopt),
-      optimizer_(params_, adamw_settings(config_), zero_ ? zero_->owned() : ZeroPartition::whole(shapes_of(params_))),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
@@ -101,6 +95,20 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   if (config_.plan != "auto") applied = describe_manual_plan(config_, parallel_.degree(), plan_threads);
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
+  reduction_ = GradientReduction::choose(
+      parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
+      GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only()));
+  grad_buckets_ = std::make_unique<GradientBuckets>(shapes_of(params_), bucket_bytes(config_), parallel_.degree(),
+                                                    reduction_.storage);
+  std::vector<ParameterRange> ranges = ZeroPartition::whole(shapes_of(params_));
+  if (reduction_.sharded_optimizer) {
+    zero_.emplace(*grad_buckets_, parallel_.rank());
+    ranges = zero_->owned();
+    range_grads_ = zero_->gradients();
+  } else {
+    range_grads_ = ZeroPartition::gradients_of(grad_buckets_->grads(), ranges);
+  }
+  optimizer_.emplace(params_, adamw_settings(config_), ranges);
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
@@ -132,7 +140,8 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   for (int param : train_model_.params) {
     ready_after.push_back(train_model_.graph.value(train_model_.grads.of.at(param)).producer);
   }
-  grad_sync_ = std::make_unique<GradientSync>(parallel_, grad_buckets_, ready_after, train_model_.graph.num_nodes());
+  grad_sync_ = std::make_unique<GradientSync>(parallel_, *grad_buckets_, reduction_, ready_after,
+                                              train_model_.graph.num_nodes());
 
   std::filesystem::path run_dir(config_.run_dir);
   bool resumable = config_.resume && std::filesystem::exists(run_dir / "latest");
@@ -152,12 +161,12 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
   return graph.tensor(model.loss).item();
 }
 
-void Trainer::collect_gradient(size_t parameter, bool first_micro_batch) {
+void Trainer::collect_gradient(size_t parameter, Tensor& destination, bool accumulate) {
   Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[parameter]));
-  if (first_micro_batch) {
-    grads_[parameter].copy_from(grad);
+  if (accumulate) {
+    dispatcher_->run("add", {destination, grad}, {destination});
   } else {
-    dispatcher_->run("add", {grads_[parameter], grad}, {grads_[parameter]});
+    destination.copy_from(grad);
   }
 }
 
@@ -173,7 +182,9 @@ StepMetrics Trainer::step() {
   for (int64_t micro = 0; micro < share.count; ++micro) {
     const bool first = micro == 0, last = micro + 1 == share.count;
     losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_, [&](int node) {
-      grad_sync_->after_node(node, last, [&](size_t parameter) { collect_gradient(parameter, first); });
+      grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
+        collect_gradient(parameter, destination, accumulate);
+      });
     }));
   }
   train_loader_->skip(micro_batches - share.first - share.count);
@@ -186,13 +197,17 @@ StepMetrics Trainer::step() {
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
   if (loss_scale != 1.0) {
-    for (Tensor& grad : grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
+    for (Tensor& grad : range_grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
   }
-  metrics.grad_norm = clip_grad_norm(grads_, config_.grad_clip, *dispatcher_);
+  // Exact, so a sharded optimizer's ranks find the norm (and skip or clip) exactly as one process does.
+  ExactSquareSum squares = square_sum(range_grads_, *dispatcher_);
+  if (zero_) squares = parallel_.sum(squares);
+  metrics.grad_norm = std::sqrt(squares.value());
+  clip_to_norm(range_grads_, metrics.grad_norm, config_.grad_clip, *dispatcher_);
   if (scaler_.dynamic()) metrics.loss_scale = loss_scale;
   if (scaler_.update(std::isfinite(metrics.grad_norm))) {
     ++optimizer_updates_;
-    optimizer_.update(params_, grads_, metrics.lr, optimizer_updates_, *dispatcher_);
+    optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_, *dispatcher_);
     if (zero_) zero_->all_gather_parameters(parallel_, param_tensors_);
   } else {
     metrics.skipped = true;
@@ -230,7 +245,7 @@ void Trainer::save_checkpoint() {
   // The checkpoint holds whole moments: under ZeRO-1 each rank contributes its share (the others'
   // elements are zero, so the sums are exact copies).
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
-  optimizer_.export_moments(first.grads(), second.grads());
+  optimizer_->export_moments(first.grads(), second.grads());
   if (zero_) {
     for (GradientBuckets* moments : {&first, &second}) {
       for (size_t b = 0; b < moments->size(); ++b) parallel_.sum_async(moments->bucket(b)).wait();
@@ -254,7 +269,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
   load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
-  optimizer_.import_moments(first.grads(), second.grads());
+  optimizer_->import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
@@ -305,11 +320,12 @@ void Trainer::run() {
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
                     config_.model.block_size, static_cast<double>(params_.count()) / 1e6));
   if (parallel_.degree() > 1) {
-    print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; gradients in {} "
-                      "bucket(s) of up to {:g} MiB; ZeRO-{}: optimizer state {:.2f} MiB per rank\n",
+    print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; {} bucket(s) of up "
+                      "to {:g} MiB, {}; ZeRO-{}: gradient buffers {:.2f} MiB, optimizer state {:.2f} MiB per rank\n",
                       parallel_.degree(), config_.batch_size, config_.accumulation_steps() / parallel_.degree(),
-                      grad_buckets_.size(), config_.bucket_mb, config_.zero,
-                      static_cast<double>(optimizer_.state_bytes()) / (1 << 20)));
+                      grad_buckets_->size(), config_.bucket_mb, reduction_.describe(), config_.zero,
+                      static_cast<double>(grad_buckets_->bytes()) / (1 << 20),
+                      static_cast<double>(optimizer_->state_bytes()) / (1 << 20)));
   }
   print(fmt::format("backend: {} ({} threads{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
                     omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",

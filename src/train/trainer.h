@@ -11,6 +11,7 @@
 #include "model/gpt2.h"
 #include "parallel/data_parallel.h"
 #include "parallel/gradient_buckets.h"
+#include "parallel/gradient_reduction.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/zero_partition.h"
 #include "train/auto_parallel.h"
@@ -48,7 +49,7 @@ class Trainer {
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
-  void collect_gradient(size_t parameter, bool first_micro_batch);
+  void collect_gradient(size_t parameter, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
 
   TrainConfig config_;
@@ -58,11 +59,12 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;
-  std::vector<Tensor> param_tensors_;  // the parameters' tensors (shared storage), for the ZeRO-1 all-gather
-  GradientBuckets grad_buckets_;  // accumulated over a step's micro-batches, then summed over ranks
-  std::vector<Tensor>& grads_;    // per parameter, views into grad_buckets_
-  std::optional<ZeroPartition> zero_;  // parallel.zero = 1: this rank's share of the optimizer
-  AdamW optimizer_;
+  std::vector<Tensor> param_tensors_;  // the parameters' tensors (shared storage), for the ZeRO all-gather
+  GradientReduction reduction_;        // how gradients are combined over ranks, and kept
+  std::unique_ptr<GradientBuckets> grad_buckets_;
+  std::optional<ZeroPartition> zero_;  // parallel.zero = 1 or 2: this rank's share of the optimizer
+  std::vector<Tensor> range_grads_;    // the summed gradients of the ranges the optimizer updates
+  std::optional<AdamW> optimizer_;
   GPT2Graph train_model_;
   GPT2Graph eval_model_;
   std::unique_ptr<CompiledGraph> train_graph_;

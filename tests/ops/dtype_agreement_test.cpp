@@ -122,6 +122,9 @@ const std::vector<std::string> kCovered = {
 const std::vector<std::string> kCheckedAgainstUnfusedOps = {
     "add_layernorm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3", "fused_elementwise4",
     "layernorm_backward_add"};
+// Exact ops have no rounding to compare; they are checked for exactness and for
+// equal bits on every backend (tests/backends/square_sum_exact_test.cpp).
+const std::vector<std::string> kExact = {"square_sum_exact"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {
@@ -184,6 +187,7 @@ INSTANTIATE_TEST_SUITE_P(AllOps, DtypeAgreementTest,
 TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
   std::vector<std::string> covered = kCovered;
   covered.insert(covered.end(), kCheckedAgainstUnfusedOps.begin(), kCheckedAgainstUnfusedOps.end());
+  covered.insert(covered.end(), kExact.begin(), kExact.end());
   std::sort(covered.begin(), covered.end());
   EXPECT_EQ(covered, OpRegistry::global().names());
 }
@@ -191,9 +195,10 @@ TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
 TEST(RefCoverage, RefHasAKernelForEveryOpAndFloatType) {
   const Backend& ref = get_backend("ref");
   for (const std::string& op : OpRegistry::global().names()) {
-    // AdamW's schema fixes param (its dtype-selecting input) to f32.
-    std::vector<DType> types = op == "adamw" ? std::vector<DType>{DType::F32}
-                                             : std::vector<DType>{DType::F64, DType::F32, DType::BF16, DType::F16};
+    // AdamW's schema fixes param (its dtype-selecting input) to f32; exact square sums take f32 and bf16.
+    std::vector<DType> types = op == "adamw"              ? std::vector<DType>{DType::F32}
+                               : op == "square_sum_exact" ? std::vector<DType>{DType::F32, DType::BF16}
+                                                          : std::vector<DType>{DType::F64, DType::F32, DType::BF16, DType::F16};
     for (DType dtype : types) EXPECT_NE(ref.find(op, dtype), nullptr) << op << " " << dtype_name(dtype);
   }
 }

@@ -118,7 +118,8 @@ TEST_F(DataParallelRun, SeveralGradientBucketsAndBf16StayBitIdentical) {
   std::string settings = kTwoMicroBatches + " --set parallel.bucket_mb=0.004 --set precision.compute=bf16";
   fs::path single = train("single_bf16", "", settings);
   fs::path dp2 = train("dp2_bf16", mpirun(2), settings);
-  EXPECT_EQ(last_output_.find("gradients in 1 bucket"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find(" bucket(s) of up to"), std::string::npos) << last_output_;
+  EXPECT_EQ(last_output_.find("; 1 bucket(s)"), std::string::npos) << last_output_;
   expect_identical_runs(single, dp2, "step_00000020");
 }
 
@@ -190,47 +191,76 @@ TEST_F(DataParallelRun, ResumeContinuesBitIdenticallyWithTheSameOrAnotherDegree)
   }
 }
 
-// ZeRO-1 splits AdamW's moments and update over the ranks, then all-gathers the parameters:
-// the same arithmetic on the same elements, so bit-identical to ZeRO-0, with several buckets
-// (padded when a bucket does not divide by the ranks), in fp32 and bf16, and resumable.
-TEST_F(DataParallelRun, ZeroOneIsBitIdenticalToZeroZeroAndHalvesTheOptimizerStateAtTwoRanks) {
+// The figure after `label` in a run's start-up line ("optimizer state 0.14 MiB").
+double mib_after(const std::string& output, const std::string& label) {
+  auto at = output.find(label + " ");
+  return at == std::string::npos ? -1.0 : std::stod(output.substr(at + label.size() + 1));
+}
+
+// ZeRO-1 and ZeRO-2 reduce-scatter the buckets and split AdamW's moments and update over the
+// ranks, then all-gather the parameters; the gradient norm is summed exactly from the shards. The
+// same arithmetic on the same elements, so bit-identical to ZeRO-0, with several buckets (padded
+// when a bucket does not divide by the ranks), in fp32 and bf16. One micro-batch per rank: ZeRO-2
+// keeps no whole gradient buffers.
+TEST_F(DataParallelRun, ZeroOneAndTwoAreBitIdenticalToZeroZeroAndCutStateAndGradientsAtTwoRanks) {
   for (const char* precision : {"fp32", "bf16"}) {
     std::string settings = kTwoMicroBatches + " --set parallel.bucket_mb=0.004 --set precision.compute=" + precision;
     fs::path zero0 = train(std::string("zero0_") + precision, mpirun(2), settings);
-    std::string zero0_output = last_output_;
+    const std::string zero0_output = last_output_;
     fs::path zero1 = train(std::string("zero1_") + precision, mpirun(2), settings + " --set parallel.zero=1");
+    const std::string zero1_output = last_output_;
+    fs::path zero2 = train(std::string("zero2_") + precision, mpirun(2), settings + " --set parallel.zero=2");
     expect_identical_runs(zero0, zero1, "step_00000020");
-    auto state_mib = [](const std::string& output) {
-      auto at = output.find("optimizer state ");
-      return at == std::string::npos ? 0.0 : std::stod(output.substr(at + 16));
-    };
-    EXPECT_NEAR(state_mib(last_output_), state_mib(zero0_output) / 2, 0.01) << last_output_;
+    expect_identical_runs(zero0, zero2, "step_00000020");
+    EXPECT_NEAR(mib_after(zero1_output, "optimizer state"), mib_after(zero0_output, "optimizer state") / 2, 0.01);
+    EXPECT_NEAR(mib_after(last_output_, "optimizer state"), mib_after(zero0_output, "optimizer state") / 2, 0.01);
+    // ZeRO-1 keeps whole gradients plus the reduced half; ZeRO-2 only staging buffers and the half.
+    EXPECT_NE(last_output_.find("only this rank's blocks kept"), std::string::npos) << last_output_;
+    EXPECT_NEAR(mib_after(zero1_output, "gradient buffers"), 1.5 * mib_after(zero0_output, "gradient buffers"), 0.01);
+    EXPECT_LT(mib_after(last_output_, "gradient buffers"), mib_after(zero1_output, "gradient buffers"));
   }
 }
 
-// The model has 36512 parameters (vocab_size 321): not a multiple of 3.
-TEST_F(DataParallelRun, ZeroOneAtThreeRanksMatchesZeroZeroAndResumesBitIdentically) {
+// The model has 36512 parameters (vocab_size 321): not a multiple of 3. Two micro-batches per
+// rank: ZeRO-2 accumulates them in whole buffers before the reduce-scatter.
+TEST_F(DataParallelRun, ZeroOneAndTwoAtThreeRanksMatchZeroZeroAndResumeBitIdentically) {
   const std::string settings = "--set train.batch_size=1 --set train.global_batch=6 --set parallel.bucket_mb=0.004 "
                                "--set checkpoint.every=10 --set checkpoint.keep=0";
   fs::path zero0 = train("zero0_dp3", mpirun(3), settings);
   fs::path zero1 = train("zero1_dp3", mpirun(3), settings + " --set parallel.zero=1");
   expect_identical_runs(zero0, zero1, "step_00000020");
-  fs::path resumed = root() / "zero1_dp3_resumed";
+  fs::path zero2 = train("zero2_dp3", mpirun(3), settings + " --set parallel.zero=2");
+  EXPECT_NE(last_output_.find("whole local accumulators"), std::string::npos) << last_output_;
+  expect_identical_runs(zero0, zero2, "step_00000020");
+  fs::path resumed = root() / "zero2_dp3_resumed";
   fs::create_directories(resumed);
-  fs::copy(zero1 / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
+  fs::copy(zero2 / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
   std::ofstream(resumed / "latest") << "step_00000010";
-  train("zero1_dp3_resumed", mpirun(3), settings + " --set parallel.zero=1 --set checkpoint.resume=true");
+  train("zero2_dp3_resumed", mpirun(3), settings + " --set parallel.zero=2 --set checkpoint.resume=true");
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_TRUE(bytes_of(zero1 / "step_00000020" / file) == bytes_of(resumed / "step_00000020" / file)) << file;
+    EXPECT_TRUE(bytes_of(zero2 / "step_00000020" / file) == bytes_of(resumed / "step_00000020" / file)) << file;
   }
 }
 
-// fp16 with a loss scale that overflows: every rank skips the same steps, as one process does.
+// Four ranks, one micro-batch each, bf16: ZeRO-2 through staging buffers matches ZeRO-0, whose
+// sums at more than two ranks are the same reduce-scatter followed by an all-gather.
+TEST_F(DataParallelRun, ZeroTwoStagedAtFourRanksMatchesZeroZero) {
+  const std::string settings = "--set train.batch_size=1 --set train.global_batch=4 --set parallel.bucket_mb=0.004 "
+                               "--set precision.compute=bf16 --set train.steps=10 --set train.val_every=5";
+  fs::path zero0 = train("zero0_dp4", mpirun(4), settings);
+  EXPECT_NE(last_output_.find("reduce-scattered then all-gathered"), std::string::npos) << last_output_;
+  fs::path zero2 = train("zero2_dp4", mpirun(4), settings + " --set parallel.zero=2");
+  EXPECT_NE(last_output_.find("only this rank's blocks kept"), std::string::npos) << last_output_;
+  expect_identical_runs(zero0, zero2, "step_00000010");
+}
+
+// fp16 with a loss scale that overflows: every rank skips the same steps, as one process does
+// (ZeRO-2: each rank sees only its shard of the gradients, the exact norm's infinity is global).
 TEST_F(DataParallelRun, AnOverflowingFp16StepIsSkippedOnEveryRank) {
   const std::string settings = kTwoMicroBatches + " --set precision.compute=fp16 --set precision.loss_scale=1e30 "
                                "--set train.steps=3 --set train.val_every=0";
   fs::path single = train("fp16_single", "", settings);
-  fs::path dp2 = train("fp16_dp2", mpirun(2), settings + " --set parallel.zero=1");
+  fs::path dp2 = train("fp16_dp2", mpirun(2), settings + " --set parallel.zero=2");
   std::vector<nlohmann::json> expected = metrics(single), got = metrics(dp2);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_TRUE(got[0].value("skipped", false)) << got[0].dump();

@@ -1,7 +1,10 @@
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
 
 #include "backends/ref/ref_io.h"
+#include "core/exact_square_sum.h"
 #include "backends/ref/ref_ops.h"
 
 namespace strata::ref {
@@ -48,6 +51,16 @@ void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
   store(out[0], {sum});
 }
 
+// The squares' exact sum: load() widens f32 and bf16 exactly, and back to f32 is exact too.
+void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> wide = load(in[0]);
+  std::vector<float> x(wide.begin(), wide.end());
+  ExactSquareSum sum;
+  sum.add(x.data(), static_cast<int64_t>(x.size()));
+  std::array<int64_t, ExactSquareSum::kWords> words = sum.words();
+  std::copy(words.begin(), words.end(), out[0].data<int64_t>());
+}
+
 void gelu_forward(const Tensors& in, const Tensors& out, const Attrs&) {
   std::vector<double> x = load(in[0]);
   for (double& value : x) value = gelu(value);
@@ -72,6 +85,8 @@ void register_elementwise(Backend& backend) {
   add_float_kernels(backend, "sum_to", sum_to);
   add_float_kernels(backend, "scale", scale);
   add_float_kernels(backend, "sum_squares", sum_squares);
+  backend.add_kernel("square_sum_exact", DType::F32, square_sum_exact);
+  backend.add_kernel("square_sum_exact", DType::BF16, square_sum_exact);
   add_float_kernels(backend, "gelu", gelu_forward);
   add_float_kernels(backend, "gelu_backward", gelu_backward);
 }
