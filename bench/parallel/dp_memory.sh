@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Per-rank memory and step time of data-parallel layouts next to the planner's
-# prediction: ZeRO-0 and ZeRO-1 at 2 and 4 ranks (1 thread each), small model,
-# global batch 16. Measured: the optimizer state per rank and the activation
-# arena (start-up lines), the peak resident memory of every rank and the median
-# step time (plan.json); predicted: the planner's optimizer state, activations,
-# peak and step time for the same layout on CLUSTER (default this-machine; a
+# prediction: ZeRO-0, 1 and 2 at 2 and 4 ranks (1 thread each), small model,
+# global batch 16 (one micro-batch per rank, so ZeRO-2 stages its buckets).
+# Measured: the optimizer state, the gradient buffers and the activation
+# arena per rank (start-up lines), the peak resident memory of every rank and the median
+# step time (plan.json); predicted: the planner's optimizer state, gradients,
+# activations, peak and step time for the same layout on CLUSTER (default this-machine; a
 # `strata calibrate` profile predicts this host far better).
 #
 # Usage: bench/parallel/dp_memory.sh [steps=6]   (STRATA, DATA, CLUSTER override)
@@ -18,9 +19,9 @@ cluster=${CLUSTER:-this-machine}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-printf '%-28s %17s %17s %13s %17s %19s\n' layout "optimizer MiB" "activations MiB" "peak RSS MiB" "planner peak MiB" "step s (pred/meas)"
+printf '%-16s %17s %17s %17s %13s %17s %19s\n' layout "optimizer MiB" "gradients MiB" "activations MiB" "peak RSS MiB" "planner peak MiB" "step s (pred/meas)"
 for ranks in 2 4; do
-  for zero in 0 1; do
+  for zero in 0 1 2; do
     run=$work/dp${ranks}_zero$zero
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" -x GLIBC_TUNABLES "$strata" train \
       configs/bench/small.toml --set "data.dir=$data" --set "train.steps=$steps" --set train.batch_size=$((16 / ranks)) \
@@ -31,12 +32,14 @@ import json, re, sys
 run, ranks, zero = sys.argv[1], sys.argv[2], sys.argv[3]
 log = open(run + ".log").read()
 optimizer = float(re.search(r"optimizer state ([0-9.]+) MiB per rank", log).group(1))
+gradients = float(re.search(r"gradient buffers ([0-9.]+) MiB", log).group(1))
 arena = float(re.search(r"arena ([0-9.]+) MiB", log).group(1))
 record = json.load(open(run + "/plan.json"))
 memory, measured = record["chosen"]["memory_bytes"], record["measured"]
 mib = lambda b: b / 2**20
 rss = "/".join(f"{x:.0f}" for x in measured["peak_rss_mib_per_rank"])
-print(f"{'dp=' + ranks + ' zero=' + zero:<28} {optimizer:7.1f} / {mib(memory['optimizer']):7.1f} "
+print(f"{'dp=' + ranks + ' zero=' + zero:<16} {optimizer:7.1f} / {mib(memory['optimizer']):7.1f} "
+      f"{gradients:7.1f} / {mib(memory['gradients']):7.1f} "
       f"{arena:7.1f} / {mib(memory['activations']):7.1f} {rss:>13} {mib(memory['peak']):17.1f} "
       f"{record['chosen']['step_s']:8.3f} / {measured['step_s']:.3f}")
 PY

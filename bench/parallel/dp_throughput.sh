@@ -6,7 +6,8 @@
 # `comm_wait_s` (gradient-sum time the backward pass did not hide).
 #
 # Usage: bench/parallel/dp_throughput.sh [repeats] [steps] [global_batch]
-#   (defaults 3, 8, 16; STRATA overrides build/bin/strata; DATA overrides data/kjv)
+#   (defaults 3, 8, 16; STRATA overrides build/bin/strata; DATA overrides data/kjv;
+#   ZERO=1 or 2 runs the 2 ranks under that ZeRO stage)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 strata=${STRATA:-build/bin/strata}
@@ -14,6 +15,7 @@ repeats=${1:-3}
 steps=${2:-8}
 global=${3:-16}
 data=${DATA:-data/kjv}
+zero=${ZERO:-0}
 python=/usr/bin/python3
 [[ -f "$data/meta.json" ]] || { echo "no corpus in $data: run scripts/quickstart.sh first" >&2; exit 1; }
 work=$(mktemp -d)
@@ -33,14 +35,14 @@ print(f"{rate:.1f} {statistics.median(wait) if wait else 0:.4f}")
 PY
 }
 
-echo "# small model, global batch $global rows x 256 tokens, $steps steps, $repeats interleaved repeats"
+echo "# small model, global batch $global rows x 256 tokens, $steps steps, $repeats interleaved repeats, 2 ranks at ZeRO-$zero"
 single_rates=() dp_rates=() waits=()
 for r in $(seq "$repeats"); do
   "$strata" train "${common[@]}" --set ops.threads=2 --set "checkpoint.dir=$work/single$r" > "$work/single$r.log"
   read -r rate _ < <(summary "$work/single$r")
   single_rates+=("$rate")
   mpirun --allow-run-as-root --bind-to none -np 2 -x GLIBC_TUNABLES "$strata" train "${common[@]}" \
-    --set ops.threads=1 --set "checkpoint.dir=$work/dp$r" > "$work/dp$r.log"
+    --set ops.threads=1 --set "parallel.zero=$zero" --set "checkpoint.dir=$work/dp$r" > "$work/dp$r.log"
   read -r rate wait < <(summary "$work/dp$r")
   dp_rates+=("$rate"); waits+=("$wait")
   echo "repeat $r: 1 process x 2 threads ${single_rates[-1]} tokens/s; 2 ranks x 1 thread $rate tokens/s" \

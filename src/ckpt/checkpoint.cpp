@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <fcntl.h>
 #include <system_error>
 
 #include <fmt/ranges.h>
@@ -109,9 +110,6 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
 
   std::string name = checkpoint_dir_name(step);
   fs::path final_dir = run_dir / name;
-  if (fs::exists(final_dir)) {
-    fail("cannot save step {}: '{}' already exists (delete it, or resume from it)", step, final_dir.string());
-  }
   fs::path temp_dir = create_unique_directory(run_dir, "." + name + ".tmp");
   try {
     json manifest = {{"format", std::string(kManifestFormat)}, {"version", kManifestVersion}, {"step", step},
@@ -119,13 +117,20 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
     for (const auto& [file, tensors] : files) {
       write_safetensors(temp_dir / file, tensors);
       manifest["files"].push_back(file);
+      manifest["file_bytes"][file] = fs::file_size(temp_dir / file);
     }
     // The manifest goes last: a directory without it is never a checkpoint.
     write_file_atomic(temp_dir / kCheckpointManifest, manifest.dump(2) + "\n");
     fsync_directory(temp_dir);
-    if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
+    // A run resumed from an earlier checkpoint saves this step again (the same bits, training being
+    // deterministic): the two directories swap atomically, so a complete step_N exists at every moment.
+    const bool replacing = fs::exists(final_dir);
+    const int renamed = replacing ? ::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE)
+                                  : ::rename(temp_dir.c_str(), final_dir.c_str());
+    if (renamed != 0) {
       fail("cannot rename '{}' to '{}': {}", temp_dir.string(), final_dir.string(), errno_text(errno));
     }
+    if (replacing) fs::remove_all(temp_dir, error);  // now the replaced checkpoint
   } catch (...) {
     fs::remove_all(temp_dir, error);
     throw;
@@ -136,23 +141,88 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   return final_dir;
 }
 
+namespace {
+
+// Why `dir` is not a complete checkpoint (its manifest valid, every file it
+// lists present, with the size it recorded), or "" when it is.
+std::string incompleteness(const fs::path& dir) {
+  if (!fs::exists(dir / kCheckpointManifest)) return fmt::format("no {}", kCheckpointManifest);
+  try {
+    json manifest = read_manifest(dir);
+    for (const json& file : manifest["files"]) {
+      fs::path path = dir / file.get<std::string>();
+      if (!fs::exists(path)) return fmt::format("'{}' is missing", path.string());
+      const json* recorded = manifest.contains("file_bytes") && manifest["file_bytes"].is_object() &&
+                                     manifest["file_bytes"].contains(file.get<std::string>())
+                                 ? &manifest["file_bytes"][file.get<std::string>()]
+                                 : nullptr;
+      if (recorded && (!recorded->is_number_unsigned() || recorded->get<uintmax_t>() != fs::file_size(path))) {
+        return fmt::format("'{}' has {} bytes, the manifest says {}", path.string(), fs::file_size(path),
+                           recorded->dump());
+      }
+    }
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// The step directories of a run directory, newest first.
+std::vector<std::pair<int64_t, fs::path>> step_directories(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code error;
+  for (const auto& item : fs::directory_iterator(run_dir, error)) {
+    int64_t step = 0;
+    if (item.is_directory() && parse_step_dir_name(item.path().filename().string(), &step)) {
+      steps.emplace_back(step, item.path());
+    }
+  }
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return steps;
+}
+
+}  // namespace
+
+void remove_stale_temporaries(const fs::path& run_dir) {
+  std::error_code error;
+  for (const auto& item : fs::directory_iterator(run_dir, error)) {
+    const std::string name = item.path().filename().string();
+    if (name.starts_with(fmt::format(".{}", kStepPrefix)) && name.find(".tmp") != std::string::npos) {
+      fs::remove_all(item.path(), error);
+      if (error) spdlog::warn("cannot remove the dead save '{}': {}", item.path().string(), error.message());
+    }
+  }
+}
+
+bool has_checkpoints(const fs::path& run_dir) { return !step_directories(run_dir).empty(); }
+
 fs::path resolve_checkpoint(const fs::path& path) {
   if (!fs::exists(path)) fail("checkpoint path '{}' does not exist", path.string());
   if (fs::exists(path / kCheckpointManifest)) return path;
-  fs::path pointer = path / kLatestPointer;
-  if (!fs::exists(pointer)) {
-    fail("'{}' is neither a checkpoint directory (no {}) nor a run directory (no {} file)", path.string(),
-         kCheckpointManifest, kLatestPointer);
+  const fs::path pointer = path / kLatestPointer;
+  std::vector<std::pair<int64_t, fs::path>> steps = step_directories(path);
+  if (steps.empty() && !fs::exists(pointer)) {
+    fail("'{}' is neither a checkpoint directory (no {}) nor a run directory (no {} file, no step_* directories)",
+         path.string(), kCheckpointManifest, kLatestPointer);
   }
-  std::string name = read_text_file(pointer);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (!is_plain_file_name(name)) fail("'{}' does not hold a checkpoint directory name: '{}'", pointer.string(), name);
-  fs::path dir = path / name;
-  if (!fs::exists(dir / kCheckpointManifest)) {
-    fail("'{}' points to '{}', which is not a complete checkpoint (no {})", pointer.string(), dir.string(),
-         kCheckpointManifest);
+  // `latest` is replaced after the rename of a new checkpoint: a crash in between leaves it one
+  // behind, and damage can leave it naming nothing. The newest complete checkpoint is the truth.
+  std::vector<std::string> skipped;
+  for (const auto& [step, dir] : steps) {
+    std::string why = incompleteness(dir);
+    if (why.empty()) {
+      std::string named = fs::exists(pointer) ? read_text_file(pointer) : "";
+      while (!named.empty() && (named.back() == '\n' || named.back() == ' ')) named.pop_back();
+      if (named != dir.filename().string()) {
+        spdlog::warn("'{}' names '{}', but '{}' is the newest complete checkpoint{}; using it", pointer.string(),
+                     named, dir.string(), skipped.empty() ? "" : fmt::format(" ({})", fmt::join(skipped, "; ")));
+      }
+      return dir;
+    }
+    skipped.push_back(fmt::format("'{}' is incomplete: {}", dir.string(), why));
   }
-  return dir;
+  fail("run directory '{}' holds no complete checkpoint{}", path.string(),
+       skipped.empty() ? "" : fmt::format(" ({})", fmt::join(skipped, "; ")));
 }
 
 Checkpoint::Checkpoint(const fs::path& path) : dir_(resolve_checkpoint(path)) {

@@ -25,16 +25,25 @@ using CheckpointFiles = std::map<std::string, TensorMap>;
 
 std::string checkpoint_dir_name(int64_t step);  // "step_00001000"
 
-// Writes `files` and a manifest holding `step` and `metadata` as
-// run_dir/step_XXXXXXXX, then points run_dir/latest at it. With keep_last > 0,
-// afterwards deletes all but the keep_last highest-step checkpoints (never the
-// one just written). Fails if that step's directory already exists.
+// Writes `files` and a manifest holding `step`, `metadata` and each file's
+// size as run_dir/step_XXXXXXXX, then points run_dir/latest at it. With
+// keep_last > 0, afterwards deletes all but the keep_last highest-step
+// checkpoints (never the one just written). An existing directory of that
+// step is replaced atomically (a run resumed from an earlier step saves it
+// again). Callers own the run directory (RunDirectoryLock) while saving.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                       const CheckpointFiles& files, const nlohmann::json& metadata,
                                       int keep_last = 0);
 
-// A checkpoint directory as is, or a run directory's `latest` checkpoint.
+// A checkpoint directory as is, or a run directory's newest complete
+// checkpoint (manifest valid, every file present with its recorded size),
+// which is the one `latest` names unless a save died between its rename and
+// the update of `latest` (then a warning says which it took and why).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
+bool has_checkpoints(const std::filesystem::path& run_dir);  // any step_* directory
+// Deletes the temporary directories of saves that died (killed mid-save):
+// only while holding the run directory, so that no live save is among them.
+void remove_stale_temporaries(const std::filesystem::path& run_dir);
 
 // A complete checkpoint, opened through resolve_checkpoint.
 class Checkpoint {

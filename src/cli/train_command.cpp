@@ -59,7 +59,8 @@ std::string find_on_path(const std::string& program) {
   fail("--nproc: could not start {}: {}", mpirun, std::strerror(errno));
 }
 
-void train(const TrainConfig& config, bool profile) {
+// Returns the signal that stopped the run early (its checkpoint saved), or 0.
+int train(const TrainConfig& config, bool profile) {
   if (!launched_by_mpirun()) {
     if (config.dp > 1) {
       fail("key 'parallel.dp' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
@@ -68,13 +69,12 @@ void train(const TrainConfig& config, bool profile) {
     }
     Trainer trainer(config);
     if (profile) trainer.enable_profiling();
-    trainer.run();
-    return;
+    return trainer.run();
   }
   comm::MpiSession mpi;
   Trainer trainer(config, DataParallel(comm::Communicator::world(), config.dp));
   if (profile) trainer.enable_profiling();
-  trainer.run();
+  return trainer.run();
 }
 
 }  // namespace
@@ -93,7 +93,8 @@ void add_train_command(CLI::App& app) {
   command->callback([config_path, overrides, profile, nproc] {
     TrainConfig config = load_train_config(*config_path, *overrides);  // bad configs fail before any launch
     if (*nproc > 0) exec_under_mpirun(*nproc, *config_path, *overrides, *profile);
-    train(config, *profile);
+    // As a process killed by the signal would report it (shells, schedulers): 128 + its number.
+    if (int signal = train(config, *profile); signal != 0) std::exit(128 + signal);
   });
 }
 

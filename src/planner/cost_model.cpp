@@ -76,7 +76,7 @@ CostModel::CostModel(PlanningProblem problem)
       adamw_(vector_op(
           "adamw", 4,
           {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{1}}})),
-      sum_squares_(vector_op("sum_squares", 1)),
+      square_sums_(vector_op("square_sum_exact", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
       add_(vector_op("add", 2)) {
   problem_.validate();
@@ -161,7 +161,7 @@ double CostModel::optimizer_seconds(double params_on_device, double gradients_on
   const DeviceSpec& device = problem_.cluster.device;
   const double reference = static_cast<double>(kReferenceElements);
   return op_seconds(adamw_, device, DType::F32, params_on_device / reference) +
-         op_seconds(sum_squares_, device, DType::F32, gradients_on_device / reference) +
+         op_seconds(square_sums_, device, DType::F32, gradients_on_device / reference) +
          op_seconds(scale_, device, DType::F32, gradients_on_device / reference);
 }
 

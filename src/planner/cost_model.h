@@ -111,7 +111,7 @@ class CostModel {
 
   PlanningProblem problem_;
   CommPricer pricer_;
-  OpWork adamw_, sum_squares_, scale_, add_;  // per kReferenceElements fp32 elements
+  OpWork adamw_, square_sums_, scale_, add_;  // per kReferenceElements fp32 elements
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;

@@ -1,8 +1,10 @@
 #include "train/config.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
 #include <toml++/toml.h>
@@ -48,6 +50,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.beta2", &c.beta2},
       {"train.adam_eps", &c.adam_eps},
       {"train.grad_clip", &c.grad_clip},
+      {"train.max_skipped_steps", &c.max_skipped_steps},
       {"train.val_every", &c.val_every},
       {"train.val_batches", &c.val_batches},
       {"parallel.plan", &c.plan},
@@ -135,10 +138,17 @@ void apply_override(toml::table& table, const std::string& assignment) {
 
 void TrainConfig::validate() const {
   model.validate();
-  auto positive = [](const char* key, auto value) {
+  auto finite = [](const char* key, auto value) {
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      if (!std::isfinite(value)) fail("key '{}' must be a finite number, got {}", key, value);
+    }
+  };
+  auto positive = [&](const char* key, auto value) {
+    finite(key, value);
     if (!(value > 0)) fail("key '{}' must be positive, got {}", key, value);
   };
-  auto non_negative = [](const char* key, auto value) {
+  auto non_negative = [&](const char* key, auto value) {
+    finite(key, value);
     if (value < 0) fail("key '{}' must be at least 0, got {}", key, value);
   };
   positive("train.batch_size", batch_size);
@@ -156,6 +166,7 @@ void TrainConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) fail("key 'train.beta2' must be in [0, 1), got {}", beta2);
   positive("train.adam_eps", adam_eps);
   non_negative("train.grad_clip", grad_clip);
+  non_negative("train.max_skipped_steps", max_skipped_steps);
   non_negative("train.val_every", val_every);
   positive("train.val_batches", val_batches);
   non_negative("ops.threads", threads);
@@ -169,14 +180,15 @@ void TrainConfig::validate() const {
          "when parallel.plan = \"auto\"");
   }
   non_negative("parallel.dp", dp);
-  if (!(bucket_mb > 0)) fail("key 'parallel.bucket_mb' must be positive, got {}", bucket_mb);
+  positive("parallel.bucket_mb", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
     fail("key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
   }
   precision_policy();  // validates precision.fp32_ops
-  if (!(loss_scale > 0)) fail("key 'precision.loss_scale' must be positive, got {}", loss_scale);
+  positive("precision.loss_scale", loss_scale);
   positive("precision.growth_interval", loss_scale_growth_interval);
+  finite("precision.growth", loss_scale_growth);
   if (!(loss_scale_growth > 1)) fail("key 'precision.growth' must exceed 1, got {}", loss_scale_growth);
   if (!(loss_scale_backoff > 0 && loss_scale_backoff < 1)) {
     fail("key 'precision.backoff' must be in (0, 1), got {}", loss_scale_backoff);

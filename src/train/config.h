@@ -34,6 +34,9 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables
+  // Steps with inf/nan gradients are skipped (in every precision); more than
+  // this many in a row end the run with an error naming the first bad tensor.
+  int64_t max_skipped_steps = 10;
 
   int64_t val_every = 100;   // 0 disables
   int64_t val_batches = 10;
@@ -45,7 +48,7 @@ struct TrainConfig {
   std::string cluster;  // parallel.cluster: a `strata calibrate` profile or a cluster TOML / preset
   int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: every rank of the job
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
-  int64_t zero = 0;        // parallel.zero: 0, or 1 (AdamW's moments and update split over the dp ranks)
+  int64_t zero = 0;        // parallel.zero: 0; 1: AdamW's moments and update split over the dp ranks; 2: gradients too
 
   // precision.compute: "fp32", or "bf16" / "fp16" mixed precision with f32
   // master weights; precision.fp32_ops: op types kept in f32.

@@ -3,19 +3,47 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace strata {
 
-MetricsLog::MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar)
-    : file_(path, std::ios::app),
-      path_(path),
-      total_steps_(total_steps),
-      terminal_(progress_bar && isatty(STDOUT_FILENO) != 0) {
+namespace {
+
+// Keeps the lines of steps up to `last_step`; rewrites the file (atomically) when that drops any.
+void drop_lines_after(const std::string& path, int64_t last_step) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream lines(read_text_file(path));
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+                      record["step"].get<int64_t>() <= last_step;
+    if (keep) {
+      kept += line + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped == 0) return;
+  write_file_atomic(path, kept);
+  fmt::print("{}: dropped {} line(s) after step {} (written after the checkpoint this run continues from)\n", path,
+             dropped, last_step);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar, int64_t continued_from)
+    : path_(path), total_steps_(total_steps), terminal_(progress_bar && isatty(STDOUT_FILENO) != 0) {
+  drop_lines_after(path, continued_from);
+  file_.open(path, std::ios::app);
   if (!file_) fail("cannot open metrics file '{}' for writing", path);
 }
 
@@ -24,7 +52,10 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
                       {"tokens_per_s", m.tokens_per_s}};
   if (m.val_loss) line["val_loss"] = *m.val_loss;
   if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
-  if (m.skipped) line["skipped"] = true;
+  if (m.skipped) {
+    line["skipped"] = true;
+    line["skip_reason"] = m.skip_reason;
+  }
   if (m.comm_wait_s) line["comm_wait_s"] = *m.comm_wait_s;
   file_ << line.dump() << "\n";
   file_.flush();
@@ -33,7 +64,7 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   double steps_left = static_cast<double>(total_steps_ - m.step);
   double eta = m.step > 0 ? elapsed_s / static_cast<double>(m.step) * steps_left : 0;
   std::string val = m.val_loss ? fmt::format(" val {:.4f}", *m.val_loss) : "";
-  if (m.skipped) val += " (skipped: inf/nan gradients)";
+  if (m.skipped) val += " (skipped: " + m.skip_reason + ")";
   if (terminal_) {
     int width = 30;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(total_steps_, 1));

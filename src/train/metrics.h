@@ -16,7 +16,8 @@ struct StepMetrics {
   double tokens_per_s = 0;
   std::optional<double> val_loss;
   std::optional<double> loss_scale;  // fp16: the scale the step's gradients were computed with
-  bool skipped = false;              // fp16: gradients overflowed, parameters left unchanged
+  bool skipped = false;              // parameters left unchanged: the gradients held inf or nan
+  std::string skip_reason;
   // Data parallelism: seconds spent waiting for the gradient sums after the
   // backward pass (the communication it did not hide).
   std::optional<double> comm_wait_s;
@@ -24,9 +25,12 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  // Appends to `path` (a resumed run continues its file). With `progress_bar`
-  // and stdout a terminal, progress redraws one line; otherwise one line per step.
-  MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar = true);
+  // Appends to `path`, a run that continues from step `continued_from` first
+  // dropping the lines of later steps (written after that checkpoint by a run
+  // that died), so the file reads as one uninterrupted run. With
+  // `progress_bar` and stdout a terminal, progress redraws one line;
+  // otherwise one line per step.
+  MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar = true, int64_t continued_from = 0);
   void record(const StepMetrics& metrics, double elapsed_s);
   void finish();
 

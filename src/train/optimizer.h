@@ -32,6 +32,7 @@ class AdamW {
   void export_moments(std::vector<Tensor>& first, std::vector<Tensor>& second) const;
   void import_moments(const std::vector<Tensor>& first, const std::vector<Tensor>& second);
   size_t state_bytes() const;  // this rank's moments
+  const std::vector<ParameterRange>& ranges() const { return ranges_; }
 
  private:
   AdamWSettings settings_;

@@ -2,10 +2,12 @@
 
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "core/file_io.h"
 #include "data/corpus.h"
 #include "graph/profile_report.h"
+#include "train/stop_signals.h"
 
 namespace strata {
 
@@ -66,15 +69,39 @@ std::vector<Shape> shapes_of(const ParameterSet& params) {
 
 // ops.threads = 0: the host's cores shared among the job's ranks on it.
 int threads_per_rank(const TrainConfig& config, const DataParallel& parallel) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // OpenMP makes every thread up front: an absurd count crashes it, well before any use.
+  constexpr int kThreadsPerCore = 4;
+  if (config.threads > int64_t{kThreadsPerCore} * cores) {
+    fail("key 'ops.threads' is {} but this machine has {} cores: use at most {} (0 shares the cores among the "
+         "ranks)",
+         config.threads, cores, kThreadsPerCore * cores);
+  }
   if (config.threads > 0) return static_cast<int>(config.threads);
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, cores / parallel.ranks_on_this_host());
+}
+
+// Refuses, before anything is allocated, a model whose weights, gradients and
+// AdamW state alone cannot fit in this machine's memory with every rank on it.
+TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
+  config.validate();
+  const double parameters = static_cast<double>(config.model.num_parameters());
+  const int ranks = parallel.ranks_on_this_host();
+  const double moment_share = config.zero >= 1 ? 1.0 / parallel.degree() : 1.0;
+  const double bytes = parameters * (4 + 4 + 8 * moment_share) * ranks;
+  const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (bytes > machine) {
+    fail("the model (model.n_layer = {}, model.n_embd = {}: {:.3g} parameters) needs at least {:.1f} GiB for "
+         "weights, gradients and AdamW state on the {} rank(s) of this host, but the machine has {:.1f} GiB",
+         config.model.n_layer, config.model.n_embd, parameters, bytes / (1 << 30), ranks, machine / (1 << 30));
+  }
+  return config;
 }
 
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, DataParallel parallel)
-    : config_(std::move(config)),
+    : config_(fits_in_memory(std::move(config), parallel)),
       parallel_(std::move(parallel)),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
@@ -144,7 +171,16 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
                                               train_model_.graph.num_nodes());
 
   std::filesystem::path run_dir(config_.run_dir);
-  bool resumable = config_.resume && std::filesystem::exists(run_dir / "latest");
+  if (parallel_.reports()) {
+    run_lock_.emplace(run_dir, "run directory (checkpoint.dir)");
+    remove_stale_temporaries(run_dir);  // of saves killed midway; the lock rules out live ones
+  }
+  const bool resumable = config_.resume && has_checkpoints(run_dir);
+  if (!config_.resume && has_checkpoints(run_dir)) {
+    fail("key 'checkpoint.dir': '{}' already holds checkpoints of an earlier run; set checkpoint.resume = true "
+         "to continue it, or choose another directory",
+         run_dir.string());
+  }
   if (resumable) {
     restore(resolve_checkpoint(run_dir));
   } else if (!config_.init_from.empty()) {
@@ -203,23 +239,45 @@ StepMetrics Trainer::step() {
   ExactSquareSum squares = square_sum(range_grads_, *dispatcher_);
   if (zero_) squares = parallel_.sum(squares);
   metrics.grad_norm = std::sqrt(squares.value());
-  clip_to_norm(range_grads_, metrics.grad_norm, config_.grad_clip, *dispatcher_);
   if (scaler_.dynamic()) metrics.loss_scale = loss_scale;
-  if (scaler_.update(std::isfinite(metrics.grad_norm))) {
+  const bool finite = std::isfinite(metrics.grad_norm);
+  if (scaler_.update(finite) && finite) {
+    clip_to_norm(range_grads_, metrics.grad_norm, config_.grad_clip, *dispatcher_);
     ++optimizer_updates_;
     optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_, *dispatcher_);
     if (zero_) zero_->all_gather_parameters(parallel_, param_tensors_);
+    consecutive_skips_ = 0;
   } else {
+    // One bad batch must not poison every weight, in any precision; many in a row is a diverged run.
     metrics.skipped = true;
-    print(fmt::format("step {}: gradients overflowed (inf/nan) at loss scale {:g}; step skipped, loss scale now "
-                      "{:g}\n",
-                      metrics.step, loss_scale, scaler_.scale()));
+    metrics.skip_reason = scaler_.dynamic() ? fmt::format("inf/nan gradients at loss scale {:g}, now {:g}",
+                                                          loss_scale, scaler_.scale())
+                                            : "inf/nan gradients";
+    if (++consecutive_skips_ > config_.max_skipped_steps) {
+      fail("step {}: {} steps in a row had inf/nan gradients (train.max_skipped_steps = {}); the first parameter "
+           "with a non-finite gradient is {}: the run has diverged (lower train.lr, or check the data)",
+           metrics.step, consecutive_skips_, config_.max_skipped_steps, first_nonfinite_gradient());
+    }
+    print(fmt::format("step {}: skipped, {}\n", metrics.step, metrics.skip_reason));
   }
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double tokens = static_cast<double>(config_.global_batch * config_.model.block_size);
   metrics.tokens_per_s = tokens / seconds;
   return metrics;
+}
+
+std::string Trainer::first_nonfinite_gradient() {
+  const std::vector<ParameterRange>& ranges = optimizer_->ranges();
+  double first = static_cast<double>(params_.size());
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    if (!std::isfinite(square_sum({range_grads_[r]}, *dispatcher_).value())) {
+      first = std::min(first, static_cast<double>(ranges[r].parameter));
+    }
+  }
+  for (double rank_first : parallel_.gather({first}, parallel_.degree())) first = std::min(first, rank_first);
+  return first < static_cast<double>(params_.size()) ? "'" + params_.spec(static_cast<size_t>(first)).name + "'"
+                                                      : "none (only the loss)";
 }
 
 double Trainer::validation_loss() {
@@ -306,7 +364,8 @@ std::string Trainer::precision_summary() const {
   return text;
 }
 
-void Trainer::run() {
+int Trainer::run() {
+  StopSignals stop_signals;
   std::filesystem::path run_dir(config_.run_dir);
   std::optional<MetricsLog> log;
   if (parallel_.reports()) {
@@ -314,7 +373,8 @@ void Trainer::run() {
     write_file_atomic(run_dir / "config.toml", to_toml(config_));
     write_plan_record(run_dir, plan_);
     // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
-    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps, /*progress_bar=*/parallel_.degree() == 1);
+    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps, /*progress_bar=*/parallel_.degree() == 1,
+                completed_steps_);
   }
   print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
@@ -335,6 +395,7 @@ void Trainer::run() {
   print(plan_summary_);
 
   std::vector<double> step_seconds, comm_waits;
+  int stopped_by = 0;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
   while (completed_steps_ < config_.steps) {
@@ -348,12 +409,21 @@ void Trainer::run() {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log) log->record(metrics, elapsed * static_cast<double>(completed_steps_) /
                             static_cast<double>(std::max<int64_t>(completed_steps_ - first_step, 1)));
-    if (last || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
+    // Every rank learns of a signal any rank got, so all stop after the same step.
+    std::vector<double> signals = parallel_.gather({static_cast<double>(StopSignals::received())}, parallel_.degree());
+    stopped_by = static_cast<int>(*std::max_element(signals.begin(), signals.end()));
+    if (last || stopped_by != 0 || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
       save_checkpoint();
     }
+    if (stopped_by != 0) break;
+  }
+  if (stopped_by != 0) {
+    print(fmt::format("\nstopped by {} after step {}; checkpoint {} saved: the same command resumes it\n",
+                      strsignal(stopped_by), completed_steps_,
+                      (run_dir / checkpoint_dir_name(completed_steps_)).string()));
   }
   std::vector<double> peak_rss_mib = parallel_.gather({peak_rss_mib_of_this_process()}, parallel_.degree());
-  if (!log) return;  // the reporting rank prints the summaries
+  if (!log) return stopped_by;  // the reporting rank prints the summaries
   log->finish();
   if (step_seconds.size() > 1) {
     // Medians after the first step (which pays first-touch costs) are the measured figures.
@@ -376,6 +446,7 @@ void Trainer::run() {
   }
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
+  return stopped_by;
 }
 
 }  // namespace strata

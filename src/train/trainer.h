@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/file_lock.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
 #include "model/gpt2.h"
@@ -29,8 +30,10 @@ class Trainer {
   explicit Trainer(TrainConfig config, DataParallel parallel = {});
 
   // Trains from the current step to train.steps, validating and saving on
-  // schedule and at the end. Prints the fallback summary.
-  void run();
+  // schedule and at the end. Prints the fallback summary. Returns 0, or the
+  // signal (SIGINT, SIGTERM) that stopped it early: every rank stops after the
+  // same step, and the checkpoint of that step is saved (StopSignals).
+  int run();
 
   StepMetrics step();        // one optimizer step
   double validation_loss();  // mean over train.val_batches micro-batches from the start of val
@@ -51,9 +54,11 @@ class Trainer {
                          const CompiledGraph::NodeHook& after_node = {});
   void collect_gradient(size_t parameter, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
+  std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
 
   TrainConfig config_;
   DataParallel parallel_;
+  std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line
   LrSchedule schedule_;
@@ -74,6 +79,7 @@ class Trainer {
   Tensor loss_seed_;
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   LossScaler scaler_;
+  int64_t consecutive_skips_ = 0;  // steps in a row skipped for inf/nan gradients
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;

@@ -272,6 +272,34 @@ TEST_F(DataParallelRun, AnOverflowingFp16StepIsSkippedOnEveryRank) {
               bytes_of(dp2 / "step_00000003" / "model.safetensors"));
 }
 
+// A scheduler's SIGTERM reaching one rank only: every rank stops after the same step, the
+// checkpoint of that step is saved, and the job ends with 128 + SIGTERM.
+TEST_F(DataParallelRun, SigtermToOneRankStopsEveryRankAfterTheSameStepWithACheckpoint) {
+  fs::path run_dir = root() / "preempted";
+  std::string launch = mpirun(2) + STRATA_EXECUTABLE + " train " + (root() / "tiny.toml").string() +
+                       " --set checkpoint.dir=" + run_dir.string() + " " + kTwoMicroBatches +
+                       " --set train.steps=1000000 --set train.val_every=0";
+  std::string metrics_file = (run_dir / "metrics.jsonl").string();
+  std::string script = "(" + launch + " > " + (root() / "preempted.log").string() + " 2>&1; echo exit=$?) & " +
+                       "for i in $(seq 300); do [ \"$(wc -l < " + metrics_file + " 2>/dev/null)\" -ge 3 ] && break; "
+                       "sleep 0.1; done; "
+                       "victim=$(pgrep -f 'checkpoint.dir=" + run_dir.string() + "' -a | grep -v mpirun | "
+                       "grep -v 'bash -c' | tail -1 | cut -d' ' -f1); kill -TERM $victim; wait; "
+                       "echo lines=$(wc -l < " + metrics_file + "); cat " + (root() / "preempted.log").string();
+  fs::path script_file = root() / "preempt_a_rank.sh";
+  std::ofstream(script_file) << script << "\n";
+  LaunchResult run = shell("bash " + script_file.string());
+  EXPECT_NE(run.output.find("exit=143"), std::string::npos) << run.output;
+  auto lines_at = run.output.find("lines=");
+  ASSERT_NE(lines_at, std::string::npos) << run.output;
+  const int stopped_at = std::stoi(run.output.substr(lines_at + 6));
+  EXPECT_NE(run.output.find("stopped by Terminated after step " + std::to_string(stopped_at)), std::string::npos)
+      << run.output;
+  char checkpoint[32];
+  std::snprintf(checkpoint, sizeof(checkpoint), "step_%08d", stopped_at);
+  EXPECT_TRUE(fs::exists(run_dir / checkpoint / "optimizer.safetensors")) << run.output;
+}
+
 // A rank killed mid-run: the survivor's next collective times out (5 s here) and
 // ends the job with an error naming the collective and the peer it waits on.
 TEST_F(DataParallelRun, AKilledRankEndsTheOthersWithANamedErrorWithinTheTimeout) {
