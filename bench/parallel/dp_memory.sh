@@ -8,13 +8,16 @@
 # activations, peak and step time for the same layout on CLUSTER (default this-machine; a
 # `strata calibrate` profile predicts this host far better).
 #
-# Usage: bench/parallel/dp_memory.sh [steps=6]   (STRATA, DATA, CLUSTER override)
+# Usage: bench/parallel/dp_memory.sh [steps=6]   (STRATA, DATA, CLUSTER, BUCKET_MB override;
+#   ZeRO-2 drops the whole gradient buffers only where two buckets are smaller than all of them:
+#   BUCKET_MB=4 shows it on this 47 MiB model)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 strata=${STRATA:-build/bin/strata}
 steps=${1:-6}
 data=${DATA:-data/kjv}
 cluster=${CLUSTER:-this-machine}
+bucket_mb=${BUCKET_MB:-25}
 [[ -f "$data/meta.json" ]] || { echo "no corpus in $data: run scripts/quickstart.sh first" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -25,7 +28,7 @@ for ranks in 2 4; do
     run=$work/dp${ranks}_zero$zero
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" -x GLIBC_TUNABLES "$strata" train \
       configs/bench/small.toml --set "data.dir=$data" --set "train.steps=$steps" --set train.batch_size=$((16 / ranks)) \
-      --set train.global_batch=16 --set ops.threads=1 --set "parallel.zero=$zero" --set "parallel.cluster=$cluster" \
+      --set train.global_batch=16 --set ops.threads=1 --set "parallel.zero=$zero" --set "parallel.cluster=$cluster" --set "parallel.bucket_mb=$bucket_mb" \
       --set "checkpoint.dir=$run" > "$run.log"
     /usr/bin/python3 - "$run" "$ranks" "$zero" <<'PY'
 import json, re, sys

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
 
 namespace strata {
 
@@ -66,12 +67,7 @@ void prune_checkpoints(const fs::path& run_dir, const fs::path& written, int kee
 
 json read_manifest(const fs::path& dir) {
   fs::path manifest_path = dir / kCheckpointManifest;
-  json manifest;
-  try {
-    manifest = json::parse(read_text_file(manifest_path));
-  } catch (const json::parse_error& error) {
-    fail("'{}': not valid JSON: {}", manifest_path.string(), error.what());
-  }
+  json manifest = read_json_file(manifest_path);
   auto bad = [&](std::string_view what) { fail("'{}': {}", manifest_path.string(), what); };
   if (!manifest.is_object()) bad("not a JSON object");
   if (manifest.value("format", "") != kManifestFormat) bad(fmt::format("\"format\" is not \"{}\"", kManifestFormat));
@@ -84,7 +80,7 @@ json read_manifest(const fs::path& dir) {
   if (!manifest.contains("files") || !manifest["files"].is_array()) bad("\"files\" is not an array");
   for (const json& file : manifest["files"]) {
     if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
-      bad(fmt::format("\"files\" entry {} is not a plain file name", file.dump()));
+      bad(fmt::format("\"files\" entry {} is not a plain file name", json_excerpt(file)));
     }
   }
   if (!manifest.contains("metadata")) bad("missing \"metadata\"");
@@ -158,7 +154,7 @@ std::string incompleteness(const fs::path& dir) {
                                  : nullptr;
       if (recorded && (!recorded->is_number_unsigned() || recorded->get<uintmax_t>() != fs::file_size(path))) {
         return fmt::format("'{}' has {} bytes, the manifest says {}", path.string(), fs::file_size(path),
-                           recorded->dump());
+                           json_excerpt(*recorded));
       }
     }
   } catch (const Error& error) {

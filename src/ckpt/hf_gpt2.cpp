@@ -1,6 +1,7 @@
 #include "ckpt/hf_gpt2.h"
 
-#include <set>
+#include <cmath>
+#include <map>
 
 #include "ckpt/safetensors.h"
 
@@ -16,7 +17,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 void load_gpt2_weights(const std::filesystem::path& path, ParameterSet& params) {
   SafetensorsReader reader(path);
-  std::set<std::string> loaded;
+  std::map<std::string, std::string> loaded;  // parameter -> the file's name for it
   for (const auto& [file_name, entry] : reader.entries()) {
     std::string name = file_name.rfind("transformer.", 0) == 0 ? file_name : "transformer." + file_name;
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;  // causal-mask buffers
@@ -43,8 +44,19 @@ void load_gpt2_weights(const std::filesystem::path& path, ParameterSet& params) 
       fail("{}: tensor '{}' has dtype {}, expected a floating-point type", path.string(), file_name,
            dtype_name(entry.dtype));
     }
-    params.tensor(index).copy_from(reader.load(file_name).to(DType::F32));
-    loaded.insert(name);
+    // The same tensor under both spellings: which one is meant is anyone's guess.
+    if (auto [previous, fresh] = loaded.emplace(name, file_name); !fresh) {
+      fail("{}: tensors '{}' and '{}' are both parameter '{}': keep one", path.string(), previous->second,
+           file_name, name);
+    }
+    Tensor values = reader.load(file_name).to(DType::F32);
+    const float* data = values.data<float>();
+    for (int64_t i = 0; i < values.numel(); ++i) {
+      if (!std::isfinite(data[i])) {
+        fail("{}: tensor '{}' holds a non-finite value ({}) at element {}", path.string(), file_name, data[i], i);
+      }
+    }
+    params.tensor(index).copy_from(values);
   }
   for (const ParamSpec& spec : params.specs()) {
     if (!loaded.count(spec.name)) fail("{}: tensor '{}' is missing", path.string(), spec.name);

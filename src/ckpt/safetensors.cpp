@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace strata {
 
@@ -120,11 +121,7 @@ json parse_header(std::string_view text, const fs::path& path) {
     }
     return true;
   };
-  try {
-    return json::parse(text.begin(), text.end(), reject_duplicates);
-  } catch (const json::parse_error& error) {
-    fail("'{}': the safetensors header is not valid JSON: {}", path.string(), error.what());
-  }
+  return parse_json(text, path.string(), reject_duplicates);
 }
 
 // A JSON value that must be a non-negative integer fitting in int64.
@@ -144,7 +141,7 @@ bool read_count(const json& value, int64_t* out) {
 
 SafetensorsEntry parse_entry(const std::string& name, const json& value, const fs::path& path) {
   auto bad = [&](std::string_view what) {
-    fail("'{}': tensor '{}': {} (entry: {})", path.string(), name, what, value.dump());
+    fail("'{}': tensor '{}': {} (entry: {})", path.string(), name, what, json_excerpt(value));
   };
   if (!value.is_object()) bad("the entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
@@ -155,14 +152,14 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, const f
   if (!dtype.is_string()) bad("\"dtype\" is not a string");
   if (!parse_safetensors_dtype(dtype.get_ref<const std::string&>(), &entry.dtype)) {
     fail("'{}': unsupported dtype {} for tensor '{}' (supported: F64, F32, BF16, F16, I32, I64)", path.string(),
-         dtype.dump(), name);
+         json_excerpt(dtype), name);
   }
   const json& shape = value["shape"];
   if (!shape.is_array()) bad("\"shape\" is not an array");
   uint64_t numel = 1;
   for (const json& extent : shape) {
     int64_t dim = 0;
-    if (!read_count(extent, &dim)) bad(fmt::format("shape dimension {} is not a non-negative integer", extent.dump()));
+    if (!read_count(extent, &dim)) bad(fmt::format("shape dimension {} is not a non-negative integer", json_excerpt(extent)));
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dim), &numel)) bad("the shape's element count overflows");
     entry.shape.push_back(dim);
   }
@@ -192,7 +189,7 @@ StringMap parse_metadata(const json& value, const fs::path& path) {
   StringMap metadata;
   for (const auto& [key, text] : value.items()) {
     if (!text.is_string()) {
-      fail("'{}': \"{}\" value for key '{}' is not a string: {}", path.string(), kMetadataKey, key, text.dump());
+      fail("'{}': \"{}\" value for key '{}' is not a string: {}", path.string(), kMetadataKey, key, json_excerpt(text));
     }
     metadata[key] = text.get<std::string>();
   }

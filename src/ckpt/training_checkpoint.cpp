@@ -1,5 +1,7 @@
 #include "ckpt/training_checkpoint.h"
 
+#include "core/json_file.h"
+
 #include <type_traits>
 
 #include "core/error.h"
@@ -52,7 +54,7 @@ T metadata_value(const Checkpoint& checkpoint, const std::string& pointer, std::
   try {
     return metadata.at(key).get<T>();
   } catch (const json::exception&) {
-    fail("'{}': metadata key {} is {}, expected a {}", manifest, pointer, metadata.at(key).dump(),
+    fail("'{}': metadata key {} is {}, expected a {}", manifest, pointer, json_excerpt(metadata.at(key)),
          std::is_same_v<T, std::string> ? "string" : "number");
   }
 }

@@ -5,12 +5,15 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
 
@@ -200,15 +203,29 @@ CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& o
   return meta;
 }
 
+namespace {
+
+// meta.json's value of `key` as T, or an error naming the file, the key and what it holds instead.
+template <typename T>
+T meta_field(const json& document, const char* key, const fs::path& path) {
+  if (!document.contains(key)) fail("'{}': key \"{}\" is missing", path.string(), key);
+  try {
+    return document.at(key).get<T>();
+  } catch (const json::exception&) {
+    const char* expected = std::is_same_v<T, std::string> ? "a string"
+                           : std::is_same_v<T, double>    ? "a number"
+                           : std::is_same_v<T, int64_t>   ? "an integer"
+                                                          : "a list of file names";
+    fail("'{}': key \"{}\" is {}, expected {}", path.string(), key, json_excerpt(document.at(key)), expected);
+  }
+}
+
+}  // namespace
+
 CorpusMeta read_corpus_meta(const fs::path& dir) {
   const fs::path path = dir / kCorpusMetaFile;
   if (!fs::exists(path)) fail("'{}' is not a prepared corpus: '{}' does not exist", dir.string(), path.string());
-  json document;
-  try {
-    document = json::parse(read_text_file(path));
-  } catch (const json::parse_error& error) {
-    fail("'{}': not valid JSON: {}", path.string(), error.what());
-  }
+  json document = read_json_file(path);
   auto bad = [&](std::string_view what) { fail("'{}': {}", path.string(), what); };
   if (!document.is_object() || document.value("format", "") != kCorpusFormat) {
     bad(fmt::format("not a corpus description (\"format\" is not \"{}\")", kCorpusFormat));
@@ -218,22 +235,18 @@ CorpusMeta read_corpus_meta(const fs::path& dir) {
   }
   CorpusMeta meta;
   meta.dir = dir;
-  try {
-    meta.tokenizer = dir / document.at("tokenizer").get<std::string>();
-    meta.vocab_size = document.at("vocab_size").get<int64_t>();
-    meta.train_tokens = document.at("train_tokens").get<int64_t>();
-    meta.val_tokens = document.at("val_tokens").get<int64_t>();
-    for (const auto& name : document.at("train_shards").get<std::vector<std::string>>()) {
-      meta.train_shards.push_back(dir / name);
-    }
-    for (const auto& name : document.at("val_shards").get<std::vector<std::string>>()) {
-      meta.val_shards.push_back(dir / name);
-    }
-    meta.train_unigram_entropy = document.at("train_unigram_entropy_nats").get<double>();
-    meta.val_unigram_cross_entropy = document.at("val_unigram_cross_entropy_nats").get<double>();
-  } catch (const json::exception& error) {
-    bad(error.what());
+  meta.tokenizer = dir / meta_field<std::string>(document, "tokenizer", path);
+  meta.vocab_size = meta_field<int64_t>(document, "vocab_size", path);
+  meta.train_tokens = meta_field<int64_t>(document, "train_tokens", path);
+  meta.val_tokens = meta_field<int64_t>(document, "val_tokens", path);
+  for (const auto& name : meta_field<std::vector<std::string>>(document, "train_shards", path)) {
+    meta.train_shards.push_back(dir / name);
   }
+  for (const auto& name : meta_field<std::vector<std::string>>(document, "val_shards", path)) {
+    meta.val_shards.push_back(dir / name);
+  }
+  meta.train_unigram_entropy = meta_field<double>(document, "train_unigram_entropy_nats", path);
+  meta.val_unigram_cross_entropy = meta_field<double>(document, "val_unigram_cross_entropy_nats", path);
   if (meta.train_shards.empty() || meta.val_shards.empty()) bad("lists no train or no val shards");
   return meta;
 }

@@ -4,8 +4,9 @@
 
 namespace strata {
 
-TokenLoader::TokenLoader(const std::vector<std::filesystem::path>& shards, int64_t batch_size, int64_t seq_len)
-    : batch_size_(batch_size), seq_len_(seq_len) {
+TokenLoader::TokenLoader(const std::vector<std::filesystem::path>& shards, int64_t batch_size, int64_t seq_len,
+                         int64_t vocab_size)
+    : batch_size_(batch_size), seq_len_(seq_len), vocab_size_(vocab_size) {
   if (shards.empty()) fail("token loader: no shard files given");
   if (batch_size <= 0 || seq_len <= 0) {
     fail("token loader over '{}': batch size {} and sequence length {} must be positive", shards.front().string(),
@@ -33,6 +34,18 @@ void TokenLoader::next(Tensor& inputs, Tensor& targets) {
   const TokenShard& shard = shards_[static_cast<size_t>(start.shard)];
   shard.read(start.offset, window, inputs.data<int32_t>());
   shard.read(start.offset + 1, window, targets.data<int32_t>());
+  // Inputs and targets overlap but for one token each end: together they are window + 1 tokens.
+  const int32_t* tokens[] = {inputs.data<int32_t>(), targets.data<int32_t>() + window - 1};
+  const int64_t counts[] = {window, 1};
+  for (int part = 0; part < 2; ++part) {
+    for (int64_t i = 0; i < counts[part]; ++i) {
+      const int32_t token = tokens[part][i];
+      if (token < 0 || token >= vocab_size_) {
+        fail("token shard '{}': token {} at offset {} is outside the model's vocabulary [0, {}) (model.vocab_size)",
+             shard.path().string(), token, start.offset + (part == 0 ? i : window), vocab_size_);
+      }
+    }
+  }
 }
 
 void TokenLoader::skip(int64_t batches) {

@@ -27,8 +27,10 @@ struct TokenBatch {
 
 class TokenLoader {
  public:
-  // Every shard must hold at least B*T + 1 tokens.
-  TokenLoader(const std::vector<std::filesystem::path>& shards, int64_t batch_size, int64_t seq_len);
+  // Every shard must hold at least B*T + 1 tokens. A token outside
+  // [0, vocab_size) is an error naming its shard and offset when its batch is read.
+  TokenLoader(const std::vector<std::filesystem::path>& shards, int64_t batch_size, int64_t seq_len,
+              int64_t vocab_size);
 
   // Fills contiguous i32 [B, T] tensors with the next batch.
   void next(Tensor& inputs, Tensor& targets);
@@ -51,6 +53,7 @@ class TokenLoader {
   std::vector<TokenShard> shards_;
   int64_t batch_size_;
   int64_t seq_len_;
+  int64_t vocab_size_;
   LoaderPosition position_;
 };
 

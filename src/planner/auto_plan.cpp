@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
 #include "planner/profile.h"
 #include "planner/report.h"
 
@@ -84,12 +85,7 @@ void write_plan_record(const std::filesystem::path& run_dir, const AutoPlan& pla
 void record_measured_step(const std::filesystem::path& run_dir, double measured_step_s, int64_t steps,
                           const nlohmann::json& more) {
   std::filesystem::path path = run_dir / kPlanFile;
-  nlohmann::json record;
-  try {
-    record = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: invalid JSON: {}", path.string(), error.what());
-  }
+  nlohmann::json record = read_json_file(path);
   if (!record.contains("chosen")) fail("{}: no chosen plan recorded", path.string());
   nlohmann::json measured = {{"step_s", measured_step_s}, {"steps", steps}};
   if (record["chosen"].contains("step_s") && measured_step_s > 0) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
 
 namespace strata {
 
@@ -173,13 +174,7 @@ HardwareProfile profile_from_json(const nlohmann::json& json, const std::string&
 }
 
 HardwareProfile load_profile(const std::filesystem::path& path) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: invalid JSON: {}", path.string(), error.what());
-  }
-  return profile_from_json(json, path.string());
+  return profile_from_json(read_json_file(path), path.string());
 }
 
 void save_profile(const std::filesystem::path& path, const HardwareProfile& profile) {

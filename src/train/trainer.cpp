@@ -144,8 +144,8 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
     fail("the tokenizer in '{}' has {} tokens but model.vocab_size is {}", config_.data_dir, corpus.vocab_size,
          config_.model.vocab_size);
   }
-  train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq);
-  val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq);
+  train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq, config_.model.vocab_size);
+  val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq, config_.model.vocab_size);
 
   train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true, gpt2_build_options(config_, /*training=*/true));
   eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false, gpt2_build_options(config_, /*training=*/false));

@@ -21,6 +21,8 @@ using testing::TempDir;
 
 using testing::error_of;
 
+constexpr int64_t kVocab = 70000;  // above every token the tests write
+
 std::vector<int32_t> values(const Tensor& tensor) {
   return std::vector<int32_t>(tensor.data<int32_t>(), tensor.data<int32_t>() + tensor.numel());
 }
@@ -35,7 +37,7 @@ TEST(TokenLoader, WindowsOfAHandWorkedExample) {
   TempDir dir;
   write_token_shard(dir / "a.bin", iota(0, 10), 1000);
   write_token_shard(dir / "b.bin", iota(100, 5), 1000);
-  TokenLoader loader({dir / "a.bin", dir / "b.bin"}, 1, 3);
+  TokenLoader loader({dir / "a.bin", dir / "b.bin"}, 1, 3, kVocab);
   // a: p=0, 3, 6 fit (6+3+1 <= 10); p=9 does not, so b at 0; b: p=0 fits, p=3
   // does not (3+4 > 5), so back to a.
   const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> expected = {
@@ -87,7 +89,7 @@ TEST(TokenLoader, MatchesTheRuleOverManyShardsAndWraps) {
     write_token_shard(paths.back(), tokens, s == 1 ? 65536 : 70000);
     reference.shards.push_back(tokens);
   }
-  TokenLoader loader(paths, 4, 5);
+  TokenLoader loader(paths, 4, 5, kVocab);
   Tensor inputs = Tensor::empty({4, 5}, DType::I32);
   Tensor targets = Tensor::empty({4, 5}, DType::I32);
   for (int step = 0; step < 40; ++step) {  // several full passes over all shards
@@ -106,13 +108,13 @@ TEST(TokenLoader, ResumesExactlyFromASavedPosition) {
   write_token_shard(dir / "a.bin", iota(0, 50), 1000);
   write_token_shard(dir / "b.bin", iota(500, 30), 1000);
   std::vector<fs::path> paths{dir / "a.bin", dir / "b.bin"};
-  TokenLoader original(paths, 2, 4);
+  TokenLoader original(paths, 2, 4, kVocab);
   for (int i = 0; i < 7; ++i) original.next();
   LoaderPosition saved = original.position();
   std::vector<std::vector<int32_t>> continued;
   for (int i = 0; i < 9; ++i) continued.push_back(values(original.next().inputs));
 
-  TokenLoader resumed(paths, 2, 4);
+  TokenLoader resumed(paths, 2, 4, kVocab);
   resumed.seek(saved);
   EXPECT_EQ(resumed.position().shard, saved.shard);
   EXPECT_EQ(resumed.position().offset, saved.offset);
@@ -126,21 +128,35 @@ TEST(TokenLoader, ErrorsNameTheShard) {
   TempDir dir;
   write_token_shard(dir / "big.bin", iota(0, 100), 1000);
   write_token_shard(dir / "small.bin", iota(0, 12), 1000);
-  std::string message = error_of([&] { TokenLoader loader({dir / "big.bin", dir / "small.bin"}, 3, 4); });
+  std::string message = error_of([&] { TokenLoader loader({dir / "big.bin", dir / "small.bin"}, 3, 4, kVocab); });
   EXPECT_THAT(message, HasSubstr((dir / "small.bin").string()));
   EXPECT_THAT(message, HasSubstr("B=3"));
   EXPECT_THAT(message, HasSubstr("T=4"));
   EXPECT_THAT(message, HasSubstr("12 tokens"));
 
-  TokenLoader loader({dir / "big.bin", dir / "small.bin"}, 1, 4);
+  TokenLoader loader({dir / "big.bin", dir / "small.bin"}, 1, 4, kVocab);
   message = error_of([&] { loader.seek({1, 13}); });
   EXPECT_THAT(message, HasSubstr((dir / "small.bin").string()));
   EXPECT_THAT(message, HasSubstr("offset 13"));
   EXPECT_THAT(error_of([&] { loader.seek({2, 0}); }), HasSubstr("shard 2"));
 
   std::string missing = (dir / "absent.bin").string();
-  EXPECT_THAT(error_of([&] { TokenLoader loader({missing}, 1, 1); }), HasSubstr(missing));
-  EXPECT_THAT(error_of([&] { TokenLoader loader({}, 1, 1); }), HasSubstr("no shard files"));
+  EXPECT_THAT(error_of([&] { TokenLoader loader({missing}, 1, 1, kVocab); }), HasSubstr(missing));
+  EXPECT_THAT(error_of([&] { TokenLoader loader({}, 1, 1, kVocab); }), HasSubstr("no shard files"));
+}
+
+// A shard made for another tokenizer: the first token past the model's vocabulary is named with
+// its shard and offset (the last target of a window too).
+TEST(TokenLoader, ATokenOutsideTheVocabularyNamesTheShardAndOffset) {
+  TempDir dir;
+  std::vector<int32_t> tokens = iota(0, 20);
+  tokens[12] = 900;
+  write_token_shard(dir / "a.bin", tokens, 1000);
+  TokenLoader loader({dir / "a.bin"}, 2, 3, 500);
+  loader.next();  // inputs 0-5, targets 1-6
+  std::string message = error_of([&] { loader.next(); });  // inputs 6-11, targets 7-12: the last one is bad
+  EXPECT_THAT(message, HasSubstr("token shard '" + (dir / "a.bin").string() + "': token 900 at offset 12 is outside "
+                                 "the model's vocabulary [0, 500) (model.vocab_size)"));
 }
 
 }  // namespace

@@ -135,7 +135,7 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
 
   Tensor tokens = Tensor::empty({batch, seq}, DType::I32);
   Tensor targets = Tensor::empty({batch, seq}, DType::I32);
-  TokenLoader(read_corpus_meta(config.data_dir).train_shards, batch, seq).next(tokens, targets);
+  TokenLoader(read_corpus_meta(config.data_dir).train_shards, batch, seq, config.model.vocab_size).next(tokens, targets);
   Tensor positions = position_ids(seq);
   Tensor seed = Tensor::empty({}, DType::F32);
   const double loss_scale = first_micro_batch_loss_scale(config);
