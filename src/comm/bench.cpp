@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -77,15 +79,34 @@ long long count_wrong(const BenchOptions& options, int ranks, int rank, const vo
   return wrong;
 }
 
-// The MPI library's blocking collective, the baseline of the speed target.
-void run_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out, size_t count) {
+// The MPI library's collective, the baseline of the speed target. Started non-blocking and
+// waited by polling, so that a dead peer ends the job after the timeout instead of hanging it
+// (a blocking MPI call never returns when the launcher keeps the job alive).
+void run_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out, size_t count,
+                  double timeout_s) {
   MPI_Op op = options.reduce == ReduceOp::Max ? MPI_MAX : MPI_SUM;
   int n = static_cast<int>(count);
+  MPI_Request request = MPI_REQUEST_NULL;
   switch (options.op) {
-    case Collective::AllReduce: MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, op, comm); break;
-    case Collective::ReduceScatter: MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, op, comm); break;
-    case Collective::AllGather: MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm); break;
-    case Collective::Broadcast: MPI_Bcast(out, n, MPI_FLOAT, options.root, comm); break;
+    case Collective::AllReduce:
+      MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, op, comm, &request);
+      break;
+    case Collective::ReduceScatter: MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, op, comm, &request); break;
+    case Collective::AllGather: MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm, &request); break;
+    case Collective::Broadcast: MPI_Ibcast(out, n, MPI_FLOAT, options.root, comm, &request); break;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int done = 0; !done;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done && std::chrono::steady_clock::now() > deadline) {
+      int rank = 0;
+      MPI_Comm_rank(comm, &rank);
+      std::fprintf(stderr,
+                   "strata comm error on world rank %d: %s (baseline, %zu elements of f32): no progress for %.1f s "
+                   "(the timeout); a peer is gone or stopped calling\n",
+                   rank, std::string(collective_name(options.op)).c_str(), count, timeout_s);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
   }
 }
 
@@ -204,7 +225,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
     };
     auto run_once = [&](size_t index) {
       if (!algorithms[index]) {
-        run_baseline(options, baseline_comm, in, out, count);
+        run_baseline(options, baseline_comm, in, out, count, group.config().timeout_s);
         return;
       }
       Algorithm algorithm = *algorithms[index];

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -32,9 +33,14 @@ int world_rank_of_self() {
 
 // Fruitless polls before a waiting rank yields its core: when ranks outnumber
 // cores a spinning rank starves the peer it waits for; otherwise only after a
-// long wait, to leave room for whatever else runs on the host.
+// long wait, to leave room for whatever else runs on the host. A wait longer
+// still (a peer computing, or gone until the timeout) sleeps, with intervals
+// that grow to a millisecond: a yielding loop alone still burns a whole core.
 constexpr int kSpinsBeforeYieldOversubscribed = 64;
 constexpr auto kSpinTimeBeforeYield = std::chrono::milliseconds(1);
+constexpr auto kIdleTimeBeforeSleep = std::chrono::milliseconds(5);
+constexpr auto kShortestSleep = std::chrono::microseconds(20);
+constexpr auto kLongestSleep = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -140,12 +146,20 @@ bool Engine::test(Operation& op) {
 void Engine::wait(Operation& op) {
   int idle_polls = 0;
   auto idle_since = now_;
+  std::chrono::microseconds sleep = kShortestSleep;
   while (!op.finished_) {
     if (progress_all()) {
       idle_polls = 0;
+      sleep = kShortestSleep;
       continue;
     }
     if (idle_polls++ == 0) idle_since = now_;
+    if (now_ - idle_since > kIdleTimeBeforeSleep) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min<std::chrono::microseconds>(sleep * 2, kLongestSleep);
+      now_ = Operation::Clock::now();  // the timeout counts the time asleep
+      continue;
+    }
     bool yield = oversubscribed_ ? idle_polls > kSpinsBeforeYieldOversubscribed
                                  : now_ - idle_since > kSpinTimeBeforeYield;
     if (yield) sched_yield();

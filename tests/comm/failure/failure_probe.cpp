@@ -4,10 +4,14 @@
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
 //   mismatch-direct - the same with the direct-read all_reduce
+//   late    - rank 1 calls 3 s late; the waiting ranks must sleep, not spin
+//             (exits 1 when a waiting rank used more than a quarter of a core)
 // The timeout comes from STRATA_COMM_TIMEOUT.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -19,7 +23,7 @@ using namespace strata;
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s killed|absent|healthy|mismatch|mismatch-direct\n", argv[0]);
+    std::fprintf(stderr, "usage: %s killed|absent|healthy|mismatch|mismatch-direct|late\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -31,6 +35,19 @@ int main(int argc, char** argv) {
   comm::Communicator world = comm::Communicator::world(config);
   const size_t count = size_t{1} << 22;
   std::vector<float> in(count, 1.0f), out(count);
+  if (mode == "late") {
+    if (world.rank() == 1) sleep(3);
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    auto start = std::chrono::steady_clock::now();
+    world.all_reduce(in.data(), out.data(), 1024, DType::F32, comm::ReduceOp::Sum);
+    getrusage(RUSAGE_SELF, &after);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    double cpu = seconds(after.ru_utime) + seconds(after.ru_stime) - seconds(before.ru_utime) - seconds(before.ru_stime);
+    std::printf("rank %d waited %.2f s using %.2f s of CPU\n", world.rank(), wall, cpu);
+    return world.rank() != 1 && cpu > 0.25 * wall ? 1 : 0;
+  }
   bool victim = world.rank() == 1 && mode != "healthy";
   if (victim && mode == "absent") {
     sleep(600);
