@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include "core/error.h"
 #include "planner/report.h"
 
 namespace strata {
@@ -66,6 +67,19 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threa
                                     request.cluster.name, predicted.chosen.step_s,
                                     predicted.chosen.memory.peak / (1 << 20));
   return {std::move(predicted), std::move(summary)};
+}
+
+PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank) {
+  if (config.cluster.empty()) return {};
+  const DType dtype = config.precision_policy().low;
+  try {
+    const bool profile = find_cluster_file(config.cluster).extension() == ".json";
+    ClusterSpec cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
+    return {cluster.device.performance(dtype).matrix_flops * ranks,
+            fmt::format("{} {} peak of {} device(s)", cluster.name, dtype_name(dtype), ranks)};
+  } catch (const Error&) {
+    return {};  // no figures for this dtype: utilisation is not reported
+  }
 }
 
 }  // namespace strata

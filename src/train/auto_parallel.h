@@ -15,6 +15,18 @@ struct AppliedPlan {
   std::string summary;  // the start-up line: the chosen plan and its prediction
 };
 
+// The peak matrix FLOP/s of the job's `ranks` ranks in the run's precision,
+// that model FLOPs utilisation is measured against: parallel.cluster's device
+// (a `strata calibrate` profile: the GEMM rate measured with the rank's
+// threads) times the ranks, with its source for the report. 0 without
+// parallel.cluster (no preset knows this CPU's peak well enough) or without
+// figures for the dtype.
+struct PeakFlops {
+  double flops = 0;
+  std::string source;
+};
+PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank);
+
 // Chooses the plan for `ranks` data-parallel ranks of `threads_per_rank`
 // threads (0: as the profile was measured) on one host and sets
 // config.batch_size to its micro-batch.

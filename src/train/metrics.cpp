@@ -47,9 +47,11 @@ MetricsLog::MetricsLog(const std::string& path, int64_t total_steps, bool progre
   if (!file_) fail("cannot open metrics file '{}' for writing", path);
 }
 
-void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
-  nlohmann::json line{{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
+void MetricsLog::record(const StepMetrics& m, int64_t steps_this_run) {
+  nlohmann::json line{{"step", m.step},           {"loss", m.loss},     {"lr", m.lr},
+                      {"grad_norm", m.grad_norm}, {"tokens", m.tokens}, {"elapsed_s", m.elapsed_s},
                       {"tokens_per_s", m.tokens_per_s}};
+  if (m.mfu) line["mfu"] = *m.mfu;
   if (m.val_loss) line["val_loss"] = *m.val_loss;
   if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
   if (m.skipped) {
@@ -62,19 +64,20 @@ void MetricsLog::record(const StepMetrics& m, double elapsed_s) {
   if (!file_) fail("writing metrics file '{}' failed", path_);
 
   double steps_left = static_cast<double>(total_steps_ - m.step);
-  double eta = m.step > 0 ? elapsed_s / static_cast<double>(m.step) * steps_left : 0;
+  double eta = steps_this_run > 0 ? m.elapsed_s / static_cast<double>(steps_this_run) * steps_left : 0;
+  std::string mfu = m.mfu ? fmt::format(" | MFU {:.1f}%", 100 * *m.mfu) : "";
   std::string val = m.val_loss ? fmt::format(" val {:.4f}", *m.val_loss) : "";
   if (m.skipped) val += " (skipped: " + m.skip_reason + ")";
   if (terminal_) {
     int width = 30;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(total_steps_, 1));
-    fmt::print("\r[{}{}] step {}/{} loss {:.4f}{} | {:.0f} tok/s | ETA {:.0f}s   ", std::string(filled, '#'),
-               std::string(width - filled, '.'), m.step, total_steps_, m.loss, val, m.tokens_per_s, eta);
+    fmt::print("\r[{}{}] step {}/{} loss {:.4f}{} | {:.0f} tok/s{} | ETA {:.0f}s   ", std::string(filled, '#'),
+               std::string(width - filled, '.'), m.step, total_steps_, m.loss, val, m.tokens_per_s, mfu, eta);
     if (m.val_loss) fmt::print("\n");
     std::fflush(stdout);
   } else {
-    fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f} | {:.0f} tok/s | ETA {:.0f}s\n", m.step,
-               total_steps_, m.loss, val, m.lr, m.grad_norm, m.tokens_per_s, eta);
+    fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f} | {:.0f} tok/s{} | ETA {:.0f}s\n", m.step,
+               total_steps_, m.loss, val, m.lr, m.grad_norm, m.tokens_per_s, mfu, eta);
     std::fflush(stdout);  // a log file or pipe sees each step as it happens
   }
 }

@@ -14,6 +14,9 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
+  int64_t tokens = 0;         // seen since the run's first step, over every rank
+  double elapsed_s = 0;       // wall time since this process started training
+  std::optional<double> mfu;  // model FLOPs per second over the peak (6N + 12 L C T per token)
   std::optional<double> val_loss;
   std::optional<double> loss_scale;  // fp16: the scale the step's gradients were computed with
   bool skipped = false;              // parameters left unchanged: the gradients held inf or nan
@@ -31,7 +34,8 @@ class MetricsLog {
   // `progress_bar` and stdout a terminal, progress redraws one line;
   // otherwise one line per step.
   MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar = true, int64_t continued_from = 0);
-  void record(const StepMetrics& metrics, double elapsed_s);
+  // `steps_this_run`: steps since this process started (the time left is estimated from them).
+  void record(const StepMetrics& metrics, int64_t steps_this_run);
   void finish();
 
  private:

@@ -122,6 +122,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   if (config_.plan != "auto") applied = describe_manual_plan(config_, parallel_.degree(), plan_threads);
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
+  peak_ = peak_flops(config_, parallel_.degree(), plan_threads);
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
       GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only()));
@@ -262,9 +263,18 @@ StepMetrics Trainer::step() {
   }
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  double tokens = static_cast<double>(config_.global_batch * config_.model.block_size);
-  metrics.tokens_per_s = tokens / seconds;
+  const int64_t tokens = config_.global_batch * config_.model.block_size;
+  metrics.tokens_per_s = static_cast<double>(tokens) / seconds;
+  metrics.tokens = metrics.step * tokens;
+  if (peak_.flops > 0) metrics.mfu = model_flops_per_token() * metrics.tokens_per_s / peak_.flops;
   return metrics;
+}
+
+double Trainer::model_flops_per_token() const {
+  // PaLM's (and llm.c's) count: 6 per parameter, forward and backward, plus attention's 12 L C T.
+  const GPT2Config& m = config_.model;
+  return 6.0 * static_cast<double>(params_.count()) +
+         12.0 * static_cast<double>(m.n_layer * m.n_embd * m.block_size);
 }
 
 std::string Trainer::first_nonfinite_gradient() {
@@ -393,6 +403,10 @@ int Trainer::run() {
                     static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20)));
   print(precision_summary());
   print(plan_summary_);
+  print(peak_.flops > 0 ? fmt::format("model FLOPs utilisation (MFU) against the {}: {:.3g} TFLOP/s\n",
+                                       peak_.source, peak_.flops / 1e12)
+                         : "no MFU: set parallel.cluster to a `strata calibrate` profile (or a cluster file) to "
+                           "report model FLOPs utilisation\n");
 
   std::vector<double> step_seconds, comm_waits;
   int stopped_by = 0;
@@ -406,9 +420,8 @@ int Trainer::run() {
     if (config_.val_every > 0 && (completed_steps_ % config_.val_every == 0 || last)) {
       metrics.val_loss = validation_loss();
     }
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (log) log->record(metrics, elapsed * static_cast<double>(completed_steps_) /
-                            static_cast<double>(std::max<int64_t>(completed_steps_ - first_step, 1)));
+    metrics.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (log) log->record(metrics, completed_steps_ - first_step);
     // Every rank learns of a signal any rank got, so all stop after the same step.
     std::vector<double> signals = parallel_.gather({static_cast<double>(StopSignals::received())}, parallel_.degree());
     stopped_by = static_cast<int>(*std::max_element(signals.begin(), signals.end()));

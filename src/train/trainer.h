@@ -55,12 +55,14 @@ class Trainer {
   void collect_gradient(size_t parameter, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
+  double model_flops_per_token() const;
 
   TrainConfig config_;
   DataParallel parallel_;
   std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line
+  PeakFlops peak_;                // what model FLOPs utilisation is measured against
   LrSchedule schedule_;
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;

@@ -64,7 +64,11 @@ TEST_F(TrainerTest, RunWritesMetricsConfigAndCheckpoint) {
     auto json = nlohmann::json::parse(line);
     ++lines;
     EXPECT_EQ(json.at("step").get<int>(), lines);
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"}) EXPECT_TRUE(json.contains(key)) << key;
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}) {
+      EXPECT_TRUE(json.contains(key)) << key;
+    }
+    EXPECT_EQ(json.at("tokens").get<int64_t>(), lines * 4 * 16);  // global batch 4 rows of 16 tokens
+    EXPECT_FALSE(json.contains("mfu"));  // no parallel.cluster, no peak to measure against
     with_val += json.contains("val_loss");
   }
   EXPECT_EQ(lines, 6);
@@ -138,6 +142,25 @@ TEST_F(TrainerTest, AutoPlanChoosesTheMicroBatchAndRecordsPredictionAndMeasureme
   EXPECT_GT(record.at("measured").at("step_s").get<double>(), 0);
   std::string text = record.dump();
   EXPECT_NE(text.find("micro_batch"), std::string::npos) << text.substr(0, 400);
+}
+
+// MFU against a described device of 1 TFLOP/s: PaLM's model FLOPs, 6 N + 12 L C T per token.
+TEST_F(TrainerTest, ModelFlopsUtilisationFollowsThePalmFormula) {
+  // The this-machine preset with its f32 matrix peak set to 1 TFLOP/s.
+  std::ifstream preset(fs::path(STRATA_SOURCE_DIR) / "configs" / "clusters" / "this-machine.toml");
+  std::string text((std::istreambuf_iterator<char>(preset)), std::istreambuf_iterator<char>());
+  const std::string f32 = "[device.f32]\nmatrix_tflops = ";
+  const size_t at = text.find(f32);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at + f32.size(), text.find('\n', at + f32.size()) - at - f32.size(), "1.0");
+  const fs::path cluster = root() / "one_tflops.toml";
+  std::ofstream(cluster) << text;
+  Trainer trainer(config("mfu", {"parallel.cluster=" + cluster.string()}));
+  const StepMetrics metrics = trainer.step();
+  const double params = static_cast<double>(trainer.params().count());
+  const double per_token = 6 * params + 12.0 * 2 * 32 * 16;  // n_layer 2, n_embd 32, block_size 16
+  ASSERT_TRUE(metrics.mfu.has_value());
+  EXPECT_NEAR(*metrics.mfu, per_token * metrics.tokens_per_s / 1e12, 1e-12);
 }
 
 TEST_F(TrainerTest, AutoPlanNeedsACluster) {
