@@ -118,7 +118,13 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
                                                     const DTypePerformance& performance, double budget) {
   const GPT2Config config = calibration_model();
   const int64_t batch = kCalibrationBatch;
-  GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, dtype);
+  // As training runs it: f32 master weights, the default mixed-precision policy (the lookups,
+  // norms, softmax and loss stay in f32; those nodes are timed in the f32 pass, not here).
+  GPT2BuildOptions options;
+  if (dtype != DType::F32) {
+    options.precision = PrecisionPolicy::parse(dtype == DType::BF16 ? "bf16" : "fp16", default_fp32_ops(), "");
+  }
+  GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, options);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, dispatcher, kept);
@@ -126,7 +132,7 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   params.initialise(CounterRng(1));
   std::vector<Tensor> bound;
   for (size_t i = 0; i < params.size(); ++i) {
-    bound.push_back(dtype == DType::F32 ? params.tensor(i) : params.tensor(i).to(dtype));
+    bound.push_back(params.tensor(i));
     graph.bind(model.params[i], bound.back());
   }
   Tensor tokens = Tensor::zeros({batch, config.block_size}, DType::I32);
@@ -161,6 +167,8 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   std::map<std::string, std::pair<double, double>> totals;  // predicted, measured
   for (size_t i = 0; i < nodes; ++i) {
     int id = static_cast<int>(i);
+    const Node& node = model.graph.node(id);
+    if (node.outputs.empty() || model.graph.value(node.outputs.front()).meta.dtype != dtype) continue;
     totals[model.graph.node(id).op].first += op_seconds(op_work(model.graph, id), device, dtype);
     totals[model.graph.node(id).op].second += fastest[i];
   }
