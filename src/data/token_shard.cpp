@@ -1,5 +1,8 @@
 #include "data/token_shard.h"
 
+#include <glob.h>
+
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -34,6 +37,17 @@ void widen(const std::byte* source, int64_t count, int32_t* out) {
 }
 
 }  // namespace
+
+std::vector<fs::path> shard_files(const std::string& pattern, const std::string& key) {
+  glob_t matches{};
+  const int status = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  std::vector<fs::path> files;
+  for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+  ::globfree(&matches);
+  if (files.empty()) fail("key '{}': no token shard file matches '{}'", key, pattern);
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 void write_token_shard(const fs::path& path, std::span<const int32_t> tokens, int64_t vocab_size) {
   constexpr int64_t kMaxVocab = int64_t{1} << 31;  // ids are int32 in memory

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "core/file_io.h"
 
@@ -23,6 +25,10 @@ inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
 // Writes `tokens` atomically: version 1 when vocab_size <= 65536, else 2.
 // Every token must lie in [0, vocab_size).
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens, int64_t vocab_size);
+
+// The shard files a path or glob pattern names (sorted, as llm.c's scripts
+// number them), or an error naming `key` and the pattern when none exists.
+std::vector<std::filesystem::path> shard_files(const std::string& pattern, const std::string& key);
 
 // A memory-mapped shard, validated when opened.
 class TokenShard {

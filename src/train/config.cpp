@@ -34,6 +34,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"model.layer_norm_eps", &c.model.layer_norm_eps},
       {"model.init_from", &c.init_from},
       {"data.dir", &c.data_dir},
+      {"data.train", &c.train_shards},
+      {"data.val", &c.val_shards},
       {"ops.backend", &c.backend},
       {"ops.fallback", &c.fallback},
       {"ops.threads", &c.threads},
@@ -172,7 +174,10 @@ void TrainConfig::validate() const {
   non_negative("ops.threads", threads);
   non_negative("checkpoint.every", checkpoint_every);
   non_negative("checkpoint.keep", checkpoint_keep);
-  if (data_dir.empty()) fail("key 'data.dir' must not be empty");
+  if (train_shards.empty() != val_shards.empty()) {
+    fail("keys 'data.train' and 'data.val' go together: set both (shard paths or globs) or neither (data.dir)");
+  }
+  if (data_dir.empty() && train_shards.empty()) fail("key 'data.dir' must not be empty");
   if (run_dir.empty()) fail("key 'checkpoint.dir' must not be empty");
   if (plan != "manual" && plan != "auto") fail("key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
   if (plan == "auto" && cluster.empty()) {

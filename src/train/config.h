@@ -16,6 +16,9 @@ struct TrainConfig {
   std::string init_from;  // model.init_from: a HuggingFace-style GPT-2 safetensors file
 
   std::string data_dir = "data/kjv";  // output of `strata data prepare`
+  // data.train / data.val: token shards as paths or globs (llm.c's own files,
+  // no meta.json needed), instead of data.dir; the vocabulary is the model's.
+  std::string train_shards, val_shards;
 
   std::string backend = "cpu";
   std::string fallback = "warn";  // ops.fallback

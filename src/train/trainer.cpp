@@ -18,6 +18,7 @@
 #include "ckpt/training_checkpoint.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
+#include "data/token_shard.h"
 #include "graph/profile_report.h"
 #include "train/stop_signals.h"
 
@@ -140,10 +141,16 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
-  CorpusMeta corpus = read_corpus_meta(config_.data_dir);
-  if (corpus.vocab_size > config_.model.vocab_size) {
-    fail("the tokenizer in '{}' has {} tokens but model.vocab_size is {}", config_.data_dir, corpus.vocab_size,
-         config_.model.vocab_size);
+  CorpusMeta corpus;
+  if (!config_.train_shards.empty()) {  // shards as they are: every token is checked against the model's vocabulary
+    corpus.train_shards = shard_files(config_.train_shards, "data.train");
+    corpus.val_shards = shard_files(config_.val_shards, "data.val");
+  } else {
+    corpus = read_corpus_meta(config_.data_dir);
+    if (corpus.vocab_size > config_.model.vocab_size) {
+      fail("the tokenizer in '{}' has {} tokens but model.vocab_size is {}", config_.data_dir, corpus.vocab_size,
+           config_.model.vocab_size);
+    }
   }
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq, config_.model.vocab_size);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq, config_.model.vocab_size);
@@ -323,7 +330,9 @@ void Trainer::save_checkpoint() {
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
-  state.tokenizer = (std::filesystem::absolute(config_.data_dir) / kCorpusTokenizerFile).string();
+  state.tokenizer = config_.train_shards.empty()  // shards given directly come without a tokenizer
+                        ? (std::filesystem::absolute(config_.data_dir) / kCorpusTokenizerFile).string()
+                        : "";
   state.seed = config_.seed;
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;

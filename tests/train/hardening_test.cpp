@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "data/token_shard.h"
 #include "support/error_text.h"
 #include "tiny_training_test.h"
 #include "train/trainer.h"
@@ -93,6 +94,28 @@ TEST_F(HardeningTest, TwoRunsCannotShareARunDirectory) {
   Trainer first(config("shared"));
   std::string message = error_of([&] { Trainer second(config("shared")); });
   EXPECT_THAT(message, HasSubstr("in use by another strata process (pid " + std::to_string(::getpid()) + ")"));
+}
+
+// Shards made by llm.c's own scripts need no meta.json: data.train and data.val take paths or globs.
+TEST_F(HardeningTest, TrainsOnShardFilesGivenByGlobWithoutAMetaJson) {
+  const fs::path shards = root() / "llmc_shards";
+  fs::create_directories(shards);
+  std::vector<int32_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919) % 320);
+  for (const char* name : {"tiny_train_000001.bin", "tiny_train_000002.bin", "tiny_val_000000.bin"}) {
+    write_token_shard(shards / name, tokens, 320);
+  }
+  const std::vector<std::string> data{"data.train=" + (shards / "tiny_train_*.bin").string(),
+                                      "data.val=" + (shards / "tiny_val_*.bin").string(), "train.steps=2"};
+  { Trainer(config("from_shards", data)).run(); }
+  EXPECT_EQ(Checkpoint(root() / "from_shards").step(), 2);
+
+  std::string message = error_of([&] {
+    Trainer trainer(config("no_shards", {"data.train=" + (shards / "nothing_*.bin").string(),
+                                         "data.val=" + (shards / "tiny_val_*.bin").string()}));
+  });
+  EXPECT_THAT(message, HasSubstr("key 'data.train': no token shard file matches '" + (shards / "nothing_*.bin").string()));
+  EXPECT_THAT(error_of([&] { config("half", {"data.train=x.bin"}); }), HasSubstr("'data.train' and 'data.val'"));
 }
 
 }  // namespace
