@@ -2,8 +2,10 @@
 // commands.h; run_app prints every user-facing failure (a strata::Error) as one line.
 #include "cli/commands.h"
 #include "cli/run_app.h"
+#include "train/stop_signals.h"
 
 int main(int argc, char** argv) {
+  strata::route_stop_signals();  // before MPI, OpenMP or oneDNN start threads
   CLI::App app{"Strata: train transformers on any platform by changing configuration, not code"};
   app.require_subcommand(1);
   strata::cli::add_train_command(app);

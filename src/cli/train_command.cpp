@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_session.h"
+#include "train/stop_signals.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -55,6 +56,7 @@ std::string find_on_path(const std::string& program) {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  unblock_stop_signals();  // mpirun must take Ctrl-C and SIGTERM itself (exec keeps the mask)
   ::execv(mpirun.c_str(), argv.data());
   fail("--nproc: could not start {}: {}", mpirun, std::strerror(errno));
 }
