@@ -25,6 +25,7 @@ struct BenchArgs {
   std::vector<std::string> algorithms = {"auto", "baseline"};
   int root = 0;
   bool in_place = false;
+  bool check_cost = false;
   std::string json;
   bool calibrate = false;
   std::string calibrate_file;
@@ -67,6 +68,7 @@ void bench(const BenchArgs& args) {
   options.algorithms = args.algorithms;
   options.root = args.root;
   options.in_place = args.in_place;
+  options.check_cost = args.check_cost;
 
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
@@ -96,6 +98,8 @@ void add_comm_bench_command(CLI::App& app) {
       ->delimiter(',');
   command->add_option("--root", args->root, "Broadcast root");
   command->add_flag("--in-place", args->in_place, "all_reduce in place");
+  command->add_flag("--check-cost", args->check_cost,
+                    "Also run each algorithm with the call check off (rows marked unchecked): what the check costs");
   command->add_option("--json", args->json, "Also write the results as JSON here");
   auto* calibrate = command->add_option(
       "--calibrate", args->calibrate_file,

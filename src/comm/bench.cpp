@@ -168,23 +168,41 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   if (options.algorithms.empty()) fail("comm-bench: no algorithms to run");
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  // One entry per requested name; empty for the MPI library's own collective.
-  std::vector<std::optional<Algorithm>> algorithms;
+  // One entry per requested name (empty algorithm: the MPI library's own collective), each
+  // run on `group`, and with check_cost each algorithm again on an unchecked twin.
+  struct Entry {
+    std::string name;
+    std::optional<Algorithm> algorithm;
+    Communicator* on = nullptr;
+    bool unchecked = false;
+  };
+  std::vector<Entry> entries;
   for (const std::string& name : options.algorithms) {
     if (name == "baseline") {
       if (options.dtype != DType::F32) fail("comm-bench: the MPI baseline needs f32 buffers (MPI has no bf16)");
       if (group.size() != world_size) fail("comm-bench: the MPI baseline runs on the world group only");
-      algorithms.push_back(std::nullopt);
+      entries.push_back({name, std::nullopt, &group});
       continue;
     }
     Algorithm algorithm = parse_algorithm(name, "comm-bench --algorithms");
     if (!implements(algorithm, options.op)) {
       fail("comm-bench: {} does not implement {}", name, collective_name(options.op));
     }
-    algorithms.push_back(algorithm);
+    entries.push_back({name, algorithm, &group});
+  }
+  std::optional<Communicator> unchecked;
+  if (options.check_cost) {
+    if (group.size() != world_size) fail("comm-bench: the check's cost is measured on the world group only");
+    if (group.config().call_check == CallCheck::Off) fail("comm-bench: the check's cost needs the check on (STRATA_COMM_CHECK)");
+    CommConfig config = group.config();
+    config.call_check = CallCheck::Off;
+    unchecked = Communicator::world(config);
+    for (size_t i = 0, n = entries.size(); i < n; ++i) {
+      if (entries[i].algorithm) entries.push_back({entries[i].name, entries[i].algorithm, &*unchecked, true});
+    }
   }
   MPI_Comm baseline_comm = MPI_COMM_NULL;
-  if (std::find(algorithms.begin(), algorithms.end(), std::nullopt) != algorithms.end()) {
+  if (std::any_of(entries.begin(), entries.end(), [](const Entry& entry) { return !entry.algorithm; })) {
     MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
   }
 
@@ -224,35 +242,36 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       }
     };
     auto run_once = [&](size_t index) {
-      if (!algorithms[index]) {
+      if (!entries[index].algorithm) {
         run_baseline(options, baseline_comm, in, out, count, group.config().timeout_s);
         return;
       }
-      Algorithm algorithm = *algorithms[index];
+      Algorithm algorithm = *entries[index].algorithm;
+      Communicator& on = *entries[index].on;
       switch (options.op) {
-        case Collective::AllReduce: group.all_reduce(in, out, count, options.dtype, options.reduce, algorithm); break;
-        case Collective::ReduceScatter: group.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
-        case Collective::AllGather: group.all_gather(in, out, count, options.dtype, algorithm); break;
-        case Collective::Broadcast: group.broadcast(out, count, options.dtype, options.root, algorithm); break;
+        case Collective::AllReduce: on.all_reduce(in, out, count, options.dtype, options.reduce, algorithm); break;
+        case Collective::ReduceScatter: on.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
+        case Collective::AllGather: on.all_gather(in, out, count, options.dtype, algorithm); break;
+        case Collective::Broadcast: on.broadcast(out, count, options.dtype, options.root, algorithm); break;
       }
     };
     auto check = [&](size_t index) {
-      long long wrong = count_wrong(options, p, me, out, count, !algorithms[index]);
+      long long wrong = count_wrong(options, p, me, out, count, !entries[index].algorithm);
       float local = static_cast<float>(wrong), total = 0.0f;
       group.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
       return static_cast<long long>(total);
     };
 
-    std::vector<BenchRow> rows(algorithms.size());
-    std::vector<std::vector<double>> rounds(algorithms.size());
-    for (size_t a = 0; a < algorithms.size(); ++a) {
+    std::vector<BenchRow> rows(entries.size());
+    std::vector<std::vector<double>> rounds(entries.size());
+    for (size_t a = 0; a < entries.size(); ++a) {
       prepare();
       run_once(a);
       rows[a].wrong = check(a);
       for (int i = 0; i < options.warmup; ++i) run_once(a);
     }
     for (int round = 0; round < options.rounds; ++round) {
-      for (size_t a = 0; a < algorithms.size(); ++a) {
+      for (size_t a = 0; a < entries.size(); ++a) {
         if (options.in_place) prepare();
         group.barrier();
         auto start = Clock::now();
@@ -263,7 +282,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
         rounds[a].push_back(slowest);
       }
     }
-    for (size_t a = 0; a < algorithms.size(); ++a) {
+    for (size_t a = 0; a < entries.size(); ++a) {
       BenchRow& row = rows[a];
       // The output of the last timed iteration must be right as well (unless in place: inputs changed).
       if (!options.in_place) row.wrong += check(a);
@@ -272,16 +291,17 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       double seconds = times[times.size() / 2];
       row.bytes = bytes;
       row.count = count;
-      row.algorithm = options.algorithms[a];
+      row.algorithm = entries[a].name;
+      row.unchecked = entries[a].unchecked;
       row.time_us = seconds * 1e6;
       row.slowest_us = times.back() * 1e6;
       row.algbw_GBps = bytes / seconds / 1e9;
       row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
       row.predicted_us = NAN;
-      if (!algorithms[a]) {
+      if (!entries[a].algorithm) {
         row.ran = "MPI library";
       } else {
-        Decision decision = group.plan(options.op, model_count, options.dtype, *algorithms[a]);
+        Decision decision = group.plan(options.op, model_count, options.dtype, *entries[a].algorithm);
         row.ran = std::string(algorithm_name(decision.algorithm));
         row.predicted_us = decision.predicted_s * 1e6;
         if (modeled(decision.algorithm)) {
@@ -314,6 +334,7 @@ std::string format_table(const BenchReport& report) {
   for (const BenchRow& row : report.rows) {
     std::string name = row.algorithm == row.ran || row.algorithm == "baseline" ? row.algorithm
                                                                                : row.algorithm + "->" + row.ran;
+    if (row.unchecked) name += " unchecked";
     std::string predicted = std::isnan(row.predicted_us) ? "-" : fmt::format("{:.1f}", row.predicted_us);
     std::string error = std::isnan(row.predicted_us)
                             ? "-"
@@ -340,7 +361,7 @@ std::string format_json(const BenchReport& report) {
   json["rows"] = nlohmann::json::array();
   for (const BenchRow& row : report.rows) {
     nlohmann::json entry = {{"bytes", row.bytes},         {"count", row.count},
-                            {"algorithm", row.algorithm}, {"ran", row.ran},
+                            {"algorithm", row.algorithm}, {"ran", row.ran}, {"call_check", !row.unchecked},
                             {"time_us", row.time_us},     {"slowest_us", row.slowest_us},
                             {"algbw_GBps", row.algbw_GBps},
                             {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
@@ -360,7 +381,10 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     if (!modeled(algorithm)) continue;
     std::vector<const BenchRow*> rows;
     for (const BenchRow& row : report.rows) {
-      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && row.slowest_us > 0) rows.push_back(&row);
+      // Fitted to what runs by default: checked calls.
+      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && !row.unchecked && row.slowest_us > 0) {
+        rows.push_back(&row);
+      }
     }
     if (rows.empty()) continue;
     // The bandwidth scale comes from the larger half of the sizes, the latency

@@ -6,7 +6,8 @@
 // round so a noisy machine hurts them alike; the reported time is the median
 // round (slowest rank). Inputs are small integers, so every result is exact
 // and checked element by element before and after timing (#wrong, summed
-// over ranks). Bandwidths follow nccl-tests: algbw = size / time, busbw =
+// over ranks). With check_cost each algorithm also runs with the call check
+// off, interleaved with the checked runs. Bandwidths follow nccl-tests: algbw = size / time, busbw =
 // algbw * bus_bandwidth_factor. Each row also carries the cost model's
 // prediction for the algorithm that ran.
 #include <array>
@@ -31,6 +32,9 @@ struct BenchOptions {
   std::vector<std::string> algorithms = {"auto", "baseline"};  // names, "auto" or "baseline"
   int root = 0;
   bool in_place = false;
+  // Also runs every algorithm (not the baseline) on a twin of the world group
+  // with the call check off (rows marked unchecked): the check's cost (world only).
+  bool check_cost = false;
 };
 
 struct BenchRow {
@@ -38,6 +42,7 @@ struct BenchRow {
   size_t count = 0;  // elements per rank's call
   std::string algorithm;  // as asked
   std::string ran;        // what ran (auto resolves to an algorithm)
+  bool unchecked = false; // ran with the call check off (BenchOptions::check_cost)
   double time_us = 0.0;       // median round
   double slowest_us = 0.0;    // slowest round
   double algbw_GBps = 0.0;

@@ -13,7 +13,7 @@
 namespace strata::comm {
 namespace {
 
-// What every rank must agree on, exchanged in debug mode before the call.
+// What every rank must agree on (see CallCheck).
 struct Fingerprint {
   uint64_t sequence = 0;
   uint64_t count = 0;
@@ -52,33 +52,49 @@ std::string describe_print(const Fingerprint& print) {
   return fmt::format("call #{} {}", print.sequence, describe_call(spec));
 }
 
-Task check_fingerprint(Context control, std::string group_name, Fingerprint mine) {
-  std::vector<Fingerprint> prints(static_cast<size_t>(control.size()));
-  RequestSet requests(control.op, control.channel, control.tag, 1);
-  MPI_Request request;
-  MPI_Iallgather(&mine, sizeof(Fingerprint), MPI_BYTE, prints.data(), sizeof(Fingerprint), MPI_BYTE,
-                 control.channel.comm, &request);
-  requests.adopt(0, request);
-  co_await requests.all();
-  if (std::all_of(prints.begin(), prints.end(), [&](const Fingerprint& p) { return p == mine; })) co_return;
-  // Name each distinct call with the ranks that made it.
-  std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
-  for (int rank = 0; rank < control.size(); ++rank) {
-    const Fingerprint& print = prints[static_cast<size_t>(rank)];
-    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == print; });
-    if (same == groups.end()) {
-      groups.push_back({print, {rank}});
-    } else {
-      same->second.push_back(rank);
+// One call's fingerprints, gathered over the group's control channel from
+// construction on; lives in the call's coroutine frame (the buffers must not move).
+class FingerprintExchange {
+ public:
+  FingerprintExchange(const Context& control, const Fingerprint& mine)
+      : mine_(mine), prints_(static_cast<size_t>(control.size())),
+        requests_(control.op, control.channel, control.tag, 1) {
+    MPI_Request request;
+    int code = MPI_Iallgather(&mine_, sizeof(Fingerprint), MPI_BYTE, prints_.data(), sizeof(Fingerprint), MPI_BYTE,
+                              control.channel.comm, &request);
+    if (code != MPI_SUCCESS) control.op.abort_with(fmt::format("cannot exchange call fingerprints: {}", mpi_error_text(code)));
+    requests_.adopt(0, request);
+  }
+  FingerprintExchange(const FingerprintExchange&) = delete;
+  FingerprintExchange& operator=(const FingerprintExchange&) = delete;
+
+  // Waits for every rank's fingerprint; throws naming each distinct call and its ranks when they differ.
+  Task compare(const std::string& group_name) {
+    co_await requests_.all();
+    if (std::all_of(prints_.begin(), prints_.end(), [&](const Fingerprint& p) { return p == mine_; })) co_return;
+    std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
+    for (int rank = 0; rank < static_cast<int>(prints_.size()); ++rank) {
+      const Fingerprint& print = prints_[static_cast<size_t>(rank)];
+      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == print; });
+      if (same == groups.end()) {
+        groups.push_back({print, {rank}});
+      } else {
+        same->second.push_back(rank);
+      }
     }
+    std::string detail;
+    for (const auto& [print, ranks] : groups) {
+      detail += fmt::format("{}rank{} {} made {}", detail.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "",
+                            fmt::join(ranks, ","), describe_print(print));
+    }
+    fail("comm call check: the ranks of group '{}' disagree about a call: {}", group_name, detail);
   }
-  std::string detail;
-  for (const auto& [print, ranks] : groups) {
-    detail += fmt::format("{}rank{} {} made {}", detail.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "",
-                          fmt::join(ranks, ","), describe_print(print));
-  }
-  fail("comm debug check: the ranks of group '{}' disagree about a call: {}", group_name, detail);
-}
+
+ private:
+  Fingerprint mine_;
+  std::vector<Fingerprint> prints_;
+  RequestSet requests_;
+};
 
 Context sibling(const Context& ctx, const Channel& channel) {
   return Context{ctx.op, channel, ctx.tag, ctx.chunk_bytes, ctx.depth};
@@ -174,6 +190,21 @@ Task broadcast_call(Context ctx, CallSpec spec, void* data) {
   }
 }
 
+// The call itself, after or alongside its check.
+Task checked_call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
+  if (spec.barrier) {
+    co_await dissemination_barrier(ctx);
+    co_return;
+  }
+  if (spec.count == 0) co_return;
+  switch (spec.op) {
+    case Collective::AllReduce: co_await all_reduce_call(ctx, group, spec, in, out); break;
+    case Collective::ReduceScatter: co_await reduce_scatter_call(ctx, spec, in, out); break;
+    case Collective::AllGather: co_await all_gather_call(ctx, spec, in, out); break;
+    case Collective::Broadcast: co_await broadcast_call(ctx, spec, out); break;
+  }
+}
+
 }  // namespace
 
 std::string describe_call(const CallSpec& spec) {
@@ -187,30 +218,37 @@ std::string describe_call(const CallSpec& spec) {
 }
 
 Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
-  const uint64_t sequence = ctx.op.label().sequence;
-  if (group->config.debug_checks) {
-    std::exception_ptr mismatch;
-    try {
-      co_await check_fingerprint(sibling(ctx, group->control), group->name, fingerprint_of(spec, sequence));
-    } catch (const Error&) {
-      mismatch = std::current_exception();
+  const Fingerprint mine = fingerprint_of(spec, ctx.op.label().sequence);
+  switch (group->config.call_check) {
+    case CallCheck::Off: co_await checked_call_body(ctx, group, spec, in, out); break;
+    case CallCheck::Before: {
+      std::exception_ptr mismatch;
+      try {
+        FingerprintExchange exchange(sibling(ctx, group->control), mine);
+        co_await exchange.compare(group->name);
+      } catch (const Error&) {
+        mismatch = std::current_exception();
+      }
+      if (mismatch) {
+        // The call will not run: it gives up its turn on the shared segment (on every rank alike).
+        std::erase(group->shm_queue, mine.sequence);
+        std::rethrow_exception(mismatch);
+      }
+      co_await checked_call_body(ctx, group, spec, in, out);
+      break;
     }
-    if (mismatch) {
-      // The call will not run: it gives up its turn on the shared segment (on every rank alike).
-      std::erase(group->shm_queue, sequence);
-      std::rethrow_exception(mismatch);
+    case CallCheck::Overlapped: {
+      FingerprintExchange exchange(sibling(ctx, group->control), mine);
+      std::exception_ptr failure;
+      try {
+        co_await checked_call_body(ctx, group, spec, in, out);
+      } catch (const Error&) {
+        failure = std::current_exception();
+      }
+      co_await exchange.compare(group->name);  // also before rethrowing: MPI still writes into `exchange`
+      if (failure) std::rethrow_exception(failure);
+      break;
     }
-  }
-  if (spec.barrier) {
-    co_await dissemination_barrier(ctx);
-    co_return;
-  }
-  if (spec.count == 0) co_return;
-  switch (spec.op) {
-    case Collective::AllReduce: co_await all_reduce_call(ctx, group, spec, in, out); break;
-    case Collective::ReduceScatter: co_await reduce_scatter_call(ctx, spec, in, out); break;
-    case Collective::AllGather: co_await all_gather_call(ctx, spec, in, out); break;
-    case Collective::Broadcast: co_await broadcast_call(ctx, spec, out); break;
   }
 }
 

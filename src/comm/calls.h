@@ -1,6 +1,6 @@
 #pragma once
 // Internal: the coroutine behind each public collective call. It runs the
-// debug check first when enabled, prepares fp32 working buffers for
+// call check (before or alongside the call, see CallCheck), prepares fp32 working buffers for
 // reductions, then runs the chosen algorithm.
 #include "comm/algorithms.h"
 #include "comm/group_state.h"

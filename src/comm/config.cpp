@@ -29,6 +29,14 @@ bool parse_flag(const char* name, const char* text) {
   fail("{}='{}' must be 0 or 1", name, text);
 }
 
+CallCheck parse_call_check(const char* name, const char* text) {
+  std::string value = trim(text);
+  if (value == "overlapped") return CallCheck::Overlapped;
+  if (value == "before") return CallCheck::Before;
+  if (value == "off") return CallCheck::Off;
+  fail("{}='{}' must be overlapped, before or off", name, text);
+}
+
 }  // namespace
 
 void CommConfig::pin(std::string_view spec, std::string_view source) {
@@ -60,7 +68,10 @@ void CommConfig::pin(std::string_view spec, std::string_view source) {
 
 void CommConfig::apply_environment() {
   if (const char* value = std::getenv("STRATA_COMM_TIMEOUT")) timeout_s = parse_number("STRATA_COMM_TIMEOUT", value);
-  if (const char* value = std::getenv("STRATA_COMM_DEBUG")) debug_checks = parse_flag("STRATA_COMM_DEBUG", value);
+  if (const char* value = std::getenv("STRATA_COMM_CHECK")) call_check = parse_call_check("STRATA_COMM_CHECK", value);
+  if (const char* value = std::getenv("STRATA_COMM_DEBUG"); value && parse_flag("STRATA_COMM_DEBUG", value)) {
+    call_check = CallCheck::Before;
+  }
   if (const char* value = std::getenv("STRATA_COMM_LOG")) log_decisions = parse_flag("STRATA_COMM_LOG", value);
   if (const char* value = std::getenv("STRATA_COMM_ALGO")) pin(value, "STRATA_COMM_ALGO");
   if (const char* value = std::getenv("STRATA_COMM_TOPOLOGY")) topology_file = value;

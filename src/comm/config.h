@@ -3,7 +3,9 @@
 // own configuration, then apply_environment() lets STRATA_COMM_* variables
 // override it (they are meant for experiments and debugging):
 //   STRATA_COMM_TIMEOUT=seconds        no-progress timeout of every call (default 300)
-//   STRATA_COMM_DEBUG=1                check that all ranks make the same call (fingerprints)
+//   STRATA_COMM_CHECK=overlapped | before | off   how ranks check that they make the same call
+//                                      (default overlapped; see CallCheck)
+//   STRATA_COMM_DEBUG=1                the same as STRATA_COMM_CHECK=before
 //   STRATA_COMM_LOG=1                  log every algorithm decision on each group's rank 0
 //   STRATA_COMM_ALGO=ring | all_reduce=ring,broadcast=binomial   pin algorithms
 //   STRATA_COMM_TOPOLOGY=file.toml     use this cluster description instead of probing
@@ -12,7 +14,7 @@
 //   STRATA_COMM_CHUNK_BYTES=n          pipeline chunk size of the ring algorithms
 //   STRATA_COMM_PIPELINE_DEPTH=n       chunks in flight per direction
 //   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
-// Every rank must run with the same settings; the debug check catches
+// Every rank must run with the same settings; the call check catches
 // disagreements about algorithms.
 #include <array>
 #include <string>
@@ -23,9 +25,21 @@
 
 namespace strata::comm {
 
+// Ranks that make different calls (another reduction, count, dtype, root or
+// collective) must never get a silently wrong result. Each call's fingerprint
+// (sequence number, collective, algorithm, count, dtype, reduction, root) is
+// compared over the group:
+//   Overlapped: exchanged alongside the call's data (one tiny non-blocking
+//     message, its latency hidden by the call) and compared when the data has
+//     moved: a mismatched call throws on every rank instead of returning.
+//   Before: exchanged and compared before any data moves (one more latency
+//     per call; names the call even where the data path would time out).
+//   Off: no check (the data paths still catch mismatched message sizes).
+enum class CallCheck { Off, Overlapped, Before };
+
 struct CommConfig {
   double timeout_s = 300.0;
-  bool debug_checks = false;
+  CallCheck call_check = CallCheck::Overlapped;
   bool log_decisions = false;
   std::array<Algorithm, kCollectives.size()> pinned{};  // Auto: not pinned
   std::string pinned_by;                                // where the pins came from

@@ -71,7 +71,7 @@ Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType 
     if (theirs.sequence == sequence && theirs.count == count) continue;
     int world = ctx.channel.world_rank[static_cast<size_t>(rank)];
     ctx.op.abort_with(fmt::format("peer rank {} (world rank {} on {}) is in call #{} with {} elements, this rank in "
-                                  "call #{} with {}: the ranks disagree about this call (STRATA_COMM_DEBUG=1 names "
+                                  "call #{} with {}: the ranks disagree about this call (STRATA_COMM_CHECK=before names "
                                   "the difference)",
                                   ctx.channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
                                   theirs.sequence, theirs.count, sequence, count));

@@ -18,13 +18,6 @@ std::vector<std::string>& hostnames() {
   return names;
 }
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
-
 int world_rank_of_self() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -43,6 +36,13 @@ constexpr auto kShortestSleep = std::chrono::microseconds(20);
 constexpr auto kLongestSleep = std::chrono::milliseconds(1);
 
 }  // namespace
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
 
 void set_world_hostnames(std::vector<std::string> names) { hostnames() = std::move(names); }
 
@@ -209,7 +209,7 @@ bool RequestSet::poll(bool all) {
       MPI_Get_count(&status, MPI_BYTE, &received);
       if (static_cast<size_t>(received) != slots_[slot].expected) {
         op_.abort_with(fmt::format("received {} bytes from {} where {} were expected: the ranks disagree about "
-                                   "this call (STRATA_COMM_DEBUG=1 names the difference)",
+                                   "this call (STRATA_COMM_CHECK=before names the difference)",
                                    received, peer_name(slot), slots_[slot].expected));
       }
     }

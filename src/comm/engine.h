@@ -35,7 +35,7 @@ struct Channel {
   std::vector<int> world_rank;  // channel rank -> rank in MPI_COMM_WORLD
 };
 
-// What an operation is, for error messages and the debug check. Plain
+// What an operation is, for error messages and the call check. Plain
 // fields, formatted only when something goes wrong.
 struct OpLabel {
   const char* kind = "";  // "all_reduce", "send", "barrier", ...
@@ -52,6 +52,9 @@ struct OpLabel {
 
   std::string describe() const;  // "all_reduce (ring, 4096 bytes of f32, sum)"
 };
+
+// MPI's text for an error code.
+std::string mpi_error_text(int code);
 
 // Host names by world rank, filled when the world communicator is created.
 void set_world_hostnames(std::vector<std::string> hostnames);

@@ -48,7 +48,7 @@ void SharedSegment::check_same_call(const Operation& op, const Channel& channel,
     if (theirs[0] == mine[0] && theirs[1] == mine[1]) continue;
     int world = channel.world_rank[static_cast<size_t>(rank)];
     op.abort_with(fmt::format("peer rank {} (world rank {} on {}) is in call #{} with {} elements, this rank in call "
-                              "#{} with {}: the ranks disagree about this call (STRATA_COMM_DEBUG=1 names the "
+                              "#{} with {}: the ranks disagree about this call (STRATA_COMM_CHECK=before names the "
                               "difference)",
                               channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world), theirs[0],
                               theirs[1], mine[0], mine[1]));

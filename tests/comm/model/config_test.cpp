@@ -45,7 +45,7 @@ TEST(Config, EnvironmentOverridesAndIsChecked) {
   setenv("STRATA_COMM_CHUNK_BYTES", "4096", 1);
   CommConfig config = CommConfig::from_environment();
   EXPECT_EQ(config.timeout_s, 7.5);
-  EXPECT_TRUE(config.debug_checks);
+  EXPECT_EQ(config.call_check, CallCheck::Before);
   EXPECT_EQ(config.chunk_bytes, 4096u);
   setenv("STRATA_COMM_TIMEOUT", "soon", 1);
   EXPECT_THROW(CommConfig::from_environment(), Error);
@@ -54,6 +54,24 @@ TEST(Config, EnvironmentOverridesAndIsChecked) {
   unsetenv("STRATA_COMM_TIMEOUT");
   unsetenv("STRATA_COMM_DEBUG");
   unsetenv("STRATA_COMM_CHUNK_BYTES");
+}
+
+TEST(Config, CallsAreCheckedOverlappedByDefaultAndTheCheckCanBeSwitched) {
+  EXPECT_EQ(CommConfig{}.call_check, CallCheck::Overlapped);
+  setenv("STRATA_COMM_CHECK", "off", 1);
+  EXPECT_EQ(CommConfig::from_environment().call_check, CallCheck::Off);
+  setenv("STRATA_COMM_CHECK", "before", 1);
+  EXPECT_EQ(CommConfig::from_environment().call_check, CallCheck::Before);
+  setenv("STRATA_COMM_CHECK", "sometimes", 1);
+  try {
+    CommConfig::from_environment();
+    ADD_FAILURE() << "accepted STRATA_COMM_CHECK=sometimes";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("STRATA_COMM_CHECK='sometimes' must be overlapped, before or off"),
+              std::string::npos)
+        << error.what();
+  }
+  unsetenv("STRATA_COMM_CHECK");
 }
 
 }  // namespace
