@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace strata {
@@ -32,7 +34,16 @@ DType parse_dtype(std::string_view name) {
   for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64}) {
     if (dtype_name(dtype) == name) return dtype;
   }
-  fail("unknown dtype '{}' (expected f64, f32, bf16, f16, i32 or i64)", name);
+  // The spellings of training configs (fp32, as in precision.compute) and of PyTorch.
+  static constexpr std::pair<std::string_view, DType> kAliases[] = {
+      {"fp64", DType::F64},    {"fp32", DType::F32},    {"fp16", DType::F16},   {"float64", DType::F64},
+      {"float32", DType::F32}, {"float16", DType::F16}, {"bfloat16", DType::BF16}};
+  for (const auto& [alias, dtype] : kAliases) {
+    if (alias == name) return dtype;
+  }
+  fail("unknown dtype '{}' (expected f64, f32, bf16, f16, i32 or i64; fp32, fp16, float32, bfloat16 and the like "
+       "are accepted too)",
+       name);
 }
 
 bool is_floating(DType dtype) {

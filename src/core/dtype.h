@@ -11,6 +11,8 @@ enum class DType : uint8_t { F64, F32, BF16, F16, I32, I64 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);        // "f32", "bf16", ...
+// "f32", "bf16", ... as dtype_name prints them, or fp32 / fp16 / float32 /
+// bfloat16 and the like (one spelling printed, every common one accepted).
 DType parse_dtype(std::string_view name);        // throws Error naming the value
 bool is_floating(DType dtype);
 

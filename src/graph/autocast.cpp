@@ -22,18 +22,22 @@ std::vector<std::string> default_fp32_ops() {
       [](const OpSchema& schema) { return schema.precision == PrecisionRole::F32Default; });
 }
 
+DType parse_precision_mode(const std::string& mode, const std::string& what) {
+  DType dtype = DType::I32;  // not a precision: refused below
+  try {
+    dtype = parse_dtype(mode);
+  } catch (const Error&) {
+  }
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
+    fail("{} must be f32, bf16 or f16 (fp32 and fp16 are accepted too), got \"{}\"", what, mode);
+  }
+  return dtype;
+}
+
 PrecisionPolicy PrecisionPolicy::parse(const std::string& mode, const std::vector<std::string>& fp32_ops,
                                        const std::string& key) {
   PrecisionPolicy policy;
-  if (mode == "fp32") {
-    policy.low = DType::F32;
-  } else if (mode == "bf16") {
-    policy.low = DType::BF16;
-  } else if (mode == "fp16") {
-    policy.low = DType::F16;
-  } else {
-    fail("precision mode must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", mode);
-  }
+  policy.low = parse_precision_mode(mode, "precision mode");
   for (const std::string& op : fp32_ops) {
     if (!OpRegistry::global().contains(op)) {
       std::string known;

@@ -13,11 +13,15 @@
 
 namespace strata {
 
+// A precision mode (f32, bf16, f16, or parse_dtype's other spellings such as
+// fp32) as a dtype; anything else throws, naming `what`.
+DType parse_precision_mode(const std::string& mode, const std::string& what);
+
 struct PrecisionPolicy {
   DType low = DType::F32;          // compute dtype of low-precision ops; F32: no autocast
   std::set<std::string> fp32_ops;  // op types that compute in f32 whatever the mode
 
-  // "fp32" | "bf16" | "fp16"; every name in fp32_ops must be a registered op
+  // f32 | bf16 | f16 (fp32, fp16 and parse_dtype's other spellings accepted); every name in fp32_ops must be a registered op
   // (errors name `key`, the config key the list came from).
   static PrecisionPolicy parse(const std::string& mode, const std::vector<std::string>& fp32_ops,
                                const std::string& key);

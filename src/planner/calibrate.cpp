@@ -122,7 +122,7 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   // norms, softmax and loss stay in f32; those nodes are timed in the f32 pass, not here).
   GPT2BuildOptions options;
   if (dtype != DType::F32) {
-    options.precision = PrecisionPolicy::parse(dtype == DType::BF16 ? "bf16" : "fp16", default_fp32_ops(), "");
+    options.precision = PrecisionPolicy::parse(std::string(dtype_name(dtype)), default_fp32_ops(), "");
   }
   GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, options);
   std::set<int> kept{model.loss};

@@ -187,9 +187,7 @@ void TrainConfig::validate() const {
   non_negative("parallel.dp", dp);
   positive("parallel.bucket_mb", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
-    fail("key 'precision.compute' must be \"fp32\", \"bf16\" or \"fp16\", got \"{}\"", precision);
-  }
+  parse_precision_mode(precision, "key 'precision.compute'");
   precision_policy();  // validates precision.fp32_ops
   positive("precision.loss_scale", loss_scale);
   positive("precision.growth_interval", loss_scale_growth_interval);
@@ -244,6 +242,8 @@ TrainConfig parse_train_config(const std::string& toml_text, const std::string& 
   } catch (const Error& error) {
     fail("{}: {}", source, error.what());
   }
+  // One spelling saved and printed: the dtype's name (fp32 is read as f32).
+  config.precision = std::string(dtype_name(config.precision_policy().low));
   return config;
 }
 
@@ -255,9 +255,9 @@ std::string to_toml(const TrainConfig& config) {
   TrainConfig copy = config;
   std::map<std::string, toml::table> sections;
   for (const Field& field : fields(copy)) {
-    auto [section, name] = split_key(field.key);
+    const auto [section_name, key_name] = split_key(field.key);
     std::visit(
-        [&](auto* value) {
+        [&, section = section_name, name = key_name](auto* value) {
           using T = std::remove_pointer_t<decltype(value)>;
           if constexpr (std::is_same_v<T, std::vector<std::string>>) {
             toml::array array;

@@ -53,9 +53,10 @@ struct TrainConfig {
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
   int64_t zero = 0;        // parallel.zero: 0; 1: AdamW's moments and update split over the dp ranks; 2: gradients too
 
-  // precision.compute: "fp32", or "bf16" / "fp16" mixed precision with f32
-  // master weights; precision.fp32_ops: op types kept in f32.
-  std::string precision = "fp32";
+  // precision.compute: "f32", or "bf16" / "f16" mixed precision with f32
+  // master weights (fp32 and fp16 are read too; a parsed config holds the
+  // dtype's name); precision.fp32_ops: op types kept in f32.
+  std::string precision = "f32";
   std::vector<std::string> fp32_ops = default_fp32_ops();
   // Dynamic loss scaling (fp16 only): start, multiply by `growth` after
   // `growth_interval` finite steps, by `backoff` on an inf/nan step (skipped).

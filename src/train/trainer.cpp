@@ -37,7 +37,7 @@ AdamWSettings adamw_settings(const TrainConfig& config) {
 }
 
 LossScaleSettings loss_scale_settings(const TrainConfig& config) {
-  return {config.precision == "fp16", config.loss_scale, config.loss_scale_growth_interval, config.loss_scale_growth,
+  return {config.precision_policy().low == DType::F16, config.loss_scale, config.loss_scale_growth_interval, config.loss_scale_growth,
           config.loss_scale_backoff};
 }
 

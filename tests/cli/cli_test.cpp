@@ -6,6 +6,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
@@ -52,6 +56,45 @@ class CliTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// One source for what a backend emulates: the fp16 start-up line, the end-of-run table of ops not
+// native and `strata ops` all come from the dispatcher's routes, so they name the same ops.
+TEST_F(CliTest, Fp16StartUpLineAndTheOpsReportAgreeOnWhatIsEmulated) {
+  std::string config = prepared_config();
+  StrataRun trained = run_strata("train " + config + " --set precision.compute=fp16 --set ops.fallback=allow");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string prefix = "backend 'cpu' has no native arithmetic for ";
+  size_t start = trained.output.find(prefix);
+  ASSERT_NE(start, std::string::npos) << trained.output;
+  start += prefix.size();
+  std::string list = trained.output.substr(start, trained.output.find(": they run in f32", start) - start);
+  std::set<std::string> at_start_up;
+  for (size_t at = 0; at < list.size();) {
+    size_t end = list.find(" (f16)", at);
+    ASSERT_NE(end, std::string::npos) << list;
+    at_start_up.insert(list.substr(at, end - at));
+    at = end + std::string(" (f16)").size();
+    if (list.compare(at, 2, ", ") == 0) at += 2;
+  }
+  ASSERT_FALSE(at_start_up.empty());
+
+  StrataRun report = run_strata("ops --json --backend cpu --dtype fp16", false);
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  const nlohmann::json routes = nlohmann::json::parse(report.output);
+  std::set<std::string> emulated;
+  for (const nlohmann::json& entry : routes["ops"]) {
+    if (entry["routes"]["f16"]["route"] == "emulated") emulated.insert(entry["op"].get<std::string>());
+  }
+  std::set<std::string> in_the_table;
+  std::istringstream lines(trained.output.substr(trained.output.find("ops not native on backend 'cpu':")));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string op, dtype, route;
+    if (fields >> op >> dtype >> route && dtype == "f16" && route == "emulated") in_the_table.insert(op);
+  }
+  for (const std::string& op : at_start_up) EXPECT_TRUE(emulated.count(op)) << op << " is emulated at start-up only";
+  EXPECT_EQ(in_the_table, at_start_up);
+}
 
 TEST_F(CliTest, MissingCorpusNamesTheFile) {
   StrataRun result =

@@ -18,6 +18,7 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using testing::run_strata;
 using testing::StrataRun;
@@ -114,6 +115,15 @@ TEST(OpsCommand, BadArgumentsAreNamed) {
   StrataRun bad = run_strata("ops --dtype f33");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.output, HasSubstr("f33"));
+}
+
+// The config's spelling of a precision (fp16) names the same dtype here, printed as f16.
+TEST(OpsCommand, ReadsTheConfigsSpellingOfADtype) {
+  StrataRun config_spelling = run_strata("ops --backend cpu --dtype fp32,fp16");
+  StrataRun dtype_spelling = run_strata("ops --backend cpu --dtype f32,f16");
+  EXPECT_EQ(config_spelling.exit_code, 0) << config_spelling.output;
+  EXPECT_EQ(config_spelling.output, dtype_spelling.output);
+  EXPECT_THAT(config_spelling.output, Not(HasSubstr("fp16")));
 }
 
 }  // namespace

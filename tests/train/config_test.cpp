@@ -88,5 +88,21 @@ TEST(TrainConfig, SavedTomlReadsBackIdentically) {
   EXPECT_DOUBLE_EQ(again.lr_min, 3e-5);
 }
 
+// One spelling printed and saved (the dtype names of `strata ops`, cluster files and logs);
+// the config spellings fp32/fp16 and PyTorch's names are read as the same precision.
+TEST(TrainConfig, PrecisionIsReadInEverySpellingAndSavedInOne) {
+  for (const auto& [written, saved] : std::vector<std::pair<std::string, std::string>>{
+           {"fp32", "f32"}, {"f32", "f32"}, {"float32", "f32"}, {"bf16", "bf16"}, {"bfloat16", "bf16"},
+           {"fp16", "f16"}, {"f16", "f16"}, {"float16", "f16"}}) {
+    TrainConfig config = parse_train_config(kValid, "job.toml", {"precision.compute=" + written});
+    EXPECT_EQ(config.precision, saved) << written;
+    EXPECT_THAT(to_toml(config), HasSubstr("compute = '" + saved + "'")) << written;
+  }
+  EXPECT_EQ(parse_train_config(kValid, "job.toml", {}).precision, "f32");
+  EXPECT_THAT(error_of(kValid, {"precision.compute=fp8"}),
+              HasSubstr("key 'precision.compute' must be f32, bf16 or f16 (fp32 and fp16 are accepted too), got \"fp8\""));
+  EXPECT_THAT(error_of(kValid, {"precision.compute=i32"}), HasSubstr("key 'precision.compute' must be f32"));
+}
+
 }  // namespace
 }  // namespace strata
