@@ -2,7 +2,7 @@
 # Installs Strata's Debian dependencies (only what is missing) and builds it:
 # the given ninja targets, or everything (tests and benchmarks too).
 # Idempotent: a second run installs nothing and rebuilds only what changed.
-# Usage: scripts/setup.sh [TARGET...]
+# Usage: scripts/setup.sh [TARGET...]   or   scripts/setup.sh --packages-only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,8 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+[[ "${1:-}" == "--packages-only" ]] && exit 0
 
 build_dir=${STRATA_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null

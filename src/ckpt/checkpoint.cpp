@@ -70,7 +70,10 @@ json read_manifest(const fs::path& dir) {
   json manifest = read_json_file(manifest_path);
   auto bad = [&](std::string_view what) { fail("'{}': {}", manifest_path.string(), what); };
   if (!manifest.is_object()) bad("not a JSON object");
-  if (manifest.value("format", "") != kManifestFormat) bad(fmt::format("\"format\" is not \"{}\"", kManifestFormat));
+  // Compared as JSON: a "format" of another type is a mismatch, not a type error.
+  if (!manifest.contains("format") || manifest["format"] != kManifestFormat) {
+    bad(fmt::format("\"format\" is not \"{}\"", kManifestFormat));
+  }
   if (!manifest.contains("version") || manifest["version"] != kManifestVersion) {
     bad(fmt::format("unsupported \"version\" (this build reads version {})", kManifestVersion));
   }

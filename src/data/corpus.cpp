@@ -227,10 +227,11 @@ CorpusMeta read_corpus_meta(const fs::path& dir) {
   if (!fs::exists(path)) fail("'{}' is not a prepared corpus: '{}' does not exist", dir.string(), path.string());
   json document = read_json_file(path);
   auto bad = [&](std::string_view what) { fail("'{}': {}", path.string(), what); };
-  if (!document.is_object() || document.value("format", "") != kCorpusFormat) {
+  // Compared as JSON: a value of another type is a mismatch, not a type error.
+  if (!document.is_object() || !document.contains("format") || document["format"] != kCorpusFormat) {
     bad(fmt::format("not a corpus description (\"format\" is not \"{}\")", kCorpusFormat));
   }
-  if (document.value("version", 0) != kCorpusVersion) {
+  if (!document.contains("version") || document["version"] != kCorpusVersion) {
     bad(fmt::format("unsupported \"version\" (this build reads version {})", kCorpusVersion));
   }
   CorpusMeta meta;

@@ -67,7 +67,7 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
   for (const auto& [name, fixed] : {std::pair{"dp", limits.dp}, {"tp", limits.tp}, {"pp", limits.pp}}) {
     if (fixed && devices % *fixed != 0) {
       reject.add(fmt::format("fixed degrees that do not divide the cluster's {} devices", devices),
-                 [&] { return fmt::format("{}={}", name, *fixed); });
+                 [degree = name, value = *fixed] { return fmt::format("{}={}", degree, value); });
       return plans;
     }
   }

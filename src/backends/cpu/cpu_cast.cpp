@@ -7,6 +7,7 @@
 // speed, and this way the result is bit-identical to the ref backend. f16
 // uses the F16C instructions where the CPU has them (vcvtps2ph rounds to
 // nearest even, keeps subnormals and NaN), else core/dtype.h's scalar code.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -65,7 +66,12 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* x, fp16* y
   }
 }
 
-const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+const bool kHasF16c = __builtin_cpu_supports("avx") && cpu_has_f16c();
 
 void f16_to_f32(const fp16* x, float* y, int64_t count) {
   if (kHasF16c) return f16_to_f32_f16c(x, y, count);

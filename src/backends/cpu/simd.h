@@ -10,7 +10,12 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__clang__)
+// clang (the sanitizer/fuzz build, scripts/fuzz.sh) cannot clone templates: the baseline ISA only.
+#define STRATA_CPU_CLONES
+#else
 #define STRATA_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 namespace strata::cpu {
 

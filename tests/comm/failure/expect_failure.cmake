@@ -1,9 +1,10 @@
 # Runs an MPI job that must fail: a non-zero exit whose output matches EXPECT,
 # within LIMIT seconds (a hang fails the test). Variables: MPIEXEC, MPI_FLAGS
-# (one string), RANKS, PROBE, MODE, EXPECT, LIMIT.
+# (one string), RANKS, PROBE, MODE, EXPECT, LIMIT, and optionally ALGORITHM
+# (passed after MODE).
 separate_arguments(flags UNIX_COMMAND "${MPI_FLAGS}")
 execute_process(
-  COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe ${flags} -np ${RANKS} ${PROBE} ${MODE}
+  COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe ${flags} -np ${RANKS} ${PROBE} ${MODE} ${ALGORITHM}
   RESULT_VARIABLE status
   OUTPUT_VARIABLE output
   ERROR_VARIABLE output

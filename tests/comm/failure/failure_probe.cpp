@@ -1,5 +1,6 @@
 // An MPI job that goes wrong on purpose, for the failure tests:
-//   killed  - rank 1 dies (SIGKILL) in the middle of a large ring all_reduce
+//   killed [ALGORITHM] - rank 1 dies (SIGKILL) in the middle of a large all_reduce (default ring)
+//   killed-before [ALGORITHM] - rank 1 dies just before making that call
 //   absent  - rank 1 never makes the call (it sleeps), the others wait for it
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
@@ -22,8 +23,8 @@
 using namespace strata;
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s killed|absent|healthy|mismatch|mismatch-direct|late\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s killed|killed-before|absent|healthy|mismatch|mismatch-direct|late [ALGORITHM]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     return world.rank() != 1 && cpu > 0.25 * wall ? 1 : 0;
   }
   bool victim = world.rank() == 1 && mode != "healthy";
+  if (victim && mode == "killed-before") raise(SIGKILL);
   if (victim && mode == "absent") {
     sleep(600);
     return 0;
@@ -61,8 +63,10 @@ int main(int argc, char** argv) {
     world.all_reduce(in.data(), out.data(), mine, DType::F32, comm::ReduceOp::Sum, algorithm);
     return 0;
   }
-  comm::Handle call = world.all_reduce_async(in.data(), out.data(), count, DType::F32, comm::ReduceOp::Sum,
-                                             comm::Algorithm::Ring);
+  const comm::Algorithm algorithm = argc == 3 ? comm::parse_algorithm(argv[2], "the probe's algorithm") : comm::Algorithm::Ring;
+  // Larger calls than its segment's slots hold go to the ring, so shm gets a small one.
+  const size_t call_count = algorithm == comm::Algorithm::SharedMemory ? 1000 : count;
+  comm::Handle call = world.all_reduce_async(in.data(), out.data(), call_count, DType::F32, comm::ReduceOp::Sum, algorithm);
   if (victim) {
     // Let some chunks move first, so the others are mid-collective.
     for (int i = 0; i < 200; ++i) call.test();
