@@ -6,7 +6,7 @@
 # arena per rank (start-up lines), the peak resident memory of every rank and the median
 # step time (plan.json); predicted: the planner's optimizer state, gradients,
 # activations, peak and step time for the same layout on CLUSTER (default this-machine; a
-# `strata calibrate` profile predicts this host far better).
+# `strata calibrate` cluster file predicts this host far better).
 #
 # Usage: bench/parallel/dp_memory.sh [steps=6]   (STRATA, DATA, CLUSTER, BUCKET_MB override;
 #   ZeRO-2 drops the whole gradient buffers only where two buckets are smaller than all of them:

@@ -19,7 +19,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 [[ -f "$data/meta.json" ]] || { echo "no corpus in $data: run scripts/quickstart.sh or strata data prepare" >&2; exit 1; }
 vocab=$("$python" -c "import json, sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$data/meta.json")
-profile=${PROFILE:-$work/profile.json}
+profile=${PROFILE:-$work/calibrated-cluster.toml}
 if [[ ! -f "$profile" ]]; then
   "$strata" calibrate --out "$profile" --threads "1,$threads" --dtypes f32
 fi

@@ -1,5 +1,6 @@
 // strata calibrate: measures this machine for the planner (planner/calibrate.h)
-// and writes the hardware profile `strata plan` and `strata train` read.
+// and writes it as a cluster file (configs/clusters/' format, the device
+// measured) that `strata plan` and `parallel.cluster` read.
 // Compute in one process; links with `mpirun -np 2 strata calibrate --links`,
 // which adds them to an existing profile.
 #include <fmt/core.h>
@@ -16,7 +17,7 @@ namespace strata::cli {
 namespace {
 
 struct CalibrateArgs {
-  std::string out = "hardware-profile.json";
+  std::string out = "calibrated-cluster.toml";
   std::string backend = "cpu";
   std::vector<int> threads;
   std::vector<std::string> dtypes = {"f32", "bf16"};
@@ -71,7 +72,7 @@ void calibrate(const CalibrateArgs& args) {
     try {
       profile.links = load_profile(args.out).links;  // keep links measured earlier
     } catch (const Error&) {
-      // an unreadable old profile is simply replaced
+      // an unreadable old file is simply replaced
     }
   }
   save_profile(args.out, profile);
@@ -82,9 +83,9 @@ void calibrate(const CalibrateArgs& args) {
 }  // namespace
 
 void add_calibrate_command(CLI::App& app) {
-  auto* command = app.add_subcommand("calibrate", "Measure this machine for the planner and write a hardware profile");
+  auto* command = app.add_subcommand("calibrate", "Measure this machine for the planner and write it as a cluster file");
   auto args = std::make_shared<CalibrateArgs>();
-  command->add_option("--out", args->out, "Profile to write (JSON)");
+  command->add_option("--out", args->out, "Cluster file to write (TOML, configs/clusters/' format with a [measured] device)");
   command->add_option("--backend", args->backend, "Backend whose kernels are measured");
   command->add_option("--threads", args->threads, "Thread counts to measure (default: 1 and every core)")
       ->delimiter(',');

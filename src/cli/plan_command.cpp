@@ -84,7 +84,7 @@ void add_plan_command(CLI::App& app) {
   command
       ->add_option("cluster", args->cluster,
                    "Cluster TOML, a preset in configs/clusters (dgx-a100-80gb, dgx-h100, ascend-910b, "
-                   "this-machine) or a profile from `strata calibrate` (.json)")
+                   "this-machine) or the cluster file `strata calibrate` writes")
       ->required();
   command->add_option("--global-batch", args->global_batch, "Rows per optimizer step (default: the model's)");
   command->add_option("--seq", args->seq, "Tokens per row (default: model.block_size)");
@@ -92,8 +92,8 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--top", args->top, "Plans to list")->check(CLI::PositiveNumber);
   command->add_flag("--json", args->json, "Print JSON instead of a table");
   command->add_option("--nodes", args->nodes, "Override the cluster's node count")->check(CLI::PositiveNumber);
-  command->add_option("--threads", args->threads, "Threads per process (profiles only)")->check(CLI::PositiveNumber);
-  command->add_option("--devices", args->devices, "Processes on this machine (profiles only)")
+  command->add_option("--threads", args->threads, "Threads per process (calibrated cluster files only)")->check(CLI::PositiveNumber);
+  command->add_option("--devices", args->devices, "Processes on this machine (calibrated cluster files only)")
       ->check(CLI::PositiveNumber);
   command->add_option("--dp", args->dp, "Fix the data-parallel degree")->check(CLI::PositiveNumber);
   command->add_option("--tp", args->tp, "Fix the tensor-parallel degree")->check(CLI::PositiveNumber);

@@ -189,6 +189,27 @@ std::vector<std::pair<double, double>> TomlReader::curve(const std::string& key,
   return points;
 }
 
+std::vector<std::vector<double>> TomlReader::rows(const std::string& key,
+                                                  const std::vector<std::string>& columns) const {
+  const std::string shape = fmt::format("[{}]", fmt::join(columns, ", "));
+  const toml::node& node = get(key);
+  const toml::array* list = node.as_array();
+  if (list == nullptr) fail_type(key, node, "an array of " + shape + " rows");
+  std::vector<std::vector<double>> result;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const toml::array* row = (*list)[i].as_array();
+    std::vector<double> values;
+    for (size_t j = 0; row != nullptr && row->size() == columns.size() && j < row->size(); ++j) {
+      std::optional<double> value = as_number((*row)[j]);
+      if (!value || !std::isfinite(*value)) break;
+      values.push_back(*value);
+    }
+    if (values.size() != columns.size()) fail_key(key, fmt::format("entry {} must be {} (finite numbers)", i, shape));
+    result.push_back(std::move(values));
+  }
+  return result;
+}
+
 void TomlReader::only(const std::set<std::string>& allowed) const {
   for (const auto& [key, node] : *table_) {
     std::string name(key.str());

@@ -49,6 +49,10 @@ class TomlReader {
   std::vector<std::pair<double, double>> curve(const std::string& key, const std::string& x_name,
                                                const std::string& y_name) const;
 
+  // `key = [[a, b, ...], ...]`: rows of finite numbers, each as long as
+  // `columns`, which name the fields in messages (a table of measurements).
+  std::vector<std::vector<double>> rows(const std::string& key, const std::vector<std::string>& columns) const;
+
   // Fails naming the first key outside `allowed` and listing `allowed`.
   void only(const std::set<std::string>& allowed) const;
 

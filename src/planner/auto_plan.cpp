@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_file.h"
+#include "core/toml_reader.h"
 #include "planner/profile.h"
 #include "planner/report.h"
 
@@ -34,14 +35,30 @@ std::filesystem::path find_cluster_file(const std::string& name_or_path) {
        name_or_path, std::filesystem::current_path().string());
 }
 
+namespace {
+
+// A cluster file, parsed; old JSON profiles are refused with what to do instead.
+TomlReader read_cluster_file(const std::filesystem::path& path) {
+  if (path.extension() == ".json") load_profile(path);
+  return TomlReader::parse(read_text_file(path), path.string());
+}
+
+}  // namespace
+
+bool is_calibrated_cluster(const std::string& name_or_path) {
+  return is_measured_cluster(read_cluster_file(find_cluster_file(name_or_path)));
+}
+
 ClusterSpec resolve_cluster(const std::string& name_or_path, int threads, int devices) {
   std::filesystem::path path = find_cluster_file(name_or_path);
-  if (path.extension() != ".json") {
-    if (threads != 0)
-      fail("--threads applies to a calibrated profile (.json), not to the cluster file {}", path.string());
+  TomlReader file = read_cluster_file(path);
+  if (!is_measured_cluster(file)) {
+    if (threads != 0) {
+      fail("--threads applies to a calibrated cluster file (written by `strata calibrate`), not to {}", path.string());
+    }
     return load_cluster(path);
   }
-  HardwareProfile profile = load_profile(path);
+  HardwareProfile profile = read_measured_cluster(file);
   if (threads == 0) threads = profile.threads.back().threads;
   if (devices == 0) devices = std::max(1, profile.cores / threads);
   return cluster_from_profile(profile, threads, devices, path.string());

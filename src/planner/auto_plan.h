@@ -10,12 +10,14 @@
 
 namespace strata {
 
-// A cluster from a file or preset name: `*.json` is a calibrated profile (this
-// machine as `devices` processes of `threads` threads; threads 0: all cores
-// measured, devices 0: as many as the cores allow); anything else a cluster
-// TOML, looked up as given, then as configs/clusters/<name>.toml in the
-// working directory and beside the executable's build tree.
+// A cluster from a file or preset name, looked up as given, then as
+// configs/clusters/<name>.toml in the working directory and beside the
+// executable's build tree. A calibrated cluster file (from `strata calibrate`,
+// with a [measured] table) is this machine as `devices` processes of `threads`
+// threads (threads 0: all cores measured, devices 0: as many as the cores
+// allow); any other describes its device itself (threads must be 0).
 ClusterSpec resolve_cluster(const std::string& name_or_path, int threads = 0, int devices = 0);
+bool is_calibrated_cluster(const std::string& name_or_path);
 std::filesystem::path find_cluster_file(const std::string& name_or_path);
 
 struct AutoPlanRequest {

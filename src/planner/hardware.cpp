@@ -120,6 +120,11 @@ void ClusterSpec::validate() const {
 
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& source) {
   TomlReader fields = TomlReader::parse(toml_text, source);
+  if (fields.has("measured")) {
+    fail("{}: a calibrated cluster file ([measured]) describes this machine per processes x threads; read it "
+         "through the planner's resolve_cluster",
+         source);
+  }
   fields.only({"cluster", "device", "intra_node", "inter_node"});
 
   ClusterSpec spec;

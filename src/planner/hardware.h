@@ -32,6 +32,9 @@
 //
 // GB/s is 1e9 bytes per second; GiB is 2^30 bytes. Unknown keys, missing
 // figures, wrong types and nonsense values are errors naming the file and key.
+// A cluster file written by `strata calibrate` has [cluster] name and, instead
+// of the rest, a [measured] table (planner/profile.h) from which the device of
+// each split of the machine into processes x threads is derived.
 #include <filesystem>
 #include <map>
 #include <string>

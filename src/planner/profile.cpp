@@ -2,54 +2,48 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/json_file.h"
+#include "core/toml_reader.h"
 
 namespace strata {
 
 namespace {
 
-constexpr const char* kFormat = "strata-hardware-profile";
-constexpr int kVersion = 1;
+constexpr double kGB = 1e9;
+constexpr double kGiB = 1073741824.0;
+constexpr double kTera = 1e12;
+constexpr double kMicro = 1e-6;
+const std::vector<std::string> kGemmColumns = {"m", "n", "k", "transpose_a", "transpose_b", "flops", "seconds"};
+const std::vector<std::string> kAttentionColumns = {"batch", "seq", "width", "heads", "flops", "seconds"};
 
-nlohmann::json samples_json(const std::vector<KernelSample>& samples) {
-  nlohmann::json list = nlohmann::json::array();
+toml::array rows_of(const std::vector<KernelSample>& samples) {
+  toml::array rows;
   for (const KernelSample& s : samples) {
-    list.push_back({{"op", s.op}, {"dims", s.dims}, {"flops", s.flops}, {"seconds", s.seconds}});
+    toml::array row;
+    for (int64_t dim : s.dims) row.push_back(dim);
+    row.push_back(s.flops);
+    row.push_back(s.seconds);
+    rows.push_back(std::move(row));
   }
-  return list;
+  return rows;
 }
 
-// Reads a JSON value, failing with the file and the path inside it.
-template <typename T>
-T read(const nlohmann::json& json, const std::string& key, const std::string& where) {
-  if (!json.is_object() || !json.contains(key)) fail("{}: missing '{}'", where, key);
-  try {
-    return json.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("{}: '{}' has the wrong type", where, key);
-  }
-}
-
-double positive(const nlohmann::json& json, const std::string& key, const std::string& where) {
-  double value = read<double>(json, key, where);
-  if (!(value > 0) || !std::isfinite(value)) fail("{}: '{}' must be positive, got {}", where, key, value);
-  return value;
-}
-
-std::vector<KernelSample> read_samples(const nlohmann::json& json, const std::string& key, const std::string& where) {
+std::vector<KernelSample> samples_of(const TomlReader& table, const std::string& key, const std::string& op,
+                                     const std::vector<std::string>& columns) {
   std::vector<KernelSample> samples;
-  auto list = read<nlohmann::json>(json, key, where);
-  if (!list.is_array()) fail("{}: '{}' must be a list", where, key);
-  for (size_t i = 0; i < list.size(); ++i) {
-    std::string at = fmt::format("{}.{}[{}]", where, key, i);
-    KernelSample s;
-    s.op = read<std::string>(list[i], "op", at);
-    s.dims = read<std::vector<int64_t>>(list[i], "dims", at);
-    s.flops = positive(list[i], "flops", at);
-    s.seconds = positive(list[i], "seconds", at);
+  const size_t dims = columns.size() - 2;
+  for (const std::vector<double>& row : table.rows(key, columns)) {
+    KernelSample s{op, {}, row[dims], row[dims + 1]};
+    for (size_t i = 0; i < dims; ++i) {
+      if (!(row[i] >= 0) || row[i] != std::floor(row[i])) table.fail_key(key, fmt::format("{} must be a count", columns[i]));
+      s.dims.push_back(static_cast<int64_t>(row[i]));
+    }
+    if (!(s.flops > 0) || !(s.seconds > 0)) table.fail_key(key, "FLOPs and seconds must be positive");
     samples.push_back(std::move(s));
   }
   return samples;
@@ -82,103 +76,133 @@ const ThreadProfile& HardwareProfile::for_threads(int count) const {
   }
   std::string known;
   for (const ThreadProfile& t : threads) known += (known.empty() ? "" : ", ") + std::to_string(t.threads);
-  fail("the hardware profile has no measurements for {} threads (it has: {}); rerun `strata calibrate --threads {}`",
+  fail("the calibrated cluster file has no measurements for {} threads (it has: {}); rerun `strata calibrate --threads {}`",
        count, known, count);
 }
 
-nlohmann::json profile_to_json(const HardwareProfile& profile) {
-  nlohmann::json threads = nlohmann::json::array();
+std::string format_measured_cluster(const HardwareProfile& profile) {
+  toml::table threads;
   for (const ThreadProfile& t : profile.threads) {
-    nlohmann::json dtypes = nlohmann::json::object();
+    toml::table entry{{"memory_bandwidth_gbps", t.memory_bandwidth_Bps / kGB}, {"op_overhead_us", t.op_overhead_s / kMicro}};
     for (const auto& [dtype, d] : t.dtypes) {
-      dtypes[std::string(dtype_name(dtype))] = {{"gemm", samples_json(d.gemm)},
-                                                {"attention", samples_json(d.attention)},
-                                                {"vector_flops", d.vector_flops},
-                                                {"op_efficiency", d.op_efficiency}};
+      toml::table ops;
+      for (const auto& [op, value] : d.op_efficiency) ops.insert(op, value);
+      entry.insert(std::string(dtype_name(dtype)), toml::table{{"vector_tflops", d.vector_flops / kTera},
+                                                               {"gemm", rows_of(d.gemm)},
+                                                               {"attention", rows_of(d.attention)},
+                                                               {"op_efficiency", std::move(ops)}});
     }
-    threads.push_back({{"threads", t.threads},
-                       {"memory_bandwidth_Bps", t.memory_bandwidth_Bps},
-                       {"op_overhead_s", t.op_overhead_s},
-                       {"dtypes", dtypes}});
+    threads.insert(std::to_string(t.threads), std::move(entry));
   }
-  nlohmann::json json = {{"format", kFormat},
-                         {"version", kVersion},
-                         {"cpu", profile.cpu},
-                         {"cores", profile.cores},
-                         {"memory_bytes", profile.memory_bytes},
-                         {"backend", profile.backend},
-                         {"threads", threads}};
+  toml::table measured{{"cpu", profile.cpu},
+                       {"cores", profile.cores},
+                       {"memory_gib", profile.memory_bytes / kGiB},
+                       {"backend", profile.backend},
+                       {"threads", std::move(threads)}};
   if (profile.links) {
     const LinkProfile& l = *profile.links;
-    json["links"] = {{"ranks", l.ranks},
-                     {"nodes", l.nodes},
-                     {"intra_latency_s", l.intra_latency_s},
-                     {"intra_bandwidth_Bps", l.intra_bandwidth_Bps},
-                     {"inter_latency_s", l.inter_latency_s},
-                     {"inter_bandwidth_Bps", l.inter_bandwidth_Bps},
-                     {"reduce_Bps", l.reduce_Bps}};
+    measured.insert("links", toml::table{{"processes", l.ranks},
+                                         {"nodes", l.nodes},
+                                         {"intra_latency_us", l.intra_latency_s / kMicro},
+                                         {"intra_bandwidth_gbps", l.intra_bandwidth_Bps / kGB},
+                                         {"inter_latency_us", l.inter_latency_s / kMicro},
+                                         {"inter_bandwidth_gbps", l.inter_bandwidth_Bps / kGB},
+                                         {"reduce_gbps", l.reduce_Bps / kGB}});
   }
-  return json;
+  toml::table file{{"cluster", toml::table{{"name", fmt::format("this machine ({}, calibrated)", profile.cpu)}}},
+                   {"measured", std::move(measured)}};
+  std::ostringstream text;
+  text << "# A cluster description (the format of configs/clusters/) written by `strata calibrate`: the\n"
+          "# device is measured here instead of given per dtype. [measured.threads.N] holds what one process\n"
+          "# of N threads reached: GEMMs as [m, n, k, transpose_a, transpose_b, FLOPs, seconds], attention as\n"
+          "# [batch, seq, width, heads, FLOPs, seconds], element-wise peak, memory bandwidth, per-op overhead and\n"
+          "# per-op efficiency in a training graph; the planner derives the device of each split of this\n"
+          "# machine into processes x threads from them. [measured.links]: collectives between processes.\n\n"
+       << file << "\n";
+  return text.str();
 }
 
-HardwareProfile profile_from_json(const nlohmann::json& json, const std::string& source) {
-  if (read<std::string>(json, "format", source) != kFormat) fail("{}: not a Strata hardware profile", source);
-  int version = read<int>(json, "version", source);
-  if (version != kVersion) fail("{}: profile version {} is not the supported {}", source, version, kVersion);
+bool is_measured_cluster(const TomlReader& file) { return file.has("measured"); }
+
+HardwareProfile read_measured_cluster(const TomlReader& file) {
+  file.only({"cluster", "measured"});
+  TomlReader cluster = file.table("cluster");
+  cluster.only({"name"});
+  cluster.non_empty_string("name");
+  TomlReader measured = file.table("measured");
+  measured.only({"cpu", "cores", "memory_gib", "backend", "threads", "links"});
   HardwareProfile profile;
-  profile.cpu = read<std::string>(json, "cpu", source);
-  profile.cores = read<int>(json, "cores", source);
-  profile.memory_bytes = positive(json, "memory_bytes", source);
-  profile.backend = read<std::string>(json, "backend", source);
-  auto threads = read<nlohmann::json>(json, "threads", source);
-  if (!threads.is_array() || threads.empty()) fail("{}: 'threads' must list at least one measurement", source);
-  for (size_t i = 0; i < threads.size(); ++i) {
-    std::string at = fmt::format("{}: threads[{}]", source, i);
+  profile.cpu = measured.non_empty_string("cpu");
+  profile.cores = static_cast<int>(measured.integer("cores", 1));
+  profile.memory_bytes = measured.positive("memory_gib") * kGiB;
+  profile.backend = measured.non_empty_string("backend");
+  TomlReader threads = measured.table("threads");
+  std::vector<std::string> counts = threads.keys();
+  if (counts.empty()) measured.fail_key("threads", "must hold at least one [measured.threads.N] table");
+  for (const std::string& count : counts) {
     ThreadProfile t;
-    t.threads = read<int>(threads[i], "threads", at);
-    if (t.threads < 1) fail("{}: 'threads' must be at least 1", at);
-    t.memory_bandwidth_Bps = positive(threads[i], "memory_bandwidth_Bps", at);
-    t.op_overhead_s = read<double>(threads[i], "op_overhead_s", at);
-    if (!(t.op_overhead_s >= 0)) fail("{}: 'op_overhead_s' must not be negative", at);
-    auto dtypes = read<nlohmann::json>(threads[i], "dtypes", at);
-    if (!dtypes.is_object() || dtypes.empty()) fail("{}: 'dtypes' must hold at least one dtype", at);
-    for (const auto& [name, entry] : dtypes.items()) {
-      std::string dat = at + ".dtypes." + name;
+    try {
+      size_t used = 0;
+      t.threads = std::stoi(count, &used);
+      if (used != count.size() || t.threads < 1) throw std::invalid_argument(count);
+    } catch (const std::exception&) {
+      threads.fail_key(count, "must be named by a thread count (an integer >= 1)");
+    }
+    TomlReader entry = threads.table(count);
+    std::set<std::string> allowed = {"memory_bandwidth_gbps", "op_overhead_us"};
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) allowed.insert(std::string(dtype_name(dtype)));
+    entry.only(allowed);
+    t.memory_bandwidth_Bps = entry.positive("memory_bandwidth_gbps") * kGB;
+    t.op_overhead_s = entry.non_negative("op_overhead_us") * kMicro;
+    for (const std::string& name : entry.keys()) {
+      if (name == "memory_bandwidth_gbps" || name == "op_overhead_us") continue;
+      TomlReader table = entry.table(name);
+      table.only({"vector_tflops", "gemm", "attention", "op_efficiency"});
       DTypeProfile d;
-      d.gemm = read_samples(entry, "gemm", dat);
-      d.attention = read_samples(entry, "attention", dat);
-      d.vector_flops = positive(entry, "vector_flops", dat);
-      auto ops = read<nlohmann::json>(entry, "op_efficiency", dat);
-      if (!ops.is_object()) fail("{}: 'op_efficiency' must map op names to numbers", dat);
-      for (const auto& [op, value] : ops.items()) {
-        d.op_efficiency[op] = positive(ops, op, dat + ".op_efficiency");
-      }
+      d.vector_flops = table.positive("vector_tflops") * kTera;
+      d.gemm = samples_of(table, "gemm", "matmul", kGemmColumns);
+      d.attention = samples_of(table, "attention", "attention", kAttentionColumns);
+      TomlReader ops = table.table("op_efficiency");
+      for (const std::string& op : ops.keys()) d.op_efficiency[op] = ops.positive(op);
       t.dtypes[parse_dtype(name)] = std::move(d);
     }
+    if (t.dtypes.empty()) threads.fail_key(count, "measures no dtype");
     profile.threads.push_back(std::move(t));
   }
-  if (json.contains("links")) {
-    const nlohmann::json& l = json.at("links");
-    std::string at = source + ": links";
+  std::sort(profile.threads.begin(), profile.threads.end(),
+            [](const ThreadProfile& a, const ThreadProfile& b) { return a.threads < b.threads; });
+  if (measured.has("links")) {
+    TomlReader l = measured.table("links");
+    l.only({"processes", "nodes", "intra_latency_us", "intra_bandwidth_gbps", "inter_latency_us",
+            "inter_bandwidth_gbps", "reduce_gbps"});
     LinkProfile links;
-    links.ranks = read<int>(l, "ranks", at);
-    links.nodes = read<int>(l, "nodes", at);
-    links.intra_latency_s = read<double>(l, "intra_latency_s", at);
-    links.intra_bandwidth_Bps = positive(l, "intra_bandwidth_Bps", at);
-    links.inter_latency_s = read<double>(l, "inter_latency_s", at);
-    links.inter_bandwidth_Bps = read<double>(l, "inter_bandwidth_Bps", at);
-    links.reduce_Bps = positive(l, "reduce_Bps", at);
+    links.ranks = static_cast<int>(l.integer("processes", 2));
+    links.nodes = static_cast<int>(l.integer("nodes", 1));
+    links.intra_latency_s = l.non_negative("intra_latency_us") * kMicro;
+    links.intra_bandwidth_Bps = l.positive("intra_bandwidth_gbps") * kGB;
+    links.inter_latency_s = l.non_negative("inter_latency_us") * kMicro;
+    links.inter_bandwidth_Bps = l.non_negative("inter_bandwidth_gbps") * kGB;
+    links.reduce_Bps = l.positive("reduce_gbps") * kGB;
     profile.links = links;
   }
   return profile;
 }
 
 HardwareProfile load_profile(const std::filesystem::path& path) {
-  return profile_from_json(read_json_file(path), path.string());
+  if (path.extension() == ".json") {
+    fail("'{}' is a hardware profile of an older `strata calibrate` (JSON); calibrated machines are cluster files "
+         "now: rerun `strata calibrate --out {}`",
+         path.string(), std::filesystem::path(path).replace_extension(".toml").string());
+  }
+  TomlReader file = TomlReader::parse(read_text_file(path), path.string());
+  if (!is_measured_cluster(file)) {
+    fail("'{}' holds no [measured] table: it is not a cluster file written by `strata calibrate`", path.string());
+  }
+  return read_measured_cluster(file);
 }
 
 void save_profile(const std::filesystem::path& path, const HardwareProfile& profile) {
-  write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+  write_file_atomic(path, format_measured_cluster(profile));
 }
 
 DTypePerformance performance_of(const DTypeProfile& measured, const std::string& what) {

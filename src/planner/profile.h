@@ -3,15 +3,16 @@
 // and `train` read: GEMM and attention throughput over transformer shapes,
 // element-wise throughput, memory bandwidth and per-op overhead, per thread
 // count and dtype, plus the link figures of the collectives when they were
-// measured with several processes. Stored as JSON.
+// measured with several processes. Stored as a cluster file (hardware.h's
+// format) whose device is a [measured] table instead of per-dtype figures.
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/toml_reader.h"
 #include "planner/hardware.h"
 
 namespace strata {
@@ -61,8 +62,12 @@ struct HardwareProfile {
   const ThreadProfile& for_threads(int count) const;  // throws listing the measured counts
 };
 
-nlohmann::json profile_to_json(const HardwareProfile& profile);
-HardwareProfile profile_from_json(const nlohmann::json& json, const std::string& source);
+// The cluster file of a calibrated machine: [cluster] name and [measured].
+std::string format_measured_cluster(const HardwareProfile& profile);
+// Whether a parsed cluster file describes its device by measurements.
+bool is_measured_cluster(const TomlReader& file);
+// Reads one; fails naming the file and key of anything missing or wrong.
+HardwareProfile read_measured_cluster(const TomlReader& file);
 HardwareProfile load_profile(const std::filesystem::path& path);
 void save_profile(const std::filesystem::path& path, const HardwareProfile& profile);  // atomic
 

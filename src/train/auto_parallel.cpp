@@ -16,8 +16,8 @@ AutoPlanRequest plan_request(const TrainConfig& config, int ranks, int threads_p
   request.model = config.model;
   request.global_batch = config.global_batch;
   request.seq = config.model.block_size;
-  // A calibrated profile is this machine as `ranks` processes of threads_per_rank threads.
-  bool profile = find_cluster_file(config.cluster).extension() == ".json";
+  // A calibrated cluster file is this machine as `ranks` processes of threads_per_rank threads.
+  bool profile = is_calibrated_cluster(config.cluster);
   request.cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
   request.cluster.nodes = 1;
   request.cluster.devices_per_node = ranks;
@@ -57,7 +57,7 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threa
     unpredicted.chosen.plan = plan;
     unpredicted.record = {{"mode", "manual"},
                           {"chosen", {{"plan", plan_json(plan)}}},
-                          {"prediction", "none: set parallel.cluster to a cluster or a `strata calibrate` profile"}};
+                          {"prediction", "none: set parallel.cluster to a cluster file (a preset, or the one `strata calibrate` writes)"}};
     return {std::move(unpredicted), fmt::format("plan: {} (no prediction: parallel.cluster is not set)\n",
                                                 plan.describe())};
   }
@@ -73,7 +73,7 @@ PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank)
   if (config.cluster.empty()) return {};
   const DType dtype = config.precision_policy().low;
   try {
-    const bool profile = find_cluster_file(config.cluster).extension() == ".json";
+    const bool profile = is_calibrated_cluster(config.cluster);
     ClusterSpec cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
     return {cluster.device.performance(dtype).matrix_flops * ranks,
             fmt::format("{} {} peak of {} device(s)", cluster.name, dtype_name(dtype), ranks)};

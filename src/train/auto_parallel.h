@@ -17,7 +17,7 @@ struct AppliedPlan {
 
 // The peak matrix FLOP/s of the job's `ranks` ranks in the run's precision,
 // that model FLOPs utilisation is measured against: parallel.cluster's device
-// (a `strata calibrate` profile: the GEMM rate measured with the rank's
+// (a cluster file from `strata calibrate`: the GEMM rate measured with the rank's
 // threads) times the ranks, with its source for the report. 0 without
 // parallel.cluster (no preset knows this CPU's peak well enough) or without
 // figures for the dtype.

@@ -181,8 +181,8 @@ void TrainConfig::validate() const {
   if (run_dir.empty()) fail("key 'checkpoint.dir' must not be empty");
   if (plan != "manual" && plan != "auto") fail("key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
   if (plan == "auto" && cluster.empty()) {
-    fail("key 'parallel.cluster' must name a hardware profile (from `strata calibrate`) or a cluster file "
-         "when parallel.plan = \"auto\"");
+    fail("key 'parallel.cluster' must name a cluster file (a preset in configs/clusters/, or the one "
+         "`strata calibrate` writes) when parallel.plan = \"auto\"");
   }
   non_negative("parallel.dp", dp);
   positive("parallel.bucket_mb", bucket_mb);

@@ -414,7 +414,7 @@ int Trainer::run() {
   print(plan_summary_);
   print(peak_.flops > 0 ? fmt::format("model FLOPs utilisation (MFU) against the {}: {:.3g} TFLOP/s\n",
                                        peak_.source, peak_.flops / 1e12)
-                         : "no MFU: set parallel.cluster to a `strata calibrate` profile (or a cluster file) to "
+                         : "no MFU: set parallel.cluster to a cluster file (a preset, or the one `strata calibrate` writes) to "
                            "report model FLOPs utilisation\n");
 
   std::vector<double> step_seconds, comm_waits;

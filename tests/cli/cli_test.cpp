@@ -201,7 +201,7 @@ namespace {
 // The plain command works out of the box (it used to stop on a bf16 op the training graph runs
 // in f32), and the planner reads what it writes.
 TEST(CalibrateCommand, ThePlainCommandWritesAProfileThePlannerReads) {
-  const fs::path profile = fs::temp_directory_path() / ("strata_calibrate_" + std::to_string(::getpid()) + ".json");
+  const fs::path profile = fs::temp_directory_path() / ("strata_calibrate_" + std::to_string(::getpid()) + ".toml");
   testing::StrataRun calibrated = testing::run_strata("calibrate --out " + profile.string() + " --threads 1 --budget 0.002");
   ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
   EXPECT_THAT(calibrated.output, HasSubstr("wrote " + profile.string()));

@@ -1,4 +1,5 @@
-// Calibrated profiles: JSON round trip and the cluster derived from them.
+// Calibrated machines: their cluster file round trip, the cluster derived from them and the
+// planner reading the same file as any other cluster.
 #include "planner/profile.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +7,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/toml_reader.h"
+#include "planner/auto_plan.h"
 
 namespace strata {
 namespace {
@@ -32,10 +35,10 @@ HardwareProfile sample_profile() {
   return profile;
 }
 
-TEST(PlannerProfile, RoundTripsThroughJson) {
+TEST(PlannerProfile, RoundTripsThroughItsClusterFile) {
   HardwareProfile profile = sample_profile();
   profile.links = LinkProfile{2, 1, 1e-6, 5e9, 0, 0, 8e9};
-  auto path = std::filesystem::temp_directory_path() / "strata_profile_test.json";
+  auto path = std::filesystem::temp_directory_path() / "strata_profile_test.toml";
   save_profile(path, profile);
   HardwareProfile back = load_profile(path);
   std::filesystem::remove(path);
@@ -43,8 +46,30 @@ TEST(PlannerProfile, RoundTripsThroughJson) {
   ASSERT_EQ(back.threads.size(), 1u);
   EXPECT_EQ(back.threads[0].dtypes.at(DType::F32).gemm.size(), 4u);
   EXPECT_DOUBLE_EQ(back.threads[0].dtypes.at(DType::F32).gemm[1].seconds, 2e-3);
+  EXPECT_EQ(back.threads[0].dtypes.at(DType::F32).gemm[2].dims, (std::vector<int64_t>{512, 512, 512, 0, 1}));
+  EXPECT_DOUBLE_EQ(back.threads[0].dtypes.at(DType::F32).vector_flops, 5e9);
+  EXPECT_DOUBLE_EQ(back.threads[0].memory_bandwidth_Bps, 20e9);
+  EXPECT_DOUBLE_EQ(back.threads[0].op_overhead_s, 2e-6);
+  EXPECT_DOUBLE_EQ(back.memory_bytes, 8e9);
   ASSERT_TRUE(back.links.has_value());
   EXPECT_DOUBLE_EQ(back.links->intra_bandwidth_Bps, 5e9);
+  EXPECT_DOUBLE_EQ(back.links->intra_latency_s, 1e-6);
+}
+
+// One format: the file `strata calibrate` writes is a cluster file with the presets' [cluster]
+// table, and the planner's cluster lookup reads it like a preset.
+TEST(PlannerProfile, TheCalibratedFileIsAClusterFileThePlannerResolves) {
+  const std::string text = format_measured_cluster(sample_profile());
+  TomlReader file = TomlReader::parse(text, "calibrated.toml");
+  EXPECT_TRUE(is_measured_cluster(file));
+  EXPECT_EQ(file.table("cluster").non_empty_string("name"), "this machine (test cpu, calibrated)");
+  auto path = std::filesystem::temp_directory_path() / "strata_calibrated_cluster_test.toml";
+  save_profile(path, sample_profile());
+  ClusterSpec resolved = resolve_cluster(path.string(), 2, 1);
+  EXPECT_DOUBLE_EQ(resolved.device.performance(DType::F32).matrix_flops, 50e9);
+  EXPECT_TRUE(is_calibrated_cluster(path.string()));
+  EXPECT_FALSE(is_calibrated_cluster("dgx-h100"));
+  std::filesystem::remove(path);
 }
 
 TEST(PlannerProfile, DerivesThisMachineAsACluster) {
@@ -72,17 +97,40 @@ TEST(PlannerProfile, DerivesThisMachineAsACluster) {
   EXPECT_NE(two.name.find("oversubscribed: 50%"), std::string::npos) << two.name;
 }
 
-TEST(PlannerProfile, RefusesForeignOrBrokenFiles) {
-  nlohmann::json json = profile_to_json(sample_profile());
-  json["format"] = "something else";
-  EXPECT_THROW(profile_from_json(json, "x.json"), Error);
-  json = profile_to_json(sample_profile());
-  json["threads"][0]["memory_bandwidth_Bps"] = -1;
+TEST(PlannerProfile, RefusesBrokenFilesNamingTheKey) {
+  const std::string good = format_measured_cluster(sample_profile());
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      read_measured_cluster(TomlReader::parse(text, "calibrated.toml"));
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  std::string negative = good;
+  negative.replace(negative.find("memory_bandwidth_gbps = "), std::string("memory_bandwidth_gbps = ").size(),
+                   "memory_bandwidth_gbps = -");
+  EXPECT_NE(error_of(negative).find("calibrated.toml: key 'measured.threads.2.memory_bandwidth_gbps' must be positive"),
+            std::string::npos)
+      << error_of(negative);
+  std::string short_row = good;
+  short_row.replace(short_row.find("[ 64, 64, 64, 0, 0, "), std::string("[ 64, 64, 64, 0, 0, ").size(), "[ 64, 64, 0, 0, ");
+  EXPECT_NE(error_of(short_row).find("measured.threads.2.f32.gemm' entry 0 must be [m, n, k, transpose_a, transpose_b, "
+                                     "flops, seconds]"),
+            std::string::npos)
+      << error_of(short_row);
+  std::string unknown = good + "\n[measured.extra]\nx = 1\n";
+  EXPECT_NE(error_of(unknown).find("unknown key 'measured.extra'"), std::string::npos) << error_of(unknown);
+}
+
+TEST(PlannerProfile, AnOldJsonProfileSaysToRecalibrate) {
   try {
-    profile_from_json(json, "x.json");
-    ADD_FAILURE() << "accepted a negative bandwidth";
+    load_profile("/tmp/hardware-profile.json");
+    ADD_FAILURE() << "read a JSON profile";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("memory_bandwidth_Bps"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("rerun `strata calibrate --out /tmp/hardware-profile.toml`"),
+              std::string::npos)
+        << error.what();
   }
 }
 
