@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_session.h"
+#include "parallel/device_mesh.h"
 #include "train/stop_signals.h"
 #include "train/trainer.h"
 
@@ -74,7 +75,11 @@ int train(const TrainConfig& config, bool profile) {
     return trainer.run();
   }
   comm::MpiSession mpi;
-  Trainer trainer(config, DataParallel(comm::Communicator::world(), config.dp));
+  comm::Communicator world = comm::Communicator::world();
+  // Data parallelism is the only dimension executed yet: tp = pp = 1.
+  const int dp = config.dp == 0 ? world.size() : static_cast<int>(config.dp);
+  DeviceMesh mesh(std::move(world), {.dp = dp, .tp = 1, .pp = 1});
+  Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data)));
   if (profile) trainer.enable_profiling();
   return trainer.run();
 }

@@ -57,15 +57,7 @@ std::string broadcast_text(comm::Communicator& group, const std::string& text, i
 
 }  // namespace
 
-DataParallel::DataParallel(comm::Communicator world, int64_t requested_degree) {
-  int64_t degree = requested_degree == 0 ? world.size() : requested_degree;
-  if (degree != world.size()) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: data parallelism is the only dimension the runtime "
-         "executes yet, so parallel.dp must equal the number of ranks (or be 0)",
-         requested_degree, world.size());
-  }
-  group_ = std::move(world);
-}
+DataParallel::DataParallel(comm::Communicator group) : group_(std::move(group)) {}
 
 int DataParallel::ranks_on_this_host() const {
   if (!group_) return 1;

@@ -24,10 +24,8 @@ struct MicroBatchShare {
 class DataParallel {
  public:
   DataParallel() = default;  // one process
-  // Every rank of `world` in one data-parallel group; `requested_degree` is
-  // parallel.dp (0: the world size) and must equal the world size, since data
-  // parallelism is the only dimension the runtime executes yet.
-  DataParallel(comm::Communicator world, int64_t requested_degree);
+  // The data-parallel group of this rank (DeviceMesh::group(MeshDimension::Data)).
+  explicit DataParallel(comm::Communicator group);
 
   int degree() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
