@@ -67,7 +67,11 @@ void PlanningProblem::validate() const {
   if (seq < 1 || seq > model.block_size)
     fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
   cluster.validate();
-  cluster.device.performance(dtype);
+  if (!(cluster.device.performance(dtype).matrix_flops > 0)) {
+    fail("{}: device '{}' computes {} on its vector units only (no matrix_tflops): plan in a dtype its matrix "
+         "engine has",
+         cluster.source, cluster.device.name, dtype_name(dtype));
+  }
 }
 
 CostModel::CostModel(PlanningProblem problem)

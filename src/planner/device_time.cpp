@@ -9,6 +9,9 @@ double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, doubl
   double flops = op.flops * scale;
   double bytes = op.bytes * scale;
   double arithmetic_Fps = perf.vector_flops;
+  if (op.kind != OpKind::Other && !(perf.matrix_flops > 0)) {
+    fail("device '{}' has no matrix figures for {}: {} cannot be priced in it", device.name, dtype_name(dtype), op.op);
+  }
   if (op.kind == OpKind::Gemm) arithmetic_Fps = perf.matrix_flops * perf.gemm.at(flops);
   if (op.kind == OpKind::Attention) {
     arithmetic_Fps = perf.matrix_flops * perf.attention.at(flops / std::max(1.0, op.attention_problems));

@@ -30,10 +30,13 @@ EfficiencyCurve read_curve(const TomlReader& fields, const std::string& key) {
 DTypePerformance read_dtype(const TomlReader& fields) {
   fields.only({"matrix_tflops", "vector_tflops", "gemm_efficiency", "attention_efficiency", "op_efficiency"});
   DTypePerformance perf;
-  perf.matrix_flops = fields.positive("matrix_tflops") * 1e12;
   perf.vector_flops = fields.positive("vector_tflops") * 1e12;
-  perf.gemm = read_curve(fields, "gemm_efficiency");
-  perf.attention = read_curve(fields, "attention_efficiency");
+  // A dtype only the vector units compute (f32 on an NPU whose matrix engine lacks it) has no matrix figures.
+  if (fields.has("matrix_tflops") || fields.has("gemm_efficiency") || fields.has("attention_efficiency")) {
+    perf.matrix_flops = fields.positive("matrix_tflops") * 1e12;
+    perf.gemm = read_curve(fields, "gemm_efficiency");
+    perf.attention = read_curve(fields, "attention_efficiency");
+  }
   TomlReader ops = fields.table("op_efficiency", false);
   for (const std::string& op : ops.keys()) {
     if (!OpRegistry::global().contains(op)) ops.fail_key(op, "is not an op");

@@ -19,6 +19,9 @@
 //   vector_tflops = 78              # non-matrix peak (element-wise arithmetic)
 //   gemm_efficiency = [[1e9, 0.3], [1e12, 0.8]]       # [FLOPs per call, fraction of matrix peak]
 //   attention_efficiency = [[1e7, 0.2], [1e9, 0.6]]   # fused attention, by FLOPs per (row, head)
+//                                   # a dtype only the vector units compute (the optimizer's f32 on an NPU
+//                                   # whose matrix engine lacks f32) lists vector_tflops alone: its
+//                                   # element-wise work is priced, but no plan computes in it
 //   [device.bf16.op_efficiency]     # optional, per op: the time the figures above predict over the real
 //                                   # time (default 1; above 1 when the data stays in cache)
 //   layernorm_backward = 0.5
@@ -53,7 +56,7 @@ struct EfficiencyCurve {
 };
 
 struct DTypePerformance {
-  double matrix_flops = 0;                      // FLOP/s
+  double matrix_flops = 0;                      // FLOP/s; 0: the vector units only (no GEMMs in this dtype)
   double vector_flops = 0;                      // FLOP/s
   EfficiencyCurve gemm;                         // by FLOPs per call
   EfficiencyCurve attention;                    // by FLOPs per (batch row, head): sequence length and head size decide
@@ -70,7 +73,8 @@ struct DeviceSpec {
   std::map<DType, DTypePerformance> dtypes;
 
   double usable_memory_bytes() const { return memory_bytes - reserved_bytes; }
-  bool computes(DType dtype) const { return dtypes.count(dtype) != 0; }
+  // Whether plans can compute in `dtype` (its matrix engine has figures for it).
+  bool computes(DType dtype) const { return dtypes.count(dtype) != 0 && dtypes.at(dtype).matrix_flops > 0; }
   const DTypePerformance& performance(DType dtype) const;  // throws naming the device and dtype
 };
 

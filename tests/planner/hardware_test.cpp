@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "planner/model_spec.h"
+#include "planner/search.h"
 #include "planner_test_support.h"
 
 namespace strata {
@@ -107,6 +109,38 @@ TEST(PlannerHardware, ShippedPresetsParse) {
   EXPECT_DOUBLE_EQ(h100.device.memory_bandwidth_Bps, 3350e9);
   ClusterSpec ascend = load_cluster(testing::preset_path("ascend-910b"));
   EXPECT_FALSE(ascend.device.computes(DType::F32));
+  // Its f32 table is the vector units' alone, for the optimizer's element-wise work.
+  EXPECT_DOUBLE_EQ(ascend.device.performance(DType::F32).vector_flops, 11.05e12);
+  EXPECT_DOUBLE_EQ(ascend.device.performance(DType::F32).matrix_flops, 0.0);
+}
+
+TEST(PlannerHardware, AVectorOnlyDtypeHasNoMatrixFiguresAndTheyComeTogether) {
+  ClusterSpec vector_f32 = parse_cluster(std::string(kValid) + "[device.f32]\nvector_tflops = 5\n", "x.toml");
+  EXPECT_FALSE(vector_f32.device.computes(DType::F32));
+  EXPECT_TRUE(vector_f32.device.computes(DType::BF16));
+  expect_error(std::string(kValid) + "[device.f32]\nvector_tflops = 5\ngemm_efficiency = [[1e8, 0.5]]\n",
+               "missing key 'device.f32.matrix_tflops'");
+}
+
+// Every shipped preset plans a model in its default dtype (bf16 where the matrix engine has it): the
+// optimizer's f32 element-wise work is priced on every device, the Ascend's vector units included.
+TEST(PlannerHardware, EveryShippedPresetPlansAModel) {
+  for (const char* name : {"dgx-a100-80gb", "dgx-h100", "ascend-910b", "this-machine"}) {
+    ClusterSpec cluster = load_cluster(testing::preset_path(name));
+    DType dtype = cluster.device.computes(DType::BF16) ? DType::BF16 : DType::F32;
+    CostModel model(PlanningProblem{"gpt2-small", model_preset("gpt2-small").config, 64, 1024, dtype, cluster});
+    SearchResult result = search_plans(model, {}, 1);
+    ASSERT_FALSE(result.ranked.empty()) << name;
+    EXPECT_GT(result.ranked[0].step_s, 0.0) << name;
+  }
+  ClusterSpec ascend = load_cluster(testing::preset_path("ascend-910b"));
+  try {
+    CostModel f32(PlanningProblem{"gpt2-small", model_preset("gpt2-small").config, 64, 1024, DType::F32, ascend});
+    ADD_FAILURE() << "planned f32 GEMMs on a device whose matrix engine has no f32 figures";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("computes f32 on its vector units only"), std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace
