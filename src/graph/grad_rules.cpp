@@ -36,6 +36,13 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {dy[0], reduce_to_shape(g, dy[0], g.value(n.inputs[1]).meta.shape, grad_label(n, "b"))};
        }},
+      // Megatron's conjugate pair: each one's gradient is the other's forward.
+      {"all_reduce",
+       [](Graph&, const Node&, const std::vector<int>& dy) -> std::vector<int> { return {dy[0]}; }},
+      {"copy_to_group",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("all_reduce", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
       {"scale",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("scale", {dy[0]}, n.attrs, grad_label(n, "x"))};

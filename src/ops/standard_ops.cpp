@@ -572,6 +572,7 @@ void register_standard_ops(OpRegistry& registry) {
   add_cast_ops(registry);
   add_attention_parts_ops(registry);
   add_fused_ops(registry);
+  add_collective_ops(registry);
 }
 
 }  // namespace strata

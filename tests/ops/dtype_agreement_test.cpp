@@ -125,6 +125,9 @@ const std::vector<std::string> kCheckedAgainstUnfusedOps = {
 // Exact ops have no rounding to compare; they are checked for exactness and for
 // equal bits on every backend (tests/backends/square_sum_exact_test.cpp).
 const std::vector<std::string> kExact = {"square_sum_exact"};
+// Collectives return their input in one process (a group of one rank); their sums over real ranks
+// are checked against one process in tests/parallel/mpi/tensor_parallel_mlp_test.cpp.
+const std::vector<std::string> kCollectives = {"all_reduce", "copy_to_group"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {
@@ -188,6 +191,7 @@ TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
   std::vector<std::string> covered = kCovered;
   covered.insert(covered.end(), kCheckedAgainstUnfusedOps.begin(), kCheckedAgainstUnfusedOps.end());
   covered.insert(covered.end(), kExact.begin(), kExact.end());
+  covered.insert(covered.end(), kCollectives.begin(), kCollectives.end());
   std::sort(covered.begin(), covered.end());
   EXPECT_EQ(covered, OpRegistry::global().names());
 }

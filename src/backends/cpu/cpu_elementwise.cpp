@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/simd.h"
+#include "ops/collective_group.h"
 
 namespace strata::cpu {
 
@@ -112,6 +113,11 @@ void register_elementwise(Backend& backend) {
   backend.add_kernel("scale", DType::BF16, scale<bf16>);
   backend.add_kernel("gelu", DType::BF16, gelu<bf16>);
   backend.add_kernel("gelu_backward", DType::BF16, gelu_backward<bf16>);
+  // Collectives: the group does the work, the same on every backend.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    backend.add_kernel("all_reduce", dtype, all_reduce_kernel);
+    backend.add_kernel("copy_to_group", dtype, copy_to_group_kernel);
+  }
 }
 
 }  // namespace strata::cpu

@@ -6,6 +6,7 @@
 #include "backends/ref/ref_io.h"
 #include "core/exact_square_sum.h"
 #include "backends/ref/ref_ops.h"
+#include "ops/collective_group.h"
 
 namespace strata::ref {
 
@@ -89,6 +90,9 @@ void register_elementwise(Backend& backend) {
   backend.add_kernel("square_sum_exact", DType::BF16, square_sum_exact);
   add_float_kernels(backend, "gelu", gelu_forward);
   add_float_kernels(backend, "gelu_backward", gelu_backward);
+  // Collectives: the group does the work, the same on every backend.
+  add_float_kernels(backend, "all_reduce", all_reduce_kernel);
+  add_float_kernels(backend, "copy_to_group", copy_to_group_kernel);
 }
 
 }  // namespace strata::ref

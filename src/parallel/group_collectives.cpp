@@ -1,0 +1,69 @@
+#include "parallel/group_collectives.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/collective_group.h"
+
+namespace strata {
+
+namespace {
+
+constexpr MeshDimension kDimensions[] = {MeshDimension::Data, MeshDimension::Tensor, MeshDimension::Pipeline};
+
+// A comm group behind the ops' interface. f32 and bf16 use the comm layer's
+// sums (fp32 accumulation, one rounding, the same bits on every rank); f64
+// and f16, which it does not reduce, are gathered and added here in rank
+// order (f64 in f64, f16 in f32), the same on every rank too.
+class CommGroup final : public CollectiveGroup {
+ public:
+  explicit CommGroup(comm::Communicator group) : group_(std::move(group)) {}
+  int size() const override { return group_.size(); }
+
+  void all_reduce_sum(void* data, size_t count, DType dtype) override {
+    if (dtype == DType::F32 || dtype == DType::BF16) {
+      group_.all_reduce(data, data, count, dtype, comm::ReduceOp::Sum);
+      return;
+    }
+    STRATA_CHECK(dtype == DType::F64 || dtype == DType::F16, "all_reduce of {}", dtype_name(dtype));
+    const size_t width = dtype_size(dtype);
+    std::vector<char> all(count * width * static_cast<size_t>(size()));
+    // all_gather moves bytes: both widths travel as 2-byte units.
+    group_.all_gather(data, all.data(), count * width / 2, DType::BF16);
+    add_in_rank_order(all, data, count, dtype);
+  }
+
+ private:
+  void add_in_rank_order(const std::vector<char>& all, void* data, size_t count, DType dtype) const {
+    const size_t stride = count * dtype_size(dtype);
+    for (size_t i = 0; i < count; ++i) {
+      if (dtype == DType::F64) {
+        double sum = 0;
+        for (int r = 0; r < size(); ++r) sum += reinterpret_cast<const double*>(all.data() + r * stride)[i];
+        static_cast<double*>(data)[i] = sum;
+      } else {
+        float sum = 0;
+        for (int r = 0; r < size(); ++r) sum += fp16_to_float(reinterpret_cast<const fp16*>(all.data() + r * stride)[i]);
+        static_cast<fp16*>(data)[i] = float_to_fp16(sum);
+      }
+    }
+  }
+
+  comm::Communicator group_;
+};
+
+}  // namespace
+
+void register_mesh_groups(DeviceMesh& mesh) {
+  for (MeshDimension dimension : kDimensions) {
+    register_collective_group(std::string(mesh_dimension_name(dimension)),
+                              std::make_shared<CommGroup>(mesh.group(dimension)));
+  }
+}
+
+void unregister_mesh_groups() {
+  for (MeshDimension dimension : kDimensions) register_collective_group(std::string(mesh_dimension_name(dimension)), nullptr);
+}
+
+}  // namespace strata
