@@ -43,6 +43,14 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("all_reduce", {dy[0]}, n.attrs, grad_label(n, "x"))};
        }},
+      {"all_gather",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("reduce_scatter", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
+      {"reduce_scatter",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("all_gather", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
       {"scale",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("scale", {dy[0]}, n.attrs, grad_label(n, "x"))};

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/error.h"
 
@@ -13,7 +14,12 @@ namespace {
 class SingleRank final : public CollectiveGroup {
  public:
   int size() const override { return 1; }
+  int rank() const override { return 0; }
   void all_reduce_sum(void*, size_t, DType) override {}
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override { std::memmove(out, in, bytes); }
+  void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
+    std::memmove(out, in, count * dtype_size(dtype));
+  }
 };
 
 std::mutex registry_mutex;
@@ -31,6 +37,37 @@ CollectiveGroup& group_of(const std::string& op, const Attrs& attrs) {
          name, group.size());
   }
   return group;
+}
+
+// A shape cut at `dim`: `outer` rows of `block_bytes` (dim and everything after it).
+struct DimSplit {
+  size_t outer = 1;
+  size_t block_bytes = 0;
+};
+
+DimSplit split_at(const Shape& shape, int64_t dim, DType dtype) {
+  DimSplit split;
+  split.block_bytes = dtype_size(dtype);
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    if (static_cast<int64_t>(axis) < dim) {
+      split.outer *= static_cast<size_t>(shape[axis]);
+    } else {
+      split.block_bytes *= static_cast<size_t>(shape[axis]);
+    }
+  }
+  return split;
+}
+
+// Blocks between tensor order [outer, ranks, block] (rank r's block of each row at r) and rank
+// order [ranks, outer, block] (one contiguous part per rank, as collectives lay them out).
+void regroup(const char* from, char* to, const DimSplit& split, size_t ranks, bool into_rank_order) {
+  for (size_t r = 0; r < ranks; ++r) {
+    for (size_t o = 0; o < split.outer; ++o) {
+      const size_t tensor_at = (o * ranks + r) * split.block_bytes, rank_at = (r * split.outer + o) * split.block_bytes;
+      std::memcpy(to + (into_rank_order ? rank_at : tensor_at), from + (into_rank_order ? tensor_at : rank_at),
+                  split.block_bytes);
+    }
+  }
 }
 
 void copy_input(const Tensors& inputs, const Tensors& outputs) {
@@ -66,6 +103,26 @@ void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attr
 void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
   group_of("copy_to_group", attrs);
   copy_input(inputs, outputs);
+}
+
+void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("all_gather", attrs);
+  const Tensor& x = inputs[0];
+  const DimSplit split = split_at(x.shape(), attrs.get_int("dim"), x.dtype());
+  const size_t ranks = static_cast<size_t>(group.size());
+  std::vector<char> gathered(x.nbytes() * ranks);
+  group.all_gather_bytes(x.raw(), gathered.data(), x.nbytes());
+  regroup(gathered.data(), static_cast<char*>(outputs[0].raw()), split, ranks, /*into_rank_order=*/false);
+}
+
+void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("reduce_scatter", attrs);
+  const Tensor& out = outputs[0];
+  const DimSplit split = split_at(out.shape(), attrs.get_int("dim"), out.dtype());
+  const size_t ranks = static_cast<size_t>(group.size());
+  std::vector<char> blocks(out.nbytes() * ranks);
+  regroup(static_cast<const char*>(inputs[0].raw()), blocks.data(), split, ranks, /*into_rank_order=*/true);
+  group.reduce_scatter_sum(blocks.data(), out.raw(), static_cast<size_t>(out.numel()), out.dtype());
 }
 
 }  // namespace strata

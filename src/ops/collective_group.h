@@ -17,10 +17,14 @@ class CollectiveGroup {
  public:
   virtual ~CollectiveGroup() = default;
   virtual int size() const = 0;
-  // data = the element-wise sum over the group's ranks of their `data`, the
-  // same bits on every rank (blocking; every rank of the group calls it in
-  // the same order).
+  virtual int rank() const = 0;
+  // Blocking; every rank of the group makes the same calls in the same order.
+  // data = the element-wise sum over the ranks of their `data`, the same bits on every rank.
   virtual void all_reduce_sum(void* data, size_t count, DType dtype) = 0;
+  // out (size() * bytes) = every rank's `bytes` of `in`, rank r's at r * bytes.
+  virtual void all_gather_bytes(const void* in, void* out, size_t bytes) = 0;
+  // in holds size() blocks of count elements; out = the sum over the ranks of block rank().
+  virtual void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) = 0;
 };
 
 // Replaces any group of that name; nullptr unregisters it.
@@ -29,8 +33,12 @@ void register_collective_group(const std::string& name, std::shared_ptr<Collecti
 CollectiveGroup& collective_group(const std::string& name);
 
 // The kernels of the collective ops, the same on every backend (the work is
-// the group's): all_reduce sums `x` over the group; copy_to_group copies it.
+// the group's): all_reduce sums `x` over the group; copy_to_group copies it;
+// all_gather concatenates the ranks' `x` along attr `dim`; reduce_scatter
+// sums `x` over the ranks and keeps this rank's block along `dim`.
 void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 
 }  // namespace strata

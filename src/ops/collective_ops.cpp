@@ -1,9 +1,11 @@
-// Collectives as ops: Megatron's conjugate pair for tensor parallelism.
-// all_reduce sums over a group in the forward pass and passes the gradient
-// through; copy_to_group passes the value through and sums the gradient. The
-// kernels run on the group the `group` attr names (ops/collective_group.h);
+// Collectives as ops, in Megatron's conjugate pairs: all_reduce sums over a
+// group in the forward pass and passes the gradient through; copy_to_group
+// passes the value through and sums the gradient (tensor parallelism);
+// all_gather concatenates along a dimension and reduce_scatter sums and keeps
+// this rank's block of it, each the other's gradient (sequence parallelism).
+// The kernels run on the group the `group` attr names (ops/collective_group.h);
 // `ranks` is the group size the graph was built for, which the kernel checks
-// and the byte count reads.
+// and shape inference and the byte counts read.
 #include "ops/standard_ops.h"
 
 namespace strata {
@@ -15,6 +17,23 @@ Metas same_as_input(const std::string& op, const Metas& in, const Attrs& attrs) 
   if (attrs.get_string("group").empty()) fail("op '{}': attr 'group' must name a group", op);
   if (attrs.get_int("ranks") < 1) fail("op '{}': attr 'ranks' must be at least 1, got {}", op, attrs.get_int("ranks"));
   return {in[0]};
+}
+
+// all_gather (ranks times longer along `dim`) or reduce_scatter (ranks times shorter).
+Metas resized_along_dim(const std::string& op, const Metas& in, const Attrs& attrs, bool gather) {
+  same_as_input(op, in, attrs);
+  const int64_t dim = attrs.get_int("dim"), ranks = attrs.get_int("ranks");
+  Shape shape = in[0].shape;
+  if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) {
+    fail("op '{}': attr 'dim' {} is not an axis of x {}", op, dim, shape_str(shape));
+  }
+  int64_t& extent = shape[static_cast<size_t>(dim)];
+  if (!gather && extent % ranks != 0) {
+    fail("op '{}': x {} has {} along dim {}, not a multiple of the {} ranks", op, shape_str(in[0].shape), extent, dim,
+         ranks);
+  }
+  extent = gather ? extent * ranks : extent / ranks;
+  return {{shape, in[0].dtype}};
 }
 
 }  // namespace
@@ -50,6 +69,43 @@ void add_collective_ops(OpRegistry& registry) {
       .infer = [](const Metas& in, const Attrs& attrs) { return same_as_input("copy_to_group", in, attrs); },
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .may_reuse = {{0, 0}},
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+  });
+  registry.add({
+      .name = "all_gather",
+      .summary = "out = the ranks' x (the group named by attr `group`, attr `ranks` of them) concatenated in rank "
+                 "order along axis attr `dim`; its gradient is reduce_scatter",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "dim"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return resized_along_dim("all_gather", in, attrs, true); },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      // A ring all-gather receives the other ranks' (p - 1) blocks, besides reading x and writing out.
+      .bytes = [](const Metas& in, const Metas& out, const Attrs& attrs) {
+        const double p = static_cast<double>(attrs.get_int("ranks"));
+        return static_cast<double>(in[0].nbytes() + out[0].nbytes()) + 2.0 * (p - 1.0) * in[0].nbytes();
+      },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+  });
+  registry.add({
+      .name = "reduce_scatter",
+      .summary = "out = this rank's block, along axis attr `dim`, of the sum of x over the ranks of the group named "
+                 "by attr `group` (attr `ranks` of them; block r for rank r); its gradient is all_gather",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "dim"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return resized_along_dim("reduce_scatter", in, attrs, false); },
+      .flops = [](const Metas& in, const Metas&, const Attrs& attrs) {
+        const double p = static_cast<double>(attrs.get_int("ranks"));
+        return static_cast<double>(shape_numel(in[0].shape)) * (p - 1.0) / p;
+      },
+      // A ring reduce-scatter sends and receives (p - 1) / p of x, besides reading x and writing out.
+      .bytes = [](const Metas& in, const Metas& out, const Attrs& attrs) {
+        const double p = static_cast<double>(attrs.get_int("ranks"));
+        return static_cast<double>(in[0].nbytes() + out[0].nbytes()) + 2.0 * (p - 1.0) / p * in[0].nbytes();
+      },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
   });

@@ -10,7 +10,7 @@ void register_standard_ops(OpRegistry& registry);
 // Op families defined in their own files (called by register_standard_ops).
 void add_cast_ops(OpRegistry& registry);
 void add_attention_parts_ops(OpRegistry& registry);  // split_heads, merge_heads, bmm, causal_softmax(_backward)
-void add_collective_ops(OpRegistry& registry);  // all_reduce, copy_to_group (collective_ops.cpp)
+void add_collective_ops(OpRegistry& registry);  // all_reduce, copy_to_group, all_gather, reduce_scatter
 void add_fused_ops(OpRegistry& registry);  // add_layernorm, layernorm_backward_add, fused_elementwise1..4
 
 // The unfused fallbacks of `attention` and `attention_backward` (attention_parts_ops.cpp).

@@ -20,31 +20,49 @@ class CommGroup final : public CollectiveGroup {
  public:
   explicit CommGroup(comm::Communicator group) : group_(std::move(group)) {}
   int size() const override { return group_.size(); }
+  int rank() const override { return group_.rank(); }
 
   void all_reduce_sum(void* data, size_t count, DType dtype) override {
     if (dtype == DType::F32 || dtype == DType::BF16) {
       group_.all_reduce(data, data, count, dtype, comm::ReduceOp::Sum);
       return;
     }
-    STRATA_CHECK(dtype == DType::F64 || dtype == DType::F16, "all_reduce of {}", dtype_name(dtype));
-    const size_t width = dtype_size(dtype);
-    std::vector<char> all(count * width * static_cast<size_t>(size()));
-    // all_gather moves bytes: both widths travel as 2-byte units.
-    group_.all_gather(data, all.data(), count * width / 2, DType::BF16);
-    add_in_rank_order(all, data, count, dtype);
+    const size_t bytes = count * dtype_size(dtype);
+    std::vector<char> all(bytes * static_cast<size_t>(size()));
+    all_gather_bytes(data, all.data(), bytes);
+    add_in_rank_order(all.data(), bytes, data, count, dtype);
+  }
+
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    // The comm layer moves any dtype; every dtype's size is even, so bytes travel as 2-byte units.
+    STRATA_CHECK(bytes % 2 == 0, "all_gather of {} bytes", bytes);
+    group_.all_gather(in, out, bytes / 2, DType::BF16);
+  }
+
+  void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
+    if (dtype == DType::F32 || dtype == DType::BF16) {
+      group_.reduce_scatter(in, out, count, dtype, comm::ReduceOp::Sum);
+      return;
+    }
+    const size_t bytes = count * dtype_size(dtype), whole = bytes * static_cast<size_t>(size());
+    std::vector<char> all(whole * static_cast<size_t>(size()));
+    all_gather_bytes(in, all.data(), whole);
+    // Rank q's block rank() sits at q * whole + rank() * bytes.
+    add_in_rank_order(all.data() + static_cast<size_t>(rank()) * bytes, whole, out, count, dtype);
   }
 
  private:
-  void add_in_rank_order(const std::vector<char>& all, void* data, size_t count, DType dtype) const {
-    const size_t stride = count * dtype_size(dtype);
+  // data[i] = the sum over ranks r of the element i at all + r * stride (f64 in f64, f16 in f32).
+  void add_in_rank_order(const char* all, size_t stride, void* data, size_t count, DType dtype) const {
+    STRATA_CHECK(dtype == DType::F64 || dtype == DType::F16, "a sum of {} outside the comm layer", dtype_name(dtype));
     for (size_t i = 0; i < count; ++i) {
       if (dtype == DType::F64) {
         double sum = 0;
-        for (int r = 0; r < size(); ++r) sum += reinterpret_cast<const double*>(all.data() + r * stride)[i];
+        for (int r = 0; r < size(); ++r) sum += reinterpret_cast<const double*>(all + r * stride)[i];
         static_cast<double*>(data)[i] = sum;
       } else {
         float sum = 0;
-        for (int r = 0; r < size(); ++r) sum += fp16_to_float(reinterpret_cast<const fp16*>(all.data() + r * stride)[i]);
+        for (int r = 0; r < size(); ++r) sum += fp16_to_float(reinterpret_cast<const fp16*>(all + r * stride)[i]);
         static_cast<fp16*>(data)[i] = float_to_fp16(sum);
       }
     }

@@ -127,7 +127,7 @@ const std::vector<std::string> kCheckedAgainstUnfusedOps = {
 const std::vector<std::string> kExact = {"square_sum_exact"};
 // Collectives return their input in one process (a group of one rank); their sums over real ranks
 // are checked against one process in tests/parallel/mpi/tensor_parallel_mlp_test.cpp.
-const std::vector<std::string> kCollectives = {"all_reduce", "copy_to_group"};
+const std::vector<std::string> kCollectives = {"all_gather", "all_reduce", "copy_to_group", "reduce_scatter"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {

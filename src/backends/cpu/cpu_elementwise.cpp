@@ -117,6 +117,8 @@ void register_elementwise(Backend& backend) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     backend.add_kernel("all_reduce", dtype, all_reduce_kernel);
     backend.add_kernel("copy_to_group", dtype, copy_to_group_kernel);
+    backend.add_kernel("all_gather", dtype, all_gather_kernel);
+    backend.add_kernel("reduce_scatter", dtype, reduce_scatter_kernel);
   }
 }
 

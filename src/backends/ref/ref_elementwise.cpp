@@ -93,6 +93,8 @@ void register_elementwise(Backend& backend) {
   // Collectives: the group does the work, the same on every backend.
   add_float_kernels(backend, "all_reduce", all_reduce_kernel);
   add_float_kernels(backend, "copy_to_group", copy_to_group_kernel);
+  add_float_kernels(backend, "all_gather", all_gather_kernel);
+  add_float_kernels(backend, "reduce_scatter", reduce_scatter_kernel);
 }
 
 }  // namespace strata::ref
