@@ -78,7 +78,7 @@ int train(const TrainConfig& config, bool profile) {
   comm::Communicator world = comm::Communicator::world();
   // Data parallelism is the only dimension executed yet: tp = pp = 1.
   const int dp = config.dp == 0 ? world.size() : static_cast<int>(config.dp);
-  DeviceMesh mesh(std::move(world), {.dp = dp, .tp = 1, .pp = 1});
+  DeviceMesh mesh(world, {.dp = dp, .tp = 1, .pp = 1});
   Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data)));
   if (profile) trainer.enable_profiling();
   return trainer.run();

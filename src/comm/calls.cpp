@@ -191,7 +191,7 @@ Task broadcast_call(Context ctx, CallSpec spec, void* data) {
 }
 
 // The call itself, after or alongside its check.
-Task checked_call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
+Task call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   if (spec.barrier) {
     co_await dissemination_barrier(ctx);
     co_return;
@@ -220,7 +220,7 @@ std::string describe_call(const CallSpec& spec) {
 Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   const Fingerprint mine = fingerprint_of(spec, ctx.op.label().sequence);
   switch (group->config.call_check) {
-    case CallCheck::Off: co_await checked_call_body(ctx, group, spec, in, out); break;
+    case CallCheck::Off: co_await call_body(ctx, group, spec, in, out); break;
     case CallCheck::Before: {
       std::exception_ptr mismatch;
       try {
@@ -234,14 +234,14 @@ Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* 
         std::erase(group->shm_queue, mine.sequence);
         std::rethrow_exception(mismatch);
       }
-      co_await checked_call_body(ctx, group, spec, in, out);
+      co_await call_body(ctx, group, spec, in, out);
       break;
     }
     case CallCheck::Overlapped: {
       FingerprintExchange exchange(sibling(ctx, group->control), mine);
       std::exception_ptr failure;
       try {
-        co_await checked_call_body(ctx, group, spec, in, out);
+        co_await call_body(ctx, group, spec, in, out);
       } catch (const Error&) {
         failure = std::current_exception();
       }

@@ -15,6 +15,24 @@ std::string_view mesh_dimension_name(MeshDimension dimension) {
   return "?";
 }
 
+int extent(const MeshShape& shape, MeshDimension dimension) {
+  switch (dimension) {
+    case MeshDimension::Data: return shape.dp;
+    case MeshDimension::Tensor: return shape.tp;
+    case MeshDimension::Pipeline: return shape.pp;
+  }
+  return 1;
+}
+
+int& coordinate(MeshCoordinates& coordinates, MeshDimension dimension) {
+  switch (dimension) {
+    case MeshDimension::Data: return coordinates.dp;
+    case MeshDimension::Tensor: return coordinates.tp;
+    case MeshDimension::Pipeline: return coordinates.pp;
+  }
+  return coordinates.dp;
+}
+
 MeshCoordinates coordinates_of(int rank, const MeshShape& shape) {
   STRATA_CHECK(rank >= 0 && rank < shape.size(), "rank {} outside a mesh of {}", rank, shape.size());
   return {.dp = rank / shape.tp % shape.dp, .tp = rank % shape.tp, .pp = rank / (shape.tp * shape.dp)};
@@ -29,14 +47,12 @@ int rank_at(const MeshCoordinates& c, const MeshShape& shape) {
 std::vector<int> group_ranks(int rank, const MeshShape& shape, MeshDimension dimension) {
   MeshCoordinates c = coordinates_of(rank, shape);
   std::vector<int> ranks;
-  int* moving = dimension == MeshDimension::Data ? &c.dp : dimension == MeshDimension::Tensor ? &c.tp : &c.pp;
-  const int extent = dimension == MeshDimension::Data ? shape.dp : dimension == MeshDimension::Tensor ? shape.tp
-                                                                                                        : shape.pp;
-  for (*moving = 0; *moving < extent; ++*moving) ranks.push_back(rank_at(c, shape));
+  int& moving = coordinate(c, dimension);
+  for (moving = 0; moving < extent(shape, dimension); ++moving) ranks.push_back(rank_at(c, shape));
   return ranks;
 }
 
-DeviceMesh::DeviceMesh(comm::Communicator world, MeshShape shape) : shape_(shape) {
+DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : shape_(shape) {
   if (shape.tp == 1 && shape.pp == 1 && shape.dp != world.size()) {
     fail("key 'parallel.dp' is {} but the job has {} ranks: data parallelism is the only dimension the runtime "
          "executes yet, so parallel.dp must equal the number of ranks (or be 0)",
@@ -51,15 +67,11 @@ DeviceMesh::DeviceMesh(comm::Communicator world, MeshShape shape) : shape_(shape
   // coordinate zeroed, its order that coordinate.
   auto split = [&](MeshDimension dimension) {
     const int first = group_ranks(world.rank(), shape, dimension).front();
-    MeshCoordinates mine = coordinates_;
-    const int position = dimension == MeshDimension::Data ? mine.dp : dimension == MeshDimension::Tensor ? mine.tp
-                                                                                                          : mine.pp;
-    return world.split(first, position, std::string(mesh_dimension_name(dimension)));
+    return world.split(first, coordinate(coordinates_, dimension), std::string(mesh_dimension_name(dimension)));
   };
   data_ = split(MeshDimension::Data);
   tensor_ = split(MeshDimension::Tensor);
   pipeline_ = split(MeshDimension::Pipeline);
-  world_ = std::move(world);
 }
 
 comm::Communicator& DeviceMesh::group(MeshDimension dimension) {

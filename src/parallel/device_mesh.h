@@ -29,6 +29,10 @@ struct MeshCoordinates {
   bool operator==(const MeshCoordinates&) const = default;
 };
 
+// The extent of `dimension` in a shape, and a rank's position along it.
+int extent(const MeshShape& shape, MeshDimension dimension);
+int& coordinate(MeshCoordinates& coordinates, MeshDimension dimension);
+
 MeshCoordinates coordinates_of(int rank, const MeshShape& shape);
 int rank_at(const MeshCoordinates& coordinates, const MeshShape& shape);
 // The world ranks of `rank`'s group along `dimension`, in group-rank order.
@@ -36,10 +40,9 @@ std::vector<int> group_ranks(int rank, const MeshShape& shape, MeshDimension dim
 
 class DeviceMesh {
  public:
-  DeviceMesh() = default;  // one process: every group has one rank
   // Collective over `world`: fails naming the parallel.* keys when
   // dp × tp × pp is not the number of ranks.
-  DeviceMesh(comm::Communicator world, MeshShape shape);
+  DeviceMesh(const comm::Communicator& world, MeshShape shape);
 
   const MeshShape& shape() const { return shape_; }
   const MeshCoordinates& coordinates() const { return coordinates_; }
@@ -49,7 +52,7 @@ class DeviceMesh {
  private:
   MeshShape shape_;
   MeshCoordinates coordinates_;
-  comm::Communicator world_, data_, tensor_, pipeline_;
+  comm::Communicator data_, tensor_, pipeline_;
 };
 
 }  // namespace strata

@@ -43,25 +43,29 @@ TomlReader read_cluster_file(const std::filesystem::path& path) {
   return TomlReader::parse(read_text_file(path), path.string());
 }
 
-}  // namespace
-
-bool is_calibrated_cluster(const std::string& name_or_path) {
-  return is_measured_cluster(read_cluster_file(find_cluster_file(name_or_path)));
-}
-
-ClusterSpec resolve_cluster(const std::string& name_or_path, int threads, int devices) {
-  std::filesystem::path path = find_cluster_file(name_or_path);
-  TomlReader file = read_cluster_file(path);
-  if (!is_measured_cluster(file)) {
-    if (threads != 0) {
-      fail("--threads applies to a calibrated cluster file (written by `strata calibrate`), not to {}", path.string());
-    }
-    return load_cluster(path);
-  }
+// A calibrated file as `devices` processes of `threads` threads (threads 0: all cores
+// measured, devices 0: as many as the cores allow).
+ClusterSpec measured_cluster(const TomlReader& file, int threads, int devices) {
   HardwareProfile profile = read_measured_cluster(file);
   if (threads == 0) threads = profile.threads.back().threads;
   if (devices == 0) devices = std::max(1, profile.cores / threads);
-  return cluster_from_profile(profile, threads, devices, path.string());
+  return cluster_from_profile(profile, threads, devices, file.source());
+}
+
+}  // namespace
+
+ClusterSpec resolve_cluster(const std::string& name_or_path, int threads, int devices) {
+  TomlReader file = read_cluster_file(find_cluster_file(name_or_path));
+  if (is_measured_cluster(file)) return measured_cluster(file, threads, devices);
+  if (threads != 0) {
+    fail("--threads applies to a calibrated cluster file (written by `strata calibrate`), not to {}", file.source());
+  }
+  return read_cluster(file);
+}
+
+ClusterSpec resolve_cluster_for_job(const std::string& name_or_path, int threads_per_rank, int ranks) {
+  TomlReader file = read_cluster_file(find_cluster_file(name_or_path));
+  return is_measured_cluster(file) ? measured_cluster(file, threads_per_rank, ranks) : read_cluster(file);
 }
 
 AutoPlan auto_plan(const AutoPlanRequest& request) {

@@ -17,7 +17,10 @@ namespace strata {
 // threads (threads 0: all cores measured, devices 0: as many as the cores
 // allow); any other describes its device itself (threads must be 0).
 ClusterSpec resolve_cluster(const std::string& name_or_path, int threads = 0, int devices = 0);
-bool is_calibrated_cluster(const std::string& name_or_path);
+// The cluster a job of `ranks` processes of `threads_per_rank` threads on this
+// machine plans for: a calibrated file priced for exactly that split, any other
+// as it describes itself. Reads the file once.
+ClusterSpec resolve_cluster_for_job(const std::string& name_or_path, int threads_per_rank, int ranks);
 std::filesystem::path find_cluster_file(const std::string& name_or_path);
 
 struct AutoPlanRequest {

@@ -67,7 +67,8 @@ void PlanningProblem::validate() const {
   if (seq < 1 || seq > model.block_size)
     fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
   cluster.validate();
-  if (!(cluster.device.performance(dtype).matrix_flops > 0)) {
+  cluster.device.performance(dtype);  // names the dtypes the device has when it lacks this one
+  if (!cluster.device.computes(dtype)) {
     fail("{}: device '{}' computes {} on its vector units only (no matrix_tflops): plan in a dtype its matrix "
          "engine has",
          cluster.source, cluster.device.name, dtype_name(dtype));

@@ -122,7 +122,11 @@ void ClusterSpec::validate() const {
 }
 
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& source) {
-  TomlReader fields = TomlReader::parse(toml_text, source);
+  return read_cluster(TomlReader::parse(toml_text, source));
+}
+
+ClusterSpec read_cluster(const TomlReader& fields) {
+  const std::string& source = fields.source();
   if (fields.has("measured")) {
     fail("{}: a calibrated cluster file ([measured]) describes this machine per processes x threads; read it "
          "through the planner's resolve_cluster",

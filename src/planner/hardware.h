@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/toml_reader.h"
 
 namespace strata {
 
@@ -103,6 +104,7 @@ struct ClusterSpec {
 };
 
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& source);
+ClusterSpec read_cluster(const TomlReader& fields);  // an already parsed file
 ClusterSpec load_cluster(const std::filesystem::path& path);
 
 }  // namespace strata

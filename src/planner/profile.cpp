@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
+#include <charconv>
 #include <sstream>
-#include <stdexcept>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -141,21 +140,17 @@ HardwareProfile read_measured_cluster(const TomlReader& file) {
   if (counts.empty()) measured.fail_key("threads", "must hold at least one [measured.threads.N] table");
   for (const std::string& count : counts) {
     ThreadProfile t;
-    try {
-      size_t used = 0;
-      t.threads = std::stoi(count, &used);
-      if (used != count.size() || t.threads < 1) throw std::invalid_argument(count);
-    } catch (const std::exception&) {
+    const char* end = count.data() + count.size();
+    if (std::from_chars(count.data(), end, t.threads).ptr != end || t.threads < 1) {
       threads.fail_key(count, "must be named by a thread count (an integer >= 1)");
     }
     TomlReader entry = threads.table(count);
-    std::set<std::string> allowed = {"memory_bandwidth_gbps", "op_overhead_us"};
-    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) allowed.insert(std::string(dtype_name(dtype)));
-    entry.only(allowed);
+    entry.only({"memory_bandwidth_gbps", "op_overhead_us", "f64", "f32", "bf16", "f16"});
     t.memory_bandwidth_Bps = entry.positive("memory_bandwidth_gbps") * kGB;
     t.op_overhead_s = entry.non_negative("op_overhead_us") * kMicro;
-    for (const std::string& name : entry.keys()) {
-      if (name == "memory_bandwidth_gbps" || name == "op_overhead_us") continue;
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+      const std::string name(dtype_name(dtype));
+      if (!entry.has(name)) continue;
       TomlReader table = entry.table(name);
       table.only({"vector_tflops", "gemm", "attention", "op_efficiency"});
       DTypeProfile d;
@@ -164,7 +159,7 @@ HardwareProfile read_measured_cluster(const TomlReader& file) {
       d.attention = samples_of(table, "attention", "attention", kAttentionColumns);
       TomlReader ops = table.table("op_efficiency");
       for (const std::string& op : ops.keys()) d.op_efficiency[op] = ops.positive(op);
-      t.dtypes[parse_dtype(name)] = std::move(d);
+      t.dtypes[dtype] = std::move(d);
     }
     if (t.dtypes.empty()) threads.fail_key(count, "measures no dtype");
     profile.threads.push_back(std::move(t));

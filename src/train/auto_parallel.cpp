@@ -16,9 +16,7 @@ AutoPlanRequest plan_request(const TrainConfig& config, int ranks, int threads_p
   request.model = config.model;
   request.global_batch = config.global_batch;
   request.seq = config.model.block_size;
-  // A calibrated cluster file is this machine as `ranks` processes of threads_per_rank threads.
-  bool profile = is_calibrated_cluster(config.cluster);
-  request.cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
+  request.cluster = resolve_cluster_for_job(config.cluster, threads_per_rank, ranks);
   request.cluster.nodes = 1;
   request.cluster.devices_per_node = ranks;
   return request;
@@ -73,8 +71,7 @@ PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank)
   if (config.cluster.empty()) return {};
   const DType dtype = config.precision_policy().low;
   try {
-    const bool profile = is_calibrated_cluster(config.cluster);
-    ClusterSpec cluster = resolve_cluster(config.cluster, profile ? threads_per_rank : 0, /*devices=*/ranks);
+    ClusterSpec cluster = resolve_cluster_for_job(config.cluster, threads_per_rank, ranks);
     return {cluster.device.performance(dtype).matrix_flops * ranks,
             fmt::format("{} {} peak of {} device(s)", cluster.name, dtype_name(dtype), ranks)};
   } catch (const Error&) {

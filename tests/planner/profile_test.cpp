@@ -67,8 +67,10 @@ TEST(PlannerProfile, TheCalibratedFileIsAClusterFileThePlannerResolves) {
   save_profile(path, sample_profile());
   ClusterSpec resolved = resolve_cluster(path.string(), 2, 1);
   EXPECT_DOUBLE_EQ(resolved.device.performance(DType::F32).matrix_flops, 50e9);
-  EXPECT_TRUE(is_calibrated_cluster(path.string()));
-  EXPECT_FALSE(is_calibrated_cluster("dgx-h100"));
+  // A job's threads per rank price a calibrated file; a preset describes its devices itself.
+  EXPECT_DOUBLE_EQ(resolve_cluster_for_job(path.string(), 2, 1).device.performance(DType::F32).matrix_flops, 50e9);
+  EXPECT_THROW(resolve_cluster("dgx-h100", 2, 1), Error);
+  EXPECT_EQ(resolve_cluster_for_job("dgx-h100", 2, 1).devices(), resolve_cluster("dgx-h100").devices());
   std::filesystem::remove(path);
 }
 
