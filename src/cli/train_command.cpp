@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_session.h"
 #include "parallel/device_mesh.h"
+#include "parallel/group_collectives.h"
 #include "train/stop_signals.h"
 #include "train/trainer.h"
 
@@ -65,10 +66,13 @@ std::string find_on_path(const std::string& program) {
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.
 int train(const TrainConfig& config, bool profile) {
   if (!launched_by_mpirun()) {
-    if (config.dp > 1) {
-      fail("key 'parallel.dp' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
-           "`--nproc {}`",
-           config.dp, config.dp, config.dp);
+    for (auto [key, degree] : {std::pair{"parallel.dp", config.dp}, std::pair{"parallel.tp", config.tp}}) {
+      if (degree > 1) {
+        const int64_t ranks = std::max<int64_t>(config.dp, 1) * config.tp;
+        fail("key '{}' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
+             "`--nproc {}`",
+             key, degree, ranks, ranks);
+      }
     }
     Trainer trainer(config);
     if (profile) trainer.enable_profiling();
@@ -76,10 +80,15 @@ int train(const TrainConfig& config, bool profile) {
   }
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
-  // Data parallelism is the only dimension executed yet: tp = pp = 1.
-  const int dp = config.dp == 0 ? world.size() : static_cast<int>(config.dp);
-  DeviceMesh mesh(world, {.dp = dp, .tp = 1, .pp = 1});
-  Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data)));
+  const int tp = static_cast<int>(config.tp);
+  if (world.size() % tp != 0) {
+    fail("key 'parallel.tp' ({}) must divide the {} ranks launched", tp, world.size());
+  }
+  const int dp = config.dp == 0 ? world.size() / tp : static_cast<int>(config.dp);
+  DeviceMesh mesh(world, {.dp = dp, .tp = tp, .pp = 1});
+  MeshGroupsRegistration groups(mesh);  // the collective ops of a tensor-parallel graph run over these
+  Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data), world),
+                  tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel());
   if (profile) trainer.enable_profiling();
   return trainer.run();
 }

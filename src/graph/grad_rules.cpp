@@ -16,6 +16,15 @@ int reduce_to_shape(Graph& graph, int grad, const Shape& shape, const std::strin
   return graph.apply1("sum_to", {grad}, {{"shape", shape}}, label);
 }
 
+// The vocabulary-shard attrs of an embedding or cross_entropy node (ops/vocab_shard.h), if any.
+Attrs vocab_attrs(const Node& node) {
+  Attrs attrs;
+  for (const char* name : {"vocab_start", "vocab_size"}) {
+    if (node.attrs.has(name)) attrs.set(name, node.attrs.get_int(name));
+  }
+  return attrs;
+}
+
 std::vector<int> only_primary(const Node& node, const std::vector<int>& output_grads) {
   for (size_t i = 1; i < output_grads.size(); ++i) {
     STRATA_CHECK(output_grads[i] == kNoGradient, "op '{}' output {} is not differentiable", node.op, i);
@@ -28,8 +37,9 @@ const std::map<std::string, GradRule>& rules() {
       {"embedding",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          int64_t rows = g.value(n.inputs[0]).meta.shape[0];
-         int dweight = g.apply1("embedding_backward", {dy[0], n.inputs[1]}, {{"num_embeddings", rows}},
-                                grad_label(n, "weight"));
+         Attrs attrs = vocab_attrs(n);
+         attrs.set("num_embeddings", rows);
+         int dweight = g.apply1("embedding_backward", {dy[0], n.inputs[1]}, attrs, grad_label(n, "weight"));
          return {dweight, kNoGradient};
        }},
       {"add",
@@ -100,8 +110,9 @@ const std::map<std::string, GradRule>& rules() {
       {"cross_entropy",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          only_primary(n, dy);
-         int dlogits = g.apply1("cross_entropy_backward", {dy[0], n.inputs[0], n.inputs[1], n.outputs[1]}, {},
-                                grad_label(n, "logits"));
+         // A vocabulary shard's gradient needs only the forward's whole-vocabulary lse: no communication.
+         int dlogits = g.apply1("cross_entropy_backward", {dy[0], n.inputs[0], n.inputs[1], n.outputs[1]},
+                                vocab_attrs(n), grad_label(n, "logits"));
          return {dlogits, kNoGradient};
        }},
   };

@@ -2,12 +2,14 @@
 
 namespace strata {
 
-GraphRewriter::GraphRewriter(const Graph& source)
+GraphRewriter::GraphRewriter(const Graph& source, const ParamMeta& param_meta)
     : source_(source), map_(static_cast<size_t>(source.num_values()), -1) {
   for (int id = 0; id < source.num_values(); ++id) {
     const Value& value = source.value(id);
     if (value.kind == ValueKind::Input) map_[static_cast<size_t>(id)] = target_.add_input(value.name, value.meta);
-    if (value.kind == ValueKind::Param) map_[static_cast<size_t>(id)] = target_.add_param(value.name, value.meta);
+    if (value.kind == ValueKind::Param) {
+      map_[static_cast<size_t>(id)] = target_.add_param(value.name, param_meta ? param_meta(value) : value.meta);
+    }
   }
 }
 
@@ -22,6 +24,12 @@ bool GraphRewriter::is_mapped(int source_value) const { return map_.at(static_ca
 void GraphRewriter::set(int source_value, int target_value) {
   STRATA_CHECK(target_.value(target_value).meta == source_.value(source_value).meta,
                "graph rewrite: '{}' replaced by a value of another shape or dtype", source_.value(source_value).name);
+  map_.at(static_cast<size_t>(source_value)) = target_value;
+}
+
+void GraphRewriter::set_resized(int source_value, int target_value) {
+  STRATA_CHECK(target_.value(target_value).meta.dtype == source_.value(source_value).meta.dtype,
+               "graph rewrite: '{}' replaced by a value of another dtype", source_.value(source_value).name);
   map_.at(static_cast<size_t>(source_value)) = target_value;
 }
 

@@ -3,6 +3,7 @@
 // and param first, then the pass copies, replaces, drops or inserts nodes.
 // Value ids change, so passes hand back the old-to-new map for the caller's
 // handles (see GraphRewrite::map).
+#include <functional>
 #include <vector>
 
 #include "graph/graph.h"
@@ -11,7 +12,9 @@ namespace strata {
 
 class GraphRewriter {
  public:
-  explicit GraphRewriter(const Graph& source);
+  // The shape and dtype a param takes in the target (by default its own).
+  using ParamMeta = std::function<TensorMeta(const Value& param)>;
+  explicit GraphRewriter(const Graph& source, const ParamMeta& param_meta = {});
 
   const Graph& source() const { return source_; }
   Graph& target() { return target_; }
@@ -21,6 +24,9 @@ class GraphRewriter {
   bool is_mapped(int source_value) const;
   // Records that `target_value` now stands for `source_value`.
   void set(int source_value, int target_value);
+  // The same for a value of another shape: passes that change shapes (a
+  // tensor-parallel rank holds a shard of each split value).
+  void set_resized(int source_value, int target_value);
 
   // Copies source node `node_id` with mapped inputs (and its label and attrs)
   // and maps its outputs; returns the new outputs.

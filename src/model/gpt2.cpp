@@ -65,6 +65,15 @@ std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config) {
   return specs;
 }
 
+ShardingPlan gpt2_sharding_plan() {
+  return {{
+      {"transformer.h.*.attn.c_attn.*", ShardStyle::ColumnParallel, 3},
+      {"transformer.h.*.mlp.c_fc.*", ShardStyle::ColumnParallel, 1},
+      {"transformer.h.*.c_proj.weight", ShardStyle::RowParallel, 1},
+      {"transformer.wte.weight", ShardStyle::VocabParallel, 1},
+  }};
+}
+
 GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
                            const GPT2BuildOptions& options) {
   config.validate();
@@ -90,6 +99,7 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   for (int64_t layer = 0; layer < config.n_layer; ++layer) x = gpt2_block(emit, config, x, gpt2_layer_prefix(layer));
   model.logits = gpt2_lm_head(emit, config, gpt2_final_norm(emit, config, x));
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
+  if (options.parallelize) adopt(model, options.parallelize(model.graph));
   if (training) {
     model.first_backward_node = g.num_nodes();
     model.grads = add_backward(g, model.loss, model.params);

@@ -5,6 +5,7 @@
 // .attn.c_proj.{weight [C, C], bias}, .ln_2.*, .mlp.c_fc.{weight [C, 4C], bias},
 // .mlp.c_proj.{weight [4C, C], bias}, transformer.ln_f.*. The LM head is the
 // token embedding (tied), stored once.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,8 +14,10 @@
 #include "graph/autodiff.h"
 #include "graph/recompute.h"
 #include "graph/graph.h"
+#include "graph/rewrite.h"
 #include "model/gpt2_config.h"
 #include "model/parameters.h"
+#include "model/sharding_plan.h"
 
 namespace strata {
 
@@ -22,6 +25,12 @@ namespace strata {
 // (attn.c_proj, mlp.c_proj) normal(0, 0.02 / sqrt(2 * n_layer)), biases 0,
 // LayerNorm weights 1.
 std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config);
+
+// Megatron's split of GPT-2: c_attn (q, k and v each split by heads) and c_fc
+// column-parallel, the two c_proj row-parallel (their biases replicated, added
+// after the sum), the tied token embedding vocab-parallel (the LM head and the
+// loss then work on vocabulary shards); norms and positions replicated.
+ShardingPlan gpt2_sharding_plan();
 
 struct GPT2Graph {
   Graph graph;
@@ -40,6 +49,9 @@ struct GPT2BuildOptions {
   PrecisionPolicy precision;   // which ops compute in bf16/fp16
   RecomputeMode recompute = RecomputeMode::None;  // training graphs: activations re-run in the backward pass
   bool fuse = false;           // residual+LayerNorm and element-wise chains become fused ops
+  // Rewrites the forward graph before the backward pass is derived from it
+  // (the parallel runtime's tensor-parallel pass); params keep their order.
+  std::function<GraphRewriter::Result(const Graph& forward)> parallelize;
 };
 
 // The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the

@@ -9,15 +9,18 @@ ParameterSet::ParameterSet(std::vector<ParamSpec> specs) : specs_(std::move(spec
 }
 
 void ParameterSet::initialise(const CounterRng& rng) {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    const ParamSpec& spec = specs_[i];
-    float* data = tensors_[i].data<float>();
-    int64_t count = tensors_[i].numel();
-    switch (spec.init) {
-      case Init::Normal: fill_normal(data, count, rng, stream_id(spec.name), 0.0f, spec.stddev); break;
-      case Init::Zeros: std::fill(data, data + count, 0.0f); break;
-      case Init::Ones: std::fill(data, data + count, 1.0f); break;
-    }
+  for (size_t i = 0; i < specs_.size(); ++i) initialise_tensor(specs_[i], tensors_[i], rng);
+}
+
+void ParameterSet::initialise_tensor(const ParamSpec& spec, Tensor& tensor, const CounterRng& rng) {
+  STRATA_CHECK(tensor.shape() == spec.shape, "parameter '{}' is {}, initialised as {}", spec.name,
+               shape_str(tensor.shape()), shape_str(spec.shape));
+  float* data = tensor.data<float>();
+  int64_t count = tensor.numel();
+  switch (spec.init) {
+    case Init::Normal: fill_normal(data, count, rng, stream_id(spec.name), 0.0f, spec.stddev); break;
+    case Init::Zeros: std::fill(data, data + count, 0.0f); break;
+    case Init::Ones: std::fill(data, data + count, 1.0f); break;
   }
 }
 

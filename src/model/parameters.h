@@ -25,6 +25,8 @@ class ParameterSet {
   explicit ParameterSet(std::vector<ParamSpec> specs);  // allocates, uninitialised
 
   void initialise(const CounterRng& rng);  // each tensor from its own stream, by name
+  // One tensor of `spec`'s shape, as initialise() fills it.
+  static void initialise_tensor(const ParamSpec& spec, Tensor& tensor, const CounterRng& rng);
   size_t size() const { return specs_.size(); }
   const ParamSpec& spec(size_t index) const { return specs_.at(index); }
   const std::vector<ParamSpec>& specs() const { return specs_; }

@@ -4,6 +4,7 @@
 
 #include "core/exact_square_sum.h"
 #include "ops/dispatcher.h"
+#include "ops/vocab_shard.h"
 
 namespace strata {
 
@@ -142,14 +143,17 @@ double causal_attention_flops(const AttentionDims& d) {
 void add_embedding(OpRegistry& registry) {
   registry.add({
       .name = "embedding",
-      .summary = "out[..., :] = weight[ids[...], :]; ids outside [0, V) are an error",
+      .summary = "out[..., :] = weight[ids[...], :]; ids outside [0, V) are an error. With attrs vocab_start and "
+                 "vocab_size, weight holds rows [vocab_start, vocab_start + V) of a vocabulary of vocab_size and "
+                 "ids outside them read zeros (vocabulary-parallel; ops/vocab_shard.h)",
       .inputs = {"weight", "ids"},
       .outputs = {"out"},
       .infer =
-          [](const Metas& in, const Attrs&) -> Metas {
+          [](const Metas& in, const Attrs& attrs) -> Metas {
             if (in[0].shape.size() != 2) fail("op 'embedding': input 'weight' must be [V, C], got {}", shape_str(in[0].shape));
             expect_floating("embedding", "weight", in[0]);
             expect_index("embedding", "ids", in[1]);
+            vocab_shard("embedding", attrs, in[0].shape[0]);
             Shape out = in[1].shape;
             out.push_back(in[0].shape[1]);
             return {{out, in[0].dtype}};
@@ -163,7 +167,8 @@ void add_embedding(OpRegistry& registry) {
   });
   registry.add({
       .name = "embedding_backward",
-      .summary = "dweight[V, C] = sum over positions p with ids[p] = v of dout[p, :]; rows never used are 0",
+      .summary = "dweight[V, C] = sum over positions p with ids[p] = v of dout[p, :]; rows never used are 0. "
+                 "With attrs vocab_start and vocab_size, row v stands for id vocab_start + v (as embedding)",
       .inputs = {"dout", "ids"},
       .outputs = {"dweight"},
       .attrs = {"num_embeddings"},
@@ -175,6 +180,7 @@ void add_embedding(OpRegistry& registry) {
             if (drop_last(in[0].shape) != in[1].shape) {
               fail("op 'embedding_backward': dout {} does not match ids {}", shape_str(in[0].shape), shape_str(in[1].shape));
             }
+            vocab_shard("embedding_backward", attrs, attrs.get_int("num_embeddings"));
             return {{{attrs.get_int("num_embeddings"), in[0].shape.back()}, in[0].dtype}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return count(in[0]); },
@@ -512,11 +518,14 @@ void add_cross_entropy(OpRegistry& registry) {
   registry.add({
       .name = "cross_entropy",
       .summary = "loss[] = mean over positions of (lse - logits[target]) with lse = log sum exp logits over the "
-                 "last dim; also returns lse per position. Targets outside [0, V) are an error",
+                 "last dim; also returns lse per position. Targets outside [0, V) are an error. With attrs "
+                 "vocab_start, vocab_size, group and ranks, logits hold columns [vocab_start, vocab_start + V) of "
+                 "a vocabulary of vocab_size, the group's ranks hold the rest, and loss and lse are the whole "
+                 "vocabulary's (vocabulary-parallel; ops/vocab_shard.h)",
       .inputs = {"logits", "targets"},
       .outputs = {"loss", "lse"},
       .infer =
-          [](const Metas& in, const Attrs&) -> Metas {
+          [](const Metas& in, const Attrs& attrs) -> Metas {
             expect_floating("cross_entropy", "logits", in[0]);
             expect_index("cross_entropy", "targets", in[1]);
             expect_rank_at_least("cross_entropy", "logits", in[0], 1);
@@ -524,6 +533,10 @@ void add_cross_entropy(OpRegistry& registry) {
               fail("op 'cross_entropy': logits {} do not match targets {}", shape_str(in[0].shape), shape_str(in[1].shape));
             }
             if (shape_numel(in[1].shape) == 0) fail("op 'cross_entropy': the mean over zero positions is undefined");
+            if (!vocab_shard("cross_entropy", attrs, in[0].shape.back()).whole() &&
+                (!attrs.has("group") || !attrs.has("ranks"))) {
+              fail("op 'cross_entropy': logits of a vocabulary shard need attrs 'group' and 'ranks'");
+            }
             DType stats = stats_dtype(in[0].dtype);
             return {{{}, stats}, {in[1].shape, stats}};
           },
@@ -534,12 +547,14 @@ void add_cross_entropy(OpRegistry& registry) {
   });
   registry.add({
       .name = "cross_entropy_backward",
-      .summary = "dlogits = dloss * (softmax(logits) - onehot(target)) / positions; dlogits may alias logits",
+      .summary = "dlogits = dloss * (softmax(logits) - onehot(target)) / positions, with lse the forward's; "
+                 "with attrs vocab_start and vocab_size, of a shard of the logits (as cross_entropy); dlogits may "
+                 "alias logits",
       .inputs = {"dloss", "logits", "targets", "lse"},
       .outputs = {"dlogits"},
       .dtype_input = 1,
       .infer =
-          [](const Metas& in, const Attrs&) -> Metas {
+          [](const Metas& in, const Attrs& attrs) -> Metas {
             const std::string op = "cross_entropy_backward";
             expect_floating(op, "logits", in[1]);
             expect_rank_at_least(op, "logits", in[1], 1);
@@ -552,6 +567,7 @@ void add_cross_entropy(OpRegistry& registry) {
             expect_dtype(op, "dloss", in[0], stats);
             expect_shape(op, "lse", in[3], in[2].shape);
             expect_dtype(op, "lse", in[3], stats);
+            vocab_shard(op, attrs, in[1].shape.back());
             return {in[1]};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[1]); },

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 
@@ -57,14 +58,23 @@ std::string broadcast_text(comm::Communicator& group, const std::string& text, i
 
 }  // namespace
 
-DataParallel::DataParallel(comm::Communicator group) : group_(std::move(group)) {}
+DataParallel::DataParallel(comm::Communicator group, comm::Communicator world)
+    : group_(std::move(group)), world_(std::move(world)) {}
 
 int DataParallel::ranks_on_this_host() const {
-  if (!group_) return 1;
-  int here = group_->node_of(group_->rank());
+  if (!world_) return 1;
+  int here = world_->node_of(world_->rank());
   int count = 0;
-  for (int rank = 0; rank < group_->size(); ++rank) count += group_->node_of(rank) == here ? 1 : 0;
+  for (int rank = 0; rank < world_->size(); ++rank) count += world_->node_of(rank) == here ? 1 : 0;
   return count;
+}
+
+int DataParallel::agree_on_stop(int signal) {
+  if (!world_) return signal;
+  // Signal numbers are small integers: exact in f32, which the comm layer reduces.
+  float mine = static_cast<float>(signal), largest = 0;
+  world_->all_reduce(&mine, &largest, 1, DType::F32, comm::ReduceOp::Max);
+  return static_cast<int>(largest);
 }
 
 MicroBatchShare DataParallel::share(int64_t micro_batches) const {
@@ -95,16 +105,7 @@ comm::Handle DataParallel::all_gather_async(const Tensor& block, Tensor& out) {
                                   DType::F32);
 }
 
-ExactSquareSum DataParallel::sum(const ExactSquareSum& mine) {
-  if (!group_) return mine;
-  // Integer bins: gathered and added here, in any order, they stay exact (an f32 reduction would not).
-  std::array<int64_t, ExactSquareSum::kWords> words = mine.words();
-  std::vector<int64_t> all(words.size() * static_cast<size_t>(degree()));
-  group_->all_gather(words.data(), all.data(), words.size(), DType::I64);
-  ExactSquareSum total;
-  for (int r = 0; r < degree(); ++r) total.merge(ExactSquareSum::from_words(all.data() + r * words.size()));
-  return total;
-}
+ExactSquareSum DataParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
 std::vector<double> DataParallel::gather(const std::vector<double>& mine, int64_t total) {
   if (!group_) return mine;
@@ -137,8 +138,8 @@ void DataParallel::barrier() {
 }
 
 void DataParallel::check_ranks_agree(const std::string& resolved_config) {
-  if (!group_) return;
-  comm::Communicator& group = *group_;
+  if (!world_) return;
+  comm::Communicator& group = *world_;
   std::string differing_key = first_differing_key(resolved_config, broadcast_text(group, resolved_config, 0));
   uint64_t binary = executable_hash();
   uint64_t reference_binary = binary;

@@ -24,14 +24,18 @@ struct MicroBatchShare {
 class DataParallel {
  public:
   DataParallel() = default;  // one process
-  // The data-parallel group of this rank (DeviceMesh::group(MeshDimension::Data)).
-  explicit DataParallel(comm::Communicator group);
+  // The data-parallel group of this rank (DeviceMesh::group(MeshDimension::Data))
+  // and the job's world, for what concerns every rank (start-up checks, stops).
+  DataParallel(comm::Communicator group, comm::Communicator world);
 
   int degree() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
-  bool reports() const { return rank() == 0; }  // prints progress, writes metrics and checkpoints
+  // The job's rank 0: prints progress, writes metrics and checkpoints.
+  bool reports() const { return !world_ || world_->rank() == 0; }
   // Ranks of this job on this host (threads per rank default to cores / this).
   int ranks_on_this_host() const;
+  // The largest of every rank of the job's `signal`: all stop after the same step.
+  int agree_on_stop(int signal);
 
   // Rank r of D takes the contiguous block [r*n/D, (r+1)*n/D) of a step's n
   // micro-batches: a single process running them in order reads the same
@@ -55,12 +59,13 @@ class DataParallel {
   std::vector<double> gather(const std::vector<double>& mine, int64_t total);
   void barrier();
 
-  // Fails on every rank, naming the first differing key, when ranks were
-  // started with different resolved configs or different strata binaries.
+  // Fails on every rank, naming the first differing key, when ranks of the
+  // job were started with different resolved configs or different strata binaries.
   void check_ranks_agree(const std::string& resolved_config);
 
  private:
   std::optional<comm::Communicator> group_;
+  std::optional<comm::Communicator> world_;
 };
 
 }  // namespace strata

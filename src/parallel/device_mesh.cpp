@@ -54,8 +54,8 @@ std::vector<int> group_ranks(int rank, const MeshShape& shape, MeshDimension dim
 
 DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : shape_(shape) {
   if (shape.tp == 1 && shape.pp == 1 && shape.dp != world.size()) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: data parallelism is the only dimension the runtime "
-         "executes yet, so parallel.dp must equal the number of ranks (or be 0)",
+    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
+         "number of ranks (or be 0)",
          shape.dp, world.size());
   }
   if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.size() != world.size()) {

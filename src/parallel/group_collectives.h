@@ -11,4 +11,13 @@ void register_mesh_groups(DeviceMesh& mesh);
 // Removes them: the names are groups of one rank again.
 void unregister_mesh_groups();
 
+// Registers a mesh's groups for its lifetime (they must go before the comm layer shuts down).
+class MeshGroupsRegistration {
+ public:
+  explicit MeshGroupsRegistration(DeviceMesh& mesh) { register_mesh_groups(mesh); }
+  ~MeshGroupsRegistration() { unregister_mesh_groups(); }
+  MeshGroupsRegistration(const MeshGroupsRegistration&) = delete;
+  MeshGroupsRegistration& operator=(const MeshGroupsRegistration&) = delete;
+};
+
 }  // namespace strata

@@ -24,16 +24,16 @@ AutoPlanRequest plan_request(const TrainConfig& config, int ranks, int threads_p
 
 }  // namespace
 
-AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank) {
-  AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
-  // The planner chooses among the layouts the runtime executes: data parallelism over every
-  // rank at the configured ZeRO stage, any micro-batch.
-  request.limits.dp = ranks;
-  request.limits.tp = 1;
-  request.limits.pp = 1;
+AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
+  AutoPlanRequest request = plan_request(config, mesh.size(), threads_per_rank);
+  // The planner chooses the micro-batch on the mesh launched, at the configured ZeRO stage.
+  request.limits.dp = mesh.dp;
+  request.limits.tp = mesh.tp;
+  request.limits.pp = mesh.pp;
+  request.limits.sp = false;
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
-  request.limits.max_micro_batch = config.global_batch / ranks;
+  request.limits.max_micro_batch = config.global_batch / mesh.dp;
   AutoPlan plan = auto_plan(request);
   config.batch_size = plan.chosen.plan.micro_batch;
   config.validate();
@@ -43,11 +43,13 @@ AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank
   return {std::move(plan), std::move(summary)};
 }
 
-AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threads_per_rank) {
+AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
   ParallelPlan plan;
-  plan.dp = ranks;
+  plan.dp = mesh.dp;
+  plan.tp = mesh.tp;
+  plan.pp = mesh.pp;
   plan.micro_batch = config.batch_size;
-  plan.micro_batches = config.accumulation_steps() / ranks;
+  plan.micro_batches = config.accumulation_steps() / mesh.dp;
   plan.zero = static_cast<int>(config.zero);
   plan.recompute = parse_recompute_mode(config.recompute, "train.recompute");
   if (config.cluster.empty()) {
@@ -59,7 +61,7 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threa
     return {std::move(unpredicted), fmt::format("plan: {} (no prediction: parallel.cluster is not set)\n",
                                                 plan.describe())};
   }
-  AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
+  AutoPlanRequest request = plan_request(config, mesh.size(), threads_per_rank);
   AutoPlan predicted = predict_plan(request, plan);
   std::string summary = fmt::format("plan: {} (predicted on {}: {:.3f} s/step, {:.1f} MiB per rank)\n", plan.describe(),
                                     request.cluster.name, predicted.chosen.step_s,

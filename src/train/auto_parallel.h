@@ -5,6 +5,7 @@
 // recomputation: the planner chooses the micro-batch), and applies it.
 #include <filesystem>
 
+#include "parallel/device_mesh.h"
 #include "planner/auto_plan.h"
 #include "train/config.h"
 
@@ -27,12 +28,12 @@ struct PeakFlops {
 };
 PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank);
 
-// Chooses the plan for `ranks` data-parallel ranks of `threads_per_rank`
-// threads (0: as the profile was measured) on one host and sets
+// Chooses the plan for the `mesh` of ranks launched, of `threads_per_rank`
+// threads (0: as the profile was measured) on one host, and sets
 // config.batch_size to its micro-batch.
-AppliedPlan apply_auto_plan(TrainConfig& config, int ranks, int threads_per_rank);
-// The layout the config fixes (`parallel.plan = "manual"`) for `ranks` ranks,
-// with the planner's prediction when parallel.cluster names the hardware.
-AppliedPlan describe_manual_plan(const TrainConfig& config, int ranks, int threads_per_rank);
+AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int threads_per_rank);
+// The layout the config fixes (`parallel.plan = "manual"`) on the `mesh` of
+// ranks launched, with the planner's prediction when parallel.cluster names the hardware.
+AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mesh, int threads_per_rank);
 
 }  // namespace strata

@@ -58,6 +58,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.plan", &c.plan},
       {"parallel.cluster", &c.cluster},
       {"parallel.dp", &c.dp},
+      {"parallel.tp", &c.tp},
       {"parallel.bucket_mb", &c.bucket_mb},
       {"parallel.zero", &c.zero},
       {"precision.compute", &c.precision},
@@ -185,6 +186,15 @@ void TrainConfig::validate() const {
          "`strata calibrate` writes) when parallel.plan = \"auto\"");
   }
   non_negative("parallel.dp", dp);
+  positive("parallel.tp", tp);
+  if (model.n_head % tp != 0) {
+    fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
+         model.n_head);
+  }
+  if (model.vocab_size < tp) {
+    fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
+         model.vocab_size);
+  }
   positive("parallel.bucket_mb", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
   parse_precision_mode(precision, "key 'precision.compute'");

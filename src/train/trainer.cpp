@@ -20,6 +20,7 @@
 #include "data/corpus.h"
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
+#include "model/gpt2_block.h"
 #include "train/stop_signals.h"
 
 namespace strata {
@@ -86,7 +87,7 @@ int threads_per_rank(const TrainConfig& config, const DataParallel& parallel) {
 // AdamW state alone cannot fit in this machine's memory with every rank on it.
 TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   config.validate();
-  const double parameters = static_cast<double>(config.model.num_parameters());
+  const double parameters = static_cast<double>(config.model.num_parameters()) / static_cast<double>(config.tp);
   const int ranks = parallel.ranks_on_this_host();
   const double moment_share = config.zero >= 1 ? 1.0 / parallel.degree() : 1.0;
   const double bytes = parameters * (4 + 4 + 8 * moment_share) * ranks;
@@ -99,31 +100,47 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   return config;
 }
 
+// Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel part.
+GPT2Graph build_model(const TrainConfig& config, bool training, const TensorParallelRank& tp) {
+  GPT2BuildOptions options = gpt2_build_options(config, training);
+  if (tp.degree > 1) {
+    options.parallelize = [tp](const Graph& forward) { return parallelize_tensors(forward, gpt2_sharding_plan(), tp); };
+  }
+  return build_gpt2_graph(config.model, config.batch_size, config.model.block_size, training, options);
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, DataParallel parallel)
+Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tensor)
     : config_(fits_in_memory(std::move(config), parallel)),
       parallel_(std::move(parallel)),
+      tensor_(std::move(tensor)),
+      shards_(parameter_shards(gpt2_param_specs(config_.model), gpt2_sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
-      params_(gpt2_param_specs(config_.model)),
+      params_(shard_specs(gpt2_param_specs(config_.model), shards_)),
       param_tensors_(tensors_of(params_)),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
+  STRATA_CHECK(tensor_.degree() == config_.tp, "a tensor-parallel group of {} ranks for parallel.tp = {}",
+               tensor_.degree(), config_.tp);
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
   const int plan_threads = config_.threads > 0 || parallel_.degree() > 1 ? threads_per_rank(config_, parallel_) : 0;
   if (plan_threads > 0) omp_set_num_threads(plan_threads);
   AppliedPlan applied;
-  if (config_.plan == "auto") applied = apply_auto_plan(config_, parallel_.degree(), plan_threads);
+  const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree()};
+  if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh, plan_threads);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
          "ranks, so that every rank runs the same number of micro-batches",
          config_.global_batch, config_.batch_size, parallel_.degree());
   }
-  if (config_.plan != "auto") applied = describe_manual_plan(config_, parallel_.degree(), plan_threads);
+  if (config_.plan != "auto") {
+    applied = describe_manual_plan(config_, mesh, plan_threads);
+  }
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
-  peak_ = peak_flops(config_, parallel_.degree(), plan_threads);
+  peak_ = peak_flops(config_, parallel_.degree() * tensor_.degree(), plan_threads);
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
       GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only()));
@@ -155,8 +172,8 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq, config_.model.vocab_size);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq, config_.model.vocab_size);
 
-  train_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/true, gpt2_build_options(config_, /*training=*/true));
-  eval_model_ = build_gpt2_graph(config_.model, batch, seq, /*training=*/false, gpt2_build_options(config_, /*training=*/false));
+  train_model_ = build_model(config_, /*training=*/true, tensor_.graph_rank());
+  eval_model_ = build_model(config_, /*training=*/false, tensor_.graph_rank());
   train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
   eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, std::set<int>{eval_model_.loss});
 
@@ -191,11 +208,61 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel)
   }
   if (resumable) {
     restore(resolve_checkpoint(run_dir));
-  } else if (!config_.init_from.empty()) {
-    load_gpt2_weights(config_.init_from, params_);
   } else {
-    params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
+    initialise_parameters();
   }
+}
+
+void Trainer::initialise_parameters() {
+  const std::vector<ParamSpec> specs = gpt2_param_specs(config_.model);
+  if (tensor_.degree() == 1) {
+    if (config_.init_from.empty()) {
+      params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
+    } else {
+      load_gpt2_weights(config_.init_from, params_);
+    }
+    return;
+  }
+  // Every rank makes the whole tensors and keeps its slices, so each shard is bit for bit the
+  // matching part of the single-process model.
+  if (!config_.init_from.empty()) {
+    ParameterSet whole(specs);
+    load_gpt2_weights(config_.init_from, whole);
+    for (size_t i = 0; i < specs.size(); ++i) shards_[i].slice(whole.tensor(i), params_.tensor(i));
+    return;
+  }
+  const CounterRng rng(static_cast<uint64_t>(config_.seed));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Tensor whole = Tensor::empty(specs[i].shape, DType::F32);
+    ParameterSet::initialise_tensor(specs[i], whole, rng);
+    shards_[i].slice(whole, params_.tensor(i));
+  }
+}
+
+std::vector<Tensor> Trainer::whole_tensors(const std::vector<Tensor>& shards) {
+  std::vector<Tensor> whole;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    whole.push_back(Tensor::empty(shards_[i].full_shape(), DType::F32));
+    tensor_.assemble(shards_[i], shards[i], whole.back());
+  }
+  return whole;
+}
+
+void Trainer::keep_shards(const std::vector<Tensor>& whole, std::vector<Tensor>& shards) const {
+  for (size_t i = 0; i < shards.size(); ++i) shards_[i].slice(whole[i], shards[i]);
+}
+
+ExactSquareSum Trainer::gradient_square_sum() {
+  // Split parameters' squares are summed over the tensor-parallel group; replicated ones are the
+  // same on every rank of it and count once.
+  std::vector<Tensor> split, replicated;
+  const std::vector<ParameterRange>& ranges = optimizer_->ranges();
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    (shards_[ranges[r].parameter].split() ? split : replicated).push_back(range_grads_[r]);
+  }
+  ExactSquareSum squares = square_sum(replicated, *dispatcher_);
+  if (tensor_.degree() > 1) squares.merge(tensor_.sum(square_sum(split, *dispatcher_)));
+  return zero_ ? parallel_.sum(squares) : squares;
 }
 
 double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
@@ -244,9 +311,7 @@ StepMetrics Trainer::step() {
     for (Tensor& grad : range_grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
   }
   // Exact, so a sharded optimizer's ranks find the norm (and skip or clip) exactly as one process does.
-  ExactSquareSum squares = square_sum(range_grads_, *dispatcher_);
-  if (zero_) squares = parallel_.sum(squares);
-  metrics.grad_norm = std::sqrt(squares.value());
+  metrics.grad_norm = std::sqrt(gradient_square_sum().value());
   if (scaler_.dynamic()) metrics.loss_scale = loss_scale;
   const bool finite = std::isfinite(metrics.grad_norm);
   if (scaler_.update(finite) && finite) {
@@ -280,7 +345,7 @@ StepMetrics Trainer::step() {
 double Trainer::model_flops_per_token() const {
   // PaLM's (and llm.c's) count: 6 per parameter, forward and backward, plus attention's 12 L C T.
   const GPT2Config& m = config_.model;
-  return 6.0 * static_cast<double>(params_.count()) +
+  return 6.0 * static_cast<double>(m.num_parameters()) +
          12.0 * static_cast<double>(m.n_layer * m.n_embd * m.block_size);
 }
 
@@ -326,7 +391,17 @@ void Trainer::save_checkpoint() {
       for (size_t b = 0; b < moments->size(); ++b) parallel_.sum_async(moments->bucket(b)).wait();
     }
   }
-  if (!parallel_.reports()) return;  // rank 0 writes
+  // Whole tensors on every rank of a tensor-parallel group (each sends its shards), rank 0 writes.
+  std::optional<ParameterSet> whole_params;
+  std::vector<Tensor> first_moments = first.grads(), second_moments = second.grads();
+  if (tensor_.degree() > 1) {
+    whole_params.emplace(gpt2_param_specs(config_.model));
+    std::vector<Tensor> params = whole_tensors(param_tensors_);
+    for (size_t i = 0; i < params.size(); ++i) whole_params->tensor(i).copy_from(params[i]);
+    first_moments = whole_tensors(first_moments);
+    second_moments = whole_tensors(second_moments);
+  }
+  if (!parallel_.reports()) return;
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
@@ -337,7 +412,8 @@ void Trainer::save_checkpoint() {
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;
   state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
-  save_training_checkpoint(config_.run_dir, state, {params_, first.grads(), second.grads()},
+  save_training_checkpoint(config_.run_dir, state,
+                           {whole_params ? *whole_params : params_, first_moments, second_moments},
                            static_cast<int>(config_.checkpoint_keep));
 }
 
@@ -345,7 +421,22 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
-  load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
+  if (tensor_.degree() == 1) {
+    load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
+  } else {
+    ParameterSet whole_params(gpt2_param_specs(config_.model));
+    std::vector<Tensor> first_moments, second_moments;
+    for (const ParameterShard& shard : shards_) {
+      first_moments.push_back(Tensor::empty(shard.full_shape(), DType::F32));
+      second_moments.push_back(Tensor::empty(shard.full_shape(), DType::F32));
+    }
+    load_training_tensors(checkpoint, {whole_params, first_moments, second_moments});
+    std::vector<Tensor> params = tensors_of(whole_params), first_shards = first.grads(),
+                        second_shards = second.grads();
+    keep_shards(params, param_tensors_);
+    keep_shards(first_moments, first_shards);
+    keep_shards(second_moments, second_shards);
+  }
   optimizer_->import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
@@ -392,12 +483,20 @@ int Trainer::run() {
     write_file_atomic(run_dir / "config.toml", to_toml(config_));
     write_plan_record(run_dir, plan_);
     // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
-    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps, /*progress_bar=*/parallel_.degree() == 1,
+    log.emplace((run_dir / "metrics.jsonl").string(), config_.steps,
+                /*progress_bar=*/parallel_.degree() * tensor_.degree() == 1,
                 completed_steps_);
   }
   print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
-                    config_.model.block_size, static_cast<double>(params_.count()) / 1e6));
+                    config_.model.block_size, static_cast<double>(config_.model.num_parameters()) / 1e6));
+  if (tensor_.degree() > 1) {
+    print(fmt::format("tensor parallel: {} ranks per layer (c_attn and c_fc by columns, {} heads each; c_proj by "
+                      "rows; the embedding and the loss by vocabulary shards of up to {} rows); {:.2f}M parameters "
+                      "per rank\n",
+                      tensor_.degree(), config_.model.n_head / tensor_.degree(),
+                      gpt2_vocab_shard(config_.model, tensor_.degree()), static_cast<double>(params_.count()) / 1e6));
+  }
   if (parallel_.degree() > 1) {
     print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; {} bucket(s) of up "
                       "to {:g} MiB, {}; ZeRO-{}: gradient buffers {:.2f} MiB, optimizer state {:.2f} MiB per rank\n",
@@ -432,8 +531,7 @@ int Trainer::run() {
     metrics.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log) log->record(metrics, completed_steps_ - first_step);
     // Every rank learns of a signal any rank got, so all stop after the same step.
-    std::vector<double> signals = parallel_.gather({static_cast<double>(StopSignals::received())}, parallel_.degree());
-    stopped_by = static_cast<int>(*std::max_element(signals.begin(), signals.end()));
+    stopped_by = parallel_.agree_on_stop(StopSignals::received());
     if (last || stopped_by != 0 || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
       save_checkpoint();
     }

@@ -14,6 +14,7 @@
 #include "parallel/gradient_buckets.h"
 #include "parallel/gradient_reduction.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/tensor_parallel_group.h"
 #include "parallel/zero_partition.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
@@ -26,8 +27,9 @@ namespace strata {
 
 class Trainer {
  public:
-  // `parallel` spreads each step over ranks; the default is one process.
-  explicit Trainer(TrainConfig config, DataParallel parallel = {});
+  // `parallel` spreads each step's micro-batches over data-parallel ranks and
+  // `tensor` each layer over tensor-parallel ranks; the defaults are one process.
+  explicit Trainer(TrainConfig config, DataParallel parallel = {}, TensorParallel tensor = {});
 
   // Trains from the current step to train.steps, validating and saving on
   // schedule and at the end. Prints the fallback summary. Returns 0, or the
@@ -48,6 +50,12 @@ class Trainer {
 
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
+  void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
+  // Under tensor parallelism, checkpoints hold whole tensors: assembled from
+  // every rank's shards to save, sliced to this rank's shards after loading.
+  std::vector<Tensor> whole_tensors(const std::vector<Tensor>& shards);
+  void keep_shards(const std::vector<Tensor>& whole, std::vector<Tensor>& shards) const;
+  ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
@@ -59,6 +67,8 @@ class Trainer {
 
   TrainConfig config_;
   DataParallel parallel_;
+  TensorParallel tensor_;
+  std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
   std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line

@@ -1,4 +1,5 @@
-// embedding (row gather) and embedding_backward. The backward sorts positions
+// embedding (row gather) and embedding_backward, over the whole vocabulary or
+// a shard of it (ops/vocab_shard.h). The backward sorts positions
 // by id first (a stable counting sort), so each dweight row is summed by one
 // thread in position order: deterministic without atomics.
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
+#include "ops/vocab_shard.h"
 
 namespace strata::cpu {
 
@@ -16,15 +18,22 @@ namespace {
 constexpr int64_t kPositionGrain = 64;
 constexpr int64_t kVocabGrain = 64;
 
-void embedding(const Tensors& in, const Tensors& out, const Attrs&) {
+void embedding(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   const float* weight = in[0].data<float>();
-  int64_t vocab = in[0].size(0), channels = in[0].size(1);
-  check_indices("embedding", "ids", in[1], vocab);
+  const VocabShard shard = vocab_shard("embedding", attrs, in[0].size(0));
+  int64_t channels = in[0].size(1);
+  check_indices("embedding", "ids", in[1], shard.size);
   float* result = out[0].data<float>();
   size_t row_bytes = static_cast<size_t>(channels) * sizeof(float);
   with_indices(in[1], [&](const auto* ids) {
     parallel_chunks(in[1].numel(), kPositionGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) std::memcpy(result + p * channels, weight + ids[p] * channels, row_bytes);
+      for (int64_t p = begin; p < end; ++p) {
+        if (shard.holds(ids[p])) {
+          std::memcpy(result + p * channels, weight + (ids[p] - shard.start) * channels, row_bytes);
+        } else {
+          std::memset(result + p * channels, 0, row_bytes);
+        }
+      }
     });
   });
 }
@@ -53,18 +62,24 @@ STRATA_CPU_CLONES void sum_embedding_rows(const float* dout, int64_t channels, c
 
 void embedding_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   const float* dout = in[0].data<float>();
-  int64_t vocab = attrs.get_int("num_embeddings");
+  const VocabShard shard = vocab_shard("embedding_backward", attrs, attrs.get_int("num_embeddings"));
+  const int64_t vocab = shard.rows;
   int64_t channels = out[0].size(1);
   int64_t positions = in[1].numel();
-  check_indices("embedding_backward", "ids", in[1], vocab);
+  check_indices("embedding_backward", "ids", in[1], shard.size);
   int64_t* starts = call_scratch<int64_t>(0, static_cast<size_t>(vocab + 1));
   int64_t* order = call_scratch<int64_t>(1, static_cast<size_t>(positions));
   with_indices(in[1], [&](const auto* ids) {
     std::memset(starts, 0, static_cast<size_t>(vocab + 1) * sizeof(int64_t));
-    for (int64_t p = 0; p < positions; ++p) ++starts[ids[p] + 1];
+    // Positions whose id another shard holds are left out.
+    for (int64_t p = 0; p < positions; ++p) {
+      if (shard.holds(ids[p])) ++starts[ids[p] - shard.start + 1];
+    }
     for (int64_t v = 0; v < vocab; ++v) starts[v + 1] += starts[v];
     // Place positions, then shift the bounds back: starts[v] ends at v's end.
-    for (int64_t p = 0; p < positions; ++p) order[starts[ids[p]]++] = p;
+    for (int64_t p = 0; p < positions; ++p) {
+      if (shard.holds(ids[p])) order[starts[ids[p] - shard.start]++] = p;
+    }
     for (int64_t v = vocab; v > 0; --v) starts[v] = starts[v - 1];
     starts[0] = 0;
   });

@@ -1,0 +1,201 @@
+#include "parallel/tensor_parallel.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "ops/vocab_shard.h"
+
+namespace strata {
+
+namespace {
+
+// Where a value's elements live across the tensor-parallel group.
+enum class Placement {
+  Replicated,    // all of it on every rank
+  SplitColumns,  // a column-parallel weight or bias, or an activation split along its last dim (heads, features)
+  SplitRows,     // a row-parallel weight
+  SplitVocab,    // vocabulary rows of an embedding table, or vocabulary columns of the logits
+};
+
+class TensorParallelPass {
+ public:
+  TensorParallelPass(const Graph& forward, const ShardingPlan& plan, const TensorParallelRank& tp)
+      : tp_(tp), rewriter_(forward, [&](const Value& param) {
+          shards_.emplace(param.name, ParameterShard(param.name, param.meta.shape, plan.rule_for(param.name), tp));
+          return TensorMeta{shards_.at(param.name).shape(), param.meta.dtype};
+        }) {
+    for (int id = 0; id < forward.num_values(); ++id) {
+      const Value& value = forward.value(id);
+      if (value.kind == ValueKind::Param) placement_[id] = placement_of(shards_.at(value.name));
+    }
+  }
+
+  GraphRewriter::Result run() && {
+    const Graph& source = rewriter_.source();
+    for (int id = 0; id < source.num_nodes(); ++id) place_node(id);
+    return std::move(rewriter_).finish();
+  }
+
+ private:
+  static Placement placement_of(const ParameterShard& shard) {
+    if (!shard.split()) return Placement::Replicated;
+    switch (shard.style()) {
+      case ShardStyle::ColumnParallel: return Placement::SplitColumns;
+      case ShardStyle::RowParallel: return Placement::SplitRows;
+      case ShardStyle::VocabParallel: return Placement::SplitVocab;
+      case ShardStyle::Replicated: break;
+    }
+    return Placement::Replicated;
+  }
+
+  Placement placement(int source_value) const {
+    auto found = placement_.find(source_value);
+    return found == placement_.end() ? Placement::Replicated : found->second;
+  }
+
+  Attrs group_attrs() const { return {{"group", tp_.group}, {"ranks", int64_t{tp_.degree}}}; }
+
+  Graph& target() { return rewriter_.target(); }
+  const Node& node(int id) const { return rewriter_.source().node(id); }
+
+  // Maps the node's outputs to `outputs`, each with placement `where`.
+  void produce(const Node& n, const std::vector<int>& outputs, Placement where) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      rewriter_.set_resized(n.outputs[i], outputs[i]);
+      placement_[n.outputs[i]] = where;
+    }
+  }
+
+  [[noreturn]] void refuse(const Node& n, const std::string& why) const {
+    fail("tensor parallelism (parallel.tp = {}): node '{}' (op '{}') {}", tp_.degree, n.label, n.op, why);
+  }
+
+  void place_node(int id) {
+    const Node& n = node(id);
+    bool all_replicated = true;
+    for (int input : n.inputs) all_replicated = all_replicated && placement(input) == Placement::Replicated;
+    if (n.op == "linear" && placement(n.inputs[1]) == Placement::SplitColumns) return column_linear(n);
+    if (n.op == "linear" && placement(n.inputs[1]) == Placement::SplitRows) return row_linear(n);
+    if (n.op == "embedding" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_embedding(n);
+    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitVocab) return vocab_head(n);
+    if (n.op == "cross_entropy" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_loss(n);
+    if (n.op == "attention" && placement(n.inputs[0]) == Placement::SplitColumns) return local_heads(n);
+    if (all_replicated) {
+      rewriter_.copy_node(id);
+      return;
+    }
+    if (n.op == "cast" || n.op == "gelu" || n.op == "scale") return elementwise(n, placement(n.inputs[0]));
+    if (n.op == "add" && placement(n.inputs[0]) == placement(n.inputs[1]) &&
+        placement(n.inputs[0]) == Placement::SplitColumns) {
+      return elementwise(n, Placement::SplitColumns);
+    }
+    refuse(n, "reads a split value in a way the tensor-parallel pass does not know how to place");
+  }
+
+  std::vector<int> inputs_of(const Node& n) const {
+    std::vector<int> inputs;
+    for (int input : n.inputs) inputs.push_back(rewriter_.map(input));
+    return inputs;
+  }
+
+  void elementwise(const Node& n, Placement where) {
+    if (auto table = logits_table_.find(n.inputs[0]); table != logits_table_.end()) {
+      logits_table_[n.outputs[0]] = table->second;  // cast logits
+    }
+    produce(n, target().apply(n.op, inputs_of(n), n.attrs, n.label), where);
+  }
+
+  int copy_to_group(int value, const std::string& label) {
+    return target().apply1("copy_to_group", {value}, group_attrs(), label + ".copy_to_tp");
+  }
+
+  int all_reduce(int value, const std::string& label) {
+    return target().apply1("all_reduce", {value}, group_attrs(), label + ".all_reduce_tp");
+  }
+
+  void column_linear(const Node& n) {
+    if (placement(n.inputs[0]) != Placement::Replicated) refuse(n, "is column-parallel but its input is split");
+    if (placement(n.inputs[2]) != Placement::SplitColumns) refuse(n, "is column-parallel but its bias is not");
+    std::vector<int> inputs = inputs_of(n);
+    inputs[0] = copy_to_group(inputs[0], n.label);
+    produce(n, target().apply("linear", inputs, n.attrs, n.label), Placement::SplitColumns);
+  }
+
+  void row_linear(const Node& n) {
+    if (placement(n.inputs[0]) != Placement::SplitColumns) refuse(n, "is row-parallel but its input is not split");
+    if (placement(n.inputs[2]) != Placement::Replicated) refuse(n, "is row-parallel but its bias is split");
+    std::vector<int> inputs = inputs_of(n);
+    int partial = target().apply1("matmul", {inputs[0], inputs[1]}, {{"trans_a", false}, {"trans_b", false}}, n.label);
+    // The bias joins after the sum, so it is added once, not once per rank.
+    int sum = all_reduce(partial, n.label);
+    produce(n, {target().apply1("add", {sum, inputs[2]}, {}, n.label + ".bias")}, Placement::Replicated);
+  }
+
+  void local_heads(const Node& n) {
+    const int64_t heads = n.attrs.get_int("n_head");
+    if (heads % tp_.degree != 0) {
+      refuse(n, fmt::format("has {} heads, which parallel.tp = {} does not divide", heads, tp_.degree));
+    }
+    Attrs attrs = n.attrs;
+    attrs.set("n_head", heads / tp_.degree);
+    produce(n, target().apply(n.op, inputs_of(n), attrs, n.label), Placement::SplitColumns);
+  }
+
+  VocabShard vocab_of(int table) const {
+    const ParameterShard& shard = shards_.at(rewriter_.source().value(table).name);
+    return {shard.first_row(), shard.shape()[0], shard.full_shape()[0]};
+  }
+
+  // The parameter behind a (possibly cast) vocab-parallel value.
+  int vocab_table(int value) const {
+    const Graph& source = rewriter_.source();
+    while (source.value(value).kind != ValueKind::Param) {
+      const Node& producer = source.node(source.value(value).producer);
+      STRATA_CHECK(producer.op == "cast", "vocab-parallel value '{}' made by op '{}'", source.value(value).name,
+                   producer.op);
+      value = producer.inputs[0];
+    }
+    return value;
+  }
+
+  void vocab_embedding(const Node& n) {
+    Attrs attrs = n.attrs;
+    set_vocab_shard(attrs, vocab_of(vocab_table(n.inputs[0])));
+    int partial = target().apply1("embedding", inputs_of(n), attrs, n.label);
+    produce(n, {all_reduce(partial, n.label)}, Placement::Replicated);
+  }
+
+  void vocab_head(const Node& n) {
+    if (!n.attrs.get_bool("trans_b") || n.attrs.get_bool("trans_a")) {
+      refuse(n, "multiplies by a vocab-parallel table other than as the tied LM head (a b^T)");
+    }
+    if (placement(n.inputs[0]) != Placement::Replicated) refuse(n, "is the LM head but its input is split");
+    std::vector<int> inputs = inputs_of(n);
+    inputs[0] = copy_to_group(inputs[0], n.label);
+    logits_table_[n.outputs[0]] = vocab_table(n.inputs[1]);
+    produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::SplitVocab);
+  }
+
+  void vocab_loss(const Node& n) {
+    auto table = logits_table_.find(n.inputs[0]);
+    if (table == logits_table_.end()) refuse(n, "reads vocabulary-split logits not made by the LM head");
+    Attrs attrs = group_attrs();
+    set_vocab_shard(attrs, vocab_of(table->second));
+    produce(n, target().apply(n.op, inputs_of(n), attrs, n.label), Placement::Replicated);
+  }
+
+  TensorParallelRank tp_;
+  std::map<std::string, ParameterShard> shards_;  // filled while the rewriter copies the params
+  GraphRewriter rewriter_;
+  std::map<int, Placement> placement_;  // of source values; absent: replicated
+  std::map<int, int> logits_table_;     // vocabulary-split logits -> the table that made them
+};
+
+}  // namespace
+
+GraphRewriter::Result parallelize_tensors(const Graph& forward, const ShardingPlan& plan,
+                                          const TensorParallelRank& tp) {
+  return TensorParallelPass(forward, plan, tp).run();
+}
+
+}  // namespace strata

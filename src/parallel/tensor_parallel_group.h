@@ -1,0 +1,37 @@
+#pragma once
+// Tensor parallelism as the trainer sees it: this rank's place in its
+// tensor-parallel group (for the graph pass, parallel/tensor_parallel.h), the
+// exact sum of the split parameters' square sums over the group (so the
+// gradient norm is one process's), and whole parameters assembled from every
+// rank's shard (checkpoints are whole tensors). One process is the same object
+// with a degree of 1.
+#include <optional>
+
+#include "comm/communicator.h"
+#include "core/exact_square_sum.h"
+#include "parallel/tensor_parallel.h"
+
+namespace strata {
+
+class TensorParallel {
+ public:
+  TensorParallel() = default;  // one rank
+  // The tensor-parallel group of this rank (DeviceMesh::group(MeshDimension::Tensor)).
+  explicit TensorParallel(comm::Communicator group);
+
+  int degree() const { return group_ ? group_->size() : 1; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  TensorParallelRank graph_rank() const { return {degree(), rank(), "tp"}; }
+
+  ExactSquareSum sum(const ExactSquareSum& mine);
+  // full = the whole parameter, from every rank's `shard` (f32; shards may differ in size).
+  void assemble(const ParameterShard& mine, const Tensor& shard, Tensor& full);
+
+ private:
+  std::optional<comm::Communicator> group_;
+};
+
+// The exact sum over a group's ranks of their exact square sums.
+ExactSquareSum exact_sum_over(comm::Communicator& group, const ExactSquareSum& mine);
+
+}  // namespace strata

@@ -1,0 +1,135 @@
+#pragma once
+// Launching `strata train` (one process, or ranks under mpirun) from tests and
+// reading what a run left: metrics.jsonl, checkpoint files, parameters.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "support/tiny_corpus.h"
+
+namespace strata::testing {
+
+struct LaunchResult {
+  int exit_code;
+  std::string output;
+};
+
+// Every launch is bounded: a rank that hangs fails the test instead of CI.
+inline LaunchResult shell(const std::string& command) {
+  FILE* pipe = popen(("timeout --kill-after=10 180 " + command + " 2>&1").c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t read = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, read);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+inline std::string mpirun(int ranks) {
+  return std::string(STRATA_MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " +
+         std::to_string(ranks) + " ";
+}
+
+inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+inline std::string bytes_of(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A suite of `strata train` runs: one temporary root holding a tiny corpus and
+// the suite's config (20 steps of a 2-layer model whose [model] section the
+// suite gives), each run in its own directory under it.
+class TrainRunSuite : public ::testing::Test {
+ protected:
+  static void set_up_suite(const std::string& suite, const std::string& model_section) {
+    root_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                      ("strata_" + suite + "_" + std::to_string(::getpid())));
+    std::filesystem::path data = prepare_tiny_corpus(*root_, 600);
+    std::ofstream config(*root_ / "tiny.toml");
+    config << "[model]\n" << model_section << "[data]\ndir = \"" << data.string() << "\"\n"
+           << "[ops]\nthreads = 1\n"
+           << "[train]\nsteps = 20\nwarmup_steps = 3\nlr = 3e-3\nlr_min = 3e-4\ngrad_clip = 0.5\n"
+           << "val_every = 10\nval_batches = 3\n"
+           << "[checkpoint]\nevery = 0\nresume = false\n";
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*root_);
+    delete root_;
+    root_ = nullptr;
+  }
+
+  // `launcher` is "" (one process) or mpirun(N); returns the run directory.
+  std::filesystem::path train(const std::string& name, const std::string& launcher, const std::string& settings) {
+    std::filesystem::path run_dir = *root_ / name;
+    LaunchResult run = shell(launcher + STRATA_EXECUTABLE + " train " + config() + " --set checkpoint.dir=" +
+                             run_dir.string() + " " + settings);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    last_output_ = run.output;
+    return run_dir;
+  }
+
+  static std::string config() { return (*root_ / "tiny.toml").string(); }
+  static const std::filesystem::path& root() { return *root_; }
+
+  std::string last_output_;  // of the latest train()
+
+ private:
+  static inline std::filesystem::path* root_ = nullptr;
+};
+
+// Largest |want - got| and largest |want| over elements [begin, end).
+inline std::pair<double, double> worst_and_largest(const Tensor& want, const Tensor& got, int64_t begin, int64_t end) {
+  double worst = 0, largest = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    largest = std::max(largest, std::abs(double(want.data<float>()[i])));
+    worst = std::max(worst, std::abs(double(want.data<float>()[i]) - double(got.data<float>()[i])));
+  }
+  return {worst, largest};
+}
+
+// Every tensor of `got` within `tolerance` of the largest value of the same tensor in `want`.
+// One exception, checked for what it is: the key part of c_attn's bias has an exactly zero
+// gradient (adding a constant to every key leaves each softmax row unchanged), so it holds only
+// Adam's normalised rounding noise, which any other summation order changes. It must stay at
+// noise level in both runs.
+inline void expect_parameters_close(const std::filesystem::path& want_file, const std::filesystem::path& got_file,
+                                    double tolerance, const std::string& what) {
+  TensorMap reference = read_safetensors(want_file);
+  TensorMap got = read_safetensors(got_file);
+  ASSERT_EQ(reference.size(), got.size()) << what;
+  for (const auto& [name, tensor] : got) {
+    const Tensor& want = reference.at(name);
+    const int64_t n = want.numel();
+    if (name.ends_with("attn.c_attn.bias")) {
+      const int64_t c = n / 3;
+      for (int64_t begin : {int64_t{0}, 2 * c}) {  // queries, values
+        auto [worst, largest] = worst_and_largest(want, tensor, begin, begin + c);
+        EXPECT_LE(worst, tolerance * largest) << what << ", " << name << " from " << begin;
+      }
+      double query_scale = worst_and_largest(want, tensor, 0, c).second;
+      Tensor zero = Tensor::zeros(want.shape(), DType::F32);
+      for (const Tensor* run : {&want, &tensor}) {
+        EXPECT_LE(worst_and_largest(zero, *run, c, 2 * c).first, 1e-3 * query_scale) << what << ", " << name << " keys";
+      }
+      continue;
+    }
+    auto [worst, largest] = worst_and_largest(want, tensor, 0, n);
+    EXPECT_LE(worst, tolerance * largest) << what << ", " << name;
+  }
+}
+
+}  // namespace strata::testing
