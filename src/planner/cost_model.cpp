@@ -286,12 +286,13 @@ double CostModel::stage_params(const PlanFigures& figures, int stage, int layers
   return params;
 }
 
-double CostModel::in_flight(const PlanFigures& figures, int stage) {
-  double kept = std::min(figures.m, static_cast<double>(figures.p - stage));
-  if (figures.plan.schedule == PipelineSchedule::GPipe) return figures.m;
-  if (figures.plan.schedule == PipelineSchedule::Interleaved)
-    kept *= 1.0 + (figures.p - 1.0) / (static_cast<double>(figures.p) * figures.v);
-  return std::min(figures.m, kept);
+double CostModel::in_flight(const PlanFigures& figures, int stage) const {
+  // The schedule's own warm-up (pipeline_schedule.h): the forwards a stage runs before its first
+  // backward, plus the one it runs with it, each of a model chunk (1/v of the stage).
+  const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v, static_cast<int>(problem_.model.n_layer)};
+  const PipelinePhases phases = pipeline_phases(figures.plan.schedule, shape, stage);
+  const int chunks = std::min(phases.warmup + 1, phases.warmup + phases.steady);
+  return std::min(figures.m, static_cast<double>(chunks) / figures.v);
 }
 
 MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {

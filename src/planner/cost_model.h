@@ -99,7 +99,7 @@ class CostModel {
 
   // What those steps share.
   static double stage_params(const PlanFigures& figures, int stage, int layers);  // on one device
-  static double in_flight(const PlanFigures& figures, int stage);  // micro-batches whose activations it keeps
+  double in_flight(const PlanFigures& figures, int stage) const;  // micro-batches whose activations it keeps
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch that the stage's compute does not hide.

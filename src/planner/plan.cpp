@@ -11,25 +11,6 @@ double TimeBreakdown::total() const {
          optimizer;
 }
 
-std::string_view schedule_name(PipelineSchedule schedule) {
-  switch (schedule) {
-    case PipelineSchedule::GPipe:
-      return "gpipe";
-    case PipelineSchedule::OneFOneB:
-      return "1f1b";
-    case PipelineSchedule::Interleaved:
-      return "interleaved";
-  }
-  return "?";
-}
-
-PipelineSchedule parse_schedule(std::string_view text, std::string_view what) {
-  for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved}) {
-    if (text == schedule_name(s)) return s;
-  }
-  fail("{}: pipeline schedule must be gpipe, 1f1b or interleaved, got '{}'", what, text);
-}
-
 std::string ParallelPlan::describe() const {
   std::string text = fmt::format("dp={} tp={} pp={}{} mb={}x{} zero={} recompute={}", dp, tp, pp, sp ? " sp" : "",
                                  micro_batch, micro_batches, zero, recompute_mode_name(recompute));

@@ -3,13 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "parallel/pipeline_schedule.h"
 #include "planner/workload.h"
 
 namespace strata {
-
-enum class PipelineSchedule { GPipe, OneFOneB, Interleaved };
-std::string_view schedule_name(PipelineSchedule schedule);  // "gpipe", "1f1b", "interleaved"
-PipelineSchedule parse_schedule(std::string_view text, std::string_view what);
 
 // Devices are ordered tensor-parallel rank fastest, then data-parallel, then
 // pipeline stage (Megatron's order), filling a node before the next.

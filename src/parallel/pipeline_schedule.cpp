@@ -1,0 +1,193 @@
+#include "parallel/pipeline_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+
+// Forward or backward number k of a stage (0-based, in the order the stage runs them) as a
+// (micro-batch, chunk): without interleaving, micro-batch k of chunk 0; interleaved, Megatron's
+// order: groups of p micro-batches pass through chunk 0, then chunk 1, ..., (backwards through the
+// chunks in reverse).
+std::pair<int, int> work_item(PipelineSchedule schedule, const PipelineShape& shape, int k, bool forward) {
+  if (schedule != PipelineSchedule::Interleaved) return {k, 0};
+  const int p = shape.stages, v = shape.virtual_stages;
+  const int in_group = k % (p * v);
+  int chunk = in_group / p;
+  if (!forward) chunk = v - 1 - chunk;
+  return {(k / (p * v)) * p + in_group % p, chunk};
+}
+
+struct Part {
+  int stage = 0;
+  int chunk = 0;
+};
+
+// Model part q = c·p + s lives on stage q mod p as chunk q / p.
+Part part_at(int part, int stages) { return {part % stages, part / stages}; }
+
+}  // namespace
+
+std::string_view schedule_name(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::GPipe: return "gpipe";
+    case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+PipelineSchedule parse_schedule(std::string_view text, std::string_view what) {
+  for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved}) {
+    if (text == schedule_name(s)) return s;
+  }
+  fail("{}: pipeline schedule must be gpipe, 1f1b or interleaved, got '{}'", what, text);
+}
+
+std::string_view pipeline_op_name(PipelineOp op) {
+  switch (op) {
+    case PipelineOp::Forward: return "forward";
+    case PipelineOp::Backward: return "backward";
+    case PipelineOp::SendActivation: return "send activation";
+    case PipelineOp::ReceiveActivation: return "receive activation";
+    case PipelineOp::SendGradient: return "send gradient";
+    case PipelineOp::ReceiveGradient: return "receive gradient";
+  }
+  return "?";
+}
+
+void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape) {
+  const int p = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
+  if (p < 1) fail("key 'parallel.pp' must be at least 1, got {}", p);
+  if (m < 1) fail("a pipeline needs at least one micro-batch per step, got {}", m);
+  if (v < 1) fail("key 'parallel.virtual_stages' must be at least 1, got {}", v);
+  if (schedule != PipelineSchedule::Interleaved && v != 1) {
+    fail("key 'parallel.virtual_stages' is {} but parallel.schedule is \"{}\": model chunks per stage need the "
+         "interleaved schedule",
+         v, schedule_name(schedule));
+  }
+  if (p * v > shape.layers) {
+    fail("parallel.pp ({}) × parallel.virtual_stages ({}) = {} pipeline parts, but the model has {} layers: every "
+         "part needs at least one",
+         p, v, p * v, shape.layers);
+  }
+  if (schedule == PipelineSchedule::Interleaved) {
+    if (p < 2) fail("parallel.schedule = \"interleaved\" needs parallel.pp of at least 2, got {}", p);
+    if (m % p != 0) {
+      fail("parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pp ({}), but a step has {} "
+           "per replica (train.global_batch / (train.batch_size × data-parallel ranks)): not a multiple",
+           p, m);
+    }
+  }
+}
+
+PipelinePhases pipeline_phases(PipelineSchedule schedule, const PipelineShape& shape, int stage) {
+  const int p = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
+  const int total = schedule == PipelineSchedule::Interleaved ? m * v : m;
+  int warmup = total;
+  if (schedule == PipelineSchedule::OneFOneB) warmup = std::min(p - stage - 1, m);
+  if (schedule == PipelineSchedule::Interleaved) warmup = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  return {warmup, total - warmup, warmup};
+}
+
+std::vector<std::vector<PipelineAction>> pipeline_actions(PipelineSchedule schedule, const PipelineShape& shape) {
+  check_pipeline_shape(schedule, shape);
+  const int p = shape.stages, parts = shape.stages * shape.virtual_stages;
+  std::vector<std::vector<PipelineAction>> actions(static_cast<size_t>(p));
+  for (int stage = 0; stage < p; ++stage) {
+    std::vector<PipelineAction>& list = actions[static_cast<size_t>(stage)];
+    auto forward = [&](int k) {
+      auto [micro, chunk] = work_item(schedule, shape, k, /*forward=*/true);
+      const int part = chunk * p + stage;
+      if (part > 0) {
+        Part from = part_at(part - 1, p);
+        list.push_back({PipelineOp::ReceiveActivation, micro, chunk, from.stage, from.chunk});
+      }
+      list.push_back({PipelineOp::Forward, micro, chunk});
+      if (part + 1 < parts) {
+        Part to = part_at(part + 1, p);
+        list.push_back({PipelineOp::SendActivation, micro, chunk, to.stage, to.chunk});
+      }
+    };
+    auto backward = [&](int k) {
+      auto [micro, chunk] = work_item(schedule, shape, k, /*forward=*/false);
+      const int part = chunk * p + stage;
+      if (part + 1 < parts) {
+        Part from = part_at(part + 1, p);
+        list.push_back({PipelineOp::ReceiveGradient, micro, chunk, from.stage, from.chunk});
+      }
+      list.push_back({PipelineOp::Backward, micro, chunk});
+      if (part > 0) {
+        Part to = part_at(part - 1, p);
+        list.push_back({PipelineOp::SendGradient, micro, chunk, to.stage, to.chunk});
+      }
+    };
+    const PipelinePhases phases = pipeline_phases(schedule, shape, stage);
+    for (int k = 0; k < phases.warmup; ++k) forward(k);
+    for (int i = 0; i < phases.steady; ++i) {
+      forward(phases.warmup + i);
+      backward(i);
+    }
+    for (int i = phases.steady; i < phases.steady + phases.cooldown; ++i) backward(i);
+  }
+  return actions;
+}
+
+PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& actions,
+                                     const PipelineTimes& times) {
+  const size_t p = actions.size();
+  STRATA_CHECK(times.forward.size() == p && times.backward.size() == p, "pipeline times for {} stages, {} given", p,
+               times.forward.size());
+  // A transfer is named by (activation?, micro-batch, receiving stage, receiving chunk).
+  using Transfer = std::tuple<bool, int, int, int>;
+  std::map<Transfer, double> sent;  // -> when the data has arrived
+  std::vector<size_t> next(p, 0);
+  std::vector<double> clock(p, 0.0);
+  PipelineSimulation result;
+  result.busy_s.assign(p, 0.0);
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (size_t s = 0; s < p; ++s) {
+      while (next[s] < actions[s].size()) {
+        const PipelineAction& a = actions[s][next[s]];
+        const int stage = static_cast<int>(s);
+        if (a.op == PipelineOp::ReceiveActivation || a.op == PipelineOp::ReceiveGradient) {
+          auto found = sent.find({a.op == PipelineOp::ReceiveActivation, a.micro_batch, stage, a.chunk});
+          if (found == sent.end()) break;  // waits for the matching send
+          clock[s] = std::max(clock[s], found->second);
+          sent.erase(found);
+        } else if (a.op == PipelineOp::SendActivation || a.op == PipelineOp::SendGradient) {
+          sent[{a.op == PipelineOp::SendActivation, a.micro_batch, a.peer, a.peer_chunk}] = clock[s] + times.transfer;
+        } else {
+          const double seconds = a.op == PipelineOp::Forward ? times.forward[s] : times.backward[s];
+          clock[s] += seconds;
+          result.busy_s[s] += seconds;
+        }
+        ++next[s];
+        progressed = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (size_t s = 0; s < p; ++s) {
+    if (next[s] == actions[s].size()) continue;
+    const PipelineAction& a = actions[s][next[s]];
+    stuck += fmt::format("{}stage {}: {} of micro-batch {} (chunk {}) from stage {}", stuck.empty() ? "" : "; ", s,
+                         pipeline_op_name(a.op), a.micro_batch, a.chunk, a.peer);
+  }
+  if (!stuck.empty()) fail("pipeline schedule deadlocks: {}", stuck);
+  if (!sent.empty()) fail("pipeline schedule: {} transfer(s) sent but never received", sent.size());
+  result.finish_s = clock;
+  result.step_s = *std::max_element(clock.begin(), clock.end());
+  result.bubble_s = result.step_s - *std::max_element(result.busy_s.begin(), result.busy_s.end());
+  return result;
+}
+
+}  // namespace strata
