@@ -66,9 +66,10 @@ std::string find_on_path(const std::string& program) {
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.
 int train(const TrainConfig& config, bool profile) {
   if (!launched_by_mpirun()) {
-    for (auto [key, degree] : {std::pair{"parallel.dp", config.dp}, std::pair{"parallel.tp", config.tp}}) {
+    for (auto [key, degree] : {std::pair{"parallel.dp", config.dp}, std::pair{"parallel.tp", config.tp},
+                               std::pair{"parallel.pp", config.pp}}) {
       if (degree > 1) {
-        const int64_t ranks = std::max<int64_t>(config.dp, 1) * config.tp;
+        const int64_t ranks = std::max<int64_t>(config.dp, 1) * config.tp * config.pp;
         fail("key '{}' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
              "`--nproc {}`",
              key, degree, ranks, ranks);
@@ -80,15 +81,17 @@ int train(const TrainConfig& config, bool profile) {
   }
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
-  const int tp = static_cast<int>(config.tp);
-  if (world.size() % tp != 0) {
-    fail("key 'parallel.tp' ({}) must divide the {} ranks launched", tp, world.size());
+  const int tp = static_cast<int>(config.tp), pp = static_cast<int>(config.pp);
+  if (world.size() % (tp * pp) != 0) {
+    fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tp, pp,
+         world.size());
   }
-  const int dp = config.dp == 0 ? world.size() / tp : static_cast<int>(config.dp);
-  DeviceMesh mesh(world, {.dp = dp, .tp = tp, .pp = 1});
+  const int dp = config.dp == 0 ? world.size() / (tp * pp) : static_cast<int>(config.dp);
+  DeviceMesh mesh(world, {.dp = dp, .tp = tp, .pp = pp});
   MeshGroupsRegistration groups(mesh);  // the collective ops of a tensor-parallel graph run over these
   Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data), world),
-                  tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel());
+                  tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel(),
+                  pp > 1 ? PipelineParallel(mesh.group(MeshDimension::Pipeline)) : PipelineParallel());
   if (profile) trainer.enable_profiling();
   return trainer.run();
 }

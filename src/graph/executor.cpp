@@ -6,14 +6,7 @@ namespace strata {
 
 CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const std::set<int>& kept)
     : graph_(graph), dispatcher_(dispatcher), plan_(plan_memory(graph, kept)) {
-  arena_ = Buffer::allocate(plan_.arena_bytes);
-  tensors_.resize(static_cast<size_t>(graph.num_values()));
-  for (int id = 0; id < graph.num_values(); ++id) {
-    int64_t offset = plan_.offsets[static_cast<size_t>(id)];
-    if (offset < 0) continue;
-    const TensorMeta& meta = graph.value(id).meta;
-    tensors_[static_cast<size_t>(id)] = Tensor::borrow(arena_->data() + offset, meta.shape, meta.dtype);
-  }
+  slots_.push_back(make_slot());
   for (const Node& node : graph.nodes()) {
     const OpSchema& schema = OpRegistry::global().get(node.op);
     DType dtype = graph.value(node.inputs.at(schema.dtype_input)).meta.dtype;
@@ -22,7 +15,39 @@ CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const s
   timings_.resize(graph.nodes().size());
 }
 
+CompiledGraph::Slot CompiledGraph::make_slot() const {
+  Slot slot;
+  slot.arena = Buffer::allocate(plan_.arena_bytes);
+  slot.tensors.resize(static_cast<size_t>(graph_.num_values()));
+  for (int id = 0; id < graph_.num_values(); ++id) {
+    int64_t offset = plan_.offsets[static_cast<size_t>(id)];
+    if (offset < 0) continue;
+    const TensorMeta& meta = graph_.value(id).meta;
+    slot.tensors[static_cast<size_t>(id)] = Tensor::borrow(slot.arena->data() + offset, meta.shape, meta.dtype);
+  }
+  return slot;
+}
+
+void CompiledGraph::set_slots(int count) {
+  STRATA_CHECK(count >= 1, "a compiled graph needs at least one slot, asked for {}", count);
+  while (slots() > count) slots_.pop_back();
+  while (slots() < count) {
+    Slot slot = make_slot();
+    // New slots start with slot 0's bindings (params, shared inputs).
+    for (int id = 0; id < graph_.num_values(); ++id) {
+      if (graph_.value(id).kind != ValueKind::Intermediate) {
+        slot.tensors[static_cast<size_t>(id)] = slots_.front().tensors[static_cast<size_t>(id)];
+      }
+    }
+    slots_.push_back(std::move(slot));
+  }
+}
+
 void CompiledGraph::bind(int value, const Tensor& tensor) {
+  for (int slot = 0; slot < slots(); ++slot) bind(slot, value, tensor);
+}
+
+void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
   const Value& info = graph_.value(value);
   STRATA_CHECK(info.kind != ValueKind::Intermediate, "cannot bind intermediate value '{}'", info.name);
   if (tensor.shape() != info.meta.shape || tensor.dtype() != info.meta.dtype) {
@@ -30,28 +55,35 @@ void CompiledGraph::bind(int value, const Tensor& tensor) {
          shape_str(tensor.shape()), dtype_name(info.meta.dtype), shape_str(info.meta.shape));
   }
   STRATA_CHECK(tensor.is_contiguous(), "tensor bound to '{}' is not contiguous", info.name);
-  tensors_[static_cast<size_t>(value)] = tensor;
-  node_inputs_.clear();  // rebuilt lazily: views changed
+  Slot& target = slots_.at(static_cast<size_t>(slot));
+  target.tensors[static_cast<size_t>(value)] = tensor;
+  target.node_inputs.clear();  // rebuilt lazily: views changed
 }
 
-void CompiledGraph::run(const NodeHook& after_node) {
-  if (node_inputs_.empty()) {
-    for (int id = 0; id < graph_.num_values(); ++id) {
-      if (!tensors_[static_cast<size_t>(id)].defined()) fail("graph value '{}' is not bound", graph_.value(id).name);
-    }
-    node_outputs_.clear();
-    for (const Node& node : graph_.nodes()) {
-      Tensors inputs, outputs;
-      for (int input : node.inputs) inputs.push_back(tensors_[static_cast<size_t>(input)]);
-      for (int output : node.outputs) outputs.push_back(tensors_[static_cast<size_t>(output)]);
-      node_inputs_.push_back(std::move(inputs));
-      node_outputs_.push_back(std::move(outputs));
-    }
+void CompiledGraph::prepare(Slot& slot) const {
+  if (!slot.node_inputs.empty()) return;
+  for (int id = 0; id < graph_.num_values(); ++id) {
+    if (!slot.tensors[static_cast<size_t>(id)].defined()) fail("graph value '{}' is not bound", graph_.value(id).name);
   }
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  slot.node_outputs.clear();
+  for (const Node& node : graph_.nodes()) {
+    Tensors inputs, outputs;
+    for (int input : node.inputs) inputs.push_back(slot.tensors[static_cast<size_t>(input)]);
+    for (int output : node.outputs) outputs.push_back(slot.tensors[static_cast<size_t>(output)]);
+    slot.node_inputs.push_back(std::move(inputs));
+    slot.node_outputs.push_back(std::move(outputs));
+  }
+}
+
+void CompiledGraph::run_nodes(int slot_index, int begin, int end, const NodeHook& after_node) {
+  Slot& slot = slots_.at(static_cast<size_t>(slot_index));
+  prepare(slot);
+  STRATA_CHECK(begin >= 0 && begin <= end && end <= graph_.num_nodes(), "nodes [{}, {}) of a graph of {}", begin, end,
+               graph_.num_nodes());
+  for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     const Node& node = graph_.nodes()[i];
     auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    dispatcher_.execute(choices_[i], node_inputs_[i], node_outputs_[i], node.attrs);
+    dispatcher_.execute(choices_[i], slot.node_inputs[i], slot.node_outputs[i], node.attrs);
     if (profiling_) {
       timings_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++timings_[i].calls;
@@ -60,6 +92,8 @@ void CompiledGraph::run(const NodeHook& after_node) {
   }
 }
 
-Tensor CompiledGraph::tensor(int value) const { return tensors_.at(static_cast<size_t>(value)); }
+Tensor CompiledGraph::tensor(int slot, int value) const {
+  return slots_.at(static_cast<size_t>(slot)).tensors.at(static_cast<size_t>(value));
+}
 
 }  // namespace strata

@@ -22,13 +22,25 @@ class CompiledGraph {
   // `kept` values remain readable after run() (loss, gradients, logits).
   CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const std::set<int>& kept);
 
-  // Inputs and params are bound to tensors owned elsewhere (checked for shape and dtype).
+  // Slots are independent copies of the arena (and of the bound inputs), for
+  // micro-batches in flight at once (a pipeline stage runs a micro-batch's
+  // forward, other micro-batches, then its backward). One by default.
+  void set_slots(int count);
+  int slots() const { return static_cast<int>(slots_.size()); }
+
+  // Inputs and params are bound to tensors owned elsewhere (checked for shape
+  // and dtype), in every slot or in one.
   void bind(int value, const Tensor& tensor);
+  void bind(int slot, int value, const Tensor& tensor);
   // `after_node(id)` runs after each node's kernel (the data-parallel runtime
   // starts gradient reductions there).
   using NodeHook = std::function<void(int node)>;
-  void run(const NodeHook& after_node = {});
-  Tensor tensor(int value) const;  // the view of any value (intermediates: only while valid)
+  void run(const NodeHook& after_node = {}) { run_nodes(0, 0, graph_.num_nodes(), after_node); }
+  // Nodes [begin, end) in `slot` (a forward pass, then later its backward).
+  void run_nodes(int slot, int begin, int end, const NodeHook& after_node = {});
+  // The view of any value (intermediates: only while valid) in slot 0, or in `slot`.
+  Tensor tensor(int value) const { return tensor(0, value); }
+  Tensor tensor(int slot, int value) const;
 
   const Graph& graph() const { return graph_; }
   const MemoryPlan& memory_plan() const { return plan_; }
@@ -37,14 +49,20 @@ class CompiledGraph {
   const std::vector<NodeTiming>& timings() const { return timings_; }
 
  private:
+  struct Slot {
+    std::shared_ptr<Buffer> arena;
+    std::vector<Tensor> tensors;
+    std::vector<Tensors> node_inputs;  // rebuilt lazily when bindings change
+    std::vector<Tensors> node_outputs;
+  };
+  Slot make_slot() const;
+  void prepare(Slot& slot) const;
+
   const Graph& graph_;
   Dispatcher& dispatcher_;
   MemoryPlan plan_;
-  std::shared_ptr<Buffer> arena_;
-  std::vector<Tensor> tensors_;
+  std::vector<Slot> slots_;
   std::vector<KernelChoice> choices_;
-  std::vector<Tensors> node_inputs_;
-  std::vector<Tensors> node_outputs_;
   bool profiling_ = false;
   std::vector<NodeTiming> timings_;
 };

@@ -255,11 +255,7 @@ GraphRewriter::Result fuse_all(const Graph& graph, const std::set<int>& keep) {
   std::set<int> kept;
   for (int value : keep) kept.insert(first(value));
   GraphRewriter::Result second = fuse_elementwise(first.graph, kept);
-  std::vector<int> value_map = first.value_map;
-  for (int& mapped : value_map) {
-    if (mapped >= 0) mapped = second.value_map[static_cast<size_t>(mapped)];
-  }
-  return {std::move(second.graph), std::move(value_map)};
+  return chain_rewrites(std::move(first), std::move(second));
 }
 
 }  // namespace strata

@@ -2,10 +2,11 @@
 
 namespace strata {
 
-GraphRewriter::GraphRewriter(const Graph& source, const ParamMeta& param_meta)
+GraphRewriter::GraphRewriter(const Graph& source, const ParamMeta& param_meta, const KeepValue& keep)
     : source_(source), map_(static_cast<size_t>(source.num_values()), -1) {
   for (int id = 0; id < source.num_values(); ++id) {
     const Value& value = source.value(id);
+    if (value.kind != ValueKind::Intermediate && keep && !keep(id)) continue;
     if (value.kind == ValueKind::Input) map_[static_cast<size_t>(id)] = target_.add_input(value.name, value.meta);
     if (value.kind == ValueKind::Param) {
       map_[static_cast<size_t>(id)] = target_.add_param(value.name, param_meta ? param_meta(value) : value.meta);
@@ -43,6 +44,14 @@ std::vector<int> GraphRewriter::copy_node(int node_id) {
 }
 
 GraphRewriter::Result GraphRewriter::finish() && { return {std::move(target_), std::move(map_)}; }
+
+GraphRewriter::Result chain_rewrites(GraphRewriter::Result first, GraphRewriter::Result second) {
+  std::vector<int> value_map = std::move(first.value_map);
+  for (int& mapped : value_map) {
+    if (mapped >= 0) mapped = second.value_map.at(static_cast<size_t>(mapped));
+  }
+  return {std::move(second.graph), std::move(value_map)};
+}
 
 int GraphRewriter::Result::operator()(int source_value) const {
   int mapped = value_map.at(static_cast<size_t>(source_value));

@@ -14,7 +14,9 @@ class GraphRewriter {
  public:
   // The shape and dtype a param takes in the target (by default its own).
   using ParamMeta = std::function<TensorMeta(const Value& param)>;
-  explicit GraphRewriter(const Graph& source, const ParamMeta& param_meta = {});
+  // Which inputs and params the target has (by default all; the others map to -1).
+  using KeepValue = std::function<bool(int input_or_param)>;
+  explicit GraphRewriter(const Graph& source, const ParamMeta& param_meta = {}, const KeepValue& keep = {});
 
   const Graph& source() const { return source_; }
   Graph& target() { return target_; }
@@ -48,5 +50,8 @@ struct GraphRewriter::Result {
   std::vector<int> value_map;
   int operator()(int source_value) const;  // new id; fails for dropped values
 };
+
+// Two passes in a row: `second` rewrote `first`'s graph; the map spans both.
+GraphRewriter::Result chain_rewrites(GraphRewriter::Result first, GraphRewriter::Result second);
 
 }  // namespace strata

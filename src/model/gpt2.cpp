@@ -1,5 +1,6 @@
 #include "model/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/fusion.h"
@@ -10,12 +11,13 @@ namespace strata {
 
 namespace {
 
-// Points the model's handles into a rewritten graph.
+// Points the model's handles into a rewritten graph (-1 for values it dropped).
 void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
   auto remap = [&](int& id) {
-    if (id >= 0) id = rewritten(id);
+    if (id >= 0) id = rewritten.value_map.at(static_cast<size_t>(id));
   };
-  for (int* id : {&model.tokens, &model.targets, &model.positions, &model.logits, &model.loss, &model.grads.seed}) {
+  for (int* id : {&model.tokens, &model.targets, &model.positions, &model.logits, &model.loss, &model.grads.seed,
+                  &model.received, &model.sent}) {
     remap(*id);
   }
   for (int& id : model.params) remap(id);
@@ -26,8 +28,11 @@ void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
 }
 
 std::set<int> read_after_run(const GPT2Graph& model) {
-  std::set<int> kept{model.loss, model.logits};
-  for (auto [param, grad] : model.grads.of) kept.insert(grad);
+  std::set<int> kept;
+  for (int id : {model.loss, model.logits, model.sent}) {
+    if (id >= 0) kept.insert(id);
+  }
+  for (auto [value, grad] : model.grads.of) kept.insert(grad);
   return kept;
 }
 
@@ -99,16 +104,34 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   for (int64_t layer = 0; layer < config.n_layer; ++layer) x = gpt2_block(emit, config, x, gpt2_layer_prefix(layer));
   model.logits = gpt2_lm_head(emit, config, gpt2_final_norm(emit, config, x));
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
-  if (options.parallelize) adopt(model, options.parallelize(model.graph));
+  if (options.parallelize) {
+    ParallelForward part = options.parallelize(model.graph);
+    adopt(model, std::move(part.rewritten));
+    model.received = part.received;
+    model.sent = part.sent;
+  }
   if (training) {
     model.first_backward_node = g.num_nodes();
-    model.grads = add_backward(g, model.loss, model.params);
+    std::vector<int> wrt;
+    for (int param : model.params) {
+      if (param >= 0) wrt.push_back(param);
+    }
+    if (model.received >= 0) wrt.push_back(model.received);
+    model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt);
     if (options.recompute != RecomputeMode::None) {
       adopt(model, recompute_activations(model.graph, model.first_backward_node, options.recompute,
                                          segment_by_label_prefix(kGPT2LayerPrefix)));
     }
   }
   if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));
+  if (training) {
+    // Passes renumber nodes: the backward pass starts at the first node reading the seed.
+    const std::vector<Node>& nodes = model.graph.nodes();
+    auto reads_seed = [&](const Node& node) {
+      return std::find(node.inputs.begin(), node.inputs.end(), model.grads.seed) != node.inputs.end();
+    };
+    model.first_backward_node = static_cast<int>(std::find_if(nodes.begin(), nodes.end(), reads_seed) - nodes.begin());
+  }
   return model;
 }
 

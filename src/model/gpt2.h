@@ -39,9 +39,26 @@ struct GPT2Graph {
   int positions = -1;  // input [T] i32, bound to 0..T-1
   int logits = -1;     // [B, T, V]
   int loss = -1;       // [] mean cross-entropy
-  std::vector<int> params;  // value ids, in gpt2_param_specs order
+  std::vector<int> params;  // value ids, in gpt2_param_specs order (-1: not in this pipeline part)
   Gradients grads;          // filled when built for training
   int first_backward_node = -1;  // nodes before it are the forward pass (training graphs)
+  // A pipeline part (-1 otherwise, and for what a part does not have: a first part receives
+  // nothing, a last part sends nothing and has the loss, the others have no loss, tokens or
+  // targets): the activation received from the previous part and the one sent to the next.
+  // A training part's backward is seeded with the sent value's gradient (grads.seed) and makes
+  // the received value's gradient (grads.of), to send back.
+  int received = -1;
+  int sent = -1;
+};
+
+// A forward graph rewritten by the parallel runtime: tensor parallelism
+// changes shapes; a pipeline part keeps some layers, receiving the activation
+// that enters them and sending the one that leaves (values it dropped map to
+// -1 in `rewritten`).
+struct ParallelForward {
+  GraphRewriter::Result rewritten;
+  int received = -1;  // a new input of the rewritten graph
+  int sent = -1;
 };
 
 struct GPT2BuildOptions {
@@ -50,8 +67,8 @@ struct GPT2BuildOptions {
   RecomputeMode recompute = RecomputeMode::None;  // training graphs: activations re-run in the backward pass
   bool fuse = false;           // residual+LayerNorm and element-wise chains become fused ops
   // Rewrites the forward graph before the backward pass is derived from it
-  // (the parallel runtime's tensor-parallel pass); params keep their order.
-  std::function<GraphRewriter::Result(const Graph& forward)> parallelize;
+  // (the parallel runtime's tensor-parallel and pipeline passes).
+  std::function<ParallelForward(const Graph& forward)> parallelize;
 };
 
 // The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the

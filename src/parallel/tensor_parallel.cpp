@@ -195,6 +195,11 @@ class TensorParallelPass {
 
 GraphRewriter::Result parallelize_tensors(const Graph& forward, const ShardingPlan& plan,
                                           const TensorParallelRank& tp) {
+  if (tp.degree == 1) {  // the graph as it is
+    GraphRewriter copy(forward);
+    for (int id = 0; id < forward.num_nodes(); ++id) copy.copy_node(id);
+    return std::move(copy).finish();
+  }
   return TensorParallelPass(forward, plan, tp).run();
 }
 

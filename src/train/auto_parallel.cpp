@@ -48,6 +48,7 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mes
   plan.dp = mesh.dp;
   plan.tp = mesh.tp;
   plan.pp = mesh.pp;
+  plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   plan.micro_batch = config.batch_size;
   plan.micro_batches = config.accumulation_steps() / mesh.dp;
   plan.zero = static_cast<int>(config.zero);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace strata {
 
@@ -59,6 +60,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.cluster", &c.cluster},
       {"parallel.dp", &c.dp},
       {"parallel.tp", &c.tp},
+      {"parallel.pp", &c.pp},
+      {"parallel.schedule", &c.schedule},
       {"parallel.bucket_mb", &c.bucket_mb},
       {"parallel.zero", &c.zero},
       {"precision.compute", &c.precision},
@@ -190,6 +193,20 @@ void TrainConfig::validate() const {
   if (model.n_head % tp != 0) {
     fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
          model.n_head);
+  }
+  positive("parallel.pp", pp);
+  if (pp > model.n_layer) {
+    fail("key 'parallel.pp' ({}) exceeds model.n_layer ({}): every pipeline stage needs at least one layer", pp,
+         model.n_layer);
+  }
+  if (parse_schedule(schedule, "key 'parallel.schedule'") == PipelineSchedule::Interleaved) {
+    fail("key 'parallel.schedule': the runtime runs \"1f1b\" and \"gpipe\"; \"interleaved\" is priced by the "
+         "planner but not executed yet");
+  }
+  if (pp > 1 && zero > 0) {
+    fail("keys 'parallel.pp' ({}) and 'parallel.zero' ({}): ZeRO with pipeline stages is not executed yet; use "
+         "parallel.zero = 0 with parallel.pp > 1",
+         pp, zero);
   }
   if (model.vocab_size < tp) {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,

@@ -59,6 +59,7 @@ void MetricsLog::record(const StepMetrics& m, int64_t steps_this_run) {
     line["skip_reason"] = m.skip_reason;
   }
   if (m.comm_wait_s) line["comm_wait_s"] = *m.comm_wait_s;
+  if (m.pipeline_wait_s) line["pipeline_wait_s"] = *m.pipeline_wait_s;
   file_ << line.dump() << "\n";
   file_.flush();
   if (!file_) fail("writing metrics file '{}' failed", path_);

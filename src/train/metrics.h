@@ -24,6 +24,9 @@ struct StepMetrics {
   // Data parallelism: seconds spent waiting for the gradient sums after the
   // backward pass (the communication it did not hide).
   std::optional<double> comm_wait_s;
+  // Pipeline parallelism: seconds the reporting rank's stage (the first) waited
+  // for other stages (receives and sends): its pipeline bubble, transfers included.
+  std::optional<double> pipeline_wait_s;
 };
 
 class MetricsLog {

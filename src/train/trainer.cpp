@@ -28,8 +28,11 @@ namespace strata {
 namespace {
 
 std::set<int> kept_values(const GPT2Graph& model) {
-  std::set<int> kept{model.loss};
-  for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
+  std::set<int> kept;
+  for (int value : {model.loss, model.sent}) {
+    if (value >= 0) kept.insert(value);
+  }
+  for (const auto& [value, grad] : model.grads.of) kept.insert(grad);
   return kept;
 }
 
@@ -87,7 +90,8 @@ int threads_per_rank(const TrainConfig& config, const DataParallel& parallel) {
 // AdamW state alone cannot fit in this machine's memory with every rank on it.
 TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   config.validate();
-  const double parameters = static_cast<double>(config.model.num_parameters()) / static_cast<double>(config.tp);
+  const double parameters =
+      static_cast<double>(config.model.num_parameters()) / static_cast<double>(config.tp * config.pp);
   const int ranks = parallel.ranks_on_this_host();
   const double moment_share = config.zero >= 1 ? 1.0 / parallel.degree() : 1.0;
   const double bytes = parameters * (4 + 4 + 8 * moment_share) * ranks;
@@ -100,35 +104,46 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   return config;
 }
 
-// Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel part.
-GPT2Graph build_model(const TrainConfig& config, bool training, const TensorParallelRank& tp) {
+// Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
+GPT2Graph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
   GPT2BuildOptions options = gpt2_build_options(config, training);
-  if (tp.degree > 1) {
-    options.parallelize = [tp](const Graph& forward) { return parallelize_tensors(forward, gpt2_sharding_plan(), tp); };
+  if (layout.tp.degree > 1 || layout.part.parts > 1) {
+    options.parallelize = [layout](const Graph& forward) {
+      return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
+    };
   }
   return build_gpt2_graph(config.model, config.batch_size, config.model.block_size, training, options);
 }
 
+template <typename T>
+std::vector<T> held_of(const std::vector<T>& all, const std::vector<size_t>& held) {
+  std::vector<T> part;
+  for (size_t index : held) part.push_back(all[index]);
+  return part;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tensor)
+Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tensor, PipelineParallel pipeline)
     : config_(fits_in_memory(std::move(config), parallel)),
       parallel_(std::move(parallel)),
       tensor_(std::move(tensor)),
-      shards_(parameter_shards(gpt2_param_specs(config_.model), gpt2_sharding_plan(), tensor_.graph_rank())),
+      pipeline_(std::move(pipeline)),
+      specs_(gpt2_param_specs(config_.model)),
+      shards_(parameter_shards(specs_, gpt2_sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
-      params_(shard_specs(gpt2_param_specs(config_.model), shards_)),
-      param_tensors_(tensors_of(params_)),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
-  STRATA_CHECK(tensor_.degree() == config_.tp, "a tensor-parallel group of {} ranks for parallel.tp = {}",
-               tensor_.degree(), config_.tp);
+  STRATA_CHECK(tensor_.degree() == config_.tp && pipeline_.degree() == config_.pp,
+               "a tensor-parallel group of {} and a pipeline of {} for parallel.tp = {} and parallel.pp = {}",
+               tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
-  const int plan_threads = config_.threads > 0 || parallel_.degree() > 1 ? threads_per_rank(config_, parallel_) : 0;
+  const int ranks = parallel_.degree() * tensor_.degree() * pipeline_.degree();
+  const int plan_threads = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_) : 0;
   if (plan_threads > 0) omp_set_num_threads(plan_threads);
   AppliedPlan applied;
-  const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree()};
+  const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree(), .pp = pipeline_.degree()};
   if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh, plan_threads);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
@@ -140,7 +155,21 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   }
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
-  peak_ = peak_flops(config_, parallel_.degree() * tensor_.degree(), plan_threads);
+  peak_ = peak_flops(config_, ranks, plan_threads);
+  const int64_t batch = config_.batch_size;
+  const int64_t seq = config_.model.block_size;
+
+  const RankLayout layout{tensor_.graph_rank(),
+                          pipeline_part(pipeline_.stage(), pipeline_.degree(), static_cast<int>(config_.model.n_layer))};
+  train_model_ = build_model(config_, /*training=*/true, layout);
+  eval_model_ = build_model(config_, /*training=*/false, layout);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (train_model_.params[i] >= 0) held_.push_back(i);
+  }
+  holders_ = pipeline_.holders(specs_.size(), held_);
+  params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
+  param_tensors_ = tensors_of(params_);
+
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
       GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only()));
@@ -155,8 +184,6 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     range_grads_ = ZeroPartition::gradients_of(grad_buckets_->grads(), ranges);
   }
   optimizer_.emplace(params_, adamw_settings(config_), ranges);
-  const int64_t batch = config_.batch_size;
-  const int64_t seq = config_.model.block_size;
 
   CorpusMeta corpus;
   if (!config_.train_shards.empty()) {  // shards as they are: every token is checked against the model's vocabulary
@@ -172,25 +199,12 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq, config_.model.vocab_size);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq, config_.model.vocab_size);
 
-  train_model_ = build_model(config_, /*training=*/true, tensor_.graph_rank());
-  eval_model_ = build_model(config_, /*training=*/false, tensor_.graph_rank());
   train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
-  eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, std::set<int>{eval_model_.loss});
-
-  tokens_ = Tensor::empty({batch, seq}, DType::I32);
-  targets_ = Tensor::empty({batch, seq}, DType::I32);
-  positions_ = position_ids(seq);
-  loss_seed_ = Tensor::empty({}, DType::F32);
-  for (auto [model, graph] : {std::pair{&train_model_, train_graph_.get()}, {&eval_model_, eval_graph_.get()}}) {
-    for (size_t i = 0; i < params_.size(); ++i) graph->bind(model->params[i], params_.tensor(i));
-    graph->bind(model->tokens, tokens_);
-    graph->bind(model->targets, targets_);
-    graph->bind(model->positions, positions_);
-  }
-  train_graph_->bind(train_model_.grads.seed, loss_seed_);
+  eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, kept_values(eval_model_));
+  bind_inputs();
   std::vector<int> ready_after;
-  for (int param : train_model_.params) {
-    ready_after.push_back(train_model_.graph.value(train_model_.grads.of.at(param)).producer);
+  for (size_t index : held_) {
+    ready_after.push_back(train_model_.graph.value(train_model_.grads.of.at(train_model_.params[index])).producer);
   }
   grad_sync_ = std::make_unique<GradientSync>(parallel_, *grad_buckets_, reduction_, ready_after,
                                               train_model_.graph.num_nodes());
@@ -213,9 +227,56 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   }
 }
 
+void Trainer::bind_inputs() {
+  const int64_t batch = config_.batch_size, seq = config_.model.block_size;
+  tokens_ = Tensor::empty({batch, seq}, DType::I32);
+  targets_ = Tensor::empty({batch, seq}, DType::I32);
+  positions_ = position_ids(seq);
+  loss_seed_ = Tensor::empty({}, DType::F32);
+  for (auto [model, graph] : {std::pair{&train_model_, train_graph_.get()}, {&eval_model_, eval_graph_.get()}}) {
+    for (size_t k = 0; k < held_.size(); ++k) graph->bind(model->params[held_[k]], params_.tensor(k));
+    for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
+                                 {model->positions, &positions_}}) {
+      if (value >= 0) graph->bind(value, *tensor);
+    }
+  }
+  if (pipeline_.degree() == 1) {
+    train_graph_->bind(train_model_.grads.seed, loss_seed_);
+    return;
+  }
+  // A stage keeps the micro-batches in flight in its own slots: at most its warm-up plus one.
+  const int64_t micro_batches = config_.accumulation_steps() / parallel_.degree();
+  const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), 1,
+                            static_cast<int>(config_.model.n_layer)};
+  check_pipeline_shape(parse_schedule(config_.schedule, "key 'parallel.schedule'"), shape);
+  const PipelinePhases phases =
+      pipeline_phases(parse_schedule(config_.schedule, "key 'parallel.schedule'"), shape, pipeline_.stage());
+  const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
+  train_graph_->set_slots(slots);
+  for (int slot = 0; slot < slots; ++slot) {
+    auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
+      if (value < 0) return;
+      const TensorMeta& meta = train_model_.graph.value(value).meta;
+      buffers.push_back(Tensor::empty(meta.shape, meta.dtype));
+      train_graph_->bind(slot, value, buffers.back());
+    };
+    bind_new(slot_tokens_, train_model_.tokens);
+    bind_new(slot_targets_, train_model_.targets);
+    bind_new(slot_received_, train_model_.received);
+    if (train_model_.loss >= 0) {
+      train_graph_->bind(slot, train_model_.grads.seed, loss_seed_);
+    } else {
+      bind_new(slot_sent_grad_, train_model_.grads.seed);
+    }
+  }
+  if (eval_model_.received >= 0) {
+    const TensorMeta& meta = eval_model_.graph.value(eval_model_.received).meta;
+    eval_graph_->bind(eval_model_.received, Tensor::empty(meta.shape, meta.dtype));
+  }
+}
+
 void Trainer::initialise_parameters() {
-  const std::vector<ParamSpec> specs = gpt2_param_specs(config_.model);
-  if (tensor_.degree() == 1) {
+  if (tensor_.degree() == 1 && pipeline_.degree() == 1) {
     if (config_.init_from.empty()) {
       params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
     } else {
@@ -223,46 +284,70 @@ void Trainer::initialise_parameters() {
     }
     return;
   }
-  // Every rank makes the whole tensors and keeps its slices, so each shard is bit for bit the
-  // matching part of the single-process model.
+  // Every rank makes the whole tensors it holds part of and keeps its slices, so each shard is
+  // bit for bit the matching part of the single-process model.
   if (!config_.init_from.empty()) {
-    ParameterSet whole(specs);
+    ParameterSet whole(specs_);
     load_gpt2_weights(config_.init_from, whole);
-    for (size_t i = 0; i < specs.size(); ++i) shards_[i].slice(whole.tensor(i), params_.tensor(i));
+    std::vector<Tensor> held = param_tensors_;
+    keep_held(tensors_of(whole), held);
     return;
   }
   const CounterRng rng(static_cast<uint64_t>(config_.seed));
-  for (size_t i = 0; i < specs.size(); ++i) {
-    Tensor whole = Tensor::empty(specs[i].shape, DType::F32);
-    ParameterSet::initialise_tensor(specs[i], whole, rng);
-    shards_[i].slice(whole, params_.tensor(i));
+  for (size_t k = 0; k < held_.size(); ++k) {
+    const ParamSpec& spec = specs_[held_[k]];
+    Tensor whole = Tensor::empty(spec.shape, DType::F32);
+    ParameterSet::initialise_tensor(spec, whole, rng);
+    shards_[held_[k]].slice(whole, params_.tensor(k));
   }
 }
 
-std::vector<Tensor> Trainer::whole_tensors(const std::vector<Tensor>& shards) {
-  std::vector<Tensor> whole;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    whole.push_back(Tensor::empty(shards_[i].full_shape(), DType::F32));
-    tensor_.assemble(shards_[i], shards[i], whole.back());
+std::vector<Tensor> Trainer::whole_model(const std::vector<Tensor>& held) {
+  std::vector<Tensor> whole(specs_.size());
+  for (size_t k = 0; k < held_.size(); ++k) {
+    const size_t index = held_[k];
+    whole[index] = Tensor::empty(specs_[index].shape, DType::F32);
+    tensor_.assemble(shards_[index], held[k], whole[index]);
   }
-  return whole;
+  // The first stage gathers the other stages' tensors (the tied embedding from its first holder).
+  for (size_t index = 0; index < specs_.size(); ++index) {
+    if (!whole[index].defined() && pipeline_.first()) whole[index] = Tensor::empty(specs_[index].shape, DType::F32);
+    if (whole[index].defined()) pipeline_.to_first_stage(whole[index], holders_[index].front());
+  }
+  return parallel_.reports() ? whole : std::vector<Tensor>{};
 }
 
-void Trainer::keep_shards(const std::vector<Tensor>& whole, std::vector<Tensor>& shards) const {
-  for (size_t i = 0; i < shards.size(); ++i) shards_[i].slice(whole[i], shards[i]);
+void Trainer::keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const {
+  for (size_t k = 0; k < held_.size(); ++k) shards_[held_[k]].slice(whole[held_[k]], held[k]);
 }
 
 ExactSquareSum Trainer::gradient_square_sum() {
   // Split parameters' squares are summed over the tensor-parallel group; replicated ones are the
-  // same on every rank of it and count once.
+  // same on every rank of it and count once; so is the tied embedding on the later of its stages.
   std::vector<Tensor> split, replicated;
   const std::vector<ParameterRange>& ranges = optimizer_->ranges();
   for (size_t r = 0; r < ranges.size(); ++r) {
-    (shards_[ranges[r].parameter].split() ? split : replicated).push_back(range_grads_[r]);
+    const size_t index = held_[ranges[r].parameter];
+    if (holders_[index].front() != pipeline_.stage()) continue;
+    (shards_[index].split() ? split : replicated).push_back(range_grads_[r]);
   }
   ExactSquareSum squares = square_sum(replicated, *dispatcher_);
   if (tensor_.degree() > 1) squares.merge(tensor_.sum(square_sum(split, *dispatcher_)));
-  return zero_ ? parallel_.sum(squares) : squares;
+  if (zero_) squares = parallel_.sum(squares);
+  return pipeline_.sum(squares);
+}
+
+void Trainer::sum_tied_gradients() {
+  if (pipeline_.degree() == 1) return;
+  const std::vector<ParameterRange>& ranges = optimizer_->ranges();  // whole parameters: no ZeRO with stages
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const std::vector<int>& holders = holders_[held_[ranges[r].parameter]];
+    if (holders.size() < 2) continue;
+    STRATA_CHECK(holders.size() == 2 && holders.front() == 0 && holders.back() == pipeline_.degree() - 1,
+                 "parameter '{}' is held by {} stages; only the tied embedding is shared (first and last)",
+                 specs_[held_[ranges[r].parameter]].name, holders.size());
+    pipeline_.sum_tied_gradient(range_grads_[r]);
+  }
 }
 
 double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
@@ -273,7 +358,7 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
 }
 
 void Trainer::collect_gradient(size_t parameter, Tensor& destination, bool accumulate) {
-  Tensor grad = train_graph_->tensor(train_model_.grads.of.at(train_model_.params[parameter]));
+  Tensor grad = train_graph_->tensor(active_slot_, train_model_.grads.of.at(train_model_.params[held_[parameter]]));
   if (accumulate) {
     dispatcher_->run("add", {destination, grad}, {destination});
   } else {
@@ -290,16 +375,21 @@ StepMetrics Trainer::step() {
   MicroBatchShare share = parallel_.share(micro_batches);
   train_loader_->skip(share.first);
   std::vector<double> losses;
-  for (int64_t micro = 0; micro < share.count; ++micro) {
-    const bool first = micro == 0, last = micro + 1 == share.count;
-    losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_, [&](int node) {
-      grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
-        collect_gradient(parameter, destination, accumulate);
-      });
-    }));
+  if (pipeline_.degree() > 1) {
+    losses = pipeline_micro_batches(share.count);
+  } else {
+    for (int64_t micro = 0; micro < share.count; ++micro) {
+      const bool first = micro == 0, last = micro + 1 == share.count;
+      losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_, [&](int node) {
+        grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
+          collect_gradient(parameter, destination, accumulate);
+        });
+      }));
+    }
   }
   train_loader_->skip(micro_batches - share.first - share.count);
   const double comm_wait_s = grad_sync_->finish();
+  sum_tied_gradients();
   double loss_sum = 0;
   for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
   StepMetrics metrics;
@@ -307,6 +397,7 @@ StepMetrics Trainer::step() {
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
+  if (pipeline_.degree() > 1) metrics.pipeline_wait_s = pipeline_wait_s_;
   if (loss_scale != 1.0) {
     for (Tensor& grad : range_grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
   }
@@ -367,8 +458,12 @@ double Trainer::validation_loss() {
   val_loader_->seek({});
   val_loader_->skip(share.first);
   std::vector<double> losses;
-  for (int64_t batch = 0; batch < share.count; ++batch) {
-    losses.push_back(run_micro_batch(*eval_graph_, eval_model_, *val_loader_));
+  if (pipeline_.degree() > 1) {
+    losses = pipeline_validation(share.count);
+  } else {
+    for (int64_t batch = 0; batch < share.count; ++batch) {
+      losses.push_back(run_micro_batch(*eval_graph_, eval_model_, *val_loader_));
+    }
   }
   double total = 0;
   for (double loss : parallel_.gather(losses, config_.val_batches)) total += loss;
@@ -391,15 +486,17 @@ void Trainer::save_checkpoint() {
       for (size_t b = 0; b < moments->size(); ++b) parallel_.sum_async(moments->bucket(b)).wait();
     }
   }
-  // Whole tensors on every rank of a tensor-parallel group (each sends its shards), rank 0 writes.
+  // Whole tensors from every tensor-parallel rank's shards and every stage's parameters; rank 0 writes.
   std::optional<ParameterSet> whole_params;
   std::vector<Tensor> first_moments = first.grads(), second_moments = second.grads();
-  if (tensor_.degree() > 1) {
-    whole_params.emplace(gpt2_param_specs(config_.model));
-    std::vector<Tensor> params = whole_tensors(param_tensors_);
-    for (size_t i = 0; i < params.size(); ++i) whole_params->tensor(i).copy_from(params[i]);
-    first_moments = whole_tensors(first_moments);
-    second_moments = whole_tensors(second_moments);
+  if (tensor_.degree() > 1 || pipeline_.degree() > 1) {
+    std::vector<Tensor> params = whole_model(param_tensors_);
+    first_moments = whole_model(first_moments);
+    second_moments = whole_model(second_moments);
+    if (parallel_.reports()) {
+      whole_params.emplace(specs_);
+      for (size_t i = 0; i < params.size(); ++i) whole_params->tensor(i).copy_from(params[i]);
+    }
   }
   if (!parallel_.reports()) return;
   TrainingCheckpoint state;
@@ -421,21 +518,20 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
-  if (tensor_.degree() == 1) {
+  if (tensor_.degree() == 1 && pipeline_.degree() == 1) {
     load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
   } else {
-    ParameterSet whole_params(gpt2_param_specs(config_.model));
+    ParameterSet whole_params(specs_);
     std::vector<Tensor> first_moments, second_moments;
-    for (const ParameterShard& shard : shards_) {
-      first_moments.push_back(Tensor::empty(shard.full_shape(), DType::F32));
-      second_moments.push_back(Tensor::empty(shard.full_shape(), DType::F32));
+    for (const ParamSpec& spec : specs_) {
+      first_moments.push_back(Tensor::empty(spec.shape, DType::F32));
+      second_moments.push_back(Tensor::empty(spec.shape, DType::F32));
     }
     load_training_tensors(checkpoint, {whole_params, first_moments, second_moments});
-    std::vector<Tensor> params = tensors_of(whole_params), first_shards = first.grads(),
-                        second_shards = second.grads();
-    keep_shards(params, param_tensors_);
-    keep_shards(first_moments, first_shards);
-    keep_shards(second_moments, second_shards);
+    std::vector<Tensor> first_held = first.grads(), second_held = second.grads();
+    keep_held(tensors_of(whole_params), param_tensors_);
+    keep_held(first_moments, first_held);
+    keep_held(second_moments, second_held);
   }
   optimizer_->import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
@@ -484,12 +580,20 @@ int Trainer::run() {
     write_plan_record(run_dir, plan_);
     // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
     log.emplace((run_dir / "metrics.jsonl").string(), config_.steps,
-                /*progress_bar=*/parallel_.degree() * tensor_.degree() == 1,
+                /*progress_bar=*/parallel_.degree() * tensor_.degree() * pipeline_.degree() == 1,
                 completed_steps_);
   }
   print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
                     config_.model.block_size, static_cast<double>(config_.model.num_parameters()) / 1e6));
+  if (pipeline_.degree() > 1) {
+    const PipelinePart part = pipeline_part(0, pipeline_.degree(), static_cast<int>(config_.model.n_layer));
+    print(fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; stage 0 "
+                      "runs the embedding and layers 0..{}, the last stage the head and loss; the tied embedding's "
+                      "two copies' gradients are summed)\n",
+                      pipeline_.degree(), config_.schedule, config_.accumulation_steps() / parallel_.degree(),
+                      part.end_layer - 1));
+  }
   if (tensor_.degree() > 1) {
     print(fmt::format("tensor parallel: {} ranks per layer (c_attn and c_fc by columns, {} heads each; c_proj by "
                       "rows; the embedding and the loss by vocabulary shards of up to {} rows); {:.2f}M parameters "
@@ -516,13 +620,14 @@ int Trainer::run() {
                          : "no MFU: set parallel.cluster to a cluster file (a preset, or the one `strata calibrate` writes) to "
                            "report model FLOPs utilisation\n");
 
-  std::vector<double> step_seconds, comm_waits;
+  std::vector<double> step_seconds, comm_waits, pipeline_waits;
   int stopped_by = 0;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
   while (completed_steps_ < config_.steps) {
     StepMetrics metrics = step();
     if (metrics.comm_wait_s) comm_waits.push_back(*metrics.comm_wait_s);
+    if (metrics.pipeline_wait_s) pipeline_waits.push_back(*metrics.pipeline_wait_s);
     step_seconds.push_back(static_cast<double>(config_.global_batch * config_.model.block_size) / metrics.tokens_per_s);
     bool last = completed_steps_ == config_.steps;
     if (config_.val_every > 0 && (completed_steps_ % config_.val_every == 0 || last)) {
@@ -550,6 +655,7 @@ int Trainer::run() {
     double step_s = median_after_first(step_seconds);
     nlohmann::json more = {{"peak_rss_mib_per_rank", peak_rss_mib}};
     if (comm_waits.size() > 1) more["comm_wait_s"] = median_after_first(comm_waits);
+    if (pipeline_waits.size() > 1) more["pipeline_wait_s"] = median_after_first(pipeline_waits);
     record_measured_step(run_dir, step_s, static_cast<int64_t>(step_seconds.size() - 1), more);
     std::string versus = plan_.record["chosen"].contains("step_s")
                              ? fmt::format("; predicted {:.4f} s (measured / predicted {:.2f})", plan_.chosen.step_s,

@@ -14,6 +14,9 @@
 #include "parallel/gradient_buckets.h"
 #include "parallel/gradient_reduction.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/parallelize.h"
+#include "parallel/pipeline_parallel.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel_group.h"
 #include "parallel/zero_partition.h"
 #include "train/auto_parallel.h"
@@ -27,9 +30,11 @@ namespace strata {
 
 class Trainer {
  public:
-  // `parallel` spreads each step's micro-batches over data-parallel ranks and
-  // `tensor` each layer over tensor-parallel ranks; the defaults are one process.
-  explicit Trainer(TrainConfig config, DataParallel parallel = {}, TensorParallel tensor = {});
+  // `parallel` spreads each step's micro-batches over data-parallel ranks,
+  // `tensor` each layer over tensor-parallel ranks and `pipeline` the layers
+  // over stages; the defaults are one process.
+  explicit Trainer(TrainConfig config, DataParallel parallel = {}, TensorParallel tensor = {},
+                   PipelineParallel pipeline = {});
 
   // Trains from the current step to train.steps, validating and saving on
   // schedule and at the end. Prints the fallback summary. Returns 0, or the
@@ -51,15 +56,23 @@ class Trainer {
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
   void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
-  // Under tensor parallelism, checkpoints hold whole tensors: assembled from
-  // every rank's shards to save, sliced to this rank's shards after loading.
-  std::vector<Tensor> whole_tensors(const std::vector<Tensor>& shards);
-  void keep_shards(const std::vector<Tensor>& whole, std::vector<Tensor>& shards) const;
+  // Checkpoints hold every whole tensor: on the reporting rank, assembled from
+  // every tensor-parallel rank's shards and every stage's parameters (`held`:
+  // this rank's, in held order); the others return nothing to write.
+  std::vector<Tensor> whole_model(const std::vector<Tensor>& held);
+  // After loading: this rank's parameters (and their shards) of every whole tensor.
+  void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
+  void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
+  // One step's share of micro-batches through this rank's pipeline stage, by
+  // the schedule's actions; the last stage's losses, in order, on every stage.
+  std::vector<double> pipeline_micro_batches(int64_t count);
+  std::vector<double> pipeline_validation(int64_t count);
   GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
+  void bind_inputs();  // params, data and pipeline buffers of both graphs
   void collect_gradient(size_t parameter, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
@@ -68,7 +81,11 @@ class Trainer {
   TrainConfig config_;
   DataParallel parallel_;
   TensorParallel tensor_;
+  PipelineParallel pipeline_;
+  std::vector<ParamSpec> specs_;        // the whole model's parameters, in order
   std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
+  std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
+  std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
   std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line
@@ -89,6 +106,11 @@ class Trainer {
   Tensor tokens_, targets_;
   Tensor positions_;
   Tensor loss_seed_;
+  // Pipeline stages: per slot (micro-batch in flight) its data, the activation received and the
+  // gradient of the one sent; the slot whose gradients the hook collects.
+  std::vector<Tensor> slot_tokens_, slot_targets_, slot_received_, slot_sent_grad_;
+  int active_slot_ = 0;
+  double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   LossScaler scaler_;
   int64_t consecutive_skips_ = 0;  // steps in a row skipped for inf/nan gradients

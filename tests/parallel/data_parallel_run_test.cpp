@@ -92,15 +92,7 @@ TEST_F(DataParallelRun, ResumeContinuesBitIdenticallyWithTheSameOrAnotherDegree)
   const std::string settings = kTwoMicroBatches + " --set checkpoint.every=10 --set checkpoint.keep=0";
   fs::path straight = train("straight", mpirun(2), settings);
   for (auto [name, launcher] : {std::pair{"resumed_dp2", mpirun(2)}, std::pair{"resumed_dp1", std::string()}}) {
-    // A copy of the run as it stood after step 10.
-    fs::path resumed = root() / name;
-    fs::create_directories(resumed);
-    fs::copy(straight / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
-    std::ofstream(resumed / "latest") << "step_00000010";
-    std::vector<nlohmann::json> lines = metrics(straight);
-    std::ofstream log(resumed / "metrics.jsonl");
-    for (size_t i = 0; i < 10; ++i) log << lines[i].dump() << "\n";
-    log.close();
+    fs::path resumed = copy_after_step_10(straight, name);
     train(name, launcher, settings + " --set checkpoint.resume=true");
     expect_identical_runs(straight, resumed, "step_00000020");
   }

@@ -82,6 +82,20 @@ class TrainRunSuite : public ::testing::Test {
     return run_dir;
   }
 
+  // A new run directory `name` holding `straight` as it stood after step 10 (its checkpoint,
+  // `latest` and the first 10 lines of metrics.jsonl), to resume from.
+  static std::filesystem::path copy_after_step_10(const std::filesystem::path& straight, const std::string& name) {
+    std::filesystem::path resumed = *root_ / name;
+    std::filesystem::create_directories(resumed);
+    std::filesystem::copy(straight / "step_00000010", resumed / "step_00000010",
+                          std::filesystem::copy_options::recursive);
+    std::ofstream(resumed / "latest") << "step_00000010";
+    std::vector<nlohmann::json> lines = read_metrics(straight);
+    std::ofstream log(resumed / "metrics.jsonl");
+    for (size_t i = 0; i < 10 && i < lines.size(); ++i) log << lines[i].dump() << "\n";
+    return resumed;
+  }
+
   static std::string config() { return (*root_ / "tiny.toml").string(); }
   static const std::filesystem::path& root() { return *root_; }
 

@@ -74,14 +74,7 @@ TEST_F(TensorParallelRun, ResumeContinuesAtTheSameDegreeBitIdenticallyAndAtAnoth
   for (const auto& [name, launcher, layout] :
        {std::tuple{"resumed_tp2", mpirun(2), "--set parallel.tp=2"}, std::tuple{"resumed_tp1", std::string(), ""},
         std::tuple{"resumed_tp4", mpirun(4), "--set parallel.tp=4"}}) {
-    fs::path resumed = root() / name;
-    fs::create_directories(resumed);
-    fs::copy(straight / "step_00000010", resumed / "step_00000010", fs::copy_options::recursive);
-    std::ofstream(resumed / "latest") << "step_00000010";
-    std::vector<nlohmann::json> lines = read_metrics(straight);
-    std::ofstream log(resumed / "metrics.jsonl");
-    for (size_t i = 0; i < 10; ++i) log << lines[i].dump() << "\n";
-    log.close();
+    fs::path resumed = copy_after_step_10(straight, name);
     train(name, launcher, settings + " --set checkpoint.resume=true " + layout);
     if (std::string(name) == "resumed_tp2") {
       for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
@@ -105,7 +98,7 @@ TEST_F(TensorParallelRun, LayoutsThatCannotRunAreErrorsNamingTheKeysBeforeAnyAll
       << heads.output;
   testing::LaunchResult world = shell(mpirun(3) + base + "--set parallel.tp=2");
   EXPECT_NE(world.exit_code, 0);
-  EXPECT_NE(world.output.find("key 'parallel.tp' (2) must divide the 3 ranks launched"), std::string::npos)
+  EXPECT_NE(world.output.find("keys 'parallel.tp' (2) and 'parallel.pp' (1): their product must divide the 3 ranks launched"), std::string::npos)
       << world.output;
   testing::LaunchResult product = shell(mpirun(2) + base + "--set parallel.tp=2 --set parallel.dp=2");
   EXPECT_NE(product.exit_code, 0);

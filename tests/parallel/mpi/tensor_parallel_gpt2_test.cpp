@@ -94,7 +94,9 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
          {std::tuple{"ref", DType::F64, false, 1e-11}, std::tuple{"cpu", DType::F32, true, 1e-5}}) {
       GPT2BuildOptions options{.dtype = dtype, .fuse = fuse};
       const GPT2Graph one = build_gpt2_graph(config, kBatch, kSeq, true, options);
-      options.parallelize = [&](const Graph& forward) { return parallelize_tensors(forward, gpt2_sharding_plan(), rank); };
+      options.parallelize = [&](const Graph& forward) {
+        return ParallelForward{parallelize_tensors(forward, gpt2_sharding_plan(), rank)};
+      };
       const GPT2Graph split = build_gpt2_graph(config, kBatch, kSeq, true, options);
       std::vector<Tensor> whole_params, shard_params;
       for (size_t i = 0; i < specs.size(); ++i) {

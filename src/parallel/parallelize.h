@@ -1,0 +1,19 @@
+#pragma once
+// The forward graph one rank runs: the tensor-parallel part of every layer
+// (tensor_parallel.h), then the layers of its pipeline stage (pipeline_part.h).
+#include <string>
+
+#include "parallel/pipeline_part.h"
+#include "parallel/tensor_parallel.h"
+
+namespace strata {
+
+struct RankLayout {
+  TensorParallelRank tp;
+  PipelinePart part{0, 1, 0, 0};  // parts = 1: the whole model
+};
+
+ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,
+                                    const RankLayout& layout);
+
+}  // namespace strata

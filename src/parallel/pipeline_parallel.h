@@ -1,0 +1,47 @@
+#pragma once
+// Pipeline parallelism as the trainer sees it: this rank's stage, the
+// transfers between stages (activations forward, their gradients back), the
+// sum of the tied embedding's two copies' gradients (first and last stage),
+// and the values one stage has that every stage needs (the last stage's
+// losses, exact square sums, whole tensors for a checkpoint). One process is
+// the same object with one stage.
+#include <optional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/exact_square_sum.h"
+#include "core/tensor.h"
+
+namespace strata {
+
+class PipelineParallel {
+ public:
+  PipelineParallel() = default;  // one stage
+  // The pipeline group of this rank (DeviceMesh::group(MeshDimension::Pipeline)), rank = stage.
+  explicit PipelineParallel(comm::Communicator group);
+
+  int degree() const { return group_ ? group_->size() : 1; }
+  int stage() const { return group_ ? group_->rank() : 0; }
+  bool first() const { return stage() == 0; }
+  bool last() const { return stage() == degree() - 1; }
+
+  // Per parameter of `count`, the stages holding it, from every stage's `held` indices.
+  std::vector<std::vector<int>> holders(size_t count, const std::vector<size_t>& held);
+
+  // Transfers of whole contiguous tensors; a send's tensor must stay untouched until its handle completes.
+  comm::Handle send_async(const Tensor& tensor, int stage);
+  void receive(Tensor& tensor, int stage);
+
+  // On the first and last stage: grad = the sum of both stages' copies (the same bits on both).
+  void sum_tied_gradient(Tensor& grad);
+  // The last stage's `values` on every stage (`count` of them; the others pass anything of that size).
+  std::vector<double> from_last_stage(std::vector<double> values);
+  ExactSquareSum sum(const ExactSquareSum& mine);
+  // On the first stage: `tensor` := `owner`'s (the other stages' tensors are left as they are).
+  void to_first_stage(Tensor& tensor, int owner);
+
+ private:
+  std::optional<comm::Communicator> group_;
+};
+
+}  // namespace strata
