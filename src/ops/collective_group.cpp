@@ -125,4 +125,16 @@ void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const 
   group.reduce_scatter_sum(blocks.data(), out.raw(), static_cast<size_t>(out.numel()), out.dtype());
 }
 
+void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("split_to_group", attrs);
+  const Tensor& out = outputs[0];
+  const DimSplit split = split_at(out.shape(), attrs.get_int("dim"), out.dtype());
+  const size_t rank = static_cast<size_t>(group.rank()), ranks = static_cast<size_t>(group.size());
+  const auto* from = static_cast<const char*>(inputs[0].raw());
+  auto* to = static_cast<char*>(out.raw());
+  for (size_t o = 0; o < split.outer; ++o) {
+    std::memcpy(to + o * split.block_bytes, from + (o * ranks + rank) * split.block_bytes, split.block_bytes);
+  }
+}
+
 }  // namespace strata

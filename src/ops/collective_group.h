@@ -35,10 +35,12 @@ CollectiveGroup& collective_group(const std::string& name);
 // The kernels of the collective ops, the same on every backend (the work is
 // the group's): all_reduce sums `x` over the group; copy_to_group copies it;
 // all_gather concatenates the ranks' `x` along attr `dim`; reduce_scatter
-// sums `x` over the ranks and keeps this rank's block along `dim`.
+// sums `x` over the ranks and keeps this rank's block along `dim`;
+// split_to_group keeps this rank's block of `x` along `dim` (no communication).
 void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 
 }  // namespace strata

@@ -2,7 +2,9 @@
 // group in the forward pass and passes the gradient through; copy_to_group
 // passes the value through and sums the gradient (tensor parallelism);
 // all_gather concatenates along a dimension and reduce_scatter sums and keeps
-// this rank's block of it, each the other's gradient (sequence parallelism).
+// this rank's block of it, each the other's gradient (sequence parallelism);
+// split_to_group keeps this rank's block of a value every rank holds, its
+// gradient all_gather (Megatron's scatter to the sequence-parallel region).
 // The kernels run on the group the `group` attr names (ops/collective_group.h);
 // `ranks` is the group size the graph was built for, which the kernel checks
 // and shape inference and the byte counts read.
@@ -86,6 +88,19 @@ void add_collective_ops(OpRegistry& registry) {
         const double p = static_cast<double>(attrs.get_int("ranks"));
         return static_cast<double>(in[0].nbytes() + out[0].nbytes()) + 2.0 * (p - 1.0) * in[0].nbytes();
       },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+  });
+  registry.add({
+      .name = "split_to_group",
+      .summary = "out = this rank's block, along axis attr `dim`, of x, which every rank of the group named by "
+                 "attr `group` (attr `ranks` of them) holds whole (block r for rank r); no communication; its "
+                 "gradient is all_gather",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "dim"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return resized_along_dim("split_to_group", in, attrs, false); },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
   });

@@ -10,7 +10,7 @@ namespace strata {
 
 struct RankLayout {
   TensorParallelRank tp;
-  PipelinePart part{0, 1, 0, 0};  // parts = 1: the whole model
+  PipelinePart part;  // no parts, or one: the whole model
 };
 
 ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,

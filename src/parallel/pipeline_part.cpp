@@ -38,7 +38,7 @@ std::vector<int> parts_of_nodes(const Graph& graph, const std::string& prefix, c
     }
     seen_layer = true;
     int index = 0;
-    while (index < last && *layer >= all[static_cast<size_t>(index)].end_layer) ++index;
+    while (index < last && *layer >= all[static_cast<size_t>(index)].end_layer()) ++index;
     owner.push_back(index);
   }
   return owner;
@@ -46,27 +46,34 @@ std::vector<int> parts_of_nodes(const Graph& graph, const std::string& prefix, c
 
 }  // namespace
 
-PipelinePart pipeline_part(int index, int parts, int layers) {
-  STRATA_CHECK(parts >= 1 && parts <= layers && index >= 0 && index < parts, "part {} of {} over {} layers", index,
-               parts, layers);
-  const int base = layers / parts, extra = layers % parts;
-  const int first = index * base + std::min(index, extra);
-  return {index, parts, first, first + base + (index < extra ? 1 : 0)};
+std::vector<int> balanced_layers(int parts, int layers) {
+  STRATA_CHECK(parts >= 1 && parts <= layers, "{} pipeline parts of {} layers", parts, layers);
+  std::vector<int> split;
+  for (int index = 0; index < parts; ++index) split.push_back(layers / parts + (index < layers % parts ? 1 : 0));
+  return split;
 }
 
+int PipelinePart::first_layer() const {
+  int first = 0;
+  for (int i = 0; i < index; ++i) first += layers_per_part[static_cast<size_t>(i)];
+  return first;
+}
+
+int PipelinePart::end_layer() const { return first_layer() + layers_per_part.at(static_cast<size_t>(index)); }
+
 ParallelForward cut_pipeline_part(const Graph& forward, const PipelinePart& part, const std::string& layer_prefix) {
-  // Every part's layers, by the same rule over the model's layers (counted from the labels).
   int layers = 0;
   for (const Node& node : forward.nodes()) {
     if (std::optional<int> layer = layer_of(node, layer_prefix)) layers = std::max(layers, *layer + 1);
   }
+  int total = 0;
   std::vector<PipelinePart> all;
-  for (int i = 0; i < part.parts; ++i) all.push_back(pipeline_part(i, part.parts, layers));
-  STRATA_CHECK(all[static_cast<size_t>(part.index)].first_layer == part.first_layer &&
-                   all[static_cast<size_t>(part.index)].end_layer == part.end_layer,
-               "pipeline part {} cut as layers [{}, {}), the model's {} layers give [{}, {})", part.index,
-               part.first_layer, part.end_layer, layers, all[static_cast<size_t>(part.index)].first_layer,
-               all[static_cast<size_t>(part.index)].end_layer);
+  for (int i = 0; i < part.parts(); ++i) {
+    if (part.layers_per_part[static_cast<size_t>(i)] < 1) fail("pipeline part {} has no layers", i);
+    total += part.layers_per_part[static_cast<size_t>(i)];
+    all.push_back({i, part.layers_per_part});
+  }
+  if (total != layers) fail("pipeline parts of {} layers in all, but the model has {}", total, layers);
   const std::vector<int> owner = parts_of_nodes(forward, layer_prefix, all);
 
   std::set<int> used;  // inputs and params the part's nodes read

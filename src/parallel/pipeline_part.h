@@ -8,23 +8,26 @@
 // it does not use are not in it. The tied embedding is in the first and the
 // last part: each has its own copy, whose gradients the runtime sums.
 #include <string>
+#include <vector>
 
 #include "model/gpt2.h"
 
 namespace strata {
 
-struct PipelinePart {
-  int index = 0;  // 0 .. parts - 1, in model order
-  int parts = 1;
-  int first_layer = 0;
-  int end_layer = 0;
-  bool first() const { return index == 0; }
-  bool last() const { return index == parts - 1; }
-};
+// Layers per part: as even as possible, the earlier parts taking one more (the
+// last part also runs the head).
+std::vector<int> balanced_layers(int parts, int layers);
 
-// Part `index` of `parts` over `layers` layers: as even as possible, the
-// earlier parts taking one more (the last part also runs the head).
-PipelinePart pipeline_part(int index, int parts, int layers);
+struct PipelinePart {
+  int index = 0;                     // 0 .. parts - 1, in model order
+  std::vector<int> layers_per_part;  // every part's, in order (the planner's layers_per_stage, or balanced)
+
+  int parts() const { return static_cast<int>(layers_per_part.size()); }
+  int first_layer() const;
+  int end_layer() const;
+  bool first() const { return index == 0; }
+  bool last() const { return index == parts() - 1; }
+};
 
 // Fails, naming the node, when a part would receive or send more than one
 // value, or an op outside every layer sits between layers.

@@ -15,7 +15,11 @@ enum class Placement {
   SplitColumns,  // a column-parallel weight or bias, or an activation split along its last dim (heads, features)
   SplitRows,     // a row-parallel weight
   SplitVocab,    // vocabulary rows of an embedding table, or vocabulary columns of the logits
+  SplitSequence, // an activation [B, T, C] split along T (sequence parallelism)
 };
+
+// The sequence axis of an activation: [B, T, C] or [T, C] (position embeddings).
+int64_t sequence_axis(const Shape& shape) { return static_cast<int64_t>(shape.size()) - 2; }
 
 class TensorParallelPass {
  public:
@@ -54,6 +58,12 @@ class TensorParallelPass {
   }
 
   Attrs group_attrs() const { return {{"group", tp_.group}, {"ranks", int64_t{tp_.degree}}}; }
+  // Along the sequence axis of target value `value`.
+  Attrs sequence_attrs(int value) {
+    Attrs attrs = group_attrs();
+    attrs.set("dim", sequence_axis(target().value(value).meta.shape));
+    return attrs;
+  }
 
   Graph& target() { return rewriter_.target(); }
   const Node& node(int id) const { return rewriter_.source().node(id); }
@@ -84,6 +94,9 @@ class TensorParallelPass {
       rewriter_.copy_node(id);
       return;
     }
+    bool sequence_split = false;
+    for (int input : n.inputs) sequence_split = sequence_split || placement(input) == Placement::SplitSequence;
+    if (sequence_split && sequence_local(n)) return sequence_region(n);
     if (n.op == "cast" || n.op == "gelu" || n.op == "scale") return elementwise(n, placement(n.inputs[0]));
     if (n.op == "add" && placement(n.inputs[0]) == placement(n.inputs[1]) &&
         placement(n.inputs[0]) == Placement::SplitColumns) {
@@ -113,11 +126,66 @@ class TensorParallelPass {
     return target().apply1("all_reduce", {value}, group_attrs(), label + ".all_reduce_tp");
   }
 
+  // Entering a split layer: the whole input on every rank (copied in, or gathered along the sequence).
+  int enter_split(int source_value, int value, const std::string& label) {
+    if (placement(source_value) != Placement::SplitSequence) return copy_to_group(value, label);
+    return target().apply1("all_gather", {value}, sequence_attrs(value), label + ".all_gather_tp");
+  }
+
+  // Leaving a split layer: the sum of the ranks' partial values, whole or this rank's block of the sequence.
+  std::pair<int, Placement> leave_split(int partial, const std::string& label) {
+    if (!tp_.sequence_parallel) return {all_reduce(partial, label), Placement::Replicated};
+    const int64_t length = target().value(partial).meta.shape[static_cast<size_t>(
+        sequence_axis(target().value(partial).meta.shape))];
+    if (length % tp_.degree != 0) {
+      fail("sequence parallelism: node '{}' has a sequence of {}, which parallel.tp = {} does not divide", label,
+           length, tp_.degree);
+    }
+    return {target().apply1("reduce_scatter", {partial}, sequence_attrs(partial), label + ".reduce_scatter_tp"),
+            Placement::SplitSequence};
+  }
+
+  // Whether a value is a parameter, or a cast of one.
+  bool from_param(int source_value) const {
+    const Graph& source = rewriter_.source();
+    while (source.value(source_value).kind == ValueKind::Intermediate) {
+      const Node& producer = source.node(source.value(source_value).producer);
+      if (producer.op != "cast") return false;
+      source_value = producer.inputs[0];
+    }
+    return source.value(source_value).kind == ValueKind::Param;
+  }
+
+  // Ops that work position by position along the sequence: they run on this rank's block.
+  static bool sequence_local(const Node& n) {
+    return n.op == "layernorm" || n.op == "add" || n.op == "gelu" || n.op == "cast" || n.op == "scale";
+  }
+
+  // A sequence-local op reading a sequence-split value: replicated parameters enter through
+  // copy_to_group (each rank's gradient covers its positions only: they are summed), other
+  // replicated values (position embeddings) are split along the sequence.
+  void sequence_region(const Node& n) {
+    std::vector<int> inputs = inputs_of(n);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int source_input = n.inputs[i];
+      if (placement(source_input) == Placement::SplitSequence) continue;
+      if (placement(source_input) != Placement::Replicated) refuse(n, "mixes sequence-split and split values");
+      if (from_param(source_input)) {
+        inputs[i] = copy_to_group(inputs[i], n.label);
+      } else {
+        inputs[i] = target().apply1("split_to_group", {inputs[i]}, sequence_attrs(inputs[i]), n.label + ".split_tp");
+      }
+    }
+    produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::SplitSequence);
+  }
+
   void column_linear(const Node& n) {
-    if (placement(n.inputs[0]) != Placement::Replicated) refuse(n, "is column-parallel but its input is split");
+    if (placement(n.inputs[0]) != Placement::Replicated && placement(n.inputs[0]) != Placement::SplitSequence) {
+      refuse(n, "is column-parallel but its input is split");
+    }
     if (placement(n.inputs[2]) != Placement::SplitColumns) refuse(n, "is column-parallel but its bias is not");
     std::vector<int> inputs = inputs_of(n);
-    inputs[0] = copy_to_group(inputs[0], n.label);
+    inputs[0] = enter_split(n.inputs[0], inputs[0], n.label);
     produce(n, target().apply("linear", inputs, n.attrs, n.label), Placement::SplitColumns);
   }
 
@@ -127,8 +195,9 @@ class TensorParallelPass {
     std::vector<int> inputs = inputs_of(n);
     int partial = target().apply1("matmul", {inputs[0], inputs[1]}, {{"trans_a", false}, {"trans_b", false}}, n.label);
     // The bias joins after the sum, so it is added once, not once per rank.
-    int sum = all_reduce(partial, n.label);
-    produce(n, {target().apply1("add", {sum, inputs[2]}, {}, n.label + ".bias")}, Placement::Replicated);
+    auto [sum, where] = leave_split(partial, n.label);
+    int bias = where == Placement::SplitSequence ? copy_to_group(inputs[2], n.label + ".bias") : inputs[2];
+    produce(n, {target().apply1("add", {sum, bias}, {}, n.label + ".bias")}, where);
   }
 
   void local_heads(const Node& n) {
@@ -162,16 +231,19 @@ class TensorParallelPass {
     Attrs attrs = n.attrs;
     set_vocab_shard(attrs, vocab_of(vocab_table(n.inputs[0])));
     int partial = target().apply1("embedding", inputs_of(n), attrs, n.label);
-    produce(n, {all_reduce(partial, n.label)}, Placement::Replicated);
+    auto [sum, where] = leave_split(partial, n.label);
+    produce(n, {sum}, where);
   }
 
   void vocab_head(const Node& n) {
     if (!n.attrs.get_bool("trans_b") || n.attrs.get_bool("trans_a")) {
       refuse(n, "multiplies by a vocab-parallel table other than as the tied LM head (a b^T)");
     }
-    if (placement(n.inputs[0]) != Placement::Replicated) refuse(n, "is the LM head but its input is split");
+    if (placement(n.inputs[0]) != Placement::Replicated && placement(n.inputs[0]) != Placement::SplitSequence) {
+      refuse(n, "is the LM head but its input is split");
+    }
     std::vector<int> inputs = inputs_of(n);
-    inputs[0] = copy_to_group(inputs[0], n.label);
+    inputs[0] = enter_split(n.inputs[0], inputs[0], n.label);
     logits_table_[n.outputs[0]] = vocab_table(n.inputs[1]);
     produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::SplitVocab);
   }

@@ -14,6 +14,13 @@
 //   others) and all_reduce sums the lookups; the tied LM head makes this
 //   rank's vocabulary columns of the logits, and cross_entropy combines the
 //   shards' log-sum-exps and target logits without gathering the logits.
+// With sequence parallelism the regions between them are split along the
+// sequence: an all_gather (its gradient a reduce_scatter) replaces
+// copy_to_group before each column-parallel linear and the LM head, a
+// reduce_scatter replaces all_reduce after each row-parallel linear and the
+// embedding, the position embeddings are split_to_group, and the replicated
+// parameters those regions read (LayerNorm weights and biases, c_proj's bias)
+// enter through copy_to_group, so their gradients are summed over the group.
 // Every other op must read replicated values; anything else is refused,
 // naming the node. The backward pass derived from the result is then the
 // tensor-parallel backward (the collectives' gradient rules are Megatron's
@@ -32,6 +39,10 @@ struct TensorParallelRank {
   int degree = 1;
   int rank = 0;
   std::string group = "tp";  // the collective group (ops/collective_group.h) of the ranks
+  // Sequence parallelism (Megatron's): the regions between the split layers
+  // (LayerNorms, residual adds, the embedding's sum) hold this rank's block of
+  // the sequence instead of all of it.
+  bool sequence_parallel = false;
 };
 
 // The part of a parameter of `full` shape that `tp.rank` holds under `rule`:

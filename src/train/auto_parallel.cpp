@@ -30,7 +30,7 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
   request.limits.dp = mesh.dp;
   request.limits.tp = mesh.tp;
   request.limits.pp = mesh.pp;
-  request.limits.sp = false;
+  request.limits.sp = config.sp;
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch / mesh.dp;
@@ -48,6 +48,7 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mes
   plan.dp = mesh.dp;
   plan.tp = mesh.tp;
   plan.pp = mesh.pp;
+  plan.sp = config.sp;
   plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   plan.micro_batch = config.batch_size;
   plan.micro_batches = config.accumulation_steps() / mesh.dp;

@@ -60,6 +60,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.cluster", &c.cluster},
       {"parallel.dp", &c.dp},
       {"parallel.tp", &c.tp},
+      {"parallel.sp", &c.sp},
       {"parallel.pp", &c.pp},
       {"parallel.schedule", &c.schedule},
       {"parallel.bucket_mb", &c.bucket_mb},
@@ -193,6 +194,11 @@ void TrainConfig::validate() const {
   if (model.n_head % tp != 0) {
     fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
          model.n_head);
+  }
+  if (sp && tp == 1) fail("key 'parallel.sp' needs parallel.tp > 1: the sequence is split over the tensor-parallel ranks");
+  if (sp && model.block_size % tp != 0) {
+    fail("key 'parallel.sp': model.block_size ({}) must be a multiple of parallel.tp ({}) to split the sequence",
+         model.block_size, tp);
   }
   positive("parallel.pp", pp);
   if (pp > model.n_layer) {

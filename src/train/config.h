@@ -51,6 +51,7 @@ struct TrainConfig {
   std::string cluster;  // parallel.cluster: a cluster file: a preset name, a path, or `strata calibrate`'s output
   int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: the job's ranks / (tp · pp)
   int64_t tp = 1;          // parallel.tp: tensor-parallel degree (Megatron's split of every layer)
+  bool sp = false;         // parallel.sp: sequence parallelism over the tensor-parallel group
   int64_t pp = 1;          // parallel.pp: pipeline stages (the layers cut into pp parts)
   std::string schedule = "1f1b";  // parallel.schedule: "1f1b" or "gpipe"
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <thread>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "backends/backends.h"
 #include "ckpt/hf_gpt2.h"
@@ -107,7 +109,7 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
 // Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
 GPT2Graph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
   GPT2BuildOptions options = gpt2_build_options(config, training);
-  if (layout.tp.degree > 1 || layout.part.parts > 1) {
+  if (layout.tp.degree > 1 || layout.part.parts() > 1) {
     options.parallelize = [layout](const Graph& forward) {
       return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
     };
@@ -159,8 +161,19 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   const int64_t batch = config_.batch_size;
   const int64_t seq = config_.model.block_size;
 
-  const RankLayout layout{tensor_.graph_rank(),
-                          pipeline_part(pipeline_.stage(), pipeline_.degree(), static_cast<int>(config_.model.n_layer))};
+  // The planner's split of the layers when it priced this layout (its stages balance the embedding
+  // and head too), else an even one.
+  const int layers = static_cast<int>(config_.model.n_layer);
+  std::vector<int> split = plan_.chosen.layers_per_stage;
+  if (static_cast<int>(split.size()) != pipeline_.degree() ||
+      std::accumulate(split.begin(), split.end(), 0) != layers ||
+      std::find(split.begin(), split.end(), 0) != split.end()) {
+    split = balanced_layers(pipeline_.degree(), layers);
+  }
+  TensorParallelRank tp_rank = tensor_.graph_rank();
+  tp_rank.sequence_parallel = config_.sp;
+  const RankLayout layout{tp_rank, {pipeline_.stage(), split}};
+  layers_per_stage_ = split;
   train_model_ = build_model(config_, /*training=*/true, layout);
   eval_model_ = build_model(config_, /*training=*/false, layout);
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -587,19 +600,23 @@ int Trainer::run() {
                     config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
                     config_.model.block_size, static_cast<double>(config_.model.num_parameters()) / 1e6));
   if (pipeline_.degree() > 1) {
-    const PipelinePart part = pipeline_part(0, pipeline_.degree(), static_cast<int>(config_.model.n_layer));
-    print(fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; stage 0 "
-                      "runs the embedding and layers 0..{}, the last stage the head and loss; the tied embedding's "
-                      "two copies' gradients are summed)\n",
+    print(fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; layers per "
+                      "stage {}{}; the first stage also runs the embedding, the last the head and loss; the tied "
+                      "embedding's two copies' gradients are summed)\n",
                       pipeline_.degree(), config_.schedule, config_.accumulation_steps() / parallel_.degree(),
-                      part.end_layer - 1));
+                      fmt::join(layers_per_stage_, "+"),
+                      plan_.chosen.layers_per_stage == layers_per_stage_ ? ", the planner's split" : ""));
   }
   if (tensor_.degree() > 1) {
     print(fmt::format("tensor parallel: {} ranks per layer (c_attn and c_fc by columns, {} heads each; c_proj by "
-                      "rows; the embedding and the loss by vocabulary shards of up to {} rows); {:.2f}M parameters "
+                      "rows; the embedding and the loss by vocabulary shards of up to {} rows){}; {:.2f}M parameters "
                       "per rank\n",
                       tensor_.degree(), config_.model.n_head / tensor_.degree(),
-                      gpt2_vocab_shard(config_.model, tensor_.degree()), static_cast<double>(params_.count()) / 1e6));
+                      gpt2_vocab_shard(config_.model, tensor_.degree()),
+                      config_.sp ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
+                                               config_.model.block_size / tensor_.degree())
+                                 : "",
+                      static_cast<double>(params_.count()) / 1e6));
   }
   if (parallel_.degree() > 1) {
     print(fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; {} bucket(s) of up "

@@ -85,6 +85,7 @@ class Trainer {
   std::vector<ParamSpec> specs_;        // the whole model's parameters, in order
   std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
+  std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
   std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
   std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json

@@ -2,10 +2,12 @@
 // activation copied into the next part's input; the last part's backward, the received
 // activation's gradient copied into the previous part's seed) give the whole model's loss and
 // every parameter's gradient bit for bit (the tied embedding's two copies summed), for 2, 3 and 4
-// parts of 4 layers, fused and not.
+// parts of 4 layers, even and not (the planner's splits may be uneven), fused and not.
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include <fmt/ranges.h>
 
 #include "backends/backends.h"
 #include "core/rng.h"
@@ -55,11 +57,13 @@ TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
     reference.bind(whole.positions, positions);
     reference.bind(whole.grads.seed, seed);
     reference.run();
-    for (int parts : {2, 3, 4}) {
+    for (const std::vector<int>& split : {balanced_layers(2, 4), std::vector<int>{3, 1}, std::vector<int>{1, 3},
+                                          balanced_layers(3, 4), balanced_layers(4, 4)}) {
+      const int parts = static_cast<int>(split.size());
       std::vector<GPT2Graph> models;
       std::vector<std::unique_ptr<CompiledGraph>> graphs;
       for (int index = 0; index < parts; ++index) {
-        const RankLayout layout{{}, pipeline_part(index, parts, 4)};
+        const RankLayout layout{{}, {index, split}};
         options.parallelize = [layout](const Graph& forward) {
           return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
         };
@@ -105,7 +109,7 @@ TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
               graphs[index]->tensor(model.grads.of.at(model.received)));
         }
       }
-      const std::string what = fmt::format("{} parts, fuse {}", parts, fuse);
+      const std::string what = fmt::format("layers per part {}, fuse {}", fmt::join(split, "+"), fuse);
       const GPT2Graph& last = models.back();
       EXPECT_EQ(graphs.back()->tensor(last.loss).item(), reference.tensor(whole.loss).item()) << what;
       for (size_t i = 0; i < params.size(); ++i) {

@@ -46,10 +46,11 @@ class TensorParallelRun : public testing::TrainRunSuite {
 
 };
 
-TEST_F(TensorParallelRun, TwoAndFourRanksAndDataTimesTensorMatchOneProcess) {
+TEST_F(TensorParallelRun, TwoAndFourRanksSequenceParallelAndDataTimesTensorMatchOneProcess) {
   fs::path single = train("single", "", kSettings);
   for (const auto& [name, ranks, tp, layout] :
-       {std::tuple{"tp2", 2, 2, ""}, std::tuple{"tp4", 4, 4, ""}, std::tuple{"dp2_tp2", 4, 2, "--set parallel.zero=1"}}) {
+       {std::tuple{"tp2", 2, 2, ""}, std::tuple{"tp4", 4, 4, ""}, std::tuple{"tp2_sp", 2, 2, "--set parallel.sp=true"},
+        std::tuple{"dp2_tp2", 4, 2, "--set parallel.zero=1"}}) {
     fs::path run = train(name, mpirun(ranks), kSettings + " --set parallel.tp=" + std::to_string(tp) + " " + layout);
     EXPECT_NE(last_output_.find("tensor parallel: " + std::to_string(tp) + " ranks per layer"), std::string::npos)
         << last_output_;
@@ -106,6 +107,9 @@ TEST_F(TensorParallelRun, LayoutsThatCannotRunAreErrorsNamingTheKeysBeforeAnyAll
                                 "the job has 2 ranks"),
             std::string::npos)
       << product.output;
+  testing::LaunchResult no_tp = shell(mpirun(2) + base + "--set parallel.sp=true");
+  EXPECT_NE(no_tp.exit_code, 0);
+  EXPECT_NE(no_tp.output.find("key 'parallel.sp' needs parallel.tp > 1"), std::string::npos) << no_tp.output;
   testing::LaunchResult one_process = shell(base + "--set parallel.tp=2");
   EXPECT_NE(one_process.exit_code, 0);
   EXPECT_NE(one_process.output.find("key 'parallel.tp' is 2 but this is one process"), std::string::npos)

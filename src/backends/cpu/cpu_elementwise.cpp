@@ -119,6 +119,7 @@ void register_elementwise(Backend& backend) {
     backend.add_kernel("copy_to_group", dtype, copy_to_group_kernel);
     backend.add_kernel("all_gather", dtype, all_gather_kernel);
     backend.add_kernel("reduce_scatter", dtype, reduce_scatter_kernel);
+    backend.add_kernel("split_to_group", dtype, split_to_group_kernel);
   }
 }
 

@@ -95,6 +95,7 @@ void register_elementwise(Backend& backend) {
   add_float_kernels(backend, "copy_to_group", copy_to_group_kernel);
   add_float_kernels(backend, "all_gather", all_gather_kernel);
   add_float_kernels(backend, "reduce_scatter", reduce_scatter_kernel);
+  add_float_kernels(backend, "split_to_group", split_to_group_kernel);
 }
 
 }  // namespace strata::ref

@@ -1,6 +1,7 @@
 // The tensor-parallel pass on real ranks: GPT-2 (12 heads, a vocabulary of 4099 that no degree
 // divides) built whole and run in one process, against the same model split over the tp group by
-// parallelize_tensors with each rank holding its slices of the same weights. The loss, the logits'
+// parallelize_tensors with each rank holding its slices of the same weights, with and without
+// sequence parallelism (where the 8 positions divide by tp). The loss, the logits'
 // shards and every parameter's gradient shard must match the one-process values: f64 on `ref` to
 // rounding, f32 on `cpu` within 1e-5. The shards themselves are checked against index formulas
 // written out here (Megatron's layouts), not against the slicing code.
@@ -88,31 +89,35 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
     if (world.size() % tp != 0) continue;
     DeviceMesh mesh(world, {.dp = world.size() / tp, .tp = tp, .pp = 1});
     MeshGroupsRegistration groups(mesh);
-    const TensorParallelRank rank{tp, mesh.coordinates().tp, "tp"};
-    const std::vector<ParameterShard> shards = parameter_shards(specs, gpt2_sharding_plan(), rank);
-    for (const auto& [backend, dtype, fuse, tolerance] :
-         {std::tuple{"ref", DType::F64, false, 1e-11}, std::tuple{"cpu", DType::F32, true, 1e-5}}) {
-      GPT2BuildOptions options{.dtype = dtype, .fuse = fuse};
-      const GPT2Graph one = build_gpt2_graph(config, kBatch, kSeq, true, options);
-      options.parallelize = [&](const Graph& forward) {
-        return ParallelForward{parallelize_tensors(forward, gpt2_sharding_plan(), rank)};
-      };
-      const GPT2Graph split = build_gpt2_graph(config, kBatch, kSeq, true, options);
-      std::vector<Tensor> whole_params, shard_params;
-      for (size_t i = 0; i < specs.size(); ++i) {
-        whole_params.push_back(whole.tensor(i).to(dtype));
-        Tensor shard = Tensor::empty(shards[i].shape(), DType::F32);
-        shards[i].slice(whole.tensor(i), shard);
-        shard_params.push_back(shard.to(dtype));
-      }
-      const ModelRun reference = run_model(backend, one, whole_params, tokens, targets);
-      const ModelRun parallel = run_model(backend, split, shard_params, tokens, targets);
-      const std::string what = fmt::format("tp={} rank {} {} {}", tp, rank.rank, backend, dtype_name(dtype));
-      EXPECT_LE(std::abs(parallel.loss - reference.loss), tolerance * std::abs(reference.loss)) << what << ": loss";
-      for (size_t i = 0; i < specs.size(); ++i) {
-        Tensor expected = Tensor::empty(shards[i].shape(), DType::F64);
-        shards[i].slice(reference.grads[i], expected);
-        EXPECT_LE(relative_error(parallel.grads[i], expected), tolerance) << what << ": " << specs[i].name;
+    for (bool sequence_parallel : {false, true}) {
+      if (sequence_parallel && kSeq % tp != 0) continue;
+      const TensorParallelRank rank{tp, mesh.coordinates().tp, "tp", sequence_parallel};
+      const std::vector<ParameterShard> shards = parameter_shards(specs, gpt2_sharding_plan(), rank);
+      for (const auto& [backend, dtype, fuse, tolerance] :
+           {std::tuple{"ref", DType::F64, false, 1e-11}, std::tuple{"cpu", DType::F32, true, 1e-5}}) {
+        GPT2BuildOptions options{.dtype = dtype, .fuse = fuse};
+        const GPT2Graph one = build_gpt2_graph(config, kBatch, kSeq, true, options);
+        options.parallelize = [&](const Graph& forward) {
+          return ParallelForward{parallelize_tensors(forward, gpt2_sharding_plan(), rank)};
+        };
+        const GPT2Graph split = build_gpt2_graph(config, kBatch, kSeq, true, options);
+        std::vector<Tensor> whole_params, shard_params;
+        for (size_t i = 0; i < specs.size(); ++i) {
+          whole_params.push_back(whole.tensor(i).to(dtype));
+          Tensor shard = Tensor::empty(shards[i].shape(), DType::F32);
+          shards[i].slice(whole.tensor(i), shard);
+          shard_params.push_back(shard.to(dtype));
+        }
+        const ModelRun reference = run_model(backend, one, whole_params, tokens, targets);
+        const ModelRun parallel = run_model(backend, split, shard_params, tokens, targets);
+        const std::string what = fmt::format("tp={}{} rank {} {} {}", tp, sequence_parallel ? " sp" : "", rank.rank,
+                                             backend, dtype_name(dtype));
+        EXPECT_LE(std::abs(parallel.loss - reference.loss), tolerance * std::abs(reference.loss)) << what << ": loss";
+        for (size_t i = 0; i < specs.size(); ++i) {
+          Tensor expected = Tensor::empty(shards[i].shape(), DType::F64);
+          shards[i].slice(reference.grads[i], expected);
+          EXPECT_LE(relative_error(parallel.grads[i], expected), tolerance) << what << ": " << specs[i].name;
+        }
       }
     }
   }
