@@ -64,23 +64,30 @@ std::string find_on_path(const std::string& program) {
 }
 
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.
-int train(const TrainConfig& config, bool profile) {
+int train(const TrainConfig& given, bool profile) {
   if (!launched_by_mpirun()) {
-    for (auto [key, degree] : {std::pair{"parallel.dp", config.dp}, std::pair{"parallel.tp", config.tp},
-                               std::pair{"parallel.pp", config.pp}}) {
+    for (auto [key, degree] : {std::pair{"parallel.dp", given.dp}, std::pair{"parallel.tp", given.tp},
+                               std::pair{"parallel.pp", given.pp}}) {
       if (degree > 1) {
-        const int64_t ranks = std::max<int64_t>(config.dp, 1) * config.tp * config.pp;
+        const int64_t ranks = std::max<int64_t>(given.dp, 1) * given.tp * given.pp;
         fail("key '{}' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
              "`--nproc {}`",
              key, degree, ranks, ranks);
       }
     }
-    Trainer trainer(config);
+    Trainer trainer(given);
     if (profile) trainer.enable_profiling();
     return trainer.run();
   }
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
+  TrainConfig config = given;
+  if (config.plan == "auto") {
+    // The planner picks the mesh for the ranks launched; every rank computes the same pick.
+    int ranks_here = 0;
+    for (int rank = 0; rank < world.size(); ++rank) ranks_here += world.node_of(rank) == world.node_of(world.rank());
+    choose_auto_layout(config, world.size(), world.size() > 1 ? threads_per_rank(config, ranks_here) : 0);
+  }
   const int tp = static_cast<int>(config.tp), pp = static_cast<int>(config.pp);
   if (world.size() % (tp * pp) != 0) {
     fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tp, pp,

@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "core/error.h"
 #include "planner/report.h"
 
@@ -24,6 +27,35 @@ AutoPlanRequest plan_request(const TrainConfig& config, int ranks, int threads_p
 
 }  // namespace
 
+int threads_per_rank(const TrainConfig& config, int ranks_on_this_host) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // OpenMP makes every thread up front: an absurd count crashes it, well before any use.
+  constexpr int kThreadsPerCore = 4;
+  if (config.threads > int64_t{kThreadsPerCore} * cores) {
+    fail("key 'ops.threads' is {} but this machine has {} cores: use at most {} (0 shares the cores among the "
+         "ranks)",
+         config.threads, cores, kThreadsPerCore * cores);
+  }
+  if (config.threads > 0) return static_cast<int>(config.threads);
+  return std::max(1, cores / ranks_on_this_host);
+}
+
+void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
+  AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
+  request.limits.zero = static_cast<int>(config.zero);
+  if (config.zero > 0) request.limits.pp = 1;  // ZeRO with pipeline stages is not executed yet
+  request.limits.recompute = RecomputeMode::None;
+  request.limits.max_virtual_stages = 1;  // the interleaved schedule is not executed yet
+  request.limits.max_micro_batch = config.global_batch;
+  const ParallelPlan plan = auto_plan(request).chosen.plan;
+  config.dp = plan.dp;
+  config.tp = plan.tp;
+  config.pp = plan.pp;
+  config.sp = plan.sp;
+  config.schedule = std::string(schedule_name(plan.schedule));
+  config.validate();
+}
+
 AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
   AutoPlanRequest request = plan_request(config, mesh.size(), threads_per_rank);
   // The planner chooses the micro-batch on the mesh launched, at the configured ZeRO stage.
@@ -31,6 +63,8 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
   request.limits.tp = mesh.tp;
   request.limits.pp = mesh.pp;
   request.limits.sp = config.sp;
+  request.limits.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
+  request.limits.virtual_stages = 1;
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch / mesh.dp;

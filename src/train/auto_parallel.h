@@ -28,6 +28,16 @@ struct PeakFlops {
 };
 PeakFlops peak_flops(const TrainConfig& config, int ranks, int threads_per_rank);
 
+// Threads per rank: ops.threads, or with 0 the host's cores shared among the
+// job's ranks on it; fails naming the key when the count is absurd for the machine.
+int threads_per_rank(const TrainConfig& config, int ranks_on_this_host);
+
+// parallel.plan = "auto" before the ranks are arranged in a mesh: the
+// planner's layout of the job's `ranks` among those the runtime executes
+// (dp, tp, pp, sp, GPipe or 1F1B; pipelines only without ZeRO), written into
+// config's parallel.* keys. The trainer then applies the plan on that mesh.
+void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank);
+
 // Chooses the plan for the `mesh` of ranks launched, of `threads_per_rank`
 // threads (0: as the profile was measured) on one host, and sets
 // config.batch_size to its micro-batch.

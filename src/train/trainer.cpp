@@ -74,20 +74,6 @@ std::vector<Shape> shapes_of(const ParameterSet& params) {
   return shapes;
 }
 
-// ops.threads = 0: the host's cores shared among the job's ranks on it.
-int threads_per_rank(const TrainConfig& config, const DataParallel& parallel) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // OpenMP makes every thread up front: an absurd count crashes it, well before any use.
-  constexpr int kThreadsPerCore = 4;
-  if (config.threads > int64_t{kThreadsPerCore} * cores) {
-    fail("key 'ops.threads' is {} but this machine has {} cores: use at most {} (0 shares the cores among the "
-         "ranks)",
-         config.threads, cores, kThreadsPerCore * cores);
-  }
-  if (config.threads > 0) return static_cast<int>(config.threads);
-  return std::max(1, cores / parallel.ranks_on_this_host());
-}
-
 // Refuses, before anything is allocated, a model whose weights, gradients and
 // AdamW state alone cannot fit in this machine's memory with every rank on it.
 TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
@@ -142,7 +128,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
                tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
   const int ranks = parallel_.degree() * tensor_.degree() * pipeline_.degree();
-  const int plan_threads = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_) : 0;
+  const int plan_threads = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_.ranks_on_this_host()) : 0;
   if (plan_threads > 0) omp_set_num_threads(plan_threads);
   AppliedPlan applied;
   const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree(), .pp = pipeline_.degree()};

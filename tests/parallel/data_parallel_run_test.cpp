@@ -273,23 +273,33 @@ TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
   EXPECT_NE(no_mpirun.output.find("--nproc needs mpirun on PATH"), std::string::npos) << no_mpirun.output;
 }
 
-// parallel.plan = "auto" on 2 ranks: the planner chooses among 2-rank data-parallel layouts,
-// the run executes exactly that micro-batch, and plan.json holds prediction and measurement.
+// parallel.plan = "auto" on 2 ranks: the planner chooses the layout of the 2 ranks (data, tensor,
+// sequence or pipeline parallelism) and the micro-batch, the run executes exactly that, and
+// plan.json holds prediction and measurement.
 TEST_F(DataParallelRun, AutoPlanChoosesForTheLaunchedRanksAndTheRunExecutesIt) {
   fs::path run_dir = train("auto_dp2", mpirun(2),
                            "--set train.global_batch=8 --set train.steps=4 --set parallel.plan=auto "
                            "--set parallel.cluster=this-machine");
   nlohmann::json record = nlohmann::json::parse(std::ifstream(run_dir / "plan.json"));
   const nlohmann::json& chosen = record["chosen"]["plan"];
-  EXPECT_EQ(chosen["dp"], 2);
-  EXPECT_EQ(chosen["tp"], 1);
-  EXPECT_EQ(chosen["pp"], 1);
-  int micro_batch = chosen["micro_batch"];
-  EXPECT_NE(last_output_.find("data parallel: 2 ranks, micro-batches of " + std::to_string(micro_batch) + " rows"),
-            std::string::npos)
-      << last_output_;
+  const int dp = chosen["dp"], tp = chosen["tp"], pp = chosen["pp"];
+  EXPECT_EQ(dp * tp * pp, 2) << chosen.dump();
+  const int micro_batch = chosen["micro_batch"];
+  const std::string executed = last_output_;
+  if (dp == 2) {
+    EXPECT_NE(executed.find("data parallel: 2 ranks, micro-batches of " + std::to_string(micro_batch) + " rows"),
+              std::string::npos)
+        << executed;
+  }
+  if (tp == 2) EXPECT_NE(executed.find("tensor parallel: 2 ranks per layer"), std::string::npos) << executed;
+  if (chosen["sp"].get<bool>()) EXPECT_NE(executed.find("sequence parallel:"), std::string::npos) << executed;
+  if (pp == 2) EXPECT_NE(executed.find("pipeline parallel: 2 stages"), std::string::npos) << executed;
   EXPECT_GT(record["measured"]["step_s"].get<double>(), 0.0);
   EXPECT_GT(record["chosen"]["step_s"].get<double>(), 0.0);
+  // The run's saved config is the layout it ran.
+  std::ifstream config_file(run_dir / "config.toml");
+  const std::string config_text((std::istreambuf_iterator<char>(config_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(config_text.find("tp = " + std::to_string(tp)), std::string::npos) << config_text;
 }
 
 TEST_F(DataParallelRun, NprocLaunchesTheSameRunUnderMpirunAndSaysHow) {
