@@ -125,9 +125,11 @@ const std::vector<std::string> kCheckedAgainstUnfusedOps = {
 // Exact ops have no rounding to compare; they are checked for exactness and for
 // equal bits on every backend (tests/backends/square_sum_exact_test.cpp).
 const std::vector<std::string> kExact = {"square_sum_exact"};
-// Collectives return their input in one process (a group of one rank); their sums over real ranks
-// are checked against one process in tests/parallel/mpi/tensor_parallel_mlp_test.cpp.
-const std::vector<std::string> kCollectives = {"all_gather", "all_reduce", "copy_to_group", "reduce_scatter"};
+// Collectives return their input in one process (a group of one rank); over real ranks they are
+// checked against one process in tests/parallel/mpi/ (the tensor-parallel MLP, the sequence axis,
+// and GPT-2 split with and without sequence parallelism, where split_to_group places the positions).
+const std::vector<std::string> kCollectives = {"all_gather", "all_reduce", "copy_to_group", "reduce_scatter",
+                                               "split_to_group"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {
