@@ -9,7 +9,7 @@
 #
 # Usage: bench/parallel/layout_throughput.sh [repeats] [steps] [global_batch] [config]
 #   (defaults 3, 8, 16, configs/bench/small.toml; STRATA overrides build/bin/strata;
-#   DATA overrides data/kjv; CLUSTER overrides this-machine)
+#   DATA overrides data/kjv; CLUSTER overrides this-machine; MICRO the rows per micro-batch, 4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 strata=${STRATA:-build/bin/strata}
@@ -24,7 +24,7 @@ python=/usr/bin/python3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-micro=4
+micro=${MICRO:-4}
 common=("$config" --set "data.dir=$data" --set "train.steps=$steps" --set "parallel.cluster=$cluster"
         --set "train.batch_size=$micro" --set "train.global_batch=$global" --set train.val_every=0)
 layouts=("single" "dp2" "tp2" "pp2_1f1b" "pp2_gpipe")

@@ -7,20 +7,23 @@
 namespace strata {
 
 GradientBuckets::GradientBuckets(const std::vector<Shape>& parameter_shapes, size_t bucket_bytes, int ranks,
-                                 GradientStorage storage)
+                                 GradientStorage storage, const std::vector<size_t>& alone)
     : ranks_(ranks), shapes_(parameter_shapes) {
   STRATA_CHECK(bucket_bytes > 0, "gradient buckets of 0 bytes");
   STRATA_CHECK(ranks >= 1, "gradient buckets for {} ranks", ranks);
   const int64_t bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float)));
   offsets_.assign(parameter_shapes.size(), 0);
   int64_t filled = 0;
+  bool last_alone = false;
   for (size_t i = parameter_shapes.size(); i-- > 0;) {
     const int64_t size = shape_numel(parameter_shapes[i]);
-    if (members_.empty() || (filled > 0 && filled + size > bucket_elements)) {
+    const bool is_alone = std::find(alone.begin(), alone.end(), i) != alone.end();
+    if (members_.empty() || (filled > 0 && (filled + size > bucket_elements || is_alone || last_alone))) {
       members_.emplace_back();
       elements_.push_back(0);
       filled = 0;
     }
+    last_alone = is_alone;
     members_.back().push_back(i);
     offsets_[i] = filled;
     filled += size;

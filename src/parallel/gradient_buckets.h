@@ -25,8 +25,10 @@ struct GradientStorage {
 
 class GradientBuckets {
  public:
+  // `alone`: parameters that get a bucket of their own (the tied embedding on
+  // two pipeline stages, so its ZeRO blocks lie alike on both).
   GradientBuckets(const std::vector<Shape>& parameter_shapes, size_t bucket_bytes, int ranks = 1,
-                  GradientStorage storage = {});
+                  GradientStorage storage = {}, const std::vector<size_t>& alone = {});
 
   size_t size() const { return members_.size(); }
   int ranks() const { return ranks_; }

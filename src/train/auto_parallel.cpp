@@ -43,7 +43,6 @@ int threads_per_rank(const TrainConfig& config, int ranks_on_this_host) {
 void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
   AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
   request.limits.zero = static_cast<int>(config.zero);
-  if (config.zero > 0) request.limits.pp = 1;  // ZeRO with pipeline stages is not executed yet
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_virtual_stages = 1;  // the interleaved schedule is not executed yet
   request.limits.max_micro_batch = config.global_batch;

@@ -209,11 +209,6 @@ void TrainConfig::validate() const {
     fail("key 'parallel.schedule': the runtime runs \"1f1b\" and \"gpipe\"; \"interleaved\" is priced by the "
          "planner but not executed yet");
   }
-  if (pp > 1 && zero > 0) {
-    fail("keys 'parallel.pp' ({}) and 'parallel.zero' ({}): ZeRO with pipeline stages is not executed yet; use "
-         "parallel.zero = 0 with parallel.pp > 1",
-         pp, zero);
-  }
   if (model.vocab_size < tp) {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
          model.vocab_size);

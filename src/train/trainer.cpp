@@ -169,11 +169,16 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
   param_tensors_ = tensors_of(params_);
 
+  std::vector<size_t> tied;  // held by two stages: a bucket of its own
+  for (size_t k = 0; k < held_.size(); ++k) {
+    if (holders_[held_[k]].size() > 1) tied.push_back(k);
+  }
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
-      GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only()));
+      GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only(),
+                      tied));
   grad_buckets_ = std::make_unique<GradientBuckets>(shapes_of(params_), bucket_bytes(config_), parallel_.degree(),
-                                                    reduction_.storage);
+                                                    reduction_.storage, tied);
   std::vector<ParameterRange> ranges = ZeroPartition::whole(shapes_of(params_));
   if (reduction_.sharded_optimizer) {
     zero_.emplace(*grad_buckets_, parallel_.rank());
@@ -338,7 +343,8 @@ ExactSquareSum Trainer::gradient_square_sum() {
 
 void Trainer::sum_tied_gradients() {
   if (pipeline_.degree() == 1) return;
-  const std::vector<ParameterRange>& ranges = optimizer_->ranges();  // whole parameters: no ZeRO with stages
+  // Under ZeRO a rank's range of the tied embedding is the same on both stages: it has a bucket of its own.
+  const std::vector<ParameterRange>& ranges = optimizer_->ranges();
   for (size_t r = 0; r < ranges.size(); ++r) {
     const std::vector<int>& holders = holders_[held_[ranges[r].parameter]];
     if (holders.size() < 2) continue;
