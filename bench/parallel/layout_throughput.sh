@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every parallel layout the runtime executes on 2 ranks x 1 thread against one
 # process x 2 threads, the same global batch, interleaved repeats in one run:
-# dp=2, tp=2, pp=2 (1F1B and GPipe). Reports per layout the median tokens/s
+# dp=2, tp=2, pp=2 (1F1B, GPipe, interleaved with 2 chunks per stage). Reports per layout the median tokens/s
 # (steps after the first) and its ratio to one process, the exposed gradient
 # communication (dp) and the first stage's pipeline wait against the
 # (p-1)/(m+p-1) bubble of its schedule (pp), and the planner's predicted over
@@ -27,13 +27,14 @@ export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=687194
 micro=${MICRO:-4}
 common=("$config" --set "data.dir=$data" --set "train.steps=$steps" --set "parallel.cluster=$cluster"
         --set "train.batch_size=$micro" --set "train.global_batch=$global" --set train.val_every=0)
-layouts=("single" "dp2" "tp2" "pp2_1f1b" "pp2_gpipe")
+layouts=("single" "dp2" "tp2" "pp2_1f1b" "pp2_gpipe" "pp2_interleaved")
 declare -A settings=(
   [single]="--set ops.threads=2"
   [dp2]="--set ops.threads=1"
   [tp2]="--set ops.threads=1 --set parallel.tp=2"
   [pp2_1f1b]="--set ops.threads=1 --set parallel.pp=2"
   [pp2_gpipe]="--set ops.threads=1 --set parallel.pp=2 --set parallel.schedule=gpipe"
+  [pp2_interleaved]="--set ops.threads=1 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
 )
 
 echo "# $config, global batch $global rows in micro-batches of $micro, $steps steps, $repeats interleaved repeats"
@@ -70,8 +71,9 @@ for layout in layouts:
     text = f"{layout:10s} {rates[layout]:9.1f} tokens/s  x{rates[layout] / rates['single']:.3f} of one process"
     if wait: text += f"; gradient-sum wait {statistics.median(wait) * 1000:.1f} ms/step"
     if bubble:
-        m, p = global_batch // micro, 2
-        text += f"; first stage waits {statistics.median(bubble):.3f} of the step (ideal bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.3f})"
+        m, p, v = global_batch // micro, 2, 2 if "interleaved" in layout else 1
+        ideal = (p - 1) / (v * m + p - 1)
+        text += f"; first stage waits {statistics.median(bubble):.3f} of the step (ideal bubble {ideal:.3f})"
     if ratio: text += f"; predicted / measured step {statistics.median(ratio):.2f}"
     print(text)
 PY

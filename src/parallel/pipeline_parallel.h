@@ -14,6 +14,11 @@
 
 namespace strata {
 
+// Activations go forward and their gradients back on separate communicators:
+// between two stages each flow then arrives in the order it was sent, even
+// when interleaving makes one pair of stages carry both.
+enum class PipelineFlow { Activations, Gradients };
+
 class PipelineParallel {
  public:
   PipelineParallel() = default;  // one stage
@@ -29,8 +34,8 @@ class PipelineParallel {
   std::vector<std::vector<int>> holders(size_t count, const std::vector<size_t>& held);
 
   // Transfers of whole contiguous tensors; a send's tensor must stay untouched until its handle completes.
-  comm::Handle send_async(const Tensor& tensor, int stage);
-  void receive(Tensor& tensor, int stage);
+  comm::Handle send_async(const Tensor& tensor, int stage, PipelineFlow flow = PipelineFlow::Activations);
+  void receive(Tensor& tensor, int stage, PipelineFlow flow = PipelineFlow::Activations);
 
   // On the first and last stage: grad = the sum of both stages' copies (the same bits on both).
   void sum_tied_gradient(Tensor& grad);
@@ -41,7 +46,10 @@ class PipelineParallel {
   void to_first_stage(Tensor& tensor, int owner);
 
  private:
+  comm::Communicator& flow_group(PipelineFlow flow);
+
   std::optional<comm::Communicator> group_;
+  std::optional<comm::Communicator> gradients_;  // the same ranks, for the gradient flow
 };
 
 }  // namespace strata

@@ -44,7 +44,6 @@ void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
   AutoPlanRequest request = plan_request(config, ranks, threads_per_rank);
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
-  request.limits.max_virtual_stages = 1;  // the interleaved schedule is not executed yet
   request.limits.max_micro_batch = config.global_batch;
   const ParallelPlan plan = auto_plan(request).chosen.plan;
   config.dp = plan.dp;
@@ -52,6 +51,7 @@ void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
   config.pp = plan.pp;
   config.sp = plan.sp;
   config.schedule = std::string(schedule_name(plan.schedule));
+  config.virtual_stages = plan.virtual_stages;
   config.validate();
 }
 
@@ -63,7 +63,7 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
   request.limits.pp = mesh.pp;
   request.limits.sp = config.sp;
   request.limits.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
-  request.limits.virtual_stages = 1;
+  request.limits.virtual_stages = static_cast<int>(config.virtual_stages);
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch / mesh.dp;
@@ -83,6 +83,7 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mes
   plan.pp = mesh.pp;
   plan.sp = config.sp;
   plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
+  plan.virtual_stages = static_cast<int>(config.virtual_stages);
   plan.micro_batch = config.batch_size;
   plan.micro_batches = config.accumulation_steps() / mesh.dp;
   plan.zero = static_cast<int>(config.zero);

@@ -63,6 +63,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.sp", &c.sp},
       {"parallel.pp", &c.pp},
       {"parallel.schedule", &c.schedule},
+      {"parallel.virtual_stages", &c.virtual_stages},
       {"parallel.bucket_mb", &c.bucket_mb},
       {"parallel.zero", &c.zero},
       {"precision.compute", &c.precision},
@@ -205,9 +206,20 @@ void TrainConfig::validate() const {
     fail("key 'parallel.pp' ({}) exceeds model.n_layer ({}): every pipeline stage needs at least one layer", pp,
          model.n_layer);
   }
-  if (parse_schedule(schedule, "key 'parallel.schedule'") == PipelineSchedule::Interleaved) {
-    fail("key 'parallel.schedule': the runtime runs \"1f1b\" and \"gpipe\"; \"interleaved\" is priced by the "
-         "planner but not executed yet");
+  positive("parallel.virtual_stages", virtual_stages);
+  const PipelineSchedule pipeline_schedule = parse_schedule(schedule, "key 'parallel.schedule'");
+  if (virtual_stages > 1 && pipeline_schedule != PipelineSchedule::Interleaved) {
+    fail("key 'parallel.virtual_stages' is {} but parallel.schedule is \"{}\": model chunks per stage need the "
+         "interleaved schedule",
+         virtual_stages, schedule);
+  }
+  if (pipeline_schedule == PipelineSchedule::Interleaved && pp < 2) {
+    fail("key 'parallel.schedule' = \"interleaved\" needs parallel.pp of at least 2, got {}", pp);
+  }
+  if (pp * virtual_stages > model.n_layer) {
+    fail("parallel.pp ({}) × parallel.virtual_stages ({}) = {} pipeline parts, but model.n_layer is {}: every part "
+         "needs at least one layer",
+         pp, virtual_stages, pp * virtual_stages, model.n_layer);
   }
   if (model.vocab_size < tp) {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,

@@ -53,7 +53,8 @@ struct TrainConfig {
   int64_t tp = 1;          // parallel.tp: tensor-parallel degree (Megatron's split of every layer)
   bool sp = false;         // parallel.sp: sequence parallelism over the tensor-parallel group
   int64_t pp = 1;          // parallel.pp: pipeline stages (the layers cut into pp parts)
-  std::string schedule = "1f1b";  // parallel.schedule: "1f1b" or "gpipe"
+  std::string schedule = "1f1b";  // parallel.schedule: "1f1b", "gpipe" or "interleaved"
+  int64_t virtual_stages = 1;     // parallel.virtual_stages: model chunks per stage (interleaved)
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
   int64_t zero = 0;        // parallel.zero: 0; 1: AdamW's moments and update split over the dp ranks; 2: gradients too
 

@@ -138,6 +138,11 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
          "ranks, so that every rank runs the same number of micro-batches",
          config_.global_batch, config_.batch_size, parallel_.degree());
   }
+  if (pipeline_.degree() > 1) {
+    check_pipeline_shape(parse_schedule(config_.schedule, "key 'parallel.schedule'"),
+                         {pipeline_.degree(), static_cast<int>(config_.accumulation_steps() / parallel_.degree()),
+                          static_cast<int>(config_.virtual_stages), static_cast<int>(config_.model.n_layer)});
+  }
   if (config_.plan != "auto") {
     applied = describe_manual_plan(config_, mesh, plan_threads);
   }
@@ -148,22 +153,29 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   const int64_t seq = config_.model.block_size;
 
   // The planner's split of the layers when it priced this layout (its stages balance the embedding
-  // and head too), else an even one.
-  const int layers = static_cast<int>(config_.model.n_layer);
+  // and head too), else an even one; interleaved, even parts of p · v.
+  const int layers = static_cast<int>(config_.model.n_layer), chunks = static_cast<int>(config_.virtual_stages);
+  const int parts = pipeline_.degree() * chunks;
   std::vector<int> split = plan_.chosen.layers_per_stage;
-  if (static_cast<int>(split.size()) != pipeline_.degree() ||
+  if (chunks > 1 || static_cast<int>(split.size()) != parts ||
       std::accumulate(split.begin(), split.end(), 0) != layers ||
       std::find(split.begin(), split.end(), 0) != split.end()) {
-    split = balanced_layers(pipeline_.degree(), layers);
+    split = balanced_layers(parts, layers);
   }
   TensorParallelRank tp_rank = tensor_.graph_rank();
   tp_rank.sequence_parallel = config_.sp;
-  const RankLayout layout{tp_rank, {pipeline_.stage(), split}};
   layers_per_stage_ = split;
-  train_model_ = build_model(config_, /*training=*/true, layout);
-  eval_model_ = build_model(config_, /*training=*/false, layout);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split}};
+    chunks_.push_back({build_model(config_, /*training=*/true, layout), build_model(config_, /*training=*/false, layout)});
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
-    if (train_model_.params[i] >= 0) held_.push_back(i);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      if (chunks_[static_cast<size_t>(chunk)].train_model.params[i] < 0) continue;
+      STRATA_CHECK(chunk_of_.size() == held_.size(), "parameter '{}' in two chunks of one stage", specs_[i].name);
+      held_.push_back(i);
+      chunk_of_.push_back(chunk);
+    }
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
@@ -203,15 +215,24 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   train_loader_ = std::make_unique<TokenLoader>(corpus.train_shards, batch, seq, config_.model.vocab_size);
   val_loader_ = std::make_unique<TokenLoader>(corpus.val_shards, batch, seq, config_.model.vocab_size);
 
-  train_graph_ = std::make_unique<CompiledGraph>(train_model_.graph, *dispatcher_, kept_values(train_model_));
-  eval_graph_ = std::make_unique<CompiledGraph>(eval_model_.graph, *dispatcher_, kept_values(eval_model_));
+  // GradientSync numbers every chunk's nodes, the last chunk's first: a step's last backward passes
+  // run the chunks last to first, so a bucket is complete at its highest-numbered gradient.
+  int nodes = 0;
+  for (size_t c = chunks_.size(); c-- > 0;) {
+    ModelChunk& chunk = chunks_[c];
+    chunk.train_graph = std::make_unique<CompiledGraph>(chunk.train_model.graph, *dispatcher_, kept_values(chunk.train_model));
+    chunk.eval_graph = std::make_unique<CompiledGraph>(chunk.eval_model.graph, *dispatcher_, kept_values(chunk.eval_model));
+    chunk.node_offset = nodes;
+    nodes += chunk.train_model.graph.num_nodes();
+  }
   bind_inputs();
   std::vector<int> ready_after;
-  for (size_t index : held_) {
-    ready_after.push_back(train_model_.graph.value(train_model_.grads.of.at(train_model_.params[index])).producer);
+  for (size_t k = 0; k < held_.size(); ++k) {
+    const ModelChunk& chunk = chunks_[static_cast<size_t>(chunk_of_[k])];
+    const GPT2Graph& model = chunk.train_model;
+    ready_after.push_back(chunk.node_offset + model.graph.value(model.grads.of.at(model.params[held_[k]])).producer);
   }
-  grad_sync_ = std::make_unique<GradientSync>(parallel_, *grad_buckets_, reduction_, ready_after,
-                                              train_model_.graph.num_nodes());
+  grad_sync_ = std::make_unique<GradientSync>(parallel_, *grad_buckets_, reduction_, ready_after, nodes);
 
   std::filesystem::path run_dir(config_.run_dir);
   if (parallel_.reports()) {
@@ -237,45 +258,55 @@ void Trainer::bind_inputs() {
   targets_ = Tensor::empty({batch, seq}, DType::I32);
   positions_ = position_ids(seq);
   loss_seed_ = Tensor::empty({}, DType::F32);
-  for (auto [model, graph] : {std::pair{&train_model_, train_graph_.get()}, {&eval_model_, eval_graph_.get()}}) {
-    for (size_t k = 0; k < held_.size(); ++k) graph->bind(model->params[held_[k]], params_.tensor(k));
-    for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
-                                 {model->positions, &positions_}}) {
-      if (value >= 0) graph->bind(value, *tensor);
+  for (ModelChunk& chunk : chunks_) {
+    for (auto [model, graph] : {std::pair{&chunk.train_model, chunk.train_graph.get()},
+                                {&chunk.eval_model, chunk.eval_graph.get()}}) {
+      for (size_t k = 0; k < held_.size(); ++k) {
+        if (model->params[held_[k]] >= 0) graph->bind(model->params[held_[k]], params_.tensor(k));
+      }
+      for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
+                                   {model->positions, &positions_}}) {
+        if (value >= 0) graph->bind(value, *tensor);
+      }
     }
   }
   if (pipeline_.degree() == 1) {
-    train_graph_->bind(train_model_.grads.seed, loss_seed_);
+    chunks_.front().train_graph->bind(chunks_.front().train_model.grads.seed, loss_seed_);
     return;
   }
-  // A stage keeps the micro-batches in flight in its own slots: at most its warm-up plus one.
   const int64_t micro_batches = config_.accumulation_steps() / parallel_.degree();
-  const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), 1,
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    step_tokens_.push_back(Tensor::empty({batch, seq}, DType::I32));
+    step_targets_.push_back(Tensor::empty({batch, seq}, DType::I32));
+  }
+  // A chunk keeps the micro-batches in flight in its own slots: at most the stage's warm-up plus one.
+  const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), static_cast<int>(chunks_.size()),
                             static_cast<int>(config_.model.n_layer)};
-  check_pipeline_shape(parse_schedule(config_.schedule, "key 'parallel.schedule'"), shape);
   const PipelinePhases phases =
       pipeline_phases(parse_schedule(config_.schedule, "key 'parallel.schedule'"), shape, pipeline_.stage());
   const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
-  train_graph_->set_slots(slots);
-  for (int slot = 0; slot < slots; ++slot) {
-    auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
-      if (value < 0) return;
-      const TensorMeta& meta = train_model_.graph.value(value).meta;
-      buffers.push_back(Tensor::empty(meta.shape, meta.dtype));
-      train_graph_->bind(slot, value, buffers.back());
-    };
-    bind_new(slot_tokens_, train_model_.tokens);
-    bind_new(slot_targets_, train_model_.targets);
-    bind_new(slot_received_, train_model_.received);
-    if (train_model_.loss >= 0) {
-      train_graph_->bind(slot, train_model_.grads.seed, loss_seed_);
-    } else {
-      bind_new(slot_sent_grad_, train_model_.grads.seed);
+  for (ModelChunk& chunk : chunks_) {
+    const GPT2Graph& model = chunk.train_model;
+    chunk.train_graph->set_slots(slots);
+    for (int slot = 0; slot < slots; ++slot) {
+      auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
+        const TensorMeta& meta = model.graph.value(value).meta;
+        buffers.push_back(Tensor::empty(meta.shape, meta.dtype));
+        chunk.train_graph->bind(slot, value, buffers.back());
+      };
+      if (model.tokens >= 0) bind_new(chunk.slot_tokens, model.tokens);
+      if (model.targets >= 0) bind_new(chunk.slot_targets, model.targets);
+      if (model.received >= 0) bind_new(chunk.slot_received, model.received);
+      if (model.loss >= 0) {
+        chunk.train_graph->bind(slot, model.grads.seed, loss_seed_);
+      } else {
+        bind_new(chunk.slot_sent_grad, model.grads.seed);
+      }
     }
-  }
-  if (eval_model_.received >= 0) {
-    const TensorMeta& meta = eval_model_.graph.value(eval_model_.received).meta;
-    eval_graph_->bind(eval_model_.received, Tensor::empty(meta.shape, meta.dtype));
+    if (chunk.eval_model.received >= 0) {
+      const TensorMeta& meta = chunk.eval_model.graph.value(chunk.eval_model.received).meta;
+      chunk.eval_graph->bind(chunk.eval_model.received, Tensor::empty(meta.shape, meta.dtype));
+    }
   }
 }
 
@@ -363,7 +394,11 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
 }
 
 void Trainer::collect_gradient(size_t parameter, Tensor& destination, bool accumulate) {
-  Tensor grad = train_graph_->tensor(active_slot_, train_model_.grads.of.at(train_model_.params[held_[parameter]]));
+  const ModelChunk& chunk = chunks_[static_cast<size_t>(active_chunk_)];
+  STRATA_CHECK(chunk_of_[parameter] == active_chunk_, "gradient of '{}' collected from chunk {}",
+               specs_[held_[parameter]].name, active_chunk_);
+  const GPT2Graph& model = chunk.train_model;
+  Tensor grad = chunk.train_graph->tensor(active_slot_, model.grads.of.at(model.params[held_[parameter]]));
   if (accumulate) {
     dispatcher_->run("add", {destination, grad}, {destination});
   } else {
@@ -385,7 +420,8 @@ StepMetrics Trainer::step() {
   } else {
     for (int64_t micro = 0; micro < share.count; ++micro) {
       const bool first = micro == 0, last = micro + 1 == share.count;
-      losses.push_back(run_micro_batch(*train_graph_, train_model_, *train_loader_, [&](int node) {
+      losses.push_back(run_micro_batch(*chunks_.front().train_graph, chunks_.front().train_model, *train_loader_,
+                                       [&](int node) {
         grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
           collect_gradient(parameter, destination, accumulate);
         });
@@ -467,7 +503,7 @@ double Trainer::validation_loss() {
     losses = pipeline_validation(share.count);
   } else {
     for (int64_t batch = 0; batch < share.count; ++batch) {
-      losses.push_back(run_micro_batch(*eval_graph_, eval_model_, *val_loader_));
+      losses.push_back(run_micro_batch(*chunks_.front().eval_graph, chunks_.front().eval_model, *val_loader_));
     }
   }
   double total = 0;
@@ -558,7 +594,7 @@ std::string Trainer::precision_summary() const {
   text += fmt::format("; recompute: {}; fusion: {}\n", config_.recompute, config_.fuse ? "on" : "off");
   // Which op types of the training graph the backend cannot run natively in the dtype they got.
   std::map<Route, std::set<std::string>> not_native;
-  for (const KernelChoice& choice : train_graph_->kernel_choices()) {
+  for (const KernelChoice& choice : chunks_.front().train_graph->kernel_choices()) {
     if (choice.route != Route::Native) {
       not_native[choice.route].insert(fmt::format("{} ({})", choice.schema->name, dtype_name(choice.dtype)));
     }
@@ -621,7 +657,7 @@ int Trainer::run() {
   print(fmt::format("backend: {} ({} threads{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
                     omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",
                     static_cast<double>(arena_bytes()) / (1 << 20),
-                    static_cast<double>(train_graph_->memory_plan().unshared_bytes) / (1 << 20)));
+                    static_cast<double>(chunks_.front().train_graph->memory_plan().unshared_bytes) / (1 << 20)));
   print(precision_summary());
   print(plan_summary_);
   print(peak_.flops > 0 ? fmt::format("model FLOPs utilisation (MFU) against the {}: {:.3g} TFLOP/s\n",
@@ -674,10 +710,10 @@ int Trainer::run() {
                step_s, step_seconds.size() - 1, versus, *std::max_element(peak_rss_mib.begin(), peak_rss_mib.end()));
   }
   if (profiling_) {
-    const std::vector<NodeTiming>& timings = train_graph_->timings();
+    const std::vector<NodeTiming>& timings = chunks_.front().train_graph->timings();
     int64_t runs = timings.empty() ? 0 : timings.front().calls;
     fmt::print("training graph, kernel time per op over {} runs (the first pays first-touch costs):\n{}", runs,
-               format_op_profile(profile_by_op(train_model_.graph, timings), runs));
+               format_op_profile(profile_by_op(chunks_.front().train_model.graph, timings), runs));
   }
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);

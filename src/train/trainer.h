@@ -46,12 +46,12 @@ class Trainer {
   double validation_loss();  // mean over train.val_batches micro-batches from the start of val
   void save_checkpoint();
   // Times every kernel of the training graph; run() then prints where the time went.
-  void enable_profiling() { train_graph_->enable_profiling(true); profiling_ = true; }
+  void enable_profiling() { chunks_.front().train_graph->enable_profiling(true); profiling_ = true; }
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
   const Dispatcher& dispatcher() const { return *dispatcher_; }
-  size_t arena_bytes() const { return train_graph_->memory_plan().arena_bytes; }
+  size_t arena_bytes() const { return chunks_.front().train_graph->memory_plan().arena_bytes; }
 
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
@@ -100,16 +100,26 @@ class Trainer {
   std::optional<ZeroPartition> zero_;  // parallel.zero = 1 or 2: this rank's share of the optimizer
   std::vector<Tensor> range_grads_;    // the summed gradients of the ranges the optimizer updates
   std::optional<AdamW> optimizer_;
-  GPT2Graph train_model_;
-  GPT2Graph eval_model_;
-  std::unique_ptr<CompiledGraph> train_graph_;
-  std::unique_ptr<CompiledGraph> eval_graph_;
+  // The model parts this rank runs: the whole model, a pipeline stage's part, or (interleaved) its
+  // parallel.virtual_stages chunks, chunk c being model part c·pp + stage.
+  struct ModelChunk {
+    GPT2Graph train_model;
+    GPT2Graph eval_model;
+    std::unique_ptr<CompiledGraph> train_graph;
+    std::unique_ptr<CompiledGraph> eval_graph;
+    int node_offset = 0;  // its nodes' first number in GradientSync's numbering of every chunk's nodes
+    // Per slot (a micro-batch in flight): its data (the backward reads them too), the activation
+    // received and the gradient of the one sent.
+    std::vector<Tensor> slot_tokens, slot_targets, slot_received, slot_sent_grad;
+  };
+  std::vector<ModelChunk> chunks_;
+  std::vector<int> chunk_of_;  // per held parameter: the chunk whose backward makes its gradient
   Tensor tokens_, targets_;
   Tensor positions_;
   Tensor loss_seed_;
-  // Pipeline stages: per slot (micro-batch in flight) its data, the activation received and the
-  // gradient of the one sent; the slot whose gradients the hook collects.
-  std::vector<Tensor> slot_tokens_, slot_targets_, slot_received_, slot_sent_grad_;
+  // Pipeline stages: every micro-batch's data of a step; the chunk and slot whose gradients the hook collects.
+  std::vector<Tensor> step_tokens_, step_targets_;
+  int active_chunk_ = 0;
   int active_slot_ = 0;
   double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them

@@ -84,6 +84,8 @@ TEST_F(PipelineParallelRun, EveryScheduleAndCompositionMatchesOneProcessWithFour
   for (const auto& [name, ranks, layout, tolerance] :
        {std::tuple{"pp2_1f1b", 2, "--set parallel.pp=2", 1e-5}, std::tuple{"pp4_1f1b", 4, "--set parallel.pp=4", 1e-5},
         std::tuple{"pp2_gpipe", 2, "--set parallel.pp=2 --set parallel.schedule=gpipe", 1e-5},
+        std::tuple{"pp2_interleaved_v2", 2,
+                   "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2", 1e-5},
         std::tuple{"dp2_pp2", 4, "--set parallel.pp=2 --set parallel.dp=2", 1e-5},
         std::tuple{"tp2_pp2", 4, "--set parallel.pp=2 --set parallel.tp=2", 1e-4},
         std::tuple{"dp2_tp2_pp2", 8, "--set parallel.pp=2 --set parallel.tp=2 --set parallel.dp=2", 1e-4}}) {
@@ -146,8 +148,14 @@ TEST_F(PipelineParallelRun, PipelinesThatCannotRunAreErrorsNamingTheKeys) {
   };
   expect_refused(mpirun(2) + base + "--set parallel.pp=8",
                  "key 'parallel.pp' (8) exceeds model.n_layer (4): every pipeline stage needs at least one layer");
-  expect_refused(mpirun(2) + base + "--set parallel.pp=2 --set parallel.schedule=interleaved",
-                 "\"interleaved\" is priced by the planner but not executed yet");
+  expect_refused(mpirun(2) + base + "--set parallel.pp=2 --set parallel.schedule=interleaved "
+                 "--set parallel.virtual_stages=2 --set train.batch_size=2 --set train.global_batch=6",
+                 "runs micro-batches in groups of parallel.pp (2), but a step has 3");
+  expect_refused(mpirun(2) + base + "--set parallel.pp=2 --set parallel.schedule=interleaved "
+                 "--set parallel.virtual_stages=4",
+                 "parallel.pp (2) × parallel.virtual_stages (4) = 8 pipeline parts, but model.n_layer is 4");
+  expect_refused(mpirun(2) + base + "--set parallel.pp=2 --set parallel.virtual_stages=2",
+                 "key 'parallel.virtual_stages' is 2 but parallel.schedule is \"1f1b\"");
   expect_refused(mpirun(2) + base + "--set parallel.pp=2 --set parallel.schedule=zb",
                  "key 'parallel.schedule': pipeline schedule must be gpipe, 1f1b or interleaved, got 'zb'");
   expect_refused(mpirun(3) + base + "--set parallel.pp=2",
