@@ -17,7 +17,7 @@ void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
     if (id >= 0) id = rewritten.value_map.at(static_cast<size_t>(id));
   };
   for (int* id : {&model.tokens, &model.targets, &model.positions, &model.logits, &model.loss, &model.grads.seed,
-                  &model.received, &model.sent}) {
+                  &model.received, &model.sent, &model.head_copy}) {
     remap(*id);
   }
   for (int& id : model.params) remap(id);
@@ -75,7 +75,7 @@ ShardingPlan gpt2_sharding_plan() {
       {"transformer.h.*.attn.c_attn.*", ShardStyle::ColumnParallel, 3},
       {"transformer.h.*.mlp.c_fc.*", ShardStyle::ColumnParallel, 1},
       {"transformer.h.*.c_proj.weight", ShardStyle::RowParallel, 1},
-      {"transformer.wte.weight", ShardStyle::VocabParallel, 1},
+      {"transformer.wte.weight*", ShardStyle::VocabParallel, 1},  // and the LM head's copy
   }};
 }
 
@@ -94,15 +94,21 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   model.tokens = g.add_input("tokens", {{batch, seq}, DType::I32});
   model.targets = g.add_input("targets", {{batch, seq}, DType::I32});
   model.positions = g.add_input("positions", {{seq}, DType::I32});
+  if (options.separate_head_copy) {
+    model.head_copy = g.add_param(kGPT2HeadCopy, g.value(param.at("transformer.wte.weight")).meta);
+  }
+  bool building_head = false;
   GraphEmitter emit(g, options.precision, [&](const std::string& name, const Shape& shape) {
-    int id = param.at(name);
+    int id = building_head && model.head_copy >= 0 && name == "transformer.wte.weight" ? model.head_copy : param.at(name);
     STRATA_CHECK(g.value(id).meta.shape == shape, "GPT-2 parameter {} built as {}, used as {}", name,
                  shape_str(g.value(id).meta.shape), shape_str(shape));
     return id;
   });
   int x = gpt2_embed(emit, config, model.tokens, model.positions);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) x = gpt2_block(emit, config, x, gpt2_layer_prefix(layer));
-  model.logits = gpt2_lm_head(emit, config, gpt2_final_norm(emit, config, x));
+  const int normed = gpt2_final_norm(emit, config, x);
+  building_head = true;
+  model.logits = gpt2_lm_head(emit, config, normed);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
   if (options.parallelize) {
     ParallelForward part = options.parallelize(model.graph);
@@ -116,6 +122,7 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
     for (int param : model.params) {
       if (param >= 0) wrt.push_back(param);
     }
+    if (model.head_copy >= 0) wrt.push_back(model.head_copy);
     if (model.received >= 0) wrt.push_back(model.received);
     model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt);
     if (options.recompute != RecomputeMode::None) {

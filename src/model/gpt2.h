@@ -49,6 +49,9 @@ struct GPT2Graph {
   // the received value's gradient (grads.of), to send back.
   int received = -1;
   int sent = -1;
+  // GPT2BuildOptions::separate_head_copy: the LM head's own value of the tied embedding (-1
+  // otherwise, and in parts without the head), bound to the same tensor as the embedding's.
+  int head_copy = -1;
 };
 
 // A forward graph rewritten by the parallel runtime: tensor parallelism
@@ -69,7 +72,15 @@ struct GPT2BuildOptions {
   // Rewrites the forward graph before the backward pass is derived from it
   // (the parallel runtime's tensor-parallel and pipeline passes).
   std::function<ParallelForward(const Graph& forward)> parallelize;
+  // The LM head reads the tied embedding through a param value of its own
+  // (GPT2Graph::head_copy, named kGPT2HeadCopy), so training graphs give the
+  // two uses' gradients apart: accumulated over micro-batches separately and
+  // added once, every layout (one process, or the first and last pipeline
+  // stage) adds the same terms in the same order.
+  bool separate_head_copy = false;
 };
+
+inline constexpr const char* kGPT2HeadCopy = "transformer.wte.weight@lm_head";
 
 // The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the
 // backward graph when `training`.

@@ -34,7 +34,12 @@ std::set<int> kept_values(const GPT2Graph& model) {
   for (int value : {model.loss, model.sent}) {
     if (value >= 0) kept.insert(value);
   }
-  for (const auto& [value, grad] : model.grads.of) kept.insert(grad);
+  // The LM head's copy of the tied embedding has a gradient bucket of its own, collected as soon as
+  // the node making it has run: its bytes need not outlive the run (as the sum both uses' gradients
+  // made inside the graph did not).
+  for (const auto& [value, grad] : model.grads.of) {
+    if (value != model.head_copy) kept.insert(grad);
+  }
   return kept;
 }
 
@@ -95,6 +100,7 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
 // Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
 GPT2Graph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
   GPT2BuildOptions options = gpt2_build_options(config, training);
+  options.separate_head_copy = true;
   if (layout.tp.degree > 1 || layout.part.parts() > 1) {
     options.parallelize = [layout](const Graph& forward) {
       return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
@@ -169,35 +175,86 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split}};
     chunks_.push_back({build_model(config_, /*training=*/true, layout), build_model(config_, /*training=*/false, layout)});
   }
+  // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
+  // and the gradients it collects: one per parameter, plus the LM head's copy of the tied embedding
+  // when the embedding's is here too (one process, or a one-stage pipeline).
+  const size_t tied_index = 0;  // transformer.wte.weight, first in gpt2_param_specs
+  STRATA_CHECK(specs_[tied_index].name == "transformer.wte.weight", "the tied embedding is '{}'",
+               specs_[tied_index].name);
   for (size_t i = 0; i < specs_.size(); ++i) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
-      if (chunks_[static_cast<size_t>(chunk)].train_model.params[i] < 0) continue;
-      STRATA_CHECK(chunk_of_.size() == held_.size(), "parameter '{}' in two chunks of one stage", specs_[i].name);
-      held_.push_back(i);
-      chunk_of_.push_back(chunk);
+      const GPT2Graph& model = chunks_[static_cast<size_t>(chunk)].train_model;
+      for (int value : {model.params[i], i == tied_index ? model.head_copy : -1}) {
+        if (value < 0) continue;
+        if (!held_.empty() && held_.back() == i) {  // the head's copy, beside the embedding's
+          STRATA_CHECK(i == tied_index && value == model.head_copy, "parameter '{}' in two chunks of one stage",
+                       specs_[i].name);
+          head_copy_entry_ = entries_.size();
+          entries_.push_back({held_.size() - 1, chunk, value});
+          continue;
+        }
+        held_.push_back(i);
+        entries_.push_back({held_.size() - 1, chunk, value});
+      }
     }
+  }
+  // The head's copy, collected apart, comes last (after every parameter's own entry).
+  if (head_copy_entry_ && *head_copy_entry_ != entries_.size() - 1) {
+    GradientEntry copy = entries_[*head_copy_entry_];
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(*head_copy_entry_));
+    entries_.push_back(copy);
+    head_copy_entry_ = entries_.size() - 1;
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
   param_tensors_ = tensors_of(params_);
 
-  std::vector<size_t> tied;  // held by two stages: a bucket of its own
+  std::vector<Shape> entry_shapes = shapes_of(params_);
+  std::vector<size_t> alone;  // the tied embedding's entries get buckets of their own
   for (size_t k = 0; k < held_.size(); ++k) {
-    if (holders_[held_[k]].size() > 1) tied.push_back(k);
+    if (holders_[held_[k]].size() > 1 || (head_copy_entry_ && held_[k] == tied_index)) alone.push_back(k);
+  }
+  entry_tensors_ = param_tensors_;
+  if (head_copy_entry_) {
+    entry_shapes.push_back(entry_shapes[entries_[*head_copy_entry_].param]);
+    entry_tensors_.push_back(param_tensors_[entries_[*head_copy_entry_].param]);
+    alone.push_back(*head_copy_entry_);
   }
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
-      GradientBuckets(shapes_of(params_), bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only(),
-                      tied));
-  grad_buckets_ = std::make_unique<GradientBuckets>(shapes_of(params_), bucket_bytes(config_), parallel_.degree(),
-                                                    reduction_.storage, tied);
-  std::vector<ParameterRange> ranges = ZeroPartition::whole(shapes_of(params_));
+      GradientBuckets(entry_shapes, bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only(), alone));
+  grad_buckets_ = std::make_unique<GradientBuckets>(entry_shapes, bucket_bytes(config_), parallel_.degree(),
+                                                    reduction_.storage, alone);
+  std::vector<ParameterRange> entry_ranges = ZeroPartition::whole(entry_shapes);
+  std::vector<Tensor> entry_grads;
   if (reduction_.sharded_optimizer) {
     zero_.emplace(*grad_buckets_, parallel_.rank());
-    ranges = zero_->owned();
-    range_grads_ = zero_->gradients();
+    entry_ranges = zero_->owned();
+    entry_grads = zero_->gradients();
   } else {
-    range_grads_ = ZeroPartition::gradients_of(grad_buckets_->grads(), ranges);
+    entry_grads = ZeroPartition::gradients_of(grad_buckets_->grads(), entry_ranges);
+  }
+  // The optimizer updates the parameters' ranges; the head copy's ranges (the same elements: both
+  // tied entries have buckets of their own) are added to the embedding's after the reduction.
+  std::vector<ParameterRange> ranges;
+  for (size_t r = 0; r < entry_ranges.size(); ++r) {
+    if (head_copy_entry_ && entry_ranges[r].parameter == *head_copy_entry_) {
+      head_copy_grads_.push_back(entry_grads[r]);
+      continue;
+    }
+    ranges.push_back(entry_ranges[r]);
+    range_grads_.push_back(entry_grads[r]);
+  }
+  if (head_copy_entry_) {
+    for (size_t r = 0, h = 0; r < ranges.size(); ++r) {
+      if (ranges[r].parameter != entries_[*head_copy_entry_].param) continue;
+      STRATA_CHECK(h < head_copy_grads_.size() && head_copy_grads_[h].numel() == ranges[r].length,
+                   "the LM head's copy of the tied embedding is split unlike the embedding");
+      head_copy_targets_.push_back(r);
+      ++h;
+    }
+    STRATA_CHECK(head_copy_targets_.size() == head_copy_grads_.size(), "{} ranges of the tied embedding, {} of its copy",
+                 head_copy_targets_.size(), head_copy_grads_.size());
   }
   optimizer_.emplace(params_, adamw_settings(config_), ranges);
 
@@ -227,10 +284,9 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   }
   bind_inputs();
   std::vector<int> ready_after;
-  for (size_t k = 0; k < held_.size(); ++k) {
-    const ModelChunk& chunk = chunks_[static_cast<size_t>(chunk_of_[k])];
-    const GPT2Graph& model = chunk.train_model;
-    ready_after.push_back(chunk.node_offset + model.graph.value(model.grads.of.at(model.params[held_[k]])).producer);
+  for (const GradientEntry& entry : entries_) {
+    const ModelChunk& chunk = chunks_[static_cast<size_t>(entry.chunk)];
+    ready_after.push_back(chunk.node_offset + chunk.train_model.graph.value(chunk.train_model.grads.of.at(entry.value)).producer);
   }
   grad_sync_ = std::make_unique<GradientSync>(parallel_, *grad_buckets_, reduction_, ready_after, nodes);
 
@@ -263,6 +319,7 @@ void Trainer::bind_inputs() {
                                 {&chunk.eval_model, chunk.eval_graph.get()}}) {
       for (size_t k = 0; k < held_.size(); ++k) {
         if (model->params[held_[k]] >= 0) graph->bind(model->params[held_[k]], params_.tensor(k));
+        if (held_[k] == 0 && model->head_copy >= 0) graph->bind(model->head_copy, params_.tensor(k));
       }
       for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
                                    {model->positions, &positions_}}) {
@@ -393,12 +450,12 @@ double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, To
   return graph.tensor(model.loss).item();
 }
 
-void Trainer::collect_gradient(size_t parameter, Tensor& destination, bool accumulate) {
+void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool accumulate) {
+  const GradientEntry& entry = entries_[entry_index];
+  STRATA_CHECK(entry.chunk == active_chunk_, "gradient of '{}' collected from chunk {}",
+               specs_[held_[entry.param]].name, active_chunk_);
   const ModelChunk& chunk = chunks_[static_cast<size_t>(active_chunk_)];
-  STRATA_CHECK(chunk_of_[parameter] == active_chunk_, "gradient of '{}' collected from chunk {}",
-               specs_[held_[parameter]].name, active_chunk_);
-  const GPT2Graph& model = chunk.train_model;
-  Tensor grad = chunk.train_graph->tensor(active_slot_, model.grads.of.at(model.params[held_[parameter]]));
+  Tensor grad = chunk.train_graph->tensor(active_slot_, chunk.train_model.grads.of.at(entry.value));
   if (accumulate) {
     dispatcher_->run("add", {destination, grad}, {destination});
   } else {
@@ -430,6 +487,11 @@ StepMetrics Trainer::step() {
   }
   train_loader_->skip(micro_batches - share.first - share.count);
   const double comm_wait_s = grad_sync_->finish();
+  // The LM head's copy joins the embedding's gradient once, after both are summed over ranks.
+  for (size_t h = 0; h < head_copy_grads_.size(); ++h) {
+    Tensor& target = range_grads_[head_copy_targets_[h]];
+    dispatcher_->run("add", {target, head_copy_grads_[h]}, {target});
+  }
   sum_tied_gradients();
   double loss_sum = 0;
   for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
@@ -450,7 +512,7 @@ StepMetrics Trainer::step() {
     clip_to_norm(range_grads_, metrics.grad_norm, config_.grad_clip, *dispatcher_);
     ++optimizer_updates_;
     optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_, *dispatcher_);
-    if (zero_) zero_->all_gather_parameters(parallel_, param_tensors_);
+    if (zero_) zero_->all_gather_parameters(parallel_, entry_tensors_);
     consecutive_skips_ = 0;
   } else {
     // One bad batch must not poison every weight, in any precision; many in a row is a diverged run.

@@ -73,7 +73,7 @@ class Trainer {
   double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
   void bind_inputs();  // params, data and pipeline buffers of both graphs
-  void collect_gradient(size_t parameter, Tensor& destination, bool accumulate);
+  void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
   double model_flops_per_token() const;
@@ -113,7 +113,18 @@ class Trainer {
     std::vector<Tensor> slot_tokens, slot_targets, slot_received, slot_sent_grad;
   };
   std::vector<ModelChunk> chunks_;
-  std::vector<int> chunk_of_;  // per held parameter: the chunk whose backward makes its gradient
+  // A gradient the step collects: a held parameter's (entry k is held parameter k), or the LM
+  // head's copy of the tied embedding when the embedding's is held too (the last entry).
+  struct GradientEntry {
+    size_t param = 0;  // held index
+    int chunk = 0;     // whose backward makes it
+    int value = -1;    // the param value in that chunk's graph
+  };
+  std::vector<GradientEntry> entries_;
+  std::optional<size_t> head_copy_entry_;
+  std::vector<Tensor> entry_tensors_;      // per entry, its parameter's tensor (ZeRO's all-gather)
+  std::vector<Tensor> head_copy_grads_;    // this rank's summed ranges of the head copy's gradient
+  std::vector<size_t> head_copy_targets_;  // the range of range_grads_ each is added to
   Tensor tokens_, targets_;
   Tensor positions_;
   Tensor loss_seed_;
