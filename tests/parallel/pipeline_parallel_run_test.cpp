@@ -114,6 +114,24 @@ TEST_F(PipelineParallelRun, ZeroOneAndTwoWithStagesAreBitIdenticalToZeroZero) {
   }
 }
 
+// fp16 with a loss scale that overflows: the exact gradient norm is summed over the stages, so every
+// stage skips the same steps, as one process does, and the runs stay bit-identical.
+TEST_F(PipelineParallelRun, AnOverflowingFp16StepIsSkippedOnEveryStage) {
+  const std::string settings = kFourMicroBatches + " --set precision.compute=fp16 --set precision.loss_scale=1e30 "
+                               "--set train.steps=3 --set train.val_every=0";
+  fs::path single = train("fp16_single", "", settings);
+  fs::path pp2 = train("fp16_pp2", mpirun(2), settings + " --set parallel.pp=2");
+  std::vector<nlohmann::json> expected = read_metrics(single), got = read_metrics(pp2);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].value("skipped", false)) << got[0].dump();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].value("skipped", false), expected[i].value("skipped", false)) << "step " << i + 1;
+    EXPECT_EQ(got[i]["loss"].dump(), expected[i]["loss"].dump()) << "step " << i + 1;
+  }
+  EXPECT_TRUE(bytes_of(single / "step_00000003" / "model.safetensors") ==
+              bytes_of(pp2 / "step_00000003" / "model.safetensors"));
+}
+
 TEST_F(PipelineParallelRun, Bf16WithFullRecomputationStaysWithinTwoPercentOfFp32) {
   fs::path fp32 = train("fp32_m4", "", kFourMicroBatches + " --set train.steps=10");
   fs::path bf16 = train("bf16_pp2", mpirun(2), kFourMicroBatches + " --set train.steps=10 --set parallel.pp=2 "
