@@ -63,28 +63,33 @@ std::string_view pipeline_op_name(PipelineOp op) {
   return "?";
 }
 
-void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape) {
-  const int p = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
+void check_pipeline_layout(PipelineSchedule schedule, int stages, int virtual_stages, int layers) {
+  const int p = stages, v = virtual_stages;
   if (p < 1) fail("key 'parallel.pp' must be at least 1, got {}", p);
-  if (m < 1) fail("a pipeline needs at least one micro-batch per step, got {}", m);
   if (v < 1) fail("key 'parallel.virtual_stages' must be at least 1, got {}", v);
   if (schedule != PipelineSchedule::Interleaved && v != 1) {
     fail("key 'parallel.virtual_stages' is {} but parallel.schedule is \"{}\": model chunks per stage need the "
          "interleaved schedule",
          v, schedule_name(schedule));
   }
-  if (p * v > shape.layers) {
-    fail("parallel.pp ({}) × parallel.virtual_stages ({}) = {} pipeline parts, but the model has {} layers: every "
-         "part needs at least one",
-         p, v, p * v, shape.layers);
+  if (schedule == PipelineSchedule::Interleaved && p < 2) {
+    fail("key 'parallel.schedule' = \"interleaved\" needs parallel.pp of at least 2, got {}", p);
   }
-  if (schedule == PipelineSchedule::Interleaved) {
-    if (p < 2) fail("parallel.schedule = \"interleaved\" needs parallel.pp of at least 2, got {}", p);
-    if (m % p != 0) {
-      fail("parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pp ({}), but a step has {} "
-           "per replica (train.global_batch / (train.batch_size × data-parallel ranks)): not a multiple",
-           p, m);
-    }
+  if (p * v > layers) {
+    fail("parallel.pp ({}) × parallel.virtual_stages ({}) = {} pipeline parts, but model.n_layer is {}: every part "
+         "needs at least one layer",
+         p, v, p * v, layers);
+  }
+}
+
+void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape) {
+  check_pipeline_layout(schedule, shape.stages, shape.virtual_stages, shape.layers);
+  const int p = shape.stages, m = shape.micro_batches;
+  if (m < 1) fail("a pipeline needs at least one micro-batch per step, got {}", m);
+  if (schedule == PipelineSchedule::Interleaved && m % p != 0) {
+    fail("parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pp ({}), but a step has {} "
+         "per replica (train.global_batch / (train.batch_size × data-parallel ranks)): not a multiple",
+         p, m);
   }
 }
 

@@ -36,9 +36,12 @@ struct PipelineShape {
   int layers = 1;          // transformer layers to cut into p · v parts
 };
 
-// Fails with the reason, naming the parallel.* keys, when `schedule` cannot
-// run `shape` (interleaved with m not a multiple of p, v·p parts for fewer
-// layers, v > 1 without interleaving, ...).
+// Fails with the reason, naming the keys, when `schedule` cannot cut a model
+// of `layers` layers into `stages` × `virtual_stages` parts (v·p parts for
+// fewer layers, v > 1 without interleaving, interleaving one stage, ...).
+void check_pipeline_layout(PipelineSchedule schedule, int stages, int virtual_stages, int layers);
+// The same, and that a step's micro-batches suit the schedule (interleaved: a
+// multiple of p).
 void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape);
 
 enum class PipelineOp { Forward, Backward, SendActivation, ReceiveActivation, SendGradient, ReceiveGradient };

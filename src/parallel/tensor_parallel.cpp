@@ -145,15 +145,15 @@ class TensorParallelPass {
             Placement::SplitSequence};
   }
 
-  // Whether a value is a parameter, or a cast of one.
-  bool from_param(int source_value) const {
+  // The parameter a value is, or is a cast of (-1 for any other value).
+  int param_behind(int source_value) const {
     const Graph& source = rewriter_.source();
     while (source.value(source_value).kind == ValueKind::Intermediate) {
       const Node& producer = source.node(source.value(source_value).producer);
-      if (producer.op != "cast") return false;
+      if (producer.op != "cast") return -1;
       source_value = producer.inputs[0];
     }
-    return source.value(source_value).kind == ValueKind::Param;
+    return source.value(source_value).kind == ValueKind::Param ? source_value : -1;
   }
 
   // Ops that work position by position along the sequence: they run on this rank's block.
@@ -170,7 +170,7 @@ class TensorParallelPass {
       const int source_input = n.inputs[i];
       if (placement(source_input) == Placement::SplitSequence) continue;
       if (placement(source_input) != Placement::Replicated) refuse(n, "mixes sequence-split and split values");
-      if (from_param(source_input)) {
+      if (param_behind(source_input) >= 0) {
         inputs[i] = copy_to_group(inputs[i], n.label);
       } else {
         inputs[i] = target().apply1("split_to_group", {inputs[i]}, sequence_attrs(inputs[i]), n.label + ".split_tp");
@@ -217,14 +217,10 @@ class TensorParallelPass {
 
   // The parameter behind a (possibly cast) vocab-parallel value.
   int vocab_table(int value) const {
-    const Graph& source = rewriter_.source();
-    while (source.value(value).kind != ValueKind::Param) {
-      const Node& producer = source.node(source.value(value).producer);
-      STRATA_CHECK(producer.op == "cast", "vocab-parallel value '{}' made by op '{}'", source.value(value).name,
-                   producer.op);
-      value = producer.inputs[0];
-    }
-    return value;
+    const int table = param_behind(value);
+    STRATA_CHECK(table >= 0, "vocab-parallel value '{}' is not a parameter or a cast of one",
+                 rewriter_.source().value(value).name);
+    return table;
   }
 
   void vocab_embedding(const Node& n) {
@@ -267,11 +263,6 @@ class TensorParallelPass {
 
 GraphRewriter::Result parallelize_tensors(const Graph& forward, const ShardingPlan& plan,
                                           const TensorParallelRank& tp) {
-  if (tp.degree == 1) {  // the graph as it is
-    GraphRewriter copy(forward);
-    for (int id = 0; id < forward.num_nodes(); ++id) copy.copy_node(id);
-    return std::move(copy).finish();
-  }
   return TensorParallelPass(forward, plan, tp).run();
 }
 

@@ -207,20 +207,8 @@ void TrainConfig::validate() const {
          model.n_layer);
   }
   positive("parallel.virtual_stages", virtual_stages);
-  const PipelineSchedule pipeline_schedule = parse_schedule(schedule, "key 'parallel.schedule'");
-  if (virtual_stages > 1 && pipeline_schedule != PipelineSchedule::Interleaved) {
-    fail("key 'parallel.virtual_stages' is {} but parallel.schedule is \"{}\": model chunks per stage need the "
-         "interleaved schedule",
-         virtual_stages, schedule);
-  }
-  if (pipeline_schedule == PipelineSchedule::Interleaved && pp < 2) {
-    fail("key 'parallel.schedule' = \"interleaved\" needs parallel.pp of at least 2, got {}", pp);
-  }
-  if (pp * virtual_stages > model.n_layer) {
-    fail("parallel.pp ({}) × parallel.virtual_stages ({}) = {} pipeline parts, but model.n_layer is {}: every part "
-         "needs at least one layer",
-         pp, virtual_stages, pp * virtual_stages, model.n_layer);
-  }
+  check_pipeline_layout(parse_schedule(schedule, "key 'parallel.schedule'"), static_cast<int>(pp),
+                        static_cast<int>(virtual_stages), static_cast<int>(model.n_layer));
   if (model.vocab_size < tp) {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
          model.vocab_size);

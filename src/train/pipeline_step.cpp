@@ -21,10 +21,8 @@ double timed(const Wait& wait) {
 }  // namespace
 
 std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
-  const PipelineSchedule schedule = parse_schedule(config_.schedule, "key 'parallel.schedule'");
-  const PipelineShape shape{pipeline_.degree(), static_cast<int>(count), static_cast<int>(chunks_.size()),
-                            static_cast<int>(config_.model.n_layer)};
-  const std::vector<PipelineAction> actions = pipeline_actions(schedule, shape)[static_cast<size_t>(pipeline_.stage())];
+  STRATA_CHECK(count == static_cast<int64_t>(step_tokens_.size()), "a pipeline step of {} micro-batches, made for {}",
+               count, step_tokens_.size());
   // Every stage reads the step's windows up front, so the data position is the same on all.
   for (int64_t micro = 0; micro < count; ++micro) {
     train_loader_->next(step_tokens_[static_cast<size_t>(micro)], step_targets_[static_cast<size_t>(micro)]);
@@ -69,7 +67,7 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
     pool.of[static_cast<size_t>(micro)] = -1;
   };
   std::vector<double> losses(static_cast<size_t>(count), 0.0);
-  for (const PipelineAction& action : actions) {
+  for (const PipelineAction& action : stage_actions_) {
     ModelChunk& chunk = chunks_[static_cast<size_t>(action.chunk)];
     const GPT2Graph& model = chunk.train_model;
     CompiledGraph& graph = *chunk.train_graph;

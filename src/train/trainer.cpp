@@ -339,8 +339,9 @@ void Trainer::bind_inputs() {
   // A chunk keeps the micro-batches in flight in its own slots: at most the stage's warm-up plus one.
   const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), static_cast<int>(chunks_.size()),
                             static_cast<int>(config_.model.n_layer)};
-  const PipelinePhases phases =
-      pipeline_phases(parse_schedule(config_.schedule, "key 'parallel.schedule'"), shape, pipeline_.stage());
+  const PipelineSchedule schedule = parse_schedule(config_.schedule, "key 'parallel.schedule'");
+  stage_actions_ = pipeline_actions(schedule, shape)[static_cast<size_t>(pipeline_.stage())];
+  const PipelinePhases phases = pipeline_phases(schedule, shape, pipeline_.stage());
   const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
   for (ModelChunk& chunk : chunks_) {
     const GPT2Graph& model = chunk.train_model;

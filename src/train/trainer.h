@@ -130,6 +130,7 @@ class Trainer {
   Tensor loss_seed_;
   // Pipeline stages: every micro-batch's data of a step; the chunk and slot whose gradients the hook collects.
   std::vector<Tensor> step_tokens_, step_targets_;
+  std::vector<PipelineAction> stage_actions_;  // this stage's share of every step, by the schedule
   int active_chunk_ = 0;
   int active_slot_ = 0;
   double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages

@@ -17,9 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing::bytes_of;
 using testing::mpirun;
-using testing::read_metrics;
 using testing::shell;
 
 const std::string kOneMicroBatch = "--set train.batch_size=2 --set train.global_batch=2";
@@ -31,35 +29,6 @@ class PipelineParallelRun : public testing::TrainRunSuite {
   static void SetUpTestSuite() {
     set_up_suite("pipeline_parallel", "n_layer = 4\nn_head = 4\nn_embd = 32\nvocab_size = 4099\nblock_size = 16\n");
   }
-
-  static void expect_identical_runs(const fs::path& a, const fs::path& b, const std::string& what) {
-    std::vector<nlohmann::json> ma = read_metrics(a), mb = read_metrics(b);
-    ASSERT_EQ(ma.size(), mb.size()) << what;
-    for (size_t i = 0; i < ma.size(); ++i) {
-      for (const char* key : {"loss", "grad_norm", "val_loss"}) {
-        if (ma[i].contains(key)) EXPECT_EQ(ma[i][key].dump(), mb[i][key].dump()) << what << ", " << key << " at " << i;
-      }
-    }
-    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-      EXPECT_TRUE(bytes_of(a / kStep20 / file) == bytes_of(b / kStep20 / file)) << what << ": " << file << " differs";
-    }
-  }
-
-  // Losses within 1e-5 relative per step; parameters after 20 steps within `tolerance` of each
-  // tensor's largest value.
-  static void expect_close_runs(const fs::path& want, const fs::path& got, double tolerance, const std::string& what) {
-    std::vector<nlohmann::json> expected = read_metrics(want), measured = read_metrics(got);
-    ASSERT_EQ(expected.size(), measured.size()) << what;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      for (const char* key : {"loss", "val_loss"}) {
-        if (!expected[i].contains(key)) continue;
-        double a = expected[i][key], b = measured[i][key];
-        EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(a)) << what << ", " << key << " at step " << i + 1;
-      }
-    }
-    testing::expect_parameters_close(want / kStep20 / "model.safetensors", got / kStep20 / "model.safetensors",
-                                     tolerance, what);
-  }
 };
 
 TEST_F(PipelineParallelRun, TwoAndFourStagesWithOneMicroBatchAreBitIdenticalToOneProcess) {
@@ -70,7 +39,7 @@ TEST_F(PipelineParallelRun, TwoAndFourStagesWithOneMicroBatchAreBitIdenticalToOn
     EXPECT_NE(last_output_.find("pipeline parallel: " + std::to_string(stages) + " stages (1f1b schedule"),
               std::string::npos)
         << last_output_;
-    expect_identical_runs(single, run, "pp=" + std::to_string(stages));
+    testing::expect_identical_runs(single, run, kStep20, "pp=" + std::to_string(stages));
   }
 }
 
@@ -82,7 +51,7 @@ TEST_F(PipelineParallelRun, EverySchedulesPipelineAloneIsBitIdenticalToOneProces
         std::tuple{"pp2_interleaved_v2", 2,
                    "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"}}) {
     fs::path run = train(name, mpirun(ranks), kFourMicroBatches + " " + layout);
-    expect_identical_runs(single, run, name);
+    testing::expect_identical_runs(single, run, kStep20, name);
   }
 }
 
@@ -97,7 +66,7 @@ TEST_F(PipelineParallelRun, StagesWithDataOrTensorParallelismMatchOneProcessWith
         std::tuple{"tp2_pp2", 4, "--set parallel.pp=2 --set parallel.tp=2", 1e-4},
         std::tuple{"dp2_tp2_pp2", 8, "--set parallel.pp=2 --set parallel.tp=2 --set parallel.dp=2", 1e-4}}) {
     fs::path run = train(name, mpirun(ranks), kFourMicroBatches + " " + layout);
-    expect_close_runs(single, run, tolerance, name);
+    testing::expect_close_runs(single, run, kStep20, tolerance, name);
   }
 }
 
@@ -110,7 +79,7 @@ TEST_F(PipelineParallelRun, ZeroOneAndTwoWithStagesAreBitIdenticalToZeroZero) {
   fs::path zero0 = train("dp2_pp2_zero0", mpirun(4), layout);
   for (const char* zero : {"1", "2"}) {
     fs::path run = train(std::string("dp2_pp2_zero") + zero, mpirun(4), layout + " --set parallel.zero=" + zero);
-    expect_identical_runs(zero0, run, std::string("ZeRO-") + zero);
+    testing::expect_identical_runs(zero0, run, kStep20, std::string("ZeRO-") + zero);
   }
 }
 
@@ -121,27 +90,14 @@ TEST_F(PipelineParallelRun, AnOverflowingFp16StepIsSkippedOnEveryStage) {
                                "--set train.steps=3 --set train.val_every=0";
   fs::path single = train("fp16_single", "", settings);
   fs::path pp2 = train("fp16_pp2", mpirun(2), settings + " --set parallel.pp=2");
-  std::vector<nlohmann::json> expected = read_metrics(single), got = read_metrics(pp2);
-  ASSERT_EQ(got.size(), 3u);
-  EXPECT_TRUE(got[0].value("skipped", false)) << got[0].dump();
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].value("skipped", false), expected[i].value("skipped", false)) << "step " << i + 1;
-    EXPECT_EQ(got[i]["loss"].dump(), expected[i]["loss"].dump()) << "step " << i + 1;
-  }
-  EXPECT_TRUE(bytes_of(single / "step_00000003" / "model.safetensors") ==
-              bytes_of(pp2 / "step_00000003" / "model.safetensors"));
+  testing::expect_same_overflow_skips(single, pp2);
 }
 
 TEST_F(PipelineParallelRun, Bf16WithFullRecomputationStaysWithinTwoPercentOfFp32) {
   fs::path fp32 = train("fp32_m4", "", kFourMicroBatches + " --set train.steps=10");
   fs::path bf16 = train("bf16_pp2", mpirun(2), kFourMicroBatches + " --set train.steps=10 --set parallel.pp=2 "
                                                                      "--set precision.compute=bf16 --set train.recompute=full");
-  std::vector<nlohmann::json> expected = read_metrics(fp32), measured = read_metrics(bf16);
-  ASSERT_EQ(expected.size(), measured.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    double a = expected[i]["loss"], b = measured[i]["loss"];
-    EXPECT_LE(std::abs(a - b), 0.02 * std::abs(a)) << "step " << i + 1;
-  }
+  testing::expect_losses_close(fp32, bf16, 0.02, "bf16 pp=2");
 }
 
 // Checkpoints hold whole tensors gathered to the first stage, so a run resumes bit-identically
@@ -156,9 +112,9 @@ TEST_F(PipelineParallelRun, ResumeContinuesBitIdenticallyAtTheSameLayoutAndInOne
     fs::path resumed = copy_after_step_10(straight, name);
     train(name, launcher, settings + " --set checkpoint.resume=true " + layout);
     if (std::string(name) != "resumed_tp2_pp2") {
-      expect_identical_runs(straight, resumed, name);
+      testing::expect_identical_runs(straight, resumed, kStep20, name);
     } else {
-      expect_close_runs(straight, resumed, 1e-4, name);
+      testing::expect_close_runs(straight, resumed, kStep20, 1e-4, name);
     }
   }
 }

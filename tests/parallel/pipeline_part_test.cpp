@@ -14,34 +14,18 @@
 #include "graph/executor.h"
 #include "model/gpt2_block.h"
 #include "parallel/parallelize.h"
+#include "support/gpt2_shapes.h"
+#include "support/random_tokens.h"
 
 namespace strata {
 namespace {
 
-GPT2Config tiny_config() {
-  GPT2Config config;
-  config.n_layer = 4;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.vocab_size = 101;
-  config.block_size = 8;
-  return config;
-}
-
-Tensor ids(uint64_t stream, int64_t vocab) {
-  Tensor result = Tensor::empty({2, 8}, DType::I32);
-  CounterRng rng(7);
-  for (int64_t i = 0; i < result.numel(); ++i) {
-    result.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform(stream, i) * static_cast<float>(vocab)) % vocab;
-  }
-  return result;
-}
-
 TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
-  const GPT2Config config = tiny_config();
+  const GPT2Config config = testing::gpt2_config(4, 2, 16, 101, 8);
   ParameterSet params(gpt2_param_specs(config));
   params.initialise(CounterRng(5));
-  const Tensor tokens = ids(1, config.vocab_size), targets = ids(2, config.vocab_size), positions = position_ids(8);
+  const Tensor tokens = testing::random_token_ids({2, 8}, 1, config.vocab_size),
+               targets = testing::random_token_ids({2, 8}, 2, config.vocab_size), positions = position_ids(8);
   Tensor seed = Tensor::empty({}, DType::F32);
   seed.data<float>()[0] = 1.0f;
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);

@@ -160,9 +160,9 @@ TEST(PipelineSchedule, BadCombinationsAreRefusedWithTheReason) {
   expect_error([] { pipeline_actions(PipelineSchedule::Interleaved, {4, 6, 2, 16}); },
                "runs micro-batches in groups of parallel.pp (4), but a step has 6");
   expect_error([] { pipeline_actions(PipelineSchedule::Interleaved, {4, 8, 3, 8}); },
-               "= 12 pipeline parts, but the model has 8 layers");
+               "= 12 pipeline parts, but model.n_layer is 8");
   expect_error([] { pipeline_actions(PipelineSchedule::OneFOneB, {8, 8, 1, 4}); },
-               "= 8 pipeline parts, but the model has 4 layers");
+               "= 8 pipeline parts, but model.n_layer is 4");
   expect_error([] { pipeline_actions(PipelineSchedule::OneFOneB, {2, 4, 2, 8}); },
                "model chunks per stage need the interleaved schedule");
   expect_error([] { parse_schedule("zb", "key 'parallel.schedule'"); },

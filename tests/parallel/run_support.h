@@ -50,6 +50,52 @@ inline std::string bytes_of(const std::filesystem::path& file) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Two runs that must be the same bits: every step's loss, gradient norm and validation loss in
+// metrics.jsonl, and the checkpoint in `step_dir` (parameters and AdamW moments).
+inline void expect_identical_runs(const std::filesystem::path& a, const std::filesystem::path& b,
+                                  const std::string& step_dir, const std::string& what = "") {
+  std::vector<nlohmann::json> ma = read_metrics(a), mb = read_metrics(b);
+  ASSERT_EQ(ma.size(), mb.size()) << what;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm", "val_loss"}) {
+      if (ma[i].contains(key)) {
+        EXPECT_EQ(ma[i][key].dump(), mb[i][key].dump()) << what << ", " << key << " at line " << i;
+      }
+    }
+  }
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(bytes_of(a / step_dir / file) == bytes_of(b / step_dir / file)) << what << ": " << file << " differs";
+  }
+}
+
+// Every step's loss and validation loss of `got` within `tolerance` relative of `want`'s.
+inline void expect_losses_close(const std::filesystem::path& want, const std::filesystem::path& got, double tolerance,
+                                const std::string& what) {
+  std::vector<nlohmann::json> expected = read_metrics(want), measured = read_metrics(got);
+  ASSERT_EQ(expected.size(), measured.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    for (const char* key : {"loss", "val_loss"}) {
+      if (!expected[i].contains(key)) continue;
+      double a = expected[i][key], b = measured[i][key];
+      EXPECT_LE(std::abs(a - b), tolerance * std::abs(a)) << what << ", " << key << " at step " << i + 1;
+    }
+  }
+}
+
+// fp16 runs of 3 steps whose loss scale overflows at the start: `got` skips the same steps as
+// `single` (the first among them) with the same losses, and saves the same parameters.
+inline void expect_same_overflow_skips(const std::filesystem::path& single, const std::filesystem::path& got) {
+  std::vector<nlohmann::json> expected = read_metrics(single), measured = read_metrics(got);
+  ASSERT_EQ(measured.size(), 3u);
+  EXPECT_TRUE(measured[0].value("skipped", false)) << measured[0].dump();
+  for (size_t i = 0; i < measured.size(); ++i) {
+    EXPECT_EQ(measured[i].value("skipped", false), expected[i].value("skipped", false)) << "step " << i + 1;
+    EXPECT_EQ(measured[i]["loss"].dump(), expected[i]["loss"].dump()) << "step " << i + 1;
+  }
+  EXPECT_TRUE(bytes_of(single / "step_00000003" / "model.safetensors") ==
+              bytes_of(got / "step_00000003" / "model.safetensors"));
+}
+
 // A suite of `strata train` runs: one temporary root holding a tiny corpus and
 // the suite's config (20 steps of a 2-layer model whose [model] section the
 // suite gives), each run in its own directory under it.
@@ -144,6 +190,15 @@ inline void expect_parameters_close(const std::filesystem::path& want_file, cons
     auto [worst, largest] = worst_and_largest(want, tensor, 0, n);
     EXPECT_LE(worst, tolerance * largest) << what << ", " << name;
   }
+}
+
+// Runs that must agree to rounding: losses within 1e-5 relative per step (the bound), and
+// the parameters saved in `step_dir` within `parameter_tolerance` (expect_parameters_close).
+inline void expect_close_runs(const std::filesystem::path& want, const std::filesystem::path& got,
+                              const std::string& step_dir, double parameter_tolerance, const std::string& what) {
+  expect_losses_close(want, got, 1e-5, what);
+  expect_parameters_close(want / step_dir / "model.safetensors", got / step_dir / "model.safetensors",
+                          parameter_tolerance, what);
 }
 
 }  // namespace strata::testing

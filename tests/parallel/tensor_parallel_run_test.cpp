@@ -19,7 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::mpirun;
-using testing::read_metrics;
 using testing::shell;
 
 const std::string kSettings = "--set train.batch_size=2 --set train.global_batch=4";
@@ -30,20 +29,6 @@ class TensorParallelRun : public testing::TrainRunSuite {
   static void SetUpTestSuite() {
     set_up_suite("tensor_parallel", "n_layer = 2\nn_head = 4\nn_embd = 32\nvocab_size = 4099\nblock_size = 16\n");
   }
-
-  // Per-step losses (and validation losses) within `tolerance` relative.
-  static void expect_losses_close(const fs::path& want, const fs::path& got, double tolerance, const std::string& what) {
-    std::vector<nlohmann::json> expected = read_metrics(want), measured = read_metrics(got);
-    ASSERT_EQ(expected.size(), measured.size()) << what;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      for (const char* key : {"loss", "val_loss"}) {
-        if (!expected[i].contains(key)) continue;
-        double a = expected[i][key], b = measured[i][key];
-        EXPECT_LE(std::abs(a - b), tolerance * std::abs(a)) << what << ", " << key << " at step " << i + 1;
-      }
-    }
-  }
-
 };
 
 TEST_F(TensorParallelRun, TwoAndFourRanksSequenceParallelAndDataTimesTensorMatchOneProcess) {
@@ -54,9 +39,7 @@ TEST_F(TensorParallelRun, TwoAndFourRanksSequenceParallelAndDataTimesTensorMatch
     fs::path run = train(name, mpirun(ranks), kSettings + " --set parallel.tp=" + std::to_string(tp) + " " + layout);
     EXPECT_NE(last_output_.find("tensor parallel: " + std::to_string(tp) + " ranks per layer"), std::string::npos)
         << last_output_;
-    expect_losses_close(single, run, 1e-5, name);
-    testing::expect_parameters_close(single / kStep20 / "model.safetensors", run / kStep20 / "model.safetensors", 1e-5,
-                                     name);
+    testing::expect_close_runs(single, run, kStep20, 1e-5, name);
   }
 }
 
@@ -64,7 +47,7 @@ TEST_F(TensorParallelRun, Bf16AtTwoRanksStaysWithinTwoPercentOfFp32) {
   fs::path fp32 = train("fp32_single", "", kSettings + " --set train.steps=10");
   fs::path bf16 = train("bf16_tp2", mpirun(2), kSettings + " --set train.steps=10 --set parallel.tp=2 "
                                                              "--set precision.compute=bf16 --set train.recompute=selective");
-  expect_losses_close(fp32, bf16, 0.02, "bf16 tp=2");
+  testing::expect_losses_close(fp32, bf16, 0.02, "bf16 tp=2");
 }
 
 // Checkpoints hold whole tensors: assembled from the shards on save, sliced on load, so a run
@@ -78,14 +61,9 @@ TEST_F(TensorParallelRun, ResumeContinuesAtTheSameDegreeBitIdenticallyAndAtAnoth
     fs::path resumed = copy_after_step_10(straight, name);
     train(name, launcher, settings + " --set checkpoint.resume=true " + layout);
     if (std::string(name) == "resumed_tp2") {
-      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-        EXPECT_TRUE(testing::bytes_of(straight / kStep20 / file) == testing::bytes_of(resumed / kStep20 / file))
-            << file << " differs after resuming at tp=2";
-      }
+      testing::expect_identical_runs(straight, resumed, kStep20, name);
     } else {
-      expect_losses_close(straight, resumed, 1e-5, name);
-      testing::expect_parameters_close(straight / kStep20 / "model.safetensors", resumed / kStep20 / "model.safetensors",
-                                       1e-5, name);
+      testing::expect_close_runs(straight, resumed, kStep20, 1e-5, name);
     }
   }
 }

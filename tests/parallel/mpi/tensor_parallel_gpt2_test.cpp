@@ -17,30 +17,17 @@
 #include "parallel/device_mesh.h"
 #include "parallel/group_collectives.h"
 #include "parallel/tensor_parallel.h"
+#include "support/gpt2_shapes.h"
+#include "support/random_tokens.h"
 
 namespace strata {
 namespace {
 
-GPT2Config tiny_config() {
-  GPT2Config config;
-  config.n_layer = 2;
-  config.n_head = 12;
-  config.n_embd = 48;
-  config.vocab_size = 4099;
-  config.block_size = 8;
-  return config;
-}
+GPT2Config tiny_config() { return testing::gpt2_config(2, 12, 48, 4099, 8); }
 
 constexpr int64_t kBatch = 2, kSeq = 8;
 
-Tensor token_ids(uint64_t stream, int64_t vocab) {
-  Tensor ids = Tensor::empty({kBatch, kSeq}, DType::I32);
-  CounterRng rng(11);
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    ids.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform(stream, i) * static_cast<double>(vocab)) % vocab;
-  }
-  return ids;
-}
+Tensor token_ids(uint64_t stream, int64_t vocab) { return testing::random_token_ids({kBatch, kSeq}, stream, vocab); }
 
 struct ModelRun {
   double loss = 0;
