@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "ops/collective_group.h"
+
 namespace strata {
 
 namespace {
@@ -22,6 +24,14 @@ Attrs vocab_attrs(const Node& node) {
   for (const char* name : {"vocab_start", "vocab_size"}) {
     if (node.attrs.has(name)) attrs.set(name, node.attrs.get_int(name));
   }
+  return attrs;
+}
+
+// A stage transfer's attrs with the flow the other way (activations <-> gradients).
+Attrs reversed_flow(const Node& node) {
+  Attrs attrs = node.attrs;
+  const bool forward = parse_stage_flow(node.op, node.attrs) == StageFlow::Activations;
+  attrs.set("flow", std::string(stage_flow_name(forward ? StageFlow::Gradients : StageFlow::Activations)));
   return attrs;
 }
 
@@ -64,6 +74,15 @@ const std::map<std::string, GradRule>& rules() {
       {"reduce_scatter",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("all_gather", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
+      // A stage boundary: the gradient goes back to the same stage on the other flow.
+      {"send_to_stage",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("receive_from_stage", {dy[0]}, reversed_flow(n), grad_label(n, "x"))};
+       }},
+      {"receive_from_stage",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("send_to_stage", {dy[0]}, reversed_flow(n), grad_label(n, "x"))};
        }},
       {"scale",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {

@@ -27,6 +27,27 @@ void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
   model.graph = std::move(rewritten.graph);
 }
 
+// Finds the stage-boundary nodes of a pipeline part by what they read and make.
+GPT2Graph::BoundaryNodes boundary_nodes(const GPT2Graph& model) {
+  GPT2Graph::BoundaryNodes found;
+  const int received_gradient = model.received >= 0 && model.grads.of.count(model.received)
+                                    ? model.grads.of.at(model.received)
+                                    : -1;
+  for (int id = 0; id < model.graph.num_nodes(); ++id) {
+    const Node& node = model.graph.node(id);
+    if (node.op == "receive_from_stage") {
+      (node.inputs[0] == model.received ? found.receive : found.receive_gradient) = id;
+      STRATA_CHECK(node.inputs[0] == model.received || node.inputs[0] == model.grads.seed,
+                   "a stage receive standing for neither the received value nor the sent one's gradient");
+    } else if (node.op == "send_to_stage") {
+      (node.outputs[0] == model.sent ? found.send : found.send_gradient) = id;
+      STRATA_CHECK(node.outputs[0] == model.sent || node.outputs[0] == received_gradient,
+                   "a stage send of neither the sent value nor the received one's gradient");
+    }
+  }
+  return found;
+}
+
 std::set<int> read_after_run(const GPT2Graph& model) {
   std::set<int> kept;
   for (int id : {model.loss, model.logits, model.sent}) {
@@ -139,6 +160,7 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
     };
     model.first_backward_node = static_cast<int>(std::find_if(nodes.begin(), nodes.end(), reads_seed) - nodes.begin());
   }
+  model.boundary = boundary_nodes(model);
   return model;
 }
 

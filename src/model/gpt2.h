@@ -49,6 +49,15 @@ struct GPT2Graph {
   // the received value's gradient (grads.of), to send back.
   int received = -1;
   int sent = -1;
+  // A pipeline part's stage-boundary nodes (parallel/pipeline_part.h; -1 where there is none):
+  // the forward's receive of `received` and send of `sent`, and in training graphs the backward's
+  // receive of the sent value's gradient (the first backward node) and send of the received one's.
+  struct BoundaryNodes {
+    int receive = -1;
+    int send = -1;
+    int receive_gradient = -1;
+    int send_gradient = -1;
+  } boundary;
   // GPT2BuildOptions::separate_head_copy: the LM head's own value of the tied embedding (-1
   // otherwise, and in parts without the head), bound to the same tensor as the embedding's.
   int head_copy = -1;

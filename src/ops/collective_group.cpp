@@ -20,6 +20,15 @@ class SingleRank final : public CollectiveGroup {
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
     std::memmove(out, in, count * dtype_size(dtype));
   }
+  // A group of one rank has no other stage: a graph with a stage boundary was built for a pipeline.
+  void send_bytes(const void*, size_t, int peer, StageFlow) override { no_peer(peer); }
+  void receive_bytes(void*, size_t, int peer, StageFlow) override { no_peer(peer); }
+  double finish_sends() override { return 0.0; }
+
+ private:
+  [[noreturn]] static void no_peer(int peer) {
+    fail("a pipeline stage transfer with stage {} in a group of one rank (no pipeline group is registered)", peer);
+  }
 };
 
 std::mutex registry_mutex;
@@ -78,6 +87,17 @@ void copy_input(const Tensors& inputs, const Tensors& outputs) {
 
 }  // namespace
 
+std::string_view stage_flow_name(StageFlow flow) {
+  return flow == StageFlow::Activations ? "activations" : "gradients";
+}
+
+StageFlow parse_stage_flow(const std::string& op, const Attrs& attrs) {
+  const std::string& flow = attrs.get_string("flow");
+  if (flow == "activations") return StageFlow::Activations;
+  if (flow == "gradients") return StageFlow::Gradients;
+  fail("op '{}': attr 'flow' must be \"activations\" or \"gradients\", got \"{}\"", op, flow);
+}
+
 void register_collective_group(const std::string& name, std::shared_ptr<CollectiveGroup> group) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   if (group) {
@@ -135,6 +155,19 @@ void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const 
   for (size_t o = 0; o < split.outer; ++o) {
     std::memcpy(to + o * split.block_bytes, from + (o * ranks + rank) * split.block_bytes, split.block_bytes);
   }
+}
+
+void send_to_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("send_to_stage", attrs);
+  copy_input(inputs, outputs);
+  group.send_bytes(inputs[0].raw(), inputs[0].nbytes(), static_cast<int>(attrs.get_int("peer")),
+                   parse_stage_flow("send_to_stage", attrs));
+}
+
+void receive_from_stage_kernel(const Tensors&, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("receive_from_stage", attrs);
+  group.receive_bytes(outputs[0].raw(), outputs[0].nbytes(), static_cast<int>(attrs.get_int("peer")),
+                      parse_stage_flow("receive_from_stage", attrs));
 }
 
 }  // namespace strata

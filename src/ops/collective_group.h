@@ -7,11 +7,19 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/dtype.h"
 #include "ops/schema.h"
 
 namespace strata {
+
+// A pipeline's two transfer flows (attr `flow` of send_to_stage and
+// receive_from_stage): activations go forward, their gradients come back.
+enum class StageFlow { Activations, Gradients };
+std::string_view stage_flow_name(StageFlow flow);  // "activations", "gradients"
+// Attr `flow` of op `op`; fails naming the op and the value.
+StageFlow parse_stage_flow(const std::string& op, const Attrs& attrs);
 
 class CollectiveGroup {
  public:
@@ -25,6 +33,14 @@ class CollectiveGroup {
   virtual void all_gather_bytes(const void* in, void* out, size_t bytes) = 0;
   // in holds size() blocks of count elements; out = the sum over the ranks of block rank().
   virtual void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) = 0;
+  // A pipeline's stage boundary. send_bytes sends `bytes` of `data` to rank
+  // `peer` on `flow` without waiting (from a copy the group keeps until
+  // finish_sends); receive_bytes waits for `bytes` from `peer` on `flow`.
+  // Each flow between two ranks delivers in the order sent.
+  virtual void send_bytes(const void* data, size_t bytes, int peer, StageFlow flow) = 0;
+  virtual void receive_bytes(void* data, size_t bytes, int peer, StageFlow flow) = 0;
+  // Waits until every send has left; returns the seconds waited.
+  virtual double finish_sends() = 0;
 };
 
 // Replaces any group of that name; nullptr unregisters it.
@@ -36,11 +52,15 @@ CollectiveGroup& collective_group(const std::string& name);
 // the group's): all_reduce sums `x` over the group; copy_to_group copies it;
 // all_gather concatenates the ranks' `x` along attr `dim`; reduce_scatter
 // sums `x` over the ranks and keeps this rank's block along `dim`;
-// split_to_group keeps this rank's block of `x` along `dim` (no communication).
+// split_to_group keeps this rank's block of `x` along `dim` (no communication);
+// send_to_stage sends `x` to stage `peer` and passes it through;
+// receive_from_stage receives into `out` (`x` only stands for the sent value).
 void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void send_to_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void receive_from_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 
 }  // namespace strata

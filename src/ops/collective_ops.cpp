@@ -5,9 +5,16 @@
 // this rank's block of it, each the other's gradient (sequence parallelism);
 // split_to_group keeps this rank's block of a value every rank holds, its
 // gradient all_gather (Megatron's scatter to the sequence-parallel region).
+// send_to_stage and receive_from_stage are a pipeline's stage boundary, each
+// the other's gradient: the value leaving one stage's part of the model and
+// entering the next one's (attr `flow` keeps activations going forward apart
+// from gradients going back, each arriving in the order it was sent).
 // The kernels run on the group the `group` attr names (ops/collective_group.h);
 // `ranks` is the group size the graph was built for, which the kernel checks
 // and shape inference and the byte counts read.
+#include <algorithm>
+
+#include "ops/collective_group.h"
 #include "ops/standard_ops.h"
 
 namespace strata {
@@ -38,6 +45,25 @@ Metas resized_along_dim(const std::string& op, const Metas& in, const Attrs& att
   return {{shape, in[0].dtype}};
 }
 
+// A stage boundary's transfer with the peer stage attr `peer` on attr `flow`.
+Metas stage_transfer(const std::string& op, const Metas& in, const Attrs& attrs) {
+  same_as_input(op, in, attrs);
+  const int64_t peer = attrs.get_int("peer");
+  if (peer < 0 || peer >= attrs.get_int("ranks")) {
+    fail("op '{}': attr 'peer' {} is not a rank of the {} in group '{}'", op, peer, attrs.get_int("ranks"),
+         attrs.get_string("group"));
+  }
+  parse_stage_flow(op, attrs);
+  return {in[0]};
+}
+
+// One call of `pattern` on the larger of x and out.
+std::function<CommCalls(const Metas&, const Metas&, const Attrs&)> one_call(CommPattern pattern) {
+  return [pattern](const Metas& in, const Metas& out, const Attrs&) {
+    return CommCalls{{pattern, static_cast<double>(std::max(in[0].nbytes(), out[0].nbytes()))}};
+  };
+}
+
 }  // namespace
 
 void add_collective_ops(OpRegistry& registry) {
@@ -60,6 +86,7 @@ void add_collective_ops(OpRegistry& registry) {
       .may_reuse = {{0, 0}},
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::AllReduce),
   });
   registry.add({
       .name = "copy_to_group",
@@ -90,6 +117,7 @@ void add_collective_ops(OpRegistry& registry) {
       },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::AllGather),
   });
   registry.add({
       .name = "split_to_group",
@@ -123,6 +151,43 @@ void add_collective_ops(OpRegistry& registry) {
       },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::ReduceScatter),
+  });
+  registry.add({
+      .name = "send_to_stage",
+      .summary = "out = x, which leaves for pipeline stage attr `peer` (a rank of the group named by attr `group`, "
+                 "attr `ranks` of them) on attr `flow` (\"activations\" or \"gradients\"); it does not wait for "
+                 "the transfer; its gradient is receive_from_stage from that stage on the other flow",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "peer", "flow"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return stage_transfer("send_to_stage", in, attrs); },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      // Reads x twice (out, and the copy the transfer leaves from) and sends it.
+      .bytes = [](const Metas& in, const Metas& out, const Attrs&) {
+        return static_cast<double>(3 * in[0].nbytes() + out[0].nbytes());
+      },
+      .may_reuse = {{0, 0}},
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::PointToPoint),
+  });
+  registry.add({
+      .name = "receive_from_stage",
+      .summary = "out = the value pipeline stage attr `peer` (a rank of the group named by attr `group`, attr "
+                 "`ranks` of them) sent on attr `flow` (\"activations\" or \"gradients\"); x stands for that "
+                 "value in this rank's graph (its shape and dtype; its data is not read); its gradient is "
+                 "send_to_stage to that stage on the other flow",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "peer", "flow"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return stage_transfer("receive_from_stage", in, attrs); },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      // Receives out and writes it.
+      .bytes = [](const Metas&, const Metas& out, const Attrs&) { return static_cast<double>(2 * out[0].nbytes()); },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::PointToPoint),
   });
 }
 

@@ -71,6 +71,7 @@ OpCost OpRegistry::cost(const std::string& name, const Metas& inputs, const Attr
     for (const TensorMeta& meta : inputs) cost.bytes += static_cast<double>(meta.nbytes());
     for (const TensorMeta& meta : outputs) cost.bytes += static_cast<double>(meta.nbytes());
   }
+  if (schema.comm) cost.comm = schema.comm(inputs, outputs, attrs);
   return cost;
 }
 

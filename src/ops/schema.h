@@ -50,6 +50,17 @@ enum class Differentiable { Unstated, Yes, No };
 // efficiency their size reaches, anything else by its measured efficiency.
 enum class OpKind { Gemm, Attention, Other };
 
+// Communication an op does over the group its attrs name (attr `group`, attr
+// `ranks` of them), as the planner prices it: a pattern on a buffer of
+// `bytes` (the whole tensor the group combines, gathers or scatters, or the
+// one a stage sends), by comm's algorithm choice for that size and group.
+enum class CommPattern { AllReduce, AllGather, ReduceScatter, PointToPoint };
+struct CommCall {
+  CommPattern pattern = CommPattern::AllReduce;
+  double bytes = 0;
+};
+using CommCalls = std::vector<CommCall>;
+
 struct OpSchema {
   std::string name;
   std::string summary;
@@ -85,11 +96,14 @@ struct OpSchema {
   // planner: the attention core, as in Megatron's selective recomputation.
   bool recomputed_selectively = false;
   OpKind kind = OpKind::Other;
+  // The calls one run of the op makes over its group; unset: none.
+  std::function<CommCalls(const Metas& inputs, const Metas& outputs, const Attrs& attrs)> comm;
 };
 
 struct OpCost {
   double flops = 0;
   double bytes = 0;
+  CommCalls comm;  // over the group attr `group` names (attr `ranks` of them)
 };
 
 class OpRegistry {

@@ -544,6 +544,14 @@ void add_cross_entropy(OpRegistry& registry) {
       .precision = PrecisionRole::F32Default,
       .reads_any_float_as_f32 = true,
       .differentiable = Differentiable::Yes,
+      // On a vocabulary shard: the target logits summed and the log-sum-exps gathered over the group
+      // (combine_vocab_shards), one value per position each.
+      .comm = [](const Metas&, const Metas& out, const Attrs& attrs) {
+        if (!attrs.has("group") || attrs.get_int("ranks") == 1) return CommCalls{};
+        const double per_rank = static_cast<double>(out[1].nbytes());
+        return CommCalls{{CommPattern::AllReduce, per_rank},
+                         {CommPattern::AllGather, per_rank * static_cast<double>(attrs.get_int("ranks"))}};
+      },
   });
   registry.add({
       .name = "cross_entropy_backward",

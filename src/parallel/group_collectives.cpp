@@ -1,6 +1,8 @@
 #include "parallel/group_collectives.h"
 
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -16,9 +18,17 @@ constexpr MeshDimension kDimensions[] = {MeshDimension::Data, MeshDimension::Ten
 // sums (fp32 accumulation, one rounding, the same bits on every rank); f64
 // and f16, which it does not reduce, are gathered and added here in rank
 // order (f64 in f64, f16 in f32), the same on every rank too.
+// The pipeline dimension's group also carries the stage boundary: each flow on
+// a communicator of its own (the same ranks), so that between two stages
+// activations and gradients each arrive in the order sent, even when
+// interleaving makes one pair of stages carry both.
 class CommGroup final : public CollectiveGroup {
  public:
-  explicit CommGroup(comm::Communicator group) : group_(std::move(group)) {}
+  CommGroup(comm::Communicator group, bool stage_flows) : group_(std::move(group)) {
+    if (!stage_flows) return;
+    activations_ = group_.split(0, group_.rank(), "pp-activations");
+    gradients_ = group_.split(0, group_.rank(), "pp-gradients");
+  }
   int size() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
 
@@ -34,9 +44,7 @@ class CommGroup final : public CollectiveGroup {
   }
 
   void all_gather_bytes(const void* in, void* out, size_t bytes) override {
-    // The comm layer moves any dtype; every dtype's size is even, so bytes travel as 2-byte units.
-    STRATA_CHECK(bytes % 2 == 0, "all_gather of {} bytes", bytes);
-    group_.all_gather(in, out, bytes / 2, DType::BF16);
+    group_.all_gather(in, out, units(bytes), DType::BF16);
   }
 
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
@@ -49,6 +57,25 @@ class CommGroup final : public CollectiveGroup {
     all_gather_bytes(in, all.data(), whole);
     // Rank q's block rank() sits at q * whole + rank() * bytes.
     add_in_rank_order(all.data() + static_cast<size_t>(rank()) * bytes, whole, out, count, dtype);
+  }
+
+  void send_bytes(const void* data, size_t bytes, int peer, StageFlow flow) override {
+    // Leaves from a copy, so the sender never waits for the receiver inside a step (a wait there can
+    // deadlock two stages that each wait for the other to receive).
+    Send& send = sends_.emplace_back();
+    send.copy.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    send.handle = flow_group(flow).send_async(send.copy.data(), units(bytes), DType::BF16, peer);
+  }
+
+  void receive_bytes(void* data, size_t bytes, int peer, StageFlow flow) override {
+    flow_group(flow).recv(data, units(bytes), DType::BF16, peer);
+  }
+
+  double finish_sends() override {
+    const auto start = std::chrono::steady_clock::now();
+    for (Send& send : sends_) send.handle.wait();
+    sends_.clear();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
  private:
@@ -68,7 +95,26 @@ class CommGroup final : public CollectiveGroup {
     }
   }
 
+  // The comm layer moves any dtype; every dtype's size is even, so bytes travel as 2-byte units.
+  static size_t units(size_t bytes) {
+    STRATA_CHECK(bytes % 2 == 0, "a stage transfer of {} bytes", bytes);
+    return bytes / 2;
+  }
+
+  comm::Communicator& flow_group(StageFlow flow) {
+    std::optional<comm::Communicator>& group = flow == StageFlow::Activations ? activations_ : gradients_;
+    STRATA_CHECK(group.has_value(), "a stage transfer on a group that is not the pipeline's");
+    return *group;
+  }
+
+  struct Send {
+    std::vector<char> copy;
+    comm::Handle handle;
+  };
+
   comm::Communicator group_;
+  std::optional<comm::Communicator> activations_, gradients_;
+  std::vector<Send> sends_;
 };
 
 }  // namespace
@@ -76,7 +122,7 @@ class CommGroup final : public CollectiveGroup {
 void register_mesh_groups(DeviceMesh& mesh) {
   for (MeshDimension dimension : kDimensions) {
     register_collective_group(std::string(mesh_dimension_name(dimension)),
-                              std::make_shared<CommGroup>(mesh.group(dimension)));
+                              std::make_shared<CommGroup>(mesh.group(dimension), dimension == MeshDimension::Pipeline));
   }
 }
 

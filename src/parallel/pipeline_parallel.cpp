@@ -7,13 +7,7 @@
 
 namespace strata {
 
-PipelineParallel::PipelineParallel(comm::Communicator group)
-    : group_(std::move(group)), gradients_(group_->split(0, group_->rank(), "pp-gradients")) {}
-
-comm::Communicator& PipelineParallel::flow_group(PipelineFlow flow) {
-  STRATA_CHECK(group_.has_value(), "a pipeline transfer without stages");
-  return flow == PipelineFlow::Gradients ? *gradients_ : *group_;
-}
+PipelineParallel::PipelineParallel(comm::Communicator group) : group_(std::move(group)) {}
 
 std::vector<std::vector<int>> PipelineParallel::holders(size_t count, const std::vector<size_t>& held) {
   std::vector<int32_t> mine(count, 0), all(count * static_cast<size_t>(degree()));
@@ -32,14 +26,16 @@ std::vector<std::vector<int>> PipelineParallel::holders(size_t count, const std:
   return holders;
 }
 
-comm::Handle PipelineParallel::send_async(const Tensor& tensor, int stage, PipelineFlow flow) {
+comm::Handle PipelineParallel::send_async(const Tensor& tensor, int stage) {
+  STRATA_CHECK(group_.has_value(), "a pipeline transfer without stages");
   STRATA_CHECK(tensor.is_contiguous(), "a pipeline send of a strided tensor");
-  return flow_group(flow).send_async(tensor.raw(), static_cast<size_t>(tensor.numel()), tensor.dtype(), stage);
+  return group_->send_async(tensor.raw(), static_cast<size_t>(tensor.numel()), tensor.dtype(), stage);
 }
 
-void PipelineParallel::receive(Tensor& tensor, int stage, PipelineFlow flow) {
+void PipelineParallel::receive(Tensor& tensor, int stage) {
+  STRATA_CHECK(group_.has_value(), "a pipeline transfer without stages");
   STRATA_CHECK(tensor.is_contiguous(), "a pipeline receive into a strided tensor");
-  flow_group(flow).recv(tensor.raw(), static_cast<size_t>(tensor.numel()), tensor.dtype(), stage);
+  group_->recv(tensor.raw(), static_cast<size_t>(tensor.numel()), tensor.dtype(), stage);
 }
 
 void PipelineParallel::sum_tied_gradient(Tensor& grad) {

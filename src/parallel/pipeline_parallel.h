@@ -1,7 +1,6 @@
 #pragma once
-// Pipeline parallelism as the trainer sees it: this rank's stage, the
-// transfers between stages (activations forward, their gradients back), the
-// sum of the tied embedding's two copies' gradients (first and last stage),
+// Pipeline parallelism as the trainer sees it: this rank's stage, the sum of
+// the tied embedding's two copies' gradients (first and last stage),
 // and the values one stage has that every stage needs (the last stage's
 // losses, exact square sums, whole tensors for a checkpoint). One process is
 // the same object with one stage.
@@ -13,11 +12,6 @@
 #include "core/tensor.h"
 
 namespace strata {
-
-// Activations go forward and their gradients back on separate communicators:
-// between two stages each flow then arrives in the order it was sent, even
-// when interleaving makes one pair of stages carry both.
-enum class PipelineFlow { Activations, Gradients };
 
 class PipelineParallel {
  public:
@@ -33,9 +27,10 @@ class PipelineParallel {
   // Per parameter of `count`, the stages holding it, from every stage's `held` indices.
   std::vector<std::vector<int>> holders(size_t count, const std::vector<size_t>& held);
 
-  // Transfers of whole contiguous tensors; a send's tensor must stay untouched until its handle completes.
-  comm::Handle send_async(const Tensor& tensor, int stage, PipelineFlow flow = PipelineFlow::Activations);
-  void receive(Tensor& tensor, int stage, PipelineFlow flow = PipelineFlow::Activations);
+  // Transfers of whole contiguous tensors outside a step (the step's go through the graph's stage
+  // boundary ops); a send's tensor must stay untouched until its handle completes.
+  comm::Handle send_async(const Tensor& tensor, int stage);
+  void receive(Tensor& tensor, int stage);
 
   // On the first and last stage: grad = the sum of both stages' copies (the same bits on both).
   void sum_tied_gradient(Tensor& grad);
@@ -46,10 +41,7 @@ class PipelineParallel {
   void to_first_stage(Tensor& tensor, int owner);
 
  private:
-  comm::Communicator& flow_group(PipelineFlow flow);
-
   std::optional<comm::Communicator> group_;
-  std::optional<comm::Communicator> gradients_;  // the same ranks, for the gradient flow
 };
 
 }  // namespace strata

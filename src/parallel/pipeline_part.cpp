@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "ops/collective_group.h"
 
 namespace strata {
 
@@ -44,6 +45,14 @@ std::vector<int> parts_of_nodes(const Graph& graph, const std::string& prefix, c
   return owner;
 }
 
+// A stage boundary op with the stage of model part `peer_part` (group "pp").
+Attrs stage_transfer(const PipelinePart& part, int peer_part) {
+  return {{"group", std::string("pp")},
+          {"ranks", int64_t{part.stages()}},
+          {"peer", int64_t{peer_part % part.stages()}},
+          {"flow", std::string(stage_flow_name(StageFlow::Activations))}};
+}
+
 }  // namespace
 
 std::vector<int> balanced_layers(int parts, int layers) {
@@ -74,6 +83,8 @@ ParallelForward cut_pipeline_part(const Graph& forward, const PipelinePart& part
     all.push_back({i, part.layers_per_part});
   }
   if (total != layers) fail("pipeline parts of {} layers in all, but the model has {}", total, layers);
+  STRATA_CHECK(part.chunks >= 1 && part.parts() % part.chunks == 0, "{} pipeline parts in chunks of {}", part.parts(),
+               part.chunks);
   const std::vector<int> owner = parts_of_nodes(forward, layer_prefix, all);
 
   std::set<int> used;  // inputs and params the part's nodes read
@@ -95,8 +106,10 @@ ParallelForward cut_pipeline_part(const Graph& forward, const PipelinePart& part
                part.index, forward.value(received_source).name, forward.value(input).name, node.label);
         }
         received_source = input;
-        result.received = rewriter.target().add_input("pipeline.received", forward.value(input).meta);
-        rewriter.set(input, result.received);
+        Graph& target = rewriter.target();
+        result.received = target.add_input("pipeline.received", forward.value(input).meta);
+        rewriter.set(input, target.apply1("receive_from_stage", {result.received},
+                                          stage_transfer(part, part.index - 1), "pipeline.receive"));
       }
       rewriter.copy_node(static_cast<int>(i));
     } else if (owner[i] > part.index) {
@@ -112,8 +125,11 @@ ParallelForward cut_pipeline_part(const Graph& forward, const PipelinePart& part
       }
     }
   }
+  if (sent_source >= 0) {
+    result.sent = rewriter.target().apply1("send_to_stage", {rewriter.map(sent_source)},
+                                           stage_transfer(part, part.index + 1), "pipeline.send");
+  }
   result.rewritten = std::move(rewriter).finish();
-  if (sent_source >= 0) result.sent = result.rewritten.value_map.at(static_cast<size_t>(sent_source));
   return result;
 }
 

@@ -21,8 +21,10 @@ std::vector<int> balanced_layers(int parts, int layers);
 struct PipelinePart {
   int index = 0;                     // 0 .. parts - 1, in model order
   std::vector<int> layers_per_part;  // every part's, in order (the planner's layers_per_stage, or balanced)
+  int chunks = 1;                    // parts per stage (interleaving): part q runs on stage q mod stages()
 
   int parts() const { return static_cast<int>(layers_per_part.size()); }
+  int stages() const { return parts() / chunks; }
   int first_layer() const;
   int end_layer() const;
   bool first() const { return index == 0; }

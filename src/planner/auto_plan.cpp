@@ -92,7 +92,7 @@ AutoPlan predict_plan(const AutoPlanRequest& request, const ParallelPlan& plan) 
   CostModel model(PlanningProblem{request.model_name, request.model, request.global_batch, request.seq, request.dtype,
                                   request.cluster});
   AutoPlan predicted;
-  predicted.chosen = model.evaluate(plan);
+  predicted.chosen = model.evaluate(plan, CostModel::PipelineTiming::Replayed);
   predicted.record = {{"mode", "manual"}, {"cluster", request.cluster.name},
                       {"chosen", prediction_json(predicted.chosen)}};
   return predicted;

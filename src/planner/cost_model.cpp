@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "ops/schema.h"
 #include "planner/device_time.h"
+#include "planner/model_comm.h"
 
 namespace strata {
 
@@ -17,6 +18,17 @@ namespace {
 using comm::Collective;
 
 constexpr double kF32 = 4.0;
+
+// The comm layer's collective for an op's pattern (point-to-point is priced apart).
+Collective collective_of(CommPattern pattern) {
+  switch (pattern) {
+    case CommPattern::AllReduce: return Collective::AllReduce;
+    case CommPattern::AllGather: return Collective::AllGather;
+    case CommPattern::ReduceScatter: return Collective::ReduceScatter;
+    case CommPattern::PointToPoint: break;
+  }
+  fail("a point-to-point transfer priced as a collective");
+}
 
 double total_flops(const SegmentWork& segment) {
   double flops = 0;
@@ -132,31 +144,19 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   result.layer = segment_cost(work.layer);
   result.head = segment_cost(work.head);
   result.tied_gradient_sum = op_seconds(work.tied_gradient_sum, device, problem_.dtype);
-  if (tp > 1) {
-    // Megatron's pattern: per layer two all-reduces of [b, s, h] forward (after
-    // the attention and MLP projections) and two backward (before c_attn and
-    // c_fc); sequence parallelism turns each into an all-gather and a
-    // reduce-scatter of the same buffer.
-    const double boundary = work.boundary_bytes;
-    auto all_reduce = [&](double bytes) {
-      return pricer_.collective(Collective::AllReduce, bytes, tp, 1, problem_.dtype);
-    };
-    auto gather = [&](double bytes) { return pricer_.collective(Collective::AllGather, bytes, tp, 1, problem_.dtype); };
-    auto scatter = [&](double bytes) {
-      return pricer_.collective(Collective::ReduceScatter, bytes, tp, 1, problem_.dtype);
-    };
-    double layer_pair = sp ? gather(boundary) + scatter(boundary) : all_reduce(boundary);
-    result.layer.tp_forward = 2 * layer_pair;
-    result.layer.tp_backward = 2 * layer_pair;
-    // Vocabulary-parallel embedding: partial lookups summed (scattered by sequence under SP).
-    result.embedding.tp_forward = sp ? scatter(boundary) : all_reduce(boundary);
-    result.embedding.tp_backward = sp ? gather(boundary) : 0.0;
-    // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per position.
-    double row_stats = static_cast<double>(micro_batch * problem_.seq) * kF32;
-    result.head.tp_forward =
-        (sp ? gather(boundary) : 0.0) + 3 * pricer_.collective(Collective::AllReduce, row_stats, tp, 1, DType::F32);
-    result.head.tp_backward = sp ? scatter(boundary) : all_reduce(boundary);
+  // The collectives and the stage boundary as the runtime's graph has them (model_comm.h).
+  const ModelComm comm = model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype);
+  auto price = [&](const std::vector<CommWork>& calls) {
+    double seconds = 0;
+    for (const CommWork& call : calls) seconds += pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+    return seconds;
+  };
+  for (auto [segment, calls] : {std::pair{&result.embedding, &comm.embedding}, {&result.layer, &comm.layer},
+                                {&result.head, &comm.head}}) {
+    segment->tp_forward = price(calls->forward);
+    segment->tp_backward = price(calls->backward);
   }
+  result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
 }
 
@@ -233,6 +233,7 @@ struct CostModel::PlanFigures {
 struct CostModel::StageTime {
   double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0;
   double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
+  double forward = 0;   // the forward pass with its collectives and half the transfers (the replay's forward)
   double total() const { return compute + recompute + tp + p2p + zero + accumulate; }
 };
 
@@ -397,6 +398,9 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   st.compute = forward + backward;
   st.recompute = n * figures.layer_recompute;
   st.p2p = p2p;
+  st.forward = forward + n * layer.tp_forward + p2p / 2;
+  if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
+  if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
   double params = stage_params(figures, stage, layers);
   st.zero = exposed_zero_comm(figures, n, params, forward, backward, st.recompute);
   st.accumulate = accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
@@ -407,8 +411,7 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
 std::vector<CostModel::StageTime> CostModel::stage_times(const PlanFigures& figures, const std::vector<int>& layers) {
   double p2p = 0;
   if (figures.p > 1) {
-    double bytes = figures.work.boundary_bytes / figures.split;
-    p2p = 2.0 * figures.v * pricer_.point_to_point(bytes, figures.t * figures.d);
+    p2p = 2.0 * figures.v * pricer_.point_to_point(figures.cost.boundary_bytes, figures.t * figures.d);
   }
   std::vector<StageTime> stages;
   for (int stage = 0; stage < figures.p; ++stage) {
@@ -417,7 +420,8 @@ std::vector<CostModel::StageTime> CostModel::stage_times(const PlanFigures& figu
   return stages;
 }
 
-TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages) {
+TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages,
+                                       PipelineTiming timing) {
   size_t slowest = 0;
   double sum = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -426,8 +430,23 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   }
   const StageTime& bottleneck = stages[slowest];
   const double m = figures.m, t_max = bottleneck.total();
-  double pipeline = figures.plan.schedule == PipelineSchedule::Interleaved ? m * t_max + (sum - t_max) / figures.v
-                                                                           : (m - 1) * t_max + sum;
+  double pipeline = 0;
+  if (timing == PipelineTiming::Replayed) {
+    // Every action of every stage, a model chunk's forward and backward each 1/v of the stage's; the
+    // transfers' time is already in the stages' (as the runtime's sends copy and its receives wait).
+    PipelineTimes times;
+    for (const StageTime& stage : stages) {
+      times.forward.push_back(stage.forward / figures.v);
+      times.backward.push_back((stage.total() - stage.forward) / figures.v);
+    }
+    const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v,
+                              static_cast<int>(figures.p * figures.v)};
+    pipeline = simulate_pipeline(pipeline_actions(figures.plan.schedule, shape), times).step_s;
+  } else if (figures.plan.schedule == PipelineSchedule::Interleaved) {
+    pipeline = m * t_max + (sum - t_max) / figures.v;
+  } else {
+    pipeline = (m - 1) * t_max + sum;
+  }
   TimeBreakdown time;
   time.compute = m * bottleneck.compute;
   time.recompute = m * bottleneck.recompute;
@@ -497,7 +516,7 @@ void CostModel::add_rates(Prediction& prediction) const {
   prediction.hardware_flops = model_flops_per_step_ + recomputed_per_row * static_cast<double>(problem_.global_batch);
 }
 
-Prediction CostModel::evaluate(const ParallelPlan& plan) {
+Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
   if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
   const PlanFigures figures = plan_figures(plan);
   std::vector<int> layers = split_layers_by_time(figures);
@@ -507,7 +526,8 @@ Prediction CostModel::evaluate(const ParallelPlan& plan) {
 
   Prediction prediction;
   prediction.plan = plan;
-  prediction.time = pipeline_time(figures, stages);
+  prediction.time = pipeline_time(figures, stages, timing);
+  prediction.schedule_replayed = timing == PipelineTiming::Replayed;
   prediction.time.dp_comm = data_parallel_comm(figures, layers, stages);
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);

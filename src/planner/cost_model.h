@@ -55,8 +55,13 @@ class CostModel {
 
   // Why the plan cannot run at all (indivisible degrees and the like), or nothing.
   std::optional<std::string> invalid_reason(const ParallelPlan& plan) const;
-  // The prediction for a plan with no invalid_reason.
-  Prediction evaluate(const ParallelPlan& plan);
+  // The prediction for a plan with no invalid_reason. The pipeline's step time
+  // comes from a closed form (the search's: GPipe and 1F1B exact for equal
+  // stages), or from replaying the schedule's actions on every stage with its
+  // own times (parallel/pipeline_schedule.h's simulate_pipeline: the runtime's
+  // schedule itself, exact for unequal stages and interleaving too).
+  enum class PipelineTiming { ClosedForm, Replayed };
+  Prediction evaluate(const ParallelPlan& plan, PipelineTiming timing = PipelineTiming::ClosedForm);
 
   // FLOPs of one step's forward and backward passes without recomputation.
   double model_flops_per_step() const { return model_flops_per_step_; }
@@ -74,6 +79,7 @@ class CostModel {
   struct Costs {
     SegmentCost embedding, layer, head;
     double tied_gradient_sum = 0;
+    double boundary_bytes = 0;  // what a stage boundary sends per micro-batch, each way
   };
   const Costs& costs(int64_t micro_batch, int tp, bool sp);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
@@ -89,7 +95,8 @@ class CostModel {
   void rebalance_by_memory(const PlanFigures& figures, std::vector<int>& layers,
                            std::vector<MemoryBreakdown>& stages) const;
   std::vector<StageTime> stage_times(const PlanFigures& figures, const std::vector<int>& layers);
-  static TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages);
+  static TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages,
+                                     PipelineTiming timing);
   // The gradient reduction the last backward pass does not hide, and the tied embedding's all-reduce.
   double data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
                             const std::vector<StageTime>& stages);

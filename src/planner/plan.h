@@ -65,6 +65,7 @@ struct Prediction {
   double mfu = 0;             // model FLOPs (forward + backward, no recomputation) / (step * devices * matrix peak)
   double hardware_flops = 0;  // per step, all devices: model FLOPs plus the forward work recomputation redoes
   TimeBreakdown time;
+  bool schedule_replayed = false;       // the pipeline time replays the schedule (else a closed form)
   MemoryBreakdown memory;               // the stage with the highest peak
   std::vector<MemoryBreakdown> stages;  // every pipeline stage
   bool fits() const { return memory.peak <= memory.capacity; }

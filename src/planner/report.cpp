@@ -107,6 +107,7 @@ nlohmann::json prediction_json(const Prediction& prediction) {
           {"layers_per_stage", prediction.layers_per_stage},
           {"stage_peak_bytes", stage_peaks(prediction)},
           {"time_s", time},
+          {"pipeline_timing", prediction.schedule_replayed ? "schedule replayed" : "closed form"},
           {"memory_bytes",
            {{"stage", m.stage},
             {"weights", m.weights},
@@ -167,7 +168,9 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
     const Prediction& winner = result.ranked.front();
     const MemoryBreakdown& m = winner.memory;
     out += fmt::format("\nwinner: {}\n", winner.plan.describe());
-    out += fmt::format("  layers per stage: {}\n", split_text(winner.layers_per_stage));
+    out += fmt::format("  layers per stage: {}{}\n", split_text(winner.layers_per_stage),
+                       winner.plan.pp > 1 && winner.schedule_replayed ? " (step time: every stage's schedule replayed)"
+                                                                      : "");
     if (winner.stages.size() > 1) {
       std::string peaks;
       for (const MemoryBreakdown& stage : winner.stages)

@@ -11,6 +11,9 @@ namespace strata {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Plans the closed-form ranking keeps beyond those asked for, so that replaying the schedules can
+// reorder the front runners.
+constexpr size_t kReplayedBeyondKept = 16;
 const std::string kInterleaveReason = "interleaved plans whose micro-batch count is not a multiple of pp";
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -149,6 +152,8 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
 }
 
 SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candidates, size_t keep) {
+  const size_t wanted = keep;
+  keep += keep > 0 ? kReplayedBeyondKept : 0;
   SearchResult result;
   Rejections reject(result.rejected);
   struct LayoutMemory {
@@ -184,6 +189,12 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     result.ranked.insert(at, std::move(prediction));
     if (result.ranked.size() > keep) result.ranked.pop_back();
   }
+  // The front runners again, their pipelines timed by replaying the schedule.
+  for (Prediction& prediction : result.ranked) {
+    prediction = model.evaluate(prediction.plan, CostModel::PipelineTiming::Replayed);
+  }
+  std::sort(result.ranked.begin(), result.ranked.end(), ranks_before);
+  if (result.ranked.size() > wanted) result.ranked.resize(wanted);
   if (out_of_memory > 0) {
     RejectedRegion region{"plans that do not fit in device memory", out_of_memory, closest_miss->plan.describe(), {}};
     double usable = closest_miss->memory.capacity / kGiB;

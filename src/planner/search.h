@@ -54,7 +54,10 @@ bool ranks_before(const Prediction& a, const Prediction& b);
 std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
                                           std::vector<RejectedRegion>& rejected);
 
-// Prices `candidates` and keeps the best `keep` that fit.
+// Prices `candidates` and keeps the best `keep` that fit: ranked by the
+// closed-form pipeline time, then the best `keep` + 16 again with their
+// schedules replayed (CostModel::PipelineTiming), which gives the order and
+// the figures reported.
 SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candidates, size_t keep);
 
 SearchResult search_plans(CostModel& model, const PlanLimits& limits, size_t keep);

@@ -249,7 +249,6 @@ Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t s
   OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
   work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
   work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
-  work.boundary_bytes = static_cast<double>(micro_batch * seq * config.n_embd) * static_cast<double>(dtype_size(dtype));
   return work;
 }
 

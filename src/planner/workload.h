@@ -71,7 +71,6 @@ struct Workload {
   // Bytes live during that sum beyond the summed gradient: both partial
   // gradients, less the one the sum takes over in place.
   double tied_gradient_sum_extra = 0;
-  double boundary_bytes = 0;  // one micro-batch's activation between layers [b, s, h]
 };
 
 // Per-device work of `config` at `micro_batch` rows of `seq` tokens under

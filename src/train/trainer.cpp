@@ -172,7 +172,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   tp_rank.sequence_parallel = config_.sp;
   layers_per_stage_ = split;
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split}};
+    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split, chunks}};
     chunks_.push_back({build_model(config_, /*training=*/true, layout), build_model(config_, /*training=*/false, layout)});
   }
   // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
@@ -354,16 +354,20 @@ void Trainer::bind_inputs() {
       };
       if (model.tokens >= 0) bind_new(chunk.slot_tokens, model.tokens);
       if (model.targets >= 0) bind_new(chunk.slot_targets, model.targets);
-      if (model.received >= 0) bind_new(chunk.slot_received, model.received);
-      if (model.loss >= 0) {
-        chunk.train_graph->bind(slot, model.grads.seed, loss_seed_);
-      } else {
-        bind_new(chunk.slot_sent_grad, model.grads.seed);
-      }
+    }
+    // The values the stage-boundary receives stand for are never read: one placeholder serves every slot.
+    auto bind_placeholder = [](CompiledGraph& graph, const Graph& g, int value) {
+      const TensorMeta& meta = g.value(value).meta;
+      graph.bind(value, Tensor::empty(meta.shape, meta.dtype));
+    };
+    if (model.received >= 0) bind_placeholder(*chunk.train_graph, model.graph, model.received);
+    if (model.loss >= 0) {
+      chunk.train_graph->bind(model.grads.seed, loss_seed_);
+    } else {
+      bind_placeholder(*chunk.train_graph, model.graph, model.grads.seed);
     }
     if (chunk.eval_model.received >= 0) {
-      const TensorMeta& meta = chunk.eval_model.graph.value(chunk.eval_model.received).meta;
-      chunk.eval_graph->bind(chunk.eval_model.received, Tensor::empty(meta.shape, meta.dtype));
+      bind_placeholder(*chunk.eval_graph, chunk.eval_model.graph, chunk.eval_model.received);
     }
   }
 }

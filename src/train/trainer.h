@@ -108,9 +108,8 @@ class Trainer {
     std::unique_ptr<CompiledGraph> train_graph;
     std::unique_ptr<CompiledGraph> eval_graph;
     int node_offset = 0;  // its nodes' first number in GradientSync's numbering of every chunk's nodes
-    // Per slot (a micro-batch in flight): its data (the backward reads them too), the activation
-    // received and the gradient of the one sent.
-    std::vector<Tensor> slot_tokens, slot_targets, slot_received, slot_sent_grad;
+    // Per slot (a micro-batch in flight): its data (the backward reads them too).
+    std::vector<Tensor> slot_tokens, slot_targets;
   };
   std::vector<ModelChunk> chunks_;
   // A gradient the step collects: a held parameter's (entry k is held parameter k), or the LM

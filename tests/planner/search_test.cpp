@@ -47,6 +47,37 @@ void expect_valid(const CostModel& model, const Prediction& p) {
   EXPECT_NEAR(p.time.total(), p.step_s, 1e-12 * p.step_s);
 }
 
+// The front runners' pipelines are timed by replaying the runtime's schedule. Without a pipeline
+// that is m forwards and backwards in a row, which the closed form gives exactly; with one, no
+// stage can finish before it has run its m micro-batches (the replay's lower bound), and a
+// bubble is never negative.
+TEST(PlannerSearch, TheFrontRunnersAreTimedByReplayingTheirSchedules) {
+  CostModel model(problem("gpt2-medium", testing::test_cluster(2, 4, 12), 64, DType::F32));
+  PlanLimits limits;
+  SearchResult result = search_plans(model, limits, 40);
+  ASSERT_FALSE(result.ranked.empty());
+  int pipelines = 0;
+  for (const Prediction& prediction : result.ranked) {
+    const ParallelPlan& plan = prediction.plan;
+    EXPECT_TRUE(prediction.schedule_replayed) << plan.describe();
+    const Prediction closed = model.evaluate(plan, CostModel::PipelineTiming::ClosedForm);
+    EXPECT_FALSE(closed.schedule_replayed);
+    EXPECT_GE(prediction.time.bubble, -1e-12 * prediction.step_s) << plan.describe();
+    if (plan.pp == 1) {
+      EXPECT_NEAR(prediction.step_s, closed.step_s, 1e-12 * closed.step_s) << plan.describe();
+    } else {
+      ++pipelines;
+      const double busiest = closed.time.total() - closed.time.bubble - closed.time.dp_comm -
+                             closed.time.optimizer - closed.time.param_gather;
+      EXPECT_GE(prediction.step_s - prediction.time.dp_comm - prediction.time.optimizer -
+                    prediction.time.param_gather,
+                busiest * (1 - 1e-12))
+          << plan.describe();
+    }
+  }
+  EXPECT_GT(pipelines, 0) << "no pipeline among the front runners to replay";
+}
+
 TEST(PlannerSearch, RankedPlansObeyTheConstraints) {
   CostModel model(problem("gpt2-medium", testing::test_cluster(2, 4, 12), 64, DType::F32));
   SearchResult result = search_plans(model, {}, 50);
