@@ -86,9 +86,7 @@ done
 "$strata" train "$work/job.toml" --set checkpoint.dir="$work/killed" > "$work/finish.log" 2>&1 ||
   { echo "FAILED: the final resume did not finish:"; tail -5 "$work/finish.log"; exit 1; }
 identical=yes
-for file in model.safetensors optimizer.safetensors; do
-  cmp -s "$work/straight/$final/$file" "$work/killed/$final/$file" || identical=no
-done
+cmp -s "$work/straight/$final/rank_00000.safetensors" "$work/killed/$final/rank_00000.safetensors" || identical=no
 left=$(find "$work/killed" -maxdepth 1 -name '.step_*.tmp*' | wc -l)
 echo "crash_trials: $((trials - failed))/$trials kills resumed from a complete checkpoint ($mid_save inside a save);" \
      "final checkpoint bit-identical to a run never killed: $identical; dead saves' temporaries left: $left"

@@ -23,7 +23,9 @@ namespace {
 
 constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kManifestFormat = "strata-checkpoint";
-constexpr int kManifestVersion = 1;
+// Version 2 adds "tensors", the index of every global tensor's pieces (stored_tensors.h);
+// version 1 (one process, each tensor whole in its file) is still read.
+constexpr int kManifestVersion = 2;
 
 // A name that stays inside its directory and cannot collide with the
 // manifest or with the hidden temporary files of atomic writes.
@@ -74,9 +76,10 @@ json read_manifest(const fs::path& dir) {
   if (!manifest.contains("format") || manifest["format"] != kManifestFormat) {
     bad(fmt::format("\"format\" is not \"{}\"", kManifestFormat));
   }
-  if (!manifest.contains("version") || manifest["version"] != kManifestVersion) {
-    bad(fmt::format("unsupported \"version\" (this build reads version {})", kManifestVersion));
+  if (!manifest.contains("version") || (manifest["version"] != 1 && manifest["version"] != kManifestVersion)) {
+    bad(fmt::format("unsupported \"version\" (this build reads versions 1 and {})", kManifestVersion));
   }
+  if (manifest["version"] == kManifestVersion && !manifest.contains("tensors")) bad("missing \"tensors\"");
   if (!manifest.contains("step") || !manifest["step"].is_number_integer() || manifest["step"].get<int64_t>() < 0) {
     bad("\"step\" is not a non-negative integer");
   }
@@ -94,32 +97,47 @@ json read_manifest(const fs::path& dir) {
 
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
 
-fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointFiles& files, const json& metadata,
-                         int keep_last) {
+fs::path checkpoint_temp_dir(const fs::path& run_dir, int64_t step) {
+  return run_dir / fmt::format(".{}.tmp", checkpoint_dir_name(step));
+}
+
+fs::path begin_checkpoint(const fs::path& run_dir, int64_t step) {
   if (step < 0) fail("cannot save a checkpoint in '{}': step {} is negative", run_dir.string(), step);
-  if (keep_last < 0) fail("cannot save a checkpoint in '{}': keep_last {} is negative", run_dir.string(), keep_last);
-  for (const auto& item : files) {
-    if (!is_plain_file_name(item.first) || item.first == kCheckpointManifest) {
-      fail("cannot save a checkpoint in '{}': '{}' is not allowed as a file name", run_dir.string(), item.first);
-    }
-  }
   std::error_code error;
   fs::create_directories(run_dir, error);
   if (error) fail("cannot create run directory '{}': {}", run_dir.string(), error.message());
+  const fs::path temp_dir = checkpoint_temp_dir(run_dir, step);
+  fs::remove_all(temp_dir, error);  // a dead save's, which no live writer uses: the owner holds the run directory
+  if (!fs::create_directory(temp_dir, error) || error) {
+    fail("cannot create '{}': {}", temp_dir.string(), error ? error.message() : "it exists");
+  }
+  return temp_dir;
+}
 
-  std::string name = checkpoint_dir_name(step);
-  fs::path final_dir = run_dir / name;
-  fs::path temp_dir = create_unique_directory(run_dir, "." + name + ".tmp");
+void abandon_checkpoint(const fs::path& run_dir, int64_t step) {
+  std::error_code error;
+  fs::remove_all(checkpoint_temp_dir(run_dir, step), error);
+}
+
+fs::path commit_checkpoint(const fs::path& run_dir, int64_t step, const std::vector<std::string>& files,
+                           const TensorIndex& index, const json& metadata, int keep_last) {
+  if (keep_last < 0) fail("cannot save a checkpoint in '{}': keep_last {} is negative", run_dir.string(), keep_last);
+  const std::string name = checkpoint_dir_name(step);
+  const fs::path final_dir = run_dir / name, temp_dir = checkpoint_temp_dir(run_dir, step);
+  std::error_code error;
   try {
     json manifest = {{"format", std::string(kManifestFormat)}, {"version", kManifestVersion}, {"step", step},
-                     {"files", json::array()}, {"metadata", metadata}};
-    for (const auto& [file, tensors] : files) {
-      write_safetensors(temp_dir / file, tensors);
-      manifest["files"].push_back(file);
+                     {"files", files}, {"file_bytes", json::object()}, {"tensors", index_to_json(index)},
+                     {"metadata", metadata}};
+    for (const std::string& file : files) {
+      if (!is_plain_file_name(file) || file == kCheckpointManifest) {
+        fail("cannot save a checkpoint in '{}': '{}' is not allowed as a file name", run_dir.string(), file);
+      }
+      if (!fs::exists(temp_dir / file)) fail("checkpoint file '{}' was not written", (temp_dir / file).string());
       manifest["file_bytes"][file] = fs::file_size(temp_dir / file);
     }
     // The manifest goes last: a directory without it is never a checkpoint.
-    write_file_atomic(temp_dir / kCheckpointManifest, manifest.dump(2) + "\n");
+    write_file_atomic(temp_dir / kCheckpointManifest, manifest.dump(1) + "\n");
     fsync_directory(temp_dir);
     // A run resumed from an earlier checkpoint saves this step again (the same bits, training being
     // deterministic): the two directories swap atomically, so a complete step_N exists at every moment.
@@ -138,6 +156,33 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   write_file_atomic(run_dir / kLatestPointer, name + "\n");
   if (keep_last > 0) prune_checkpoints(run_dir, final_dir, keep_last);
   return final_dir;
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointFiles& files, const json& metadata,
+                         int keep_last) {
+  if (keep_last < 0) fail("cannot save a checkpoint in '{}': keep_last {} is negative", run_dir.string(), keep_last);
+  for (const auto& item : files) {
+    if (!is_plain_file_name(item.first) || item.first == kCheckpointManifest) {
+      fail("cannot save a checkpoint in '{}': '{}' is not allowed as a file name", run_dir.string(), item.first);
+    }
+  }
+  const fs::path temp_dir = begin_checkpoint(run_dir, step);
+  std::vector<std::string> names;
+  TensorIndex index;
+  try {
+    for (const auto& [file, tensors] : files) {
+      write_safetensors(temp_dir / file, tensors);
+      names.push_back(file);
+      for (const auto& [key, tensor] : tensors) {
+        if (index.count(key)) fail("cannot save a checkpoint in '{}': tensor '{}' is in two files", run_dir.string(), key);
+        index[key] = {tensor.shape(), tensor.dtype(), {{file, key, whole_box(tensor.shape())}}};
+      }
+    }
+  } catch (...) {
+    abandon_checkpoint(run_dir, step);
+    throw;
+  }
+  return commit_checkpoint(run_dir, step, names, index, metadata, keep_last);
 }
 
 namespace {
@@ -229,37 +274,86 @@ Checkpoint::Checkpoint(const fs::path& path) : dir_(resolve_checkpoint(path)) {
   step_ = manifest["step"].get<int64_t>();
   metadata_ = manifest["metadata"];
   files_ = manifest["files"].get<std::vector<std::string>>();
+  for (const std::string& file : files_) {
+    const fs::path file_path = dir_ / file;
+    if (!fs::exists(file_path)) fail("checkpoint file '{}' is missing", file_path.string());
+    readers_[file] = std::make_shared<SafetensorsReader>(file_path);
+  }
+  if (manifest["version"] == 1) {  // every tensor whole, under its own name
+    for (const auto& [file, reader] : readers_) {
+      for (const auto& [key, entry] : reader->entries()) {
+        index_[key] = {entry.shape, entry.dtype, {{file, key, whole_box(entry.shape)}}};
+      }
+    }
+    return;
+  }
+  index_ = index_from_json(manifest["tensors"], files_, (dir_ / kCheckpointManifest).string());
+  for (const auto& [name, tensor] : index_) {
+    for (const StoredPiece& piece : tensor.pieces) {
+      const SafetensorsReader& reader = *readers_.at(piece.file);
+      if (!reader.contains(piece.key)) {
+        fail("'{}': tensor '{}' has a piece '{}' that the file does not hold", reader.path().string(), name, piece.key);
+      }
+      const SafetensorsEntry& entry = reader.entry(piece.key);
+      if (entry.dtype != tensor.dtype || entry.shape != piece.box.lengths) {
+        fail("'{}': piece '{}' of tensor '{}' is {} {}, but the manifest says {} {} (box {})", reader.path().string(),
+             piece.key, name, safetensors_dtype_name(entry.dtype), shape_str(entry.shape),
+             safetensors_dtype_name(tensor.dtype), shape_str(piece.box.lengths), box_str(piece.box));
+      }
+    }
+  }
 }
 
-SafetensorsReader Checkpoint::open(const std::string& file) const {
-  if (std::find(files_.begin(), files_.end(), file) == files_.end()) {
+const StoredTensor& Checkpoint::tensor(const std::string& name) const {
+  auto found = index_.find(name);
+  if (found == index_.end()) fail("checkpoint '{}' has no tensor '{}'", dir_.string(), name);
+  return found->second;
+}
+
+void Checkpoint::read(const std::string& name, const TensorBox& box, Tensor& destination,
+                      const std::vector<int64_t>& destination_offsets) const {
+  const StoredTensor& stored = tensor(name);
+  if (destination.dtype() != stored.dtype) {
+    fail("checkpoint '{}': tensor '{}' is {}, but it is loaded into {}", dir_.string(), name,
+         safetensors_dtype_name(stored.dtype), safetensors_dtype_name(destination.dtype()));
+  }
+  if (!box_within(box, stored.shape)) {
+    fail("checkpoint '{}': tensor '{}' is {}, which does not hold the box {} asked for", dir_.string(), name,
+         shape_str(stored.shape), box_str(box));
+  }
+  STRATA_CHECK(destination.is_contiguous() && box_within({destination_offsets, box.lengths}, destination.shape()),
+               "box {} of '{}' read into {} at {}", box_str(box), name, shape_str(destination.shape()),
+               shape_str(destination_offsets));
+  for (const StoredPiece& piece : stored.pieces) {
+    std::optional<TensorBox> common = intersect(box, piece.box);
+    if (!common) continue;
+    std::vector<int64_t> in_piece(box.offsets.size()), in_destination(box.offsets.size());
+    for (size_t d = 0; d < box.offsets.size(); ++d) {
+      in_piece[d] = common->offsets[d] - piece.box.offsets[d];
+      in_destination[d] = destination_offsets[d] + common->offsets[d] - box.offsets[d];
+    }
+    copy_box(readers_.at(piece.file)->bytes(piece.key), piece.box.lengths, in_piece, destination.raw(),
+             destination.shape(), in_destination, common->lengths, dtype_size(stored.dtype));
+  }
+}
+
+void Checkpoint::read(const std::string& name, Tensor& destination) const {
+  const StoredTensor& stored = tensor(name);
+  if (destination.shape() != stored.shape) {
+    fail("checkpoint '{}': tensor '{}' is {}, expected {}", dir_.string(), name, shape_str(stored.shape),
+         shape_str(destination.shape()));
+  }
+  read(name, whole_box(stored.shape), destination, std::vector<int64_t>(stored.shape.size(), 0));
+}
+
+const SafetensorsReader& Checkpoint::open(const std::string& file) const {
+  auto found = readers_.find(file);
+  if (found == readers_.end()) {
     fail("checkpoint '{}' has no file '{}' (it has: {})", dir_.string(), file, fmt::join(files_, ", "));
   }
-  fs::path path = dir_ / file;
-  if (!fs::exists(path)) fail("checkpoint file '{}' is missing", path.string());
-  return SafetensorsReader(path);
+  return *found->second;
 }
 
 TensorMap Checkpoint::load(const std::string& file) const { return open(file).load_all(); }
-
-void Checkpoint::load_into(const std::string& file, const TensorMap& targets) const {
-  SafetensorsReader reader = open(file);
-  for (const auto& [name, entry] : reader.entries()) {
-    if (targets.count(name) == 0) fail("'{}': tensor '{}' is not expected here", reader.path().string(), name);
-  }
-  for (const auto& [name, target] : targets) {
-    if (!reader.contains(name)) fail("'{}': tensor '{}' is missing", reader.path().string(), name);
-    const SafetensorsEntry& entry = reader.entry(name);
-    if (entry.dtype != target.dtype() || entry.shape != target.shape()) {
-      fail("'{}': tensor '{}' is {} {}, expected {} {}", reader.path().string(), name,
-           safetensors_dtype_name(entry.dtype), shape_str(entry.shape), safetensors_dtype_name(target.dtype()),
-           shape_str(target.shape()));
-    }
-  }
-  for (const auto& [name, target] : targets) {
-    Tensor destination = target;  // a view sharing the caller's buffer
-    destination.copy_from(reader.load(name));
-  }
-}
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors.h"
+#include "ckpt/stored_tensors.h"
 
 namespace strata {
 
@@ -25,8 +27,9 @@ using CheckpointFiles = std::map<std::string, TensorMap>;
 
 std::string checkpoint_dir_name(int64_t step);  // "step_00001000"
 
-// Writes `files` and a manifest holding `step`, `metadata` and each file's
-// size as run_dir/step_XXXXXXXX, then points run_dir/latest at it. With
+// Writes `files` (each tensor a whole global tensor of that name) and a
+// manifest holding `step`, `metadata`, each file's size and the tensors'
+// index as run_dir/step_XXXXXXXX, then points run_dir/latest at it. With
 // keep_last > 0, afterwards deletes all but the keep_last highest-step
 // checkpoints (never the one just written). An existing directory of that
 // step is replaced atomically (a run resumed from an earlier step saves it
@@ -34,6 +37,21 @@ std::string checkpoint_dir_name(int64_t step);  // "step_00001000"
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                       const CheckpointFiles& files, const nlohmann::json& metadata,
                                       int keep_last = 0);
+
+// The same in steps, for a save that several processes write: the owner of
+// the run directory begins it (a fresh temporary directory, whose name every
+// writer knows: checkpoint_temp_dir), every writer puts its files there, each
+// fsynced (write_safetensors does), and once all have, the owner commits: the
+// manifest goes in last, then the directory is renamed into place and
+// `latest` replaced, as save_checkpoint does. A failed save is abandoned
+// (the temporary directory removed); the previous checkpoint and `latest`
+// are never touched before the commit.
+std::filesystem::path checkpoint_temp_dir(const std::filesystem::path& run_dir, int64_t step);
+std::filesystem::path begin_checkpoint(const std::filesystem::path& run_dir, int64_t step);
+std::filesystem::path commit_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                        const std::vector<std::string>& files, const TensorIndex& index,
+                                        const nlohmann::json& metadata, int keep_last = 0);
+void abandon_checkpoint(const std::filesystem::path& run_dir, int64_t step);
 
 // A checkpoint directory as is, or a run directory's newest complete
 // checkpoint (manifest valid, every file present with its recorded size),
@@ -45,7 +63,12 @@ bool has_checkpoints(const std::filesystem::path& run_dir);  // any step_* direc
 // only while holding the run directory, so that no live save is among them.
 void remove_stale_temporaries(const std::filesystem::path& run_dir);
 
-// A complete checkpoint, opened through resolve_checkpoint.
+// A complete checkpoint, opened through resolve_checkpoint. Opening checks
+// the whole index against the files before anything is read: every file
+// present, every piece's tensor in its file with the dtype of its global
+// tensor and the shape of its box (errors name the tensor and the file), so
+// a load never stops part-way for bad input. A checkpoint of manifest
+// version 1 (one process, each tensor whole in its file) reads the same way.
 class Checkpoint {
  public:
   explicit Checkpoint(const std::filesystem::path& path);
@@ -54,18 +77,27 @@ class Checkpoint {
   int64_t step() const { return step_; }
   const nlohmann::json& metadata() const { return metadata_; }
   const std::vector<std::string>& files() const { return files_; }
+  const TensorIndex& tensors() const { return index_; }
+  const StoredTensor& tensor(const std::string& name) const;  // fails naming it
 
-  SafetensorsReader open(const std::string& file) const;  // fails naming a missing file
-  TensorMap load(const std::string& file) const;
-  // Copies the file's tensors into `targets`. The names must match exactly,
-  // and each tensor's dtype and shape must equal its target's.
-  void load_into(const std::string& file, const TensorMap& targets) const;
+  // Copies `box` of global tensor `name` into `destination` at
+  // `destination_offsets`, from the pieces that overlap it. The dtypes must
+  // be equal (no silent conversion); errors name the tensor.
+  void read(const std::string& name, const TensorBox& box, Tensor& destination,
+            const std::vector<int64_t>& destination_offsets) const;
+  // All of global tensor `name` into `destination` of its shape.
+  void read(const std::string& name, Tensor& destination) const;
+
+  const SafetensorsReader& open(const std::string& file) const;  // fails naming a file not in it
+  TensorMap load(const std::string& file) const;                  // a file's tensors, as stored
 
  private:
   std::filesystem::path dir_;
   int64_t step_ = 0;
   nlohmann::json metadata_;
   std::vector<std::string> files_;
+  TensorIndex index_;
+  std::map<std::string, std::shared_ptr<SafetensorsReader>> readers_;  // per file
 };
 
 }  // namespace strata

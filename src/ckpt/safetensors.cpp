@@ -25,6 +25,8 @@ namespace {
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64};
 
+}  // namespace
+
 bool parse_safetensors_dtype(std::string_view name, DType* dtype) {
   for (DType candidate : kAllDTypes) {
     if (safetensors_dtype_name(candidate) == name) {
@@ -34,8 +36,6 @@ bool parse_safetensors_dtype(std::string_view name, DType* dtype) {
   }
   return false;
 }
-
-}  // namespace
 
 std::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
@@ -275,6 +275,10 @@ Tensor SafetensorsReader::load(const std::string& name) const {
   // A copy, because entries need not be aligned for their dtype in the map.
   if (tensor.nbytes() > 0) std::memcpy(tensor.raw(), file_.data() + data_start_ + found.begin, tensor.nbytes());
   return tensor;
+}
+
+const std::byte* SafetensorsReader::bytes(const std::string& name) const {
+  return file_.data() + data_start_ + entry(name).begin;
 }
 
 TensorMap SafetensorsReader::load_all() const {

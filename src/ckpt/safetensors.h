@@ -21,6 +21,7 @@ using StringMap = std::map<std::string, std::string>;
 inline constexpr size_t kSafetensorsMaxHeaderBytes = 100'000'000;
 
 std::string_view safetensors_dtype_name(DType dtype);  // "F32", "BF16", ...
+bool parse_safetensors_dtype(std::string_view name, DType* dtype);  // false for a name not supported
 
 // Tensors are laid out contiguously, largest element size first and then by
 // name, so each one starts at a multiple of its element size (as the
@@ -48,6 +49,8 @@ class SafetensorsReader {
   const SafetensorsEntry& entry(const std::string& name) const;  // fails naming name and file
 
   Tensor load(const std::string& name) const;  // an owned copy
+  // The entry's bytes in the map (not necessarily aligned for its dtype).
+  const std::byte* bytes(const std::string& name) const;
   TensorMap load_all() const;
 
  private:

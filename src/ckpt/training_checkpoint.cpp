@@ -2,6 +2,8 @@
 
 #include "core/json_file.h"
 
+#include <algorithm>
+#include <exception>
 #include <type_traits>
 
 #include "core/error.h"
@@ -13,27 +15,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-
-// The parameters by the names model.safetensors stores them under.
-TensorMap parameter_tensors(const ParameterSet& parameters) {
-  TensorMap tensors;
-  for (size_t i = 0; i < parameters.size(); ++i) tensors[parameters.spec(i).name] = parameters.tensor(i);
-  return tensors;
-}
-
-CheckpointFiles checkpoint_files(const TrainingTensors& tensors) {
-  CheckpointFiles files;
-  files[kModelFile] = parameter_tensors(tensors.parameters);
-  TensorMap& optimizer = files[kOptimizerFile];
-  for (size_t i = 0; i < tensors.parameters.size(); ++i) {
-    const std::string& name = tensors.parameters.spec(i).name;
-    optimizer["exp_avg." + name] = tensors.first_moments.at(i);
-    optimizer["exp_avg_sq." + name] = tensors.second_moments.at(i);
-  }
-  return files;
-}
+const std::string kFirstMoment = "exp_avg.", kSecondMoment = "exp_avg_sq.";
 
 json model_json(const GPT2Config& model) {
   return {{"n_layer", model.n_layer},       {"n_head", model.n_head},         {"n_embd", model.n_embd},
@@ -73,8 +55,9 @@ GPT2Config model_config(const Checkpoint& checkpoint) {
 
 }  // namespace
 
-fs::path save_training_checkpoint(const fs::path& run_dir, const TrainingCheckpoint& state,
-                                  const TrainingTensors& tensors, int keep_last) {
+namespace {
+
+json metadata_of(const TrainingCheckpoint& state) {
   json metadata{
       {"model", model_json(state.model)},
       {"tokenizer", state.tokenizer},
@@ -82,11 +65,97 @@ fs::path save_training_checkpoint(const fs::path& run_dir, const TrainingCheckpo
       {"rng", {{"kind", "philox4x32-10"}, {"seed", state.seed}, {"counter", 0}}},
       {"train_loader", {{"shard", state.train_loader.shard}, {"offset", state.train_loader.offset}}},
       {"optimizer_updates", state.optimizer_updates},
+      {"layout", state.layout},
   };
   if (state.loss_scale) {
     metadata["loss_scale"] = {{"scale", state.loss_scale->scale}, {"finite_steps", state.loss_scale->finite_steps}};
   }
-  return save_checkpoint(run_dir, state.step, checkpoint_files(tensors), metadata, keep_last);
+  return metadata;
+}
+
+// This rank's pieces, by key: the parameters' and, under prefixed keys, the moments'.
+TensorMap rank_pieces(const std::vector<ShardPiece>& pieces, int world_rank, const RankTensors& tensors) {
+  TensorMap written;
+  for (const ShardPiece& piece : pieces) {
+    if (piece.writer != world_rank) continue;
+    auto held = std::find(tensors.held.begin(), tensors.held.end(), piece.param);
+    STRATA_CHECK(held != tensors.held.end(), "rank {} writes a piece of parameter {}, which it does not hold",
+                 world_rank, piece.param);
+    const size_t k = static_cast<size_t>(held - tensors.held.begin());
+    for (auto [prefix, source] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
+                                  {kSecondMoment, &tensors.second_moments}}) {
+      const Tensor& shard = source->at(k);
+      if (piece.box.lengths == shard.shape()) {
+        written[prefix + piece.key] = shard;
+        continue;
+      }
+      Tensor box = Tensor::empty(piece.box.lengths, shard.dtype());
+      copy_box(shard, piece.shard_offsets, box, std::vector<int64_t>(box.shape().size(), 0), piece.box.lengths);
+      written[prefix + piece.key] = box;
+    }
+  }
+  return written;
+}
+
+// The index every rank's pieces make together.
+TensorIndex pieces_index(const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
+                         std::vector<std::string>& files) {
+  TensorIndex index;
+  for (const ShardPiece& piece : pieces) {
+    const std::string file = rank_file(piece.writer);
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+    for (const std::string& prefix : {std::string(), kFirstMoment, kSecondMoment}) {
+      StoredTensor& tensor = index[prefix + specs[piece.param].name];
+      tensor.shape = specs[piece.param].shape;
+      tensor.dtype = DType::F32;
+      tensor.pieces.push_back({file, prefix + piece.key, piece.box});
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return index;
+}
+
+// Runs `part` on the ranks `runs_here` says, then agrees over every rank: the first failure is
+// rethrown where it happened, and every other rank fails naming what failed.
+void in_step(bool runs_here, const std::function<void()>& part, const std::function<bool(bool)>& all_succeeded,
+             const std::string& what) {
+  std::exception_ptr failure;
+  if (runs_here) {
+    try {
+      part();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (all_succeeded(!failure)) return;
+  if (failure) std::rethrow_exception(failure);
+  fail("checkpoint save failed: {} failed on another rank (its error is in that rank's output)", what);
+}
+
+}  // namespace
+
+fs::path save_training_checkpoint(const fs::path& run_dir, const TrainingCheckpoint& state,
+                                  const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
+                                  int world_rank, const RankTensors& tensors, int keep_last,
+                                  const std::function<bool(bool)>& all_succeeded) {
+  const bool owner = world_rank == 0;
+  in_step(owner, [&] { begin_checkpoint(run_dir, state.step); }, all_succeeded, "starting it");
+  const fs::path temp_dir = checkpoint_temp_dir(run_dir, state.step);
+  const TensorMap mine = rank_pieces(pieces, world_rank, tensors);
+  try {
+    in_step(!mine.empty(), [&] { write_safetensors(temp_dir / rank_file(world_rank), mine); }, all_succeeded,
+            "writing a rank's pieces");
+  } catch (...) {
+    if (owner) abandon_checkpoint(run_dir, state.step);
+    throw;
+  }
+  fs::path committed;
+  in_step(owner, [&] {
+    std::vector<std::string> files;
+    const TensorIndex index = pieces_index(specs, pieces, files);
+    committed = commit_checkpoint(run_dir, state.step, files, index, metadata_of(state), keep_last);
+  }, all_succeeded, "committing it");
+  return owner ? committed : run_dir / checkpoint_dir_name(state.step);
 }
 
 TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint) {
@@ -99,6 +168,7 @@ TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint) {
                         metadata_value<int64_t>(checkpoint, "/train_loader/offset")};
   // Checkpoints from before loss scaling have neither of these.
   state.optimizer_updates = metadata_value<int64_t>(checkpoint, "/optimizer_updates", state.step);
+  state.layout = checkpoint.metadata().value("layout", json());
   if (checkpoint.metadata().contains("loss_scale")) {
     state.loss_scale = LossScaleState{metadata_value<double>(checkpoint, "/loss_scale/scale", 1.0),
                                       metadata_value<int64_t>(checkpoint, "/loss_scale/finite_steps", 0)};
@@ -106,12 +176,37 @@ TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint) {
   return state;
 }
 
-void load_training_parameters(const Checkpoint& checkpoint, ParameterSet& parameters) {
-  checkpoint.load_into(kModelFile, parameter_tensors(parameters));
+void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                           const std::vector<ParameterShard>& shards, const RankTensors& tensors) {
+  // Every tensor checked before any is read: nothing is loaded partially.
+  for (size_t param : tensors.held) {
+    for (const std::string& prefix : {std::string(), kFirstMoment, kSecondMoment}) {
+      const std::string name = prefix + specs.at(param).name;
+      const StoredTensor& stored = checkpoint.tensor(name);
+      if (stored.shape != specs[param].shape || stored.dtype != DType::F32) {
+        fail("checkpoint '{}': tensor '{}' is {} {}, but this model's is F32 {}", checkpoint.dir().string(), name,
+             safetensors_dtype_name(stored.dtype), shape_str(stored.shape), shape_str(specs[param].shape));
+      }
+    }
+  }
+  for (size_t k = 0; k < tensors.held.size(); ++k) {
+    const size_t param = tensors.held[k];
+    const std::string& name = specs[param].name;
+    for (auto [prefix, target] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
+                                  {kSecondMoment, &tensors.second_moments}}) {
+      Tensor destination = target->at(k);  // a view sharing the caller's buffer
+      for (const ParameterShard::Box& box : shards.at(param).boxes()) {
+        checkpoint.read(prefix + name, box.full, destination, box.shard_offsets);
+      }
+    }
+  }
 }
 
-void load_training_tensors(const Checkpoint& checkpoint, const TrainingTensors& tensors) {
-  for (const auto& [file, targets] : checkpoint_files(tensors)) checkpoint.load_into(file, targets);
+void load_training_parameters(const Checkpoint& checkpoint, ParameterSet& parameters) {
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    Tensor destination = parameters.tensor(i);
+    checkpoint.read(parameters.spec(i).name, destination);
+  }
 }
 
 }  // namespace strata

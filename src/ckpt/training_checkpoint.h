@@ -1,23 +1,31 @@
 #pragma once
-// A training run's checkpoint: the one place that knows which files of a
-// checkpoint directory (checkpoint.h) hold what, and the metadata's keys.
+// A training run's checkpoint: the one place that knows which global tensors
+// a checkpoint directory (checkpoint.h) holds and what its metadata means.
 //
-//   model.safetensors      the parameters, by their HuggingFace GPT-2 names
-//   optimizer.safetensors  AdamW's moments: exp_avg.<name>, exp_avg_sq.<name>
-//   checkpoint.json        metadata: model, tokenizer, seed, rng, train_loader,
-//                          optimizer_updates, loss_scale
+//   <name>                 every parameter, by its HuggingFace GPT-2 name (f32)
+//   exp_avg.<name>         AdamW's first moments
+//   exp_avg_sq.<name>      and second moments
+//   rank_XXXXX.safetensors the pieces each rank wrote (shard_plan.h)
+//   checkpoint.json        the index of the pieces, and metadata: model,
+//                          tokenizer, seed, rng, train_loader,
+//                          optimizer_updates, loss_scale, layout
 //
-// The trainer saves and resumes through it; `strata sample` loads the model.
+// Every rank of a layout writes the pieces it is given and reads the boxes
+// its own shards cover, from a checkpoint saved under any layout (one
+// process's too, of either manifest version). `strata sample` loads the model.
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/shard_plan.h"
 #include "data/token_loader.h"
 #include "model/gpt2_config.h"
 #include "model/parameters.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -35,29 +43,44 @@ struct TrainingCheckpoint {
   LoaderPosition train_loader;               // where the next training batch starts
   int64_t optimizer_updates = 0;             // AdamW's step count: steps skipped for overflow do not count
   std::optional<LossScaleState> loss_scale;  // absent in checkpoints from before loss scaling
+  nlohmann::json layout;  // what it was saved under (parallel.*), for reports; null in older checkpoints
 };
 
-// The tensors of a training checkpoint where their owners keep them: saving
-// writes them, loading copies into them. The moments are in parameter order.
-struct TrainingTensors {
-  ParameterSet& parameters;
-  std::vector<Tensor>& first_moments;   // AdamW's exp_avg
-  std::vector<Tensor>& second_moments;  // AdamW's exp_avg_sq
+// What one rank holds: the parameters `held` (indices into the model's
+// specs, in the rank's order) and, per held parameter, its tensor and AdamW's
+// moments, each of its tensor-parallel shard's shape (whole moments: under
+// ZeRO the caller sums its data-parallel group's shares first).
+struct RankTensors {
+  std::vector<size_t> held;
+  std::vector<Tensor> parameters;
+  std::vector<Tensor> first_moments;   // AdamW's exp_avg
+  std::vector<Tensor> second_moments;  // AdamW's exp_avg_sq
 };
 
-// Saves `state` and `tensors` as run_dir/step_XXXXXXXX through save_checkpoint
-// (crash-safe; with keep_last > 0, older checkpoints beyond it are deleted).
+// Saves as run_dir/step_XXXXXXXX, called by every rank of the job alike:
+// world rank 0 (which owns the run directory) begins the save, every rank
+// writes the pieces `pieces` gives it (writer == world_rank) from `tensors`
+// into its rank file, and once all have, rank 0 commits the index and
+// metadata (and, with keep_last > 0, deletes older checkpoints beyond it).
+// `all_succeeded(mine)` is a barrier over every rank returning whether all
+// passed true: a failure on any rank fails the save on every rank, and leaves
+// the previous checkpoint and `latest` as they were.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_dir, const TrainingCheckpoint& state,
-                                               const TrainingTensors& tensors, int keep_last);
+                                               const std::vector<ParamSpec>& specs,
+                                               const std::vector<ShardPiece>& pieces, int world_rank,
+                                               const RankTensors& tensors, int keep_last,
+                                               const std::function<bool(bool)>& all_succeeded);
 
 // The checkpoint's step and metadata; fails naming its manifest and the key
 // that is missing or malformed.
 TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint);
 
-// Copy the checkpoint's tensors into existing ones, which must match them
-// exactly in names, dtypes and shapes (load_into): the parameters alone (built
-// from the checkpoint's model config), or the parameters and AdamW's moments.
+// Reads into `tensors` the boxes of the held parameters and their moments
+// that `shards` (this rank's shard of every parameter) cover. The checkpoint
+// must hold the model `specs` describes; errors name the tensor.
+void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                           const std::vector<ParameterShard>& shards, const RankTensors& tensors);
+// The whole parameters alone (built from the checkpoint's model config).
 void load_training_parameters(const Checkpoint& checkpoint, ParameterSet& parameters);
-void load_training_tensors(const Checkpoint& checkpoint, const TrainingTensors& tensors);
 
 }  // namespace strata

@@ -17,6 +17,7 @@ struct GPT2Config {
   void validate() const;
   int64_t head_size() const { return n_embd / n_head; }
   int64_t num_parameters() const;  // with the LM head counted once (tied)
+  bool operator==(const GPT2Config&) const = default;
 };
 
 }  // namespace strata

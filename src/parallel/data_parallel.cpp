@@ -77,6 +77,13 @@ int DataParallel::agree_on_stop(int signal) {
   return static_cast<int>(largest);
 }
 
+bool DataParallel::all_succeeded(bool mine) {
+  if (!world_) return mine;
+  float failed = mine ? 0.0f : 1.0f, any = 0;
+  world_->all_reduce(&failed, &any, 1, DType::F32, comm::ReduceOp::Max);
+  return any == 0;
+}
+
 MicroBatchShare DataParallel::share(int64_t micro_batches) const {
   const int64_t d = degree(), r = rank();
   int64_t first = r * micro_batches / d;

@@ -36,6 +36,9 @@ class DataParallel {
   int ranks_on_this_host() const;
   // The largest of every rank of the job's `signal`: all stop after the same step.
   int agree_on_stop(int signal);
+  // Over every rank of the job: true when every rank passed true (a barrier too).
+  bool all_succeeded(bool mine);
+  int world_rank() const { return world_ ? world_->rank() : 0; }
 
   // Rank r of D takes the contiguous block [r*n/D, (r+1)*n/D) of a step's n
   // micro-batches: a single process running them in order reads the same

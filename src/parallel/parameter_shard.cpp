@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "core/error.h"
 #include "parallel/tensor_parallel.h"
 
@@ -32,44 +30,26 @@ int64_t ParameterShard::first_row() const {
   return split() ? rank_ * full_[0] / degree_ : 0;
 }
 
-ParameterShard ParameterShard::of_rank(int rank) const {
-  return ParameterShard(name_, full_, {name_, style_, parts_}, {degree_, rank, ""});
+std::vector<ParameterShard::Box> ParameterShard::boxes() const {
+  if (!split()) return {{whole_box(full_), std::vector<int64_t>(full_.size(), 0)}};
+  const int64_t part = full_[dim_] / parts_, piece = shape_[dim_] / parts_;
+  std::vector<Box> boxes;
+  for (int64_t p = 0; p < parts_; ++p) {
+    Box box{whole_box(full_), std::vector<int64_t>(full_.size(), 0)};
+    box.full.offsets[dim_] = p * part + rank_ * part / degree_;
+    box.full.lengths[dim_] = piece;
+    box.shard_offsets[dim_] = p * piece;
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
 }
 
-void ParameterShard::slice(const Tensor& full, Tensor& shard) const { copy(full, shard, /*into_shard=*/true); }
-
-void ParameterShard::place(const Tensor& shard, Tensor& full) const {
-  copy(shard, full, /*into_shard=*/false);
-}
-
-void ParameterShard::copy(const Tensor& from, Tensor& to, bool into_shard) const {
-  const Tensor& whole = into_shard ? from : to;
-  const Tensor& part_tensor = into_shard ? to : from;
-  STRATA_CHECK(whole.shape() == full_ && part_tensor.shape() == shape_ && from.dtype() == to.dtype() &&
-                   from.is_contiguous() && to.is_contiguous(),
+void ParameterShard::slice(const Tensor& full, Tensor& shard) const {
+  STRATA_CHECK(full.shape() == full_ && shard.shape() == shape_ && full.dtype() == shard.dtype() &&
+                   full.is_contiguous() && shard.is_contiguous(),
                "parameter '{}': shard {} of {} copied with tensors {} and {}", name_, shape_str(shape_),
-               shape_str(full_), shape_str(from.shape()), shape_str(to.shape()));
-  if (!split()) {
-    std::memcpy(to.raw(), from.raw(), from.nbytes());
-    return;
-  }
-  size_t outer = 1, inner = dtype_size(from.dtype());
-  for (size_t axis = 0; axis < full_.size(); ++axis) {
-    if (axis < dim_) outer *= static_cast<size_t>(full_[axis]);
-    if (axis > dim_) inner *= static_cast<size_t>(full_[axis]);
-  }
-  const size_t length = static_cast<size_t>(full_[dim_]), part = length / static_cast<size_t>(parts_);
-  const size_t begin = static_cast<size_t>(rank_) * part / static_cast<size_t>(degree_);
-  const size_t piece = static_cast<size_t>(shape_[dim_]) / static_cast<size_t>(parts_);
-  auto* whole_bytes = static_cast<char*>(whole.raw());
-  auto* shard_bytes = static_cast<char*>(part_tensor.raw());
-  for (size_t o = 0; o < outer; ++o) {
-    for (size_t p = 0; p < static_cast<size_t>(parts_); ++p) {
-      char* at_whole = whole_bytes + (o * length + p * part + begin) * inner;
-      char* at_shard = shard_bytes + (o * static_cast<size_t>(shape_[dim_]) + p * piece) * inner;
-      std::memcpy(into_shard ? at_shard : at_whole, into_shard ? at_whole : at_shard, piece * inner);
-    }
-  }
+               shape_str(full_), shape_str(full.shape()), shape_str(shard.shape()));
+  for (const Box& box : boxes()) copy_box(full, box.full.offsets, shard, box.shard_offsets, box.full.lengths);
 }
 
 std::vector<ParameterShard> parameter_shards(const std::vector<ParamSpec>& specs, const ShardingPlan& plan,

@@ -60,10 +60,4 @@ std::vector<double> PipelineParallel::from_last_stage(std::vector<double> values
 
 ExactSquareSum PipelineParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
-void PipelineParallel::to_first_stage(Tensor& tensor, int owner) {
-  if (owner == 0 || degree() == 1) return;
-  if (stage() == owner) send_async(tensor, 0).wait();
-  if (first()) receive(tensor, owner);
-}
-
 }  // namespace strata

@@ -2,7 +2,7 @@
 // Pipeline parallelism as the trainer sees it: this rank's stage, the sum of
 // the tied embedding's two copies' gradients (first and last stage),
 // and the values one stage has that every stage needs (the last stage's
-// losses, exact square sums, whole tensors for a checkpoint). One process is
+// losses, exact square sums). One process is
 // the same object with one stage.
 #include <optional>
 #include <vector>
@@ -37,8 +37,6 @@ class PipelineParallel {
   // The last stage's `values` on every stage (`count` of them; the others pass anything of that size).
   std::vector<double> from_last_stage(std::vector<double> values);
   ExactSquareSum sum(const ExactSquareSum& mine);
-  // On the first stage: `tensor` := `owner`'s (the other stages' tensors are left as they are).
-  void to_first_stage(Tensor& tensor, int owner);
 
  private:
   std::optional<comm::Communicator> group_;

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "core/tensor_box.h"
 #include "graph/rewrite.h"
 #include "model/parameters.h"
 #include "model/sharding_plan.h"
@@ -60,14 +61,18 @@ class ParameterShard {
   ShardStyle style() const { return style_; }
   int64_t first_row() const;  // the first vocabulary row held (VocabParallel)
 
-  // shard = this rank's part of full; full's part = shard (other elements untouched).
+  // Where the shard lies in the full parameter: one box per fused part (the
+  // whole, for a parameter not split), each with its offsets in the shard.
+  struct Box {
+    TensorBox full;
+    std::vector<int64_t> shard_offsets;
+  };
+  std::vector<Box> boxes() const;
+
+  // shard = this rank's part of full.
   void slice(const Tensor& full, Tensor& shard) const;
-  void place(const Tensor& shard, Tensor& full) const;
-  // The part another rank of the group holds, as a shard of that rank.
-  ParameterShard of_rank(int rank) const;
 
  private:
-  void copy(const Tensor& from, Tensor& to, bool into_shard) const;
 
   std::string name_;
   Shape full_;

@@ -2,9 +2,8 @@
 // Tensor parallelism as the trainer sees it: this rank's place in its
 // tensor-parallel group (for the graph pass, parallel/tensor_parallel.h), the
 // exact sum of the split parameters' square sums over the group (so the
-// gradient norm is one process's), and whole parameters assembled from every
-// rank's shard (checkpoints are whole tensors). One process is the same object
-// with a degree of 1.
+// gradient norm is one process's). One process is the same object with a
+// degree of 1.
 #include <optional>
 
 #include "comm/communicator.h"
@@ -24,8 +23,6 @@ class TensorParallel {
   TensorParallelRank graph_rank() const { return {degree(), rank(), "tp"}; }
 
   ExactSquareSum sum(const ExactSquareSum& mine);
-  // full = the whole parameter, from every rank's `shard` (f32; shards may differ in size).
-  void assemble(const ParameterShard& mine, const Tensor& shard, Tensor& full);
 
  private:
   std::optional<comm::Communicator> group_;

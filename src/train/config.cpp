@@ -45,6 +45,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.batch_size", &c.batch_size},
       {"train.global_batch", &c.global_batch},
       {"train.steps", &c.steps},
+      {"train.exit_at_step", &c.exit_at_step},
       {"train.lr", &c.lr},
       {"train.lr_min", &c.lr_min},
       {"train.warmup_steps", &c.warmup_steps},
@@ -165,6 +166,10 @@ void TrainConfig::validate() const {
     fail("key 'train.batch_size' ({}) must divide 'train.global_batch' ({})", batch_size, global_batch);
   }
   positive("train.steps", steps);
+  non_negative("train.exit_at_step", exit_at_step);
+  if (exit_at_step > steps) {
+    fail("key 'train.exit_at_step' ({}) is past the run's last step, train.steps = {}", exit_at_step, steps);
+  }
   positive("train.lr", lr);
   non_negative("train.lr_min", lr_min);
   if (lr_min > lr) fail("key 'train.lr_min' ({}) must not exceed 'train.lr' ({})", lr_min, lr);

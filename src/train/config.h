@@ -29,6 +29,9 @@ struct TrainConfig {
   int64_t batch_size = 8;     // rows per micro-batch; columns = model.block_size
   int64_t global_batch = 8;   // rows per optimizer step (gradient accumulation)
   int64_t steps = 1000;
+  // Save and end the run after this step (0: never), the schedules still those of `steps`: a long
+  // run split over several allocations follows one run's trajectory (Megatron's exit interval).
+  int64_t exit_at_step = 0;
   double lr = 1e-3;
   double lr_min = 1e-4;
   int64_t warmup_steps = 100;

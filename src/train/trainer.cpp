@@ -17,7 +17,6 @@
 
 #include "backends/backends.h"
 #include "ckpt/hf_gpt2.h"
-#include "ckpt/training_checkpoint.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
 #include "data/token_shard.h"
@@ -107,6 +106,21 @@ GPT2Graph build_model(const TrainConfig& config, bool training, const RankLayout
     };
   }
   return build_gpt2_graph(config.model, config.batch_size, config.model.block_size, training, options);
+}
+
+// The [model] keys whose values differ, "model.n_embd = 64 there, 32 here".
+std::string model_difference(const GPT2Config& there, const GPT2Config& here) {
+  std::string text;
+  auto compare = [&](const char* key, auto a, auto b) {
+    if (a != b) text += fmt::format("{}model.{} = {} there, {} here", text.empty() ? "" : "; ", key, a, b);
+  };
+  compare("n_layer", there.n_layer, here.n_layer);
+  compare("n_head", there.n_head, here.n_head);
+  compare("n_embd", there.n_embd, here.n_embd);
+  compare("vocab_size", there.vocab_size, here.vocab_size);
+  compare("block_size", there.block_size, here.block_size);
+  compare("layer_norm_eps", there.layer_norm_eps, here.layer_norm_eps);
+  return text;
 }
 
 template <typename T>
@@ -206,6 +220,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     head_copy_entry_ = entries_.size() - 1;
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
+  checkpoint_pieces_ = checkpoint_pieces(specs_, gpt2_sharding_plan(), mesh, holders_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
   param_tensors_ = tensors_of(params_);
 
@@ -399,21 +414,6 @@ void Trainer::initialise_parameters() {
   }
 }
 
-std::vector<Tensor> Trainer::whole_model(const std::vector<Tensor>& held) {
-  std::vector<Tensor> whole(specs_.size());
-  for (size_t k = 0; k < held_.size(); ++k) {
-    const size_t index = held_[k];
-    whole[index] = Tensor::empty(specs_[index].shape, DType::F32);
-    tensor_.assemble(shards_[index], held[k], whole[index]);
-  }
-  // The first stage gathers the other stages' tensors (the tied embedding from its first holder).
-  for (size_t index = 0; index < specs_.size(); ++index) {
-    if (!whole[index].defined() && pipeline_.first()) whole[index] = Tensor::empty(specs_[index].shape, DType::F32);
-    if (whole[index].defined()) pipeline_.to_first_stage(whole[index], holders_[index].front());
-  }
-  return parallel_.reports() ? whole : std::vector<Tensor>{};
-}
-
 void Trainer::keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const {
   for (size_t k = 0; k < held_.size(); ++k) shards_[held_[k]].slice(whole[held_[k]], held[k]);
 }
@@ -584,8 +584,18 @@ void Trainer::print(const std::string& text) const {
 
 GradientBuckets Trainer::whole_moments_scratch() const { return GradientBuckets(shapes_of(params_), bucket_bytes(config_)); }
 
+RankTensors Trainer::checkpoint_tensors(GradientBuckets& first_moments, GradientBuckets& second_moments) {
+  return {held_, param_tensors_, first_moments.grads(), second_moments.grads()};
+}
+
+nlohmann::json Trainer::layout_json() const {
+  return {{"dp", parallel_.degree()}, {"tp", tensor_.degree()},          {"pp", pipeline_.degree()},
+          {"sp", config_.sp},         {"zero", config_.zero},            {"virtual_stages", config_.virtual_stages},
+          {"schedule", config_.schedule}};
+}
+
 void Trainer::save_checkpoint() {
-  // The checkpoint holds whole moments: under ZeRO-1 each rank contributes its share (the others'
+  // Whole moments of this rank's shards: under ZeRO each rank contributes its share (the others'
   // elements are zero, so the sums are exact copies).
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
   optimizer_->export_moments(first.grads(), second.grads());
@@ -594,19 +604,6 @@ void Trainer::save_checkpoint() {
       for (size_t b = 0; b < moments->size(); ++b) parallel_.sum_async(moments->bucket(b)).wait();
     }
   }
-  // Whole tensors from every tensor-parallel rank's shards and every stage's parameters; rank 0 writes.
-  std::optional<ParameterSet> whole_params;
-  std::vector<Tensor> first_moments = first.grads(), second_moments = second.grads();
-  if (tensor_.degree() > 1 || pipeline_.degree() > 1) {
-    std::vector<Tensor> params = whole_model(param_tensors_);
-    first_moments = whole_model(first_moments);
-    second_moments = whole_model(second_moments);
-    if (parallel_.reports()) {
-      whole_params.emplace(specs_);
-      for (size_t i = 0; i < params.size(); ++i) whole_params->tensor(i).copy_from(params[i]);
-    }
-  }
-  if (!parallel_.reports()) return;
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
@@ -617,36 +614,29 @@ void Trainer::save_checkpoint() {
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;
   state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
-  save_training_checkpoint(config_.run_dir, state,
-                           {whole_params ? *whole_params : params_, first_moments, second_moments},
-                           static_cast<int>(config_.checkpoint_keep));
+  state.layout = layout_json();
+  // Every rank writes the pieces it holds; rank 0 (which owns the run directory) commits.
+  save_training_checkpoint(config_.run_dir, state, specs_, checkpoint_pieces_, parallel_.world_rank(),
+                           checkpoint_tensors(first, second), static_cast<int>(config_.checkpoint_keep),
+                           [this](bool mine) { return parallel_.all_succeeded(mine); });
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
+  if (!(state.model == config_.model)) fail("checkpoint '{}' holds another model: {}", checkpoint.dir().string(), model_difference(state.model, config_.model));
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
-  if (tensor_.degree() == 1 && pipeline_.degree() == 1) {
-    load_training_tensors(checkpoint, {params_, first.grads(), second.grads()});
-  } else {
-    ParameterSet whole_params(specs_);
-    std::vector<Tensor> first_moments, second_moments;
-    for (const ParamSpec& spec : specs_) {
-      first_moments.push_back(Tensor::empty(spec.shape, DType::F32));
-      second_moments.push_back(Tensor::empty(spec.shape, DType::F32));
-    }
-    load_training_tensors(checkpoint, {whole_params, first_moments, second_moments});
-    std::vector<Tensor> first_held = first.grads(), second_held = second.grads();
-    keep_held(tensors_of(whole_params), param_tensors_);
-    keep_held(first_moments, first_held);
-    keep_held(second_moments, second_held);
-  }
+  // Each rank reads the boxes its shards cover, whatever layout saved them.
+  load_training_tensors(checkpoint, specs_, shards_, checkpoint_tensors(first, second));
   optimizer_->import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
   if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
-  print(fmt::format("resumed from {} at step {}\n", checkpoint.dir().string(), completed_steps_));
+  print(fmt::format("resumed from {} at step {}{}\n", checkpoint.dir().string(), completed_steps_,
+                    state.layout.is_object() && state.layout != layout_json()
+                        ? fmt::format(" (saved under {}, resharded to this run's layout)", state.layout.dump())
+                        : ""));
 }
 
 std::string Trainer::precision_summary() const {
@@ -736,7 +726,12 @@ int Trainer::run() {
   int stopped_by = 0;
   auto start = std::chrono::steady_clock::now();
   int64_t first_step = completed_steps_;
-  while (completed_steps_ < config_.steps) {
+  if (config_.exit_at_step > 0 && config_.exit_at_step <= completed_steps_) {
+    fail("key 'train.exit_at_step' ({}) is not after step {}, where this run resumes: raise it or set it to 0",
+         config_.exit_at_step, completed_steps_);
+  }
+  bool exiting = false;
+  while (completed_steps_ < config_.steps && !exiting) {
     StepMetrics metrics = step();
     if (metrics.comm_wait_s) comm_waits.push_back(*metrics.comm_wait_s);
     if (metrics.pipeline_wait_s) pipeline_waits.push_back(*metrics.pipeline_wait_s);
@@ -749,10 +744,17 @@ int Trainer::run() {
     if (log) log->record(metrics, completed_steps_ - first_step);
     // Every rank learns of a signal any rank got, so all stop after the same step.
     stopped_by = parallel_.agree_on_stop(StopSignals::received());
-    if (last || stopped_by != 0 || (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
+    exiting = completed_steps_ == config_.exit_at_step;
+    if (last || exiting || stopped_by != 0 ||
+        (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
       save_checkpoint();
     }
     if (stopped_by != 0) break;
+  }
+  if (exiting && completed_steps_ < config_.steps) {
+    print(fmt::format("\nexit at step {} (train.exit_at_step) of {}; checkpoint {} saved: the same command with "
+                      "train.exit_at_step raised or 0 continues the run\n",
+                      completed_steps_, config_.steps, (run_dir / checkpoint_dir_name(completed_steps_)).string()));
   }
   if (stopped_by != 0) {
     print(fmt::format("\nstopped by {} after step {}; checkpoint {} saved: the same command resumes it\n",

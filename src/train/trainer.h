@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "ckpt/training_checkpoint.h"
 #include "core/file_lock.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
@@ -56,12 +57,11 @@ class Trainer {
  private:
   void restore(const std::filesystem::path& checkpoint_dir);
   void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
-  // Checkpoints hold every whole tensor: on the reporting rank, assembled from
-  // every tensor-parallel rank's shards and every stage's parameters (`held`:
-  // this rank's, in held order); the others return nothing to write.
-  std::vector<Tensor> whole_model(const std::vector<Tensor>& held);
-  // After loading: this rank's parameters (and their shards) of every whole tensor.
+  // After loading whole tensors (model.init_from): this rank's shards of them.
   void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
+  // What this rank's part of the layout saves (ckpt/shard_plan.h) and its tensors for a save or load.
+  RankTensors checkpoint_tensors(GradientBuckets& first_moments, GradientBuckets& second_moments);
+  nlohmann::json layout_json() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
   // One step's share of micro-batches through this rank's pipeline stage, by
@@ -87,6 +87,7 @@ class Trainer {
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
   std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
   std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
+  std::vector<ShardPiece> checkpoint_pieces_;  // every rank's, under this layout
   std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line

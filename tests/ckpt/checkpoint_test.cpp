@@ -2,8 +2,11 @@
 // checks, and that a failure mid-save leaves the previous checkpoint alone.
 #include "ckpt/checkpoint.h"
 
+#include <functional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 
 #include "file_size_limit.h"
@@ -201,42 +204,79 @@ TEST(Checkpoint, RefusesUnsafeFileNames) {
   EXPECT_THAT(list_names(run.path()), ElementsAre("latest", "step_00000003"));
 }
 
-TEST(Checkpoint, LoadIntoChecksNamesShapesAndDtypes) {
+TEST(Checkpoint, ReadsAnyBoxOfAGlobalTensorAndChecksNamesBoxesAndDtypes) {
   TempDir run;
   fs::path dir = save_checkpoint(run.path(), 7, sample_files(0), {});
   Checkpoint checkpoint(run.path());
-  const std::string model_file = (dir / "model.safetensors").string();
 
-  TensorMap targets{{"w", Tensor::zeros({2, 3}, DType::F32)}, {"b", Tensor::zeros({3}, DType::F32)}};
-  checkpoint.load_into("model.safetensors", targets);
-  expect_same_values(targets.at("w"), filled({2, 3}, 0));
-  expect_same_values(targets.at("b"), filled({3}, 100));
+  Tensor whole = Tensor::zeros({2, 3}, DType::F32);
+  checkpoint.read("w", whole);
+  expect_same_values(whole, filled({2, 3}, 0));
+  // Column 1..2 of w (values 1, 2, 4, 5) into the middle of a 3 x 4 destination.
+  Tensor destination = Tensor::zeros({3, 4}, DType::F32);
+  checkpoint.read("w", {{0, 1}, {2, 2}}, destination, {1, 1});
+  const std::vector<float> want = {0, 0, 0, 0, 0, 1, 2, 0, 0, 4, 5, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(destination.data<float>()[i], want[i]) << i;
 
-  TensorMap missing{{"w", Tensor::zeros({2, 3}, DType::F32)}, {"b", Tensor::zeros({3}, DType::F32)},
-                    {"extra_param", Tensor::zeros({1}, DType::F32)}};
-  std::string message = error_of([&] { checkpoint.load_into("model.safetensors", missing); });
-  EXPECT_THAT(message, HasSubstr(model_file));
-  EXPECT_THAT(message, HasSubstr("'extra_param' is missing"));
-
-  TensorMap unexpected{{"w", Tensor::zeros({2, 3}, DType::F32)}};
-  message = error_of([&] { checkpoint.load_into("model.safetensors", unexpected); });
-  EXPECT_THAT(message, HasSubstr("'b' is not expected"));
-
-  TensorMap wrong_shape{{"w", Tensor::zeros({3, 2}, DType::F32)}, {"b", Tensor::zeros({3}, DType::F32)}};
-  message = error_of([&] { checkpoint.load_into("model.safetensors", wrong_shape); });
-  EXPECT_THAT(message, HasSubstr("'w' is F32 [2, 3], expected F32 [3, 2]"));
-
-  TensorMap wrong_dtype{{"w", Tensor::zeros({2, 3}, DType::BF16)}, {"b", Tensor::zeros({3}, DType::F32)}};
-  message = error_of([&] { checkpoint.load_into("model.safetensors", wrong_dtype); });
-  EXPECT_THAT(message, HasSubstr("'w' is F32 [2, 3], expected BF16 [2, 3]"));
-
-  message = error_of([&] { checkpoint.load("no_such.safetensors"); });
-  EXPECT_THAT(message, HasSubstr("no file 'no_such.safetensors'"));
+  EXPECT_THAT(error_of([&] { checkpoint.read("extra_param", whole); }), HasSubstr("no tensor 'extra_param'"));
+  Tensor wrong_shape = Tensor::zeros({3, 2}, DType::F32);
+  EXPECT_THAT(error_of([&] { checkpoint.read("w", wrong_shape); }), HasSubstr("'w' is [2, 3], expected [3, 2]"));
+  Tensor wrong_dtype = Tensor::zeros({2, 3}, DType::BF16);
+  EXPECT_THAT(error_of([&] { checkpoint.read("w", wrong_dtype); }), HasSubstr("'w' is F32, but it is loaded into BF16"));
+  EXPECT_THAT(error_of([&] { checkpoint.read("w", {{1, 0}, {2, 3}}, destination, {0, 0}); }),
+              HasSubstr("does not hold the box [1:3, 0:3]"));
 
   fs::remove(dir / "optimizer.safetensors");
-  message = error_of([&] { checkpoint.load("optimizer.safetensors"); });
+  std::string message = error_of([&] { Checkpoint{dir}; });
   EXPECT_THAT(message, HasSubstr((dir / "optimizer.safetensors").string()));
-  EXPECT_THAT(message, HasSubstr("missing"));
+}
+
+// A checkpoint whose pieces are written by hand: `w` [4, 2] in two row halves, one per file.
+fs::path two_piece_checkpoint(const fs::path& run, const std::function<void(nlohmann::json&)>& damage) {
+  const fs::path temp = begin_checkpoint(run, 5);
+  write_safetensors(temp / "rank_00000.safetensors", {{"w#0", filled({2, 2}, 0)}});
+  write_safetensors(temp / "rank_00001.safetensors", {{"w#1", filled({2, 2}, 4)}});
+  TensorIndex index{{"w", {{4, 2}, DType::F32, {{"rank_00000.safetensors", "w#0", {{0, 0}, {2, 2}}},
+                                                 {"rank_00001.safetensors", "w#1", {{2, 0}, {2, 2}}}}}}};
+  const std::vector<std::string> files = {"rank_00000.safetensors", "rank_00001.safetensors"};
+  fs::path dir = commit_checkpoint(run, 5, files, index, {});
+  nlohmann::json manifest = nlohmann::json::parse(read_bytes(dir / "checkpoint.json"));
+  damage(manifest["tensors"]["w"]);
+  write_bytes(dir / "checkpoint.json", manifest.dump());
+  return dir;
+}
+
+TEST(Checkpoint, AssemblesPiecesAndRejectsAnIndexThatDisagreesWithItsFiles) {
+  TempDir run;
+  fs::path dir = two_piece_checkpoint(run.path(), [](nlohmann::json&) {});
+  Tensor whole = Tensor::zeros({4, 2}, DType::F32);
+  Checkpoint(dir).read("w", whole);
+  expect_same_values(whole, filled({4, 2}, 0));
+  // Rows 1..2 straddle the two pieces.
+  Tensor middle = Tensor::zeros({2, 2}, DType::F32);
+  Checkpoint(dir).read("w", {{1, 0}, {2, 2}}, middle, {0, 0});
+  expect_same_values(middle, filled({2, 2}, 2));
+
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> damages = {
+      {[](nlohmann::json& w) { w["pieces"][1]["offsets"] = {1, 0}; }, "overlap"},
+      {[](nlohmann::json& w) { w["pieces"].erase(1); }, "cover 4 of its 8 elements"},
+      {[](nlohmann::json& w) { w["pieces"][1]["offsets"] = {3, 0}; }, "outside the tensor's [4, 2]"},
+      {[](nlohmann::json& w) { w["pieces"][1]["key"] = "w#9"; }, "piece 'w#9' that the file does not hold"},
+      {[](nlohmann::json& w) { w["dtype"] = "BF16"; }, "is F32 [2, 2], but the manifest says BF16 [2, 2]"},
+      {[](nlohmann::json& w) { w["shape"] = {2, 4}; }, "outside the tensor's [2, 4]"},
+      {[](nlohmann::json& w) { w["pieces"][0]["file"] = "rank_00007.safetensors"; }, "not one of the checkpoint's files"},
+  };
+  for (const auto& [damage, expected] : damages) {
+    TempDir other;
+    fs::path damaged = two_piece_checkpoint(other.path(), damage);
+    std::string message = error_of([&] { Checkpoint{damaged}; });
+    EXPECT_THAT(message, HasSubstr("'w'")) << expected;
+    EXPECT_THAT(message, HasSubstr(expected));
+  }
+  TempDir missing;
+  fs::path without_file = two_piece_checkpoint(missing.path(), [](nlohmann::json&) {});
+  fs::remove(without_file / "rank_00001.safetensors");
+  EXPECT_THAT(error_of([&] { Checkpoint{without_file}; }), HasSubstr("rank_00001.safetensors"));
 }
 
 TEST(Checkpoint, RejectsADamagedManifest) {

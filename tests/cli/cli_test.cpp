@@ -159,20 +159,20 @@ TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
   // A checkpoint whose shapes do not match the config.
   StrataRun wider = run_strata("train " + config + " --set model.n_embd=32 --set train.steps=4");
   EXPECT_NE(wider.exit_code, 0);
-  EXPECT_THAT(wider.output, HasSubstr("transformer."));
+  EXPECT_THAT(wider.output, HasSubstr("model.n_embd = 16 there, 32 here"));
 
   // A malformed safetensors header in the checkpoint being sampled from.
   fs::path copy = dir_ / "broken";
   fs::copy(checkpoint, copy);
   {
-    std::ofstream file(copy / "model.safetensors", std::ios::binary | std::ios::trunc);
+    std::ofstream file(copy / "rank_00000.safetensors", std::ios::binary | std::ios::trunc);
     uint64_t length = 1000;
     file.write(reinterpret_cast<const char*>(&length), sizeof(length));
     file << "{not json";
   }
   StrataRun malformed = run_strata("sample " + copy.string() + " --prompt 'And' --tokens 2");
   EXPECT_NE(malformed.exit_code, 0);
-  EXPECT_THAT(malformed.output, HasSubstr("model.safetensors"));
+  EXPECT_THAT(malformed.output, HasSubstr("rank_00000.safetensors"));
 
   // An unwritable output directory (a file stands where it should be).
   write("blocker", "not a directory");
@@ -183,7 +183,7 @@ TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
   // Through all of it the original checkpoint stayed the latest and intact.
   EXPECT_EQ(resolve_checkpoint(dir_ / "run"), checkpoint);
   EXPECT_EQ(Checkpoint(checkpoint).step(), 2);
-  EXPECT_NO_THROW(read_safetensors(checkpoint / "model.safetensors"));
+  EXPECT_NO_THROW(read_safetensors(checkpoint / "rank_00000.safetensors"));
 }
 
 TEST_F(CliTest, SampleFromMissingCheckpointIsNamed) {

@@ -77,6 +77,25 @@ def read_safetensors(path):
     return tensors
 
 
+def read_checkpoint_tensors(checkpoint_dir):
+    """Every global tensor of a Strata checkpoint directory, assembled from the pieces its
+    checkpoint.json indexes ("tensors": name -> shape, dtype and pieces, each a box of the tensor
+    stored under its key in one of the directory's safetensors files)."""
+    with open(os.path.join(checkpoint_dir, "checkpoint.json")) as f:
+        manifest = json.load(f)
+    files = {}
+    tensors = {}
+    for name, entry in manifest["tensors"].items():
+        whole = torch.empty(entry["shape"], dtype=torch.float32)
+        for piece in entry["pieces"]:
+            if piece["file"] not in files:
+                files[piece["file"]] = read_safetensors(os.path.join(checkpoint_dir, piece["file"]))
+            box = tuple(slice(o, o + n) for o, n in zip(piece["offsets"], piece["lengths"]))
+            whole[box] = files[piece["file"]][piece["key"]]
+        tensors[name] = whole
+    return tensors
+
+
 SHARD_MAGIC = 20240520
 SHARD_HEADER_INTS = 256
 
