@@ -55,9 +55,7 @@ GPT2Config model_config(const Checkpoint& checkpoint) {
 
 }  // namespace
 
-namespace {
-
-json metadata_of(const TrainingCheckpoint& state) {
+json training_metadata(const TrainingCheckpoint& state) {
   json metadata{
       {"model", model_json(state.model)},
       {"tokenizer", state.tokenizer},
@@ -72,6 +70,8 @@ json metadata_of(const TrainingCheckpoint& state) {
   }
   return metadata;
 }
+
+namespace {
 
 // This rank's pieces, by key: the parameters' and, under prefixed keys, the moments'.
 TensorMap rank_pieces(const std::vector<ShardPiece>& pieces, int world_rank, const RankTensors& tensors) {
@@ -97,9 +97,10 @@ TensorMap rank_pieces(const std::vector<ShardPiece>& pieces, int world_rank, con
   return written;
 }
 
-// The index every rank's pieces make together.
-TensorIndex pieces_index(const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
-                         std::vector<std::string>& files) {
+}  // namespace
+
+TensorIndex training_index(const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
+                           std::vector<std::string>& files) {
   TensorIndex index;
   for (const ShardPiece& piece : pieces) {
     const std::string file = rank_file(piece.writer);
@@ -114,6 +115,8 @@ TensorIndex pieces_index(const std::vector<ParamSpec>& specs, const std::vector<
   std::sort(files.begin(), files.end());
   return index;
 }
+
+namespace {
 
 // Runs `part` on the ranks `runs_here` says, then agrees over every rank: the first failure is
 // rethrown where it happened, and every other rank fails naming what failed.
@@ -152,8 +155,8 @@ fs::path save_training_checkpoint(const fs::path& run_dir, const TrainingCheckpo
   fs::path committed;
   in_step(owner, [&] {
     std::vector<std::string> files;
-    const TensorIndex index = pieces_index(specs, pieces, files);
-    committed = commit_checkpoint(run_dir, state.step, files, index, metadata_of(state), keep_last);
+    const TensorIndex index = training_index(specs, pieces, files);
+    committed = commit_checkpoint(run_dir, state.step, files, index, training_metadata(state), keep_last);
   }, all_succeeded, "committing it");
   return owner ? committed : run_dir / checkpoint_dir_name(state.step);
 }

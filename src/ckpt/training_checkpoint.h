@@ -71,6 +71,12 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
                                                const RankTensors& tensors, int keep_last,
                                                const std::function<bool(bool)>& all_succeeded);
 
+// The manifest's metadata for `state`, and the index of `pieces` (each in its
+// writer's rank file; `files` receives those files, sorted).
+nlohmann::json training_metadata(const TrainingCheckpoint& state);
+TensorIndex training_index(const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
+                           std::vector<std::string>& files);
+
 // The checkpoint's step and metadata; fails naming its manifest and the key
 // that is missing or malformed.
 TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint);

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <tuple>
 #include <string>
 
 #include "parallel/run_support.h"
@@ -103,6 +106,60 @@ TEST_F(CheckpointReshard, EveryRankWritesOnlyWhatItHoldsAndEachPieceOnce) {
   }
   EXPECT_EQ(stored_bytes, static_cast<size_t>(elements) * sizeof(float));
   EXPECT_GT(checkpoint.files().size(), 2u) << "writing spread over the ranks";
+}
+
+// `strata ckpt convert` reshards offline: to one process and back to the layout that saved it
+// gives every rank file bit for bit, and a run of the target layout resumes from the conversion.
+TEST_F(CheckpointReshard, ConvertToOneProcessAndBackReproducesEveryStoredPiece) {
+  const std::string settings = kSettings + " --set parallel.tp=2 --set parallel.pp=2";
+  fs::path run = train("convert_source", mpirun(4), settings + " --set train.exit_at_step=10");
+  const fs::path converted = root() / "converted_to_one", back = root() / "converted_back";
+  for (const auto& [from, to, layout] : {std::tuple{run, converted, "dp=1"}, std::tuple{converted, back, "tp=2,pp=2"}}) {
+    testing::LaunchResult result = testing::shell(std::string(STRATA_EXECUTABLE) + " ckpt convert " + from.string() +
+                                                  " " + to.string() + " --layout " + layout);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+  }
+  const Checkpoint original(run / "step_00000010"), returned(back / "step_00000010");
+  ASSERT_EQ(original.files(), returned.files());
+  for (const std::string& file : original.files()) {
+    EXPECT_TRUE(testing::file_bytes(original.dir() / file) == testing::file_bytes(returned.dir() / file)) << file;
+  }
+  EXPECT_EQ(Checkpoint(converted / "step_00000010").files(), std::vector<std::string>{"rank_00000.safetensors"});
+  testing::LaunchResult inspect = testing::shell(std::string(STRATA_EXECUTABLE) + " ckpt inspect " + converted.string());
+  EXPECT_NE(inspect.output.find("transformer.wte.weight"), std::string::npos) << inspect.output;
+  // The straight tp2 x pp2 run against 10 steps there and 10 in one process from the conversion.
+  fs::path straight = train("convert_straight", mpirun(4), settings);
+  fs::copy_file(run / "metrics.jsonl", converted / "metrics.jsonl");  // steps 1-10, for the comparison
+  fs::path resumed = train("converted_to_one", "", kSettings + " --set checkpoint.resume=true");
+  testing::expect_close_runs(straight, resumed, kStep20, 1e-5, "converted tp2 x pp2 -> 1");
+  testing::LaunchResult heads = testing::shell(std::string(STRATA_EXECUTABLE) + " ckpt convert " + run.string() + " " +
+                                               (root() / "never").string() + " --layout tp=3");
+  EXPECT_NE(heads.exit_code, 0);
+  EXPECT_NE(heads.output.find("tp = 3 does not divide the model's 4 heads"), std::string::npos) << heads.output;
+}
+
+// The single-process checkpoints of earlier builds (manifest version 1: model.safetensors and
+// optimizer.safetensors, every tensor whole) resume in a parallel layout too.
+TEST_F(CheckpointReshard, AVersionOneCheckpointResumesInAnotherLayout) {
+  fs::path straight = train("v1_straight", "", kSettings);
+  fs::path run = train("v1_resumed", "", kSettings + " --set train.exit_at_step=10");
+  const fs::path step = run / "step_00000010";
+  {
+    const Checkpoint current(step);
+    std::map<std::string, TensorMap> files;
+    for (const auto& [name, tensor] : testing::checkpoint_tensors(step)) {
+      files[name.starts_with("exp_avg") ? "optimizer.safetensors" : "model.safetensors"][name] = tensor;
+    }
+    nlohmann::json manifest = {{"format", "strata-checkpoint"}, {"version", 1}, {"step", 10},
+                               {"files", {"model.safetensors", "optimizer.safetensors"}}, {"metadata", current.metadata()}};
+    manifest["metadata"].erase("layout");
+    for (const auto& [file, tensors] : files) write_safetensors(step / file, tensors);
+    for (const std::string& file : current.files()) fs::remove(step / file);
+    for (const auto& [file, tensors] : files) manifest["file_bytes"][file] = fs::file_size(step / file);
+    std::ofstream(step / "checkpoint.json") << manifest.dump();
+  }
+  fs::path resumed = train("v1_resumed", mpirun(2), kSettings + " --set checkpoint.resume=true");
+  testing::expect_close_runs(straight, resumed, kStep20, 1e-5, "version 1 -> dp2");
 }
 
 }  // namespace

@@ -46,6 +46,11 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run
   return lines;
 }
 
+inline std::string file_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // Every global tensor of a checkpoint directory (parameters, and with `moments` AdamW's too),
 // assembled from its pieces by the checkpoint reader: comparable across layouts.
 inline TensorMap checkpoint_tensors(const std::filesystem::path& dir, bool moments = true) {

@@ -1,0 +1,113 @@
+#include "ckpt/convert.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "ckpt/training_checkpoint.h"
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "model/gpt2_block.h"
+#include "parallel/pipeline_part.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+CheckpointLayout parse_checkpoint_layout(const std::string& text) {
+  CheckpointLayout layout;
+  std::map<std::string, int*> keys = {{"dp", &layout.mesh.dp}, {"tp", &layout.mesh.tp}, {"pp", &layout.mesh.pp},
+                                      {"vs", &layout.virtual_stages}};
+  std::map<std::string, bool> seen;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string part = text.substr(begin, end - begin);
+    const size_t equals = part.find('=');
+    const std::string key = part.substr(0, equals);
+    if (equals == std::string::npos || !keys.count(key)) {
+      fail("--layout '{}': '{}' is not one of dp=N, tp=N, pp=N, vs=N", text, part);
+    }
+    if (seen[key]) fail("--layout '{}': '{}' is given twice", text, key);
+    seen[key] = true;
+    const std::string value = part.substr(equals + 1);
+    int number = 0;
+    auto [at, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (error != std::errc() || at != value.data() + value.size() || number < 1) {
+      fail("--layout '{}': {} must be a positive integer, got '{}'", text, key, value);
+    }
+    *keys.at(key) = number;
+    begin = end + 1;
+  }
+  return layout;
+}
+
+std::vector<std::vector<int>> pipeline_stage_holders(const GPT2Config& config, int pp, int virtual_stages) {
+  const size_t count = gpt2_param_specs(config).size();
+  std::vector<std::vector<int>> holders(count);
+  if (pp == 1 && virtual_stages == 1) {
+    for (std::vector<int>& stages : holders) stages = {0};
+    return holders;
+  }
+  check_pipeline_layout(virtual_stages > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB, pp,
+                        virtual_stages, static_cast<int>(config.n_layer));
+  const int parts = pp * virtual_stages;
+  const std::vector<int> split = balanced_layers(parts, static_cast<int>(config.n_layer));
+  for (int part = 0; part < parts; ++part) {
+    GPT2BuildOptions options;
+    const PipelinePart cut{part, split, virtual_stages};
+    options.parallelize = [cut](const Graph& forward) { return cut_pipeline_part(forward, cut, kGPT2LayerPrefix); };
+    const GPT2Graph model = build_gpt2_graph(config, 1, 1, /*training=*/false, options);
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<int>& stages = holders[i];
+      if (model.params[i] >= 0 && std::find(stages.begin(), stages.end(), part % pp) == stages.end()) {
+        stages.push_back(part % pp);
+      }
+    }
+  }
+  for (std::vector<int>& stages : holders) std::sort(stages.begin(), stages.end());
+  return holders;
+}
+
+fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& out, const CheckpointLayout& layout) {
+  if (has_checkpoints(out)) fail("'{}' already holds checkpoints: convert into a new directory", out.string());
+  TrainingCheckpoint state = read_training_checkpoint(source);
+  if (state.model.n_head % layout.mesh.tp != 0) {
+    fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", layout.mesh.tp, state.model.n_head);
+  }
+  const std::vector<ParamSpec> specs = gpt2_param_specs(state.model);
+  const std::vector<ShardPiece> pieces =
+      checkpoint_pieces(specs, gpt2_sharding_plan(), layout.mesh,
+                        pipeline_stage_holders(state.model, layout.mesh.pp, layout.virtual_stages));
+  state.layout = {{"dp", layout.mesh.dp}, {"tp", layout.mesh.tp}, {"pp", layout.mesh.pp},
+                  {"virtual_stages", layout.virtual_stages}, {"converted_from", source.dir().string()}};
+  const fs::path temp_dir = begin_checkpoint(out, state.step);
+  try {
+    for (int rank = 0; rank < layout.mesh.size(); ++rank) {
+      TensorMap written;
+      for (const ShardPiece& piece : pieces) {
+        if (piece.writer != rank) continue;
+        for (const std::string& prefix : {std::string(), std::string("exp_avg."), std::string("exp_avg_sq.")}) {
+          const std::string name = prefix + specs[piece.param].name;
+          if (source.tensor(name).shape != specs[piece.param].shape) {
+            fail("checkpoint '{}': tensor '{}' is {}, but its model config says {}", source.dir().string(), name,
+                 shape_str(source.tensor(name).shape), shape_str(specs[piece.param].shape));
+          }
+          Tensor box = Tensor::empty(piece.box.lengths, source.tensor(name).dtype);
+          source.read(name, piece.box, box, std::vector<int64_t>(box.shape().size(), 0));
+          written[prefix + piece.key] = box;
+        }
+      }
+      if (!written.empty()) write_safetensors(temp_dir / rank_file(rank), written);
+    }
+  } catch (...) {
+    abandon_checkpoint(out, state.step);
+    throw;
+  }
+  std::vector<std::string> files;
+  const TensorIndex index = training_index(specs, pieces, files);
+  return commit_checkpoint(out, state.step, files, index, training_metadata(state));
+}
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+#include "ckpt/hf_export.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/training_checkpoint.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "model/gpt2.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json hf_config(const GPT2Config& model) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", model.vocab_size},
+          {"n_positions", model.block_size},
+          {"n_ctx", model.block_size},
+          {"n_embd", model.n_embd},
+          {"n_layer", model.n_layer},
+          {"n_head", model.n_head},
+          {"n_inner", nullptr},  // 4 × n_embd, as Strata's MLP
+          {"activation_function", "gelu_new"},  // the tanh approximation
+          {"layer_norm_epsilon", model.layer_norm_eps},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"initializer_range", 0.02},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
+}
+
+}  // namespace
+
+void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_shard_bytes) {
+  if (max_shard_bytes == 0) fail("the largest shard size must be positive");
+  std::error_code error;
+  if (fs::exists(out) && !fs::is_empty(out, error)) fail("export directory '{}' is not empty", out.string());
+  fs::create_directories(out, error);
+  if (error) fail("cannot create export directory '{}': {}", out.string(), error.message());
+  const TrainingCheckpoint state = read_training_checkpoint(checkpoint);
+  const std::vector<ParamSpec> specs = gpt2_param_specs(state.model);
+
+  // Greedy shards in parameter order, as huggingface_hub splits a state dict.
+  std::vector<std::vector<size_t>> shards(1);
+  size_t shard_bytes = 0, total_bytes = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(shape_numel(specs[i].shape)) * sizeof(float);
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const size_t count = shards.size();
+  json weight_map = json::object();
+  for (size_t s = 0; s < count; ++s) {
+    const std::string file =
+        count == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, count);
+    TensorMap tensors;
+    for (size_t i : shards[s]) {
+      Tensor tensor = Tensor::empty(specs[i].shape, DType::F32);
+      checkpoint.read(specs[i].name, tensor);
+      tensors[specs[i].name] = tensor;
+      weight_map[specs[i].name] = file;
+    }
+    write_safetensors(out / file, tensors, {{"format", "pt"}});
+  }
+  if (count > 1) {
+    json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_file_atomic(out / "config.json", hf_config(state.model).dump(2) + "\n");
+  if (!state.tokenizer.empty() && fs::exists(state.tokenizer)) {
+    fs::copy_file(state.tokenizer, out / "tokenizer.model", fs::copy_options::overwrite_existing, error);
+    if (error) fail("cannot copy the tokenizer '{}' to '{}': {}", state.tokenizer, out.string(), error.message());
+  }
+}
+
+}  // namespace strata

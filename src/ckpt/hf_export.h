@@ -1,0 +1,25 @@
+#pragma once
+// A trained model leaves Strata as a directory HuggingFace's
+// GPT2LMHeadModel.from_pretrained reads: the parameters by their
+// GPT2LMHeadModel names (`transformer.` prefix; lm_head tied, so not stored)
+// in `model.safetensors`, or past `max_shard_bytes` in
+// `model-0000i-of-0000n.safetensors` shards with `model.safetensors.index.json`
+// (huggingface_hub's convention: greedy in parameter order, a tensor larger
+// than the limit alone in its shard, `total_size` the payload bytes), every
+// file with `__metadata__ {"format": "pt"}`; `config.json` (model_type gpt2);
+// and the run's SentencePiece model as `tokenizer.model` when it has one.
+#include <cstddef>
+#include <filesystem>
+
+#include "ckpt/checkpoint.h"
+
+namespace strata {
+
+inline constexpr size_t kDefaultHfShardBytes = 5'000'000'000;  // huggingface_hub's MAX_SHARD_SIZE
+
+// Writes `checkpoint`'s model (any layout) into `out`, which must not exist or
+// be empty. Holds one output shard's parameters in memory at a time.
+void export_hf(const Checkpoint& checkpoint, const std::filesystem::path& out,
+               size_t max_shard_bytes = kDefaultHfShardBytes);
+
+}  // namespace strata
