@@ -616,9 +616,16 @@ void Trainer::save_checkpoint() {
   state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
   state.layout = layout_json();
   // Every rank writes the pieces it holds; rank 0 (which owns the run directory) commits.
-  save_training_checkpoint(config_.run_dir, state, specs_, checkpoint_pieces_, parallel_.world_rank(),
-                           checkpoint_tensors(first, second), static_cast<int>(config_.checkpoint_keep),
-                           [this](bool mine) { return parallel_.all_succeeded(mine); });
+  const auto start = std::chrono::steady_clock::now();
+  const std::filesystem::path saved = save_training_checkpoint(
+      config_.run_dir, state, specs_, checkpoint_pieces_, parallel_.world_rank(), checkpoint_tensors(first, second),
+      static_cast<int>(config_.checkpoint_keep), [this](bool mine) { return parallel_.all_succeeded(mine); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!parallel_.reports()) return;
+  double bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(saved)) bytes += static_cast<double>(entry.file_size());
+  print(fmt::format("checkpoint {}: {:.1f} MiB in {:.3f} s ({:.0f} MB/s, every rank's files, fsynced)\n",
+                       saved.filename().string(), bytes / (1 << 20), seconds, bytes / seconds / 1e6));
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
@@ -627,13 +634,21 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   if (!(state.model == config_.model)) fail("checkpoint '{}' holds another model: {}", checkpoint.dir().string(), model_difference(state.model, config_.model));
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
   // Each rank reads the boxes its shards cover, whatever layout saved them.
-  load_training_tensors(checkpoint, specs_, shards_, checkpoint_tensors(first, second));
+  const auto start = std::chrono::steady_clock::now();
+  const RankTensors tensors = checkpoint_tensors(first, second);
+  load_training_tensors(checkpoint, specs_, shards_, tensors);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double bytes = 0;
+  for (const std::vector<Tensor>* kind : {&tensors.parameters, &tensors.first_moments, &tensors.second_moments}) {
+    for (const Tensor& tensor : *kind) bytes += static_cast<double>(tensor.nbytes());
+  }
   optimizer_->import_moments(first.grads(), second.grads());
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
   if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
-  print(fmt::format("resumed from {} at step {}{}\n", checkpoint.dir().string(), completed_steps_,
+  print(fmt::format("resumed from {} at step {} (rank 0 read {:.1f} MiB in {:.3f} s, {:.0f} MB/s){}\n",
+                    checkpoint.dir().string(), completed_steps_, bytes / (1 << 20), seconds, bytes / seconds / 1e6,
                     state.layout.is_object() && state.layout != layout_json()
                         ? fmt::format(" (saved under {}, resharded to this run's layout)", state.layout.dump())
                         : ""));
