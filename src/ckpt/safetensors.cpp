@@ -23,6 +23,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr size_t kBypassCacheBytes = size_t{16} << 20;
 constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64};
 
 }  // namespace
@@ -90,7 +91,8 @@ void write_safetensors(const fs::path& path, const TensorMap& tensors, const Str
          path.string(), tensors.size(), header_text.size(), kSafetensorsMaxHeaderBytes);
   }
 
-  AtomicFileWriter writer(path);
+  // Large files (checkpoints, exported weights) bypass the page cache: written once, not read soon.
+  AtomicFileWriter writer(path, offset >= kBypassCacheBytes ? WriteCache::Bypass : WriteCache::Buffered);
   uint64_t header_length = header_text.size();
   writer.write(&header_length, sizeof(header_length));
   writer.write(header_text);

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cerrno>
 #include <random>
 #include <system_error>
@@ -42,12 +44,31 @@ fs::path temp_name_for(const fs::path& target) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(fs::path target) : target_(std::move(target)) {
+namespace {
+
+// Direct I/O needs buffers, offsets and lengths aligned to the device's logical block (512 or
+// 4096 bytes); 4096 suits both.
+constexpr size_t kDirectAlignment = 4096;
+constexpr size_t kStagingBytes = size_t{8} << 20;
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(fs::path target, WriteCache cache) : target_(std::move(target)) {
   if (target_.filename().empty()) fail("cannot write '{}': not a file name", target_.string());
   for (int attempt = 0; fd_ < 0; ++attempt) {
     temp_ = temp_name_for(target_);
     // 0666 lets the umask decide the final permissions, as for a plain create.
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    if (cache == WriteCache::Bypass) {
+      fd_ = ::open(temp_.c_str(), flags | O_DIRECT, 0666);
+      if (fd_ >= 0) {
+        staging_.reset(static_cast<std::byte*>(std::aligned_alloc(kDirectAlignment, kStagingBytes)));
+        STRATA_CHECK(staging_ != nullptr, "no memory for a {}-byte staging buffer", kStagingBytes);
+        break;
+      }
+      if (errno == EINVAL) ::unlink(temp_.c_str());  // no direct I/O on this filesystem: buffered below
+    }
+    fd_ = ::open(temp_.c_str(), flags, 0666);
     if (fd_ < 0 && (errno != EEXIST || attempt > 100)) {
       int error = errno;
       temp_.clear();
@@ -66,7 +87,7 @@ void AtomicFileWriter::discard() noexcept {
   temp_.clear();
 }
 
-void AtomicFileWriter::write(const void* data, size_t bytes) {
+void AtomicFileWriter::write_out(const void* data, size_t bytes) {
   STRATA_CHECK(fd_ >= 0, "write to '{}' after commit or failure", target_.string());
   const auto* cursor = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -82,8 +103,42 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFileWriter::write_staged(size_t bytes) {
+  STRATA_CHECK(bytes % kDirectAlignment == 0, "a direct write of {} bytes", bytes);
+  write_out(staging_.get(), bytes);
+  staged_ = 0;
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  written_ += bytes;
+  if (!staging_) {
+    write_out(data, bytes);
+    return;
+  }
+  const auto* cursor = static_cast<const std::byte*>(data);
+  while (bytes > 0) {
+    const size_t take = std::min(bytes, kStagingBytes - staged_);
+    std::memcpy(staging_.get() + staged_, cursor, take);
+    staged_ += take;
+    cursor += take;
+    bytes -= take;
+    if (staged_ == kStagingBytes) write_staged(kStagingBytes);
+  }
+}
+
 void AtomicFileWriter::commit() {
   STRATA_CHECK(fd_ >= 0, "commit of '{}' twice or after a failure", target_.string());
+  if (staging_ && staged_ > 0) {
+    // The last block goes out padded to the alignment; the file is then cut to its length.
+    const size_t padded = (staged_ + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+    std::memset(staging_.get() + staged_, 0, padded - staged_);
+    write_staged(padded);
+    if (::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+      int error = errno;
+      discard();
+      fail("cannot write '{}': truncating to {} bytes failed: {}", target_.string(), written_, errno_text(error));
+    }
+  }
   if (::fsync(fd_) != 0) {
     int error = errno;
     discard();
