@@ -49,8 +49,9 @@ class SafetensorsReader {
   const SafetensorsEntry& entry(const std::string& name) const;  // fails naming name and file
 
   Tensor load(const std::string& name) const;  // an owned copy
-  // The entry's bytes in the map (not necessarily aligned for its dtype).
+  // The entry's bytes in the map (not necessarily aligned for its dtype), and where they start in the file.
   const std::byte* bytes(const std::string& name) const;
+  size_t file_offset(const std::string& name) const { return data_start_ + entry(name).begin; }
   TensorMap load_all() const;
 
  private:

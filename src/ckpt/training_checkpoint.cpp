@@ -192,11 +192,12 @@ void load_training_tensors(const Checkpoint& checkpoint, const std::vector<Param
       }
     }
   }
-  for (size_t k = 0; k < tensors.held.size(); ++k) {
-    const size_t param = tensors.held[k];
-    const std::string& name = specs[param].name;
-    for (auto [prefix, target] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
-                                  {kSecondMoment, &tensors.second_moments}}) {
+  // Kind by kind, so that reads move forward through each file (which stores the kinds apart).
+  for (auto [prefix, target] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
+                                {kSecondMoment, &tensors.second_moments}}) {
+    for (size_t k = 0; k < tensors.held.size(); ++k) {
+      const size_t param = tensors.held[k];
+      const std::string& name = specs[param].name;
       Tensor destination = target->at(k);  // a view sharing the caller's buffer
       for (const ParameterShard::Box& box : shards.at(param).boxes()) {
         checkpoint.read(prefix + name, box.full, destination, box.shard_offsets);

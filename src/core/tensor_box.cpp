@@ -40,6 +40,20 @@ std::optional<TensorBox> intersect(const TensorBox& a, const TensorBox& b) {
   return common;
 }
 
+std::optional<int64_t> contiguous_start(const Shape& shape, const std::vector<int64_t>& offsets,
+                                        const std::vector<int64_t>& lengths) {
+  // Contiguous when, past some dim k, every dim is whole and before it every dim is one index.
+  size_t k = 0;
+  while (k < shape.size() && lengths[k] == 1) ++k;
+  for (size_t d = k + 1; d < shape.size(); ++d) {
+    if (offsets[d] != 0 || lengths[d] != shape[d]) return std::nullopt;
+  }
+  int64_t start = 0;
+  const std::vector<int64_t> strides = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) start += offsets[d] * strides[d];
+  return start;
+}
+
 void copy_box(const void* from, const Shape& from_shape, const std::vector<int64_t>& from_offsets, void* to,
               const Shape& to_shape, const std::vector<int64_t>& to_offsets, const std::vector<int64_t>& lengths,
               size_t element_bytes) {

@@ -26,6 +26,11 @@ bool box_within(const TensorBox& box, const Shape& shape);
 // The common part of two boxes of the same rank, if they share an element.
 std::optional<TensorBox> intersect(const TensorBox& a, const TensorBox& b);
 
+// Where a box of an array of `shape` starts (in elements, row-major), when its
+// elements are one contiguous run there; nothing otherwise.
+std::optional<int64_t> contiguous_start(const Shape& shape, const std::vector<int64_t>& offsets,
+                                        const std::vector<int64_t>& lengths);
+
 // Copies a block of `lengths` elements of `element_bytes` each from the
 // contiguous array `from` (of shape `from_shape`), starting at `from_offsets`,
 // into the contiguous array `to` (of shape `to_shape`) at `to_offsets`.
