@@ -380,10 +380,16 @@ void Checkpoint::read(const std::string& name, const TensorBox& box, Tensor& des
     const size_t element = dtype_size(stored.dtype);
     const std::optional<int64_t> from = contiguous_start(piece.box.lengths, in_piece, common->lengths);
     const std::optional<int64_t> to = contiguous_start(destination.shape(), in_destination, common->lengths);
-    if (from && to) {  // one run on both sides: read it straight from the file (no page faults on a map)
-      read_file_range(reader.path(), reader.file_offset(piece.key) + static_cast<size_t>(*from) * element,
-                      static_cast<std::byte*>(destination.raw()) + static_cast<size_t>(*to) * element,
-                      static_cast<size_t>(common->numel()) * element);
+    if (from) {  // one run in the file: read it straight (no page faults on a map), into place or staged
+      const size_t offset = reader.file_offset(piece.key) + static_cast<size_t>(*from) * element;
+      const size_t bytes = static_cast<size_t>(common->numel()) * element;
+      if (to) {
+        read_file_range(reader.path(), offset, static_cast<std::byte*>(destination.raw()) + static_cast<size_t>(*to) * element, bytes);
+      } else {
+        Tensor staged = Tensor::empty(common->lengths, stored.dtype);
+        read_file_range(reader.path(), offset, static_cast<std::byte*>(staged.raw()), bytes);
+        copy_box(staged, std::vector<int64_t>(common->lengths.size(), 0), destination, in_destination, common->lengths);
+      }
       continue;
     }
     const std::byte* bytes = reader.bytes(piece.key);

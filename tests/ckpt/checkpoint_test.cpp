@@ -217,6 +217,11 @@ TEST(Checkpoint, ReadsAnyBoxOfAGlobalTensorAndChecksNamesBoxesAndDtypes) {
   checkpoint.read("w", {{0, 1}, {2, 2}}, destination, {1, 1});
   const std::vector<float> want = {0, 0, 0, 0, 0, 1, 2, 0, 0, 4, 5, 0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(destination.data<float>()[i], want[i]) << i;
+  // All of w (one run in its file) into a strided place: read whole, then placed.
+  Tensor wide = Tensor::zeros({3, 4}, DType::F32);
+  checkpoint.read("w", {{0, 0}, {2, 3}}, wide, {1, 1});
+  const std::vector<float> placed = {0, 0, 0, 0, 0, 0, 1, 2, 0, 3, 4, 5};
+  for (size_t i = 0; i < placed.size(); ++i) EXPECT_EQ(wide.data<float>()[i], placed[i]) << i;
 
   EXPECT_THAT(error_of([&] { checkpoint.read("extra_param", whole); }), HasSubstr("no tensor 'extra_param'"));
   Tensor wrong_shape = Tensor::zeros({3, 2}, DType::F32);
