@@ -4,7 +4,8 @@
 # f32 weights and both AdamW moments, about 1.5 GB) saved after one step by one
 # process and by 2 ranks in dp2, tp2 and pp2 (every rank writes its own pieces,
 # fsynced), then loaded by a resume in the same layout from a cold page cache
-# (the files are evicted first with dd iflag=nocache). The disk's reference is
+# (the files are evicted first with dd iflag=nocache; the load rate is every
+# rank's bytes over the slowest rank's time, as they read at once). The disk's reference is
 # dd: a write of the same size with conv=fsync, and a cold read of it, run
 # right after each save and load, while the checkpoint is still on disk (on
 # this VM, writing into page-cache pages a deletion has just freed runs 4x
@@ -51,12 +52,12 @@ for repeat in $(seq 1 "$repeats"); do
     evict "$run"/step_00000001/*
     "${launch[@]}" "$strata" train "${common[@]}" "${settings[@]}" --set train.steps=2 --set checkpoint.resume=true \
       --set "checkpoint.dir=$run" > "$work/$layout.load.log" 2>&1 || { tail -5 "$work/$layout.load.log"; exit 1; }
-    read -r read_mib load_s < <(sed -n 's/^resumed from .* (rank 0 read \([0-9.]*\) MiB in \([0-9.]*\) s.*/\1 \2/p' "$work/$layout.load.log")
+    read -r read_mib load_s < <(sed -n 's/^resumed from .* (every rank read \([0-9.]*\) MiB in \([0-9.]*\) s.*/\1 \2/p' "$work/$layout.load.log")
     read_bytes=$(python3 -c "print(int(float('$read_mib') * 2**20))")
     # The disk, the same sizes, now, with the checkpoint still on it: a file written into pages that a
     # deletion just freed is several times faster on this VM than one needing new page-cache pages, as
     # a save does; keeping the checkpoint makes dd allocate new pages too.
-    blocks=$((bytes / 16777216 + 1))
+    blocks=$(( (bytes > read_bytes ? bytes : read_bytes) / 16777216 + 1 ))
     start_s=$(date +%s.%N)
     dd if=/dev/zero of="$work/dd.bin" bs=16M count=$blocks conv=fsync status=none
     dd_write=$(python3 -c "print($(date +%s.%N) - $start_s)")
@@ -79,7 +80,7 @@ printf "%-8s %10s %9s %9s %6s %9s %9s %6s\n" layout checkpoint "save MB/s" "dd w
 for layout in "${layouts[@]}"; do
   save=$(median ${saves[$layout]}); load=$(median ${loads[$layout]})
   raw_write=$(median ${raw_writes[$layout]}); raw_read=$(median ${raw_reads[$layout]})
-  printf "%-8s %6.0f MiB %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f   (rank 0 read %.0f MiB; save MB/s per repeat:%s)\n" \
+  printf "%-8s %6.0f MiB %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f   (every rank read %.0f MiB; save MB/s per repeat:%s)\n" \
     "$layout" "${sizes[$layout]}" "$save" "$raw_write" "$(python3 -c "print($save / $raw_write)")" "$load" "$raw_read" \
     "$(python3 -c "print($load / $raw_read)")" "${read_sizes[$layout]}" "${saves[$layout]}"
 done

@@ -84,6 +84,14 @@ bool DataParallel::all_succeeded(bool mine) {
   return any == 0;
 }
 
+std::pair<double, double> DataParallel::world_sum_and_max(double mine) {
+  if (!world_) return {mine, mine};
+  float value = static_cast<float>(mine), sum = 0, largest = 0;
+  world_->all_reduce(&value, &sum, 1, DType::F32, comm::ReduceOp::Sum);
+  world_->all_reduce(&value, &largest, 1, DType::F32, comm::ReduceOp::Max);
+  return {sum, largest};
+}
+
 MicroBatchShare DataParallel::share(int64_t micro_batches) const {
   const int64_t d = degree(), r = rank();
   int64_t first = r * micro_batches / d;

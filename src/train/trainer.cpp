@@ -647,8 +647,11 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
   if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
-  print(fmt::format("resumed from {} at step {} (rank 0 read {:.1f} MiB in {:.3f} s, {:.0f} MB/s){}\n",
-                    checkpoint.dir().string(), completed_steps_, bytes / (1 << 20), seconds, bytes / seconds / 1e6,
+  // Every rank reads its own boxes at once: the job's rate is all their bytes over the slowest.
+  const double all_mib = parallel_.world_sum_and_max(bytes / (1 << 20)).first;
+  const double slowest = parallel_.world_sum_and_max(seconds).second;
+  print(fmt::format("resumed from {} at step {} (every rank read {:.1f} MiB in {:.3f} s, {:.0f} MB/s){}\n",
+                    checkpoint.dir().string(), completed_steps_, all_mib, slowest, all_mib * (1 << 20) / slowest / 1e6,
                     state.layout.is_object() && state.layout != layout_json()
                         ? fmt::format(" (saved under {}, resharded to this run's layout)", state.layout.dump())
                         : ""));

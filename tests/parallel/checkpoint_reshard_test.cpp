@@ -108,6 +108,25 @@ TEST_F(CheckpointReshard, EveryRankWritesOnlyWhatItHoldsAndEachPieceOnce) {
   EXPECT_GT(checkpoint.files().size(), 2u) << "writing spread over the ranks";
 }
 
+// Layouts the pairs above leave out: an interleaved pipeline (two model chunks per stage) with
+// sequence parallelism, into one process, on a model deep enough to interleave.
+class CheckpointReshardDeep : public testing::TrainRunSuite {
+ protected:
+  static void SetUpTestSuite() {
+    set_up_suite("checkpoint_reshard_deep", "n_layer = 4\nn_head = 4\nn_embd = 32\nvocab_size = 4099\nblock_size = 16\n");
+  }
+};
+
+TEST_F(CheckpointReshardDeep, InterleavedStagesWithSequenceParallelismToOneProcess) {
+  const std::string settings = kSettings + " --set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true " +
+                               "--set parallel.schedule=interleaved --set parallel.virtual_stages=2";
+  fs::path straight = train("straight_interleaved", mpirun(4), settings);
+  train("interleaved_to_one", mpirun(4), settings + " --set train.exit_at_step=10");
+  fs::path resumed = train("interleaved_to_one", "", kSettings + " --set checkpoint.resume=true");
+  EXPECT_NE(last_output_.find("resharded to this run's layout"), std::string::npos) << last_output_;
+  testing::expect_close_runs(straight, resumed, kStep20, 1e-5, "pp2 x v2 x tp2 + sp -> 1");
+}
+
 // `strata ckpt convert` reshards offline: to one process and back to the layout that saved it
 // gives every rank file bit for bit, and a run of the target layout resumes from the conversion.
 TEST_F(CheckpointReshard, ConvertToOneProcessAndBackReproducesEveryStoredPiece) {
