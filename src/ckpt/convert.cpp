@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <numeric>
 
 #include "ckpt/training_checkpoint.h"
 #include "core/error.h"
@@ -77,6 +78,9 @@ fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& o
     fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", layout.mesh.tp, state.model.n_head);
   }
   const std::vector<ParamSpec> specs = gpt2_param_specs(state.model);
+  std::vector<size_t> every(specs.size());
+  std::iota(every.begin(), every.end(), size_t{0});
+  check_training_tensors(source, specs, every);  // before anything is written
   const std::vector<ShardPiece> pieces =
       checkpoint_pieces(specs, gpt2_sharding_plan(), layout.mesh,
                         pipeline_stage_holders(state.model, layout.mesh.pp, layout.virtual_stages));
@@ -88,13 +92,9 @@ fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& o
       TensorMap written;
       for (const ShardPiece& piece : pieces) {
         if (piece.writer != rank) continue;
-        for (const std::string& prefix : {std::string(), std::string("exp_avg."), std::string("exp_avg_sq.")}) {
+        for (const std::string& prefix : kTrainingTensorPrefixes) {
           const std::string name = prefix + specs[piece.param].name;
-          if (source.tensor(name).shape != specs[piece.param].shape) {
-            fail("checkpoint '{}': tensor '{}' is {}, but its model config says {}", source.dir().string(), name,
-                 shape_str(source.tensor(name).shape), shape_str(specs[piece.param].shape));
-          }
-          Tensor box = Tensor::empty(piece.box.lengths, source.tensor(name).dtype);
+          Tensor box = Tensor::empty(piece.box.lengths, DType::F32);
           source.read(name, piece.box, box, std::vector<int64_t>(box.shape().size(), 0));
           written[prefix + piece.key] = box;
         }

@@ -15,8 +15,6 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kFirstMoment = "exp_avg.", kSecondMoment = "exp_avg_sq.";
-
 json model_json(const GPT2Config& model) {
   return {{"n_layer", model.n_layer},       {"n_head", model.n_head},         {"n_embd", model.n_embd},
           {"vocab_size", model.vocab_size}, {"block_size", model.block_size}, {"layer_norm_eps", model.layer_norm_eps}};
@@ -82,9 +80,9 @@ TensorMap rank_pieces(const std::vector<ShardPiece>& pieces, int world_rank, con
     STRATA_CHECK(held != tensors.held.end(), "rank {} writes a piece of parameter {}, which it does not hold",
                  world_rank, piece.param);
     const size_t k = static_cast<size_t>(held - tensors.held.begin());
-    for (auto [prefix, source] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
-                                  {kSecondMoment, &tensors.second_moments}}) {
-      const Tensor& shard = source->at(k);
+    for (size_t kind = 0; kind < kTrainingTensorPrefixes.size(); ++kind) {
+      const std::string& prefix = kTrainingTensorPrefixes[kind];
+      const Tensor& shard = tensors.of_kind(kind).at(k);
       if (piece.box.lengths == shard.shape()) {
         written[prefix + piece.key] = shard;
         continue;
@@ -105,7 +103,7 @@ TensorIndex training_index(const std::vector<ParamSpec>& specs, const std::vecto
   for (const ShardPiece& piece : pieces) {
     const std::string file = rank_file(piece.writer);
     if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
-    for (const std::string& prefix : {std::string(), kFirstMoment, kSecondMoment}) {
+    for (const std::string& prefix : kTrainingTensorPrefixes) {
       StoredTensor& tensor = index[prefix + specs[piece.param].name];
       tensor.shape = specs[piece.param].shape;
       tensor.dtype = DType::F32;
@@ -179,11 +177,10 @@ TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint) {
   return state;
 }
 
-void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
-                           const std::vector<ParameterShard>& shards, const RankTensors& tensors) {
-  // Every tensor checked before any is read: nothing is loaded partially.
-  for (size_t param : tensors.held) {
-    for (const std::string& prefix : {std::string(), kFirstMoment, kSecondMoment}) {
+void check_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                            const std::vector<size_t>& params) {
+  for (size_t param : params) {
+    for (const std::string& prefix : kTrainingTensorPrefixes) {
       const std::string name = prefix + specs.at(param).name;
       const StoredTensor& stored = checkpoint.tensor(name);
       if (stored.shape != specs[param].shape || stored.dtype != DType::F32) {
@@ -192,15 +189,19 @@ void load_training_tensors(const Checkpoint& checkpoint, const std::vector<Param
       }
     }
   }
+}
+
+void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                           const std::vector<ParameterShard>& shards, const RankTensors& tensors) {
+  check_training_tensors(checkpoint, specs, tensors.held);  // before any read: nothing is loaded partially
   // Kind by kind, so that reads move forward through each file (which stores the kinds apart).
-  for (auto [prefix, target] : {std::pair{std::string(), &tensors.parameters}, {kFirstMoment, &tensors.first_moments},
-                                {kSecondMoment, &tensors.second_moments}}) {
+  for (size_t kind = 0; kind < kTrainingTensorPrefixes.size(); ++kind) {
     for (size_t k = 0; k < tensors.held.size(); ++k) {
       const size_t param = tensors.held[k];
-      const std::string& name = specs[param].name;
-      Tensor destination = target->at(k);  // a view sharing the caller's buffer
+      const std::string name = kTrainingTensorPrefixes[kind] + specs[param].name;
+      Tensor destination = tensors.of_kind(kind).at(k);  // a view sharing the caller's buffer
       for (const ParameterShard::Box& box : shards.at(param).boxes()) {
-        checkpoint.read(prefix + name, box.full, destination, box.shard_offsets);
+        checkpoint.read(name, box.full, destination, box.shard_offsets);
       }
     }
   }

@@ -55,6 +55,11 @@ struct RankTensors {
   std::vector<Tensor> parameters;
   std::vector<Tensor> first_moments;   // AdamW's exp_avg
   std::vector<Tensor> second_moments;  // AdamW's exp_avg_sq
+
+  // By kind, in kTrainingTensorPrefixes' order.
+  const std::vector<Tensor>& of_kind(size_t kind) const {
+    return kind == 0 ? parameters : kind == 1 ? first_moments : second_moments;
+  }
 };
 
 // Saves as run_dir/step_XXXXXXXX, called by every rank of the job alike:
@@ -70,6 +75,15 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
                                                const std::vector<ShardPiece>& pieces, int world_rank,
                                                const RankTensors& tensors, int keep_last,
                                                const std::function<bool(bool)>& all_succeeded);
+
+// The global tensors kept per parameter: the parameter itself and AdamW's two
+// moments, under these prefixes of its name.
+inline const std::vector<std::string> kTrainingTensorPrefixes = {"", "exp_avg.", "exp_avg_sq."};
+
+// Fails, naming the tensor, unless the checkpoint holds every kind of tensor
+// of parameters `params` (indices into `specs`) as f32 of the spec's shape.
+void check_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                            const std::vector<size_t>& params);
 
 // The manifest's metadata for `state`, and the index of `pieces` (each in its
 // writer's rank file; `files` receives those files, sorted).

@@ -69,27 +69,15 @@ int DataParallel::ranks_on_this_host() const {
   return count;
 }
 
-int DataParallel::agree_on_stop(int signal) {
-  if (!world_) return signal;
-  // Signal numbers are small integers: exact in f32, which the comm layer reduces.
-  float mine = static_cast<float>(signal), largest = 0;
-  world_->all_reduce(&mine, &largest, 1, DType::F32, comm::ReduceOp::Max);
-  return static_cast<int>(largest);
-}
+int DataParallel::agree_on_stop(int signal) { return static_cast<int>(over_world(signal, comm::ReduceOp::Max)); }
 
-bool DataParallel::all_succeeded(bool mine) {
+bool DataParallel::all_succeeded(bool mine) { return over_world(mine ? 0.0 : 1.0, comm::ReduceOp::Max) == 0; }
+
+double DataParallel::over_world(double mine, comm::ReduceOp op) {
   if (!world_) return mine;
-  float failed = mine ? 0.0f : 1.0f, any = 0;
-  world_->all_reduce(&failed, &any, 1, DType::F32, comm::ReduceOp::Max);
-  return any == 0;
-}
-
-std::pair<double, double> DataParallel::world_sum_and_max(double mine) {
-  if (!world_) return {mine, mine};
-  float value = static_cast<float>(mine), sum = 0, largest = 0;
-  world_->all_reduce(&value, &sum, 1, DType::F32, comm::ReduceOp::Sum);
-  world_->all_reduce(&value, &largest, 1, DType::F32, comm::ReduceOp::Max);
-  return {sum, largest};
+  float value = static_cast<float>(mine), combined = 0;
+  world_->all_reduce(&value, &combined, 1, DType::F32, op);
+  return combined;
 }
 
 MicroBatchShare DataParallel::share(int64_t micro_batches) const {

@@ -38,8 +38,8 @@ class DataParallel {
   int agree_on_stop(int signal);
   // Over every rank of the job: true when every rank passed true (a barrier too).
   bool all_succeeded(bool mine);
-  // Over every rank of the job: the sum and the largest of `mine` (f32 precision; for reports).
-  std::pair<double, double> world_sum_and_max(double mine);
+  // Over every rank of the job: `mine` combined by `op` (in f32: small integers exactly).
+  double over_world(double mine, comm::ReduceOp op);
   int world_rank() const { return world_ ? world_->rank() : 0; }
 
   // Rank r of D takes the contiguous block [r*n/D, (r+1)*n/D) of a step's n

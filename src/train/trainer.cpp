@@ -625,13 +625,16 @@ void Trainer::save_checkpoint() {
   double bytes = 0;
   for (const auto& entry : std::filesystem::directory_iterator(saved)) bytes += static_cast<double>(entry.file_size());
   print(fmt::format("checkpoint {}: {:.1f} MiB in {:.3f} s ({:.0f} MB/s, every rank's files, fsynced)\n",
-                       saved.filename().string(), bytes / (1 << 20), seconds, bytes / seconds / 1e6));
+                    saved.filename().string(), bytes / (1 << 20), seconds, bytes / seconds / 1e6));
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
-  if (!(state.model == config_.model)) fail("checkpoint '{}' holds another model: {}", checkpoint.dir().string(), model_difference(state.model, config_.model));
+  if (state.model != config_.model) {
+    fail("checkpoint '{}' holds another model: {}", checkpoint.dir().string(),
+         model_difference(state.model, config_.model));
+  }
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
   // Each rank reads the boxes its shards cover, whatever layout saved them.
   const auto start = std::chrono::steady_clock::now();
@@ -648,8 +651,8 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   optimizer_updates_ = state.optimizer_updates;
   if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
   // Every rank reads its own boxes at once: the job's rate is all their bytes over the slowest.
-  const double all_mib = parallel_.world_sum_and_max(bytes / (1 << 20)).first;
-  const double slowest = parallel_.world_sum_and_max(seconds).second;
+  const double all_mib = parallel_.over_world(bytes / (1 << 20), comm::ReduceOp::Sum);
+  const double slowest = parallel_.over_world(seconds, comm::ReduceOp::Max);
   print(fmt::format("resumed from {} at step {} (every rank read {:.1f} MiB in {:.3f} s, {:.0f} MB/s){}\n",
                     checkpoint.dir().string(), completed_steps_, all_mib, slowest, all_mib * (1 << 20) / slowest / 1e6,
                     state.layout.is_object() && state.layout != layout_json()
