@@ -7,8 +7,8 @@
 
 #include "ckpt/training_checkpoint.h"
 #include "core/error.h"
-#include "model/gpt2.h"
-#include "model/gpt2_block.h"
+#include "model/model_graph.h"
+#include "model/family.h"
 #include "parallel/pipeline_part.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -44,8 +44,8 @@ CheckpointLayout parse_checkpoint_layout(const std::string& text) {
   return layout;
 }
 
-std::vector<std::vector<int>> pipeline_stage_holders(const GPT2Config& config, int pp, int virtual_stages) {
-  const size_t count = gpt2_param_specs(config).size();
+std::vector<std::vector<int>> pipeline_stage_holders(const ModelConfig& config, int pp, int virtual_stages) {
+  const size_t count = model_param_specs(config).size();
   std::vector<std::vector<int>> holders(count);
   if (pp == 1 && virtual_stages == 1) {
     for (std::vector<int>& stages : holders) stages = {0};
@@ -56,10 +56,12 @@ std::vector<std::vector<int>> pipeline_stage_holders(const GPT2Config& config, i
   const int parts = pp * virtual_stages;
   const std::vector<int> split = balanced_layers(parts, static_cast<int>(config.n_layer));
   for (int part = 0; part < parts; ++part) {
-    GPT2BuildOptions options;
+    ModelBuildOptions options;
     const PipelinePart cut{part, split, virtual_stages};
-    options.parallelize = [cut](const Graph& forward) { return cut_pipeline_part(forward, cut, kGPT2LayerPrefix); };
-    const GPT2Graph model = build_gpt2_graph(config, 1, 1, /*training=*/false, options);
+    options.parallelize = [cut, prefix = std::string(model_family(config).layer_prefix())](const Graph& forward) {
+      return cut_pipeline_part(forward, cut, prefix);
+    };
+    const ModelGraph model = build_model_graph(config, 1, 1, /*training=*/false, options);
     for (size_t i = 0; i < count; ++i) {
       std::vector<int>& stages = holders[i];
       if (model.params[i] >= 0 && std::find(stages.begin(), stages.end(), part % pp) == stages.end()) {
@@ -77,12 +79,12 @@ fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& o
   if (state.model.n_head % layout.mesh.tp != 0) {
     fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", layout.mesh.tp, state.model.n_head);
   }
-  const std::vector<ParamSpec> specs = gpt2_param_specs(state.model);
+  const std::vector<ParamSpec> specs = model_param_specs(state.model);
   std::vector<size_t> every(specs.size());
   std::iota(every.begin(), every.end(), size_t{0});
   check_training_tensors(source, specs, every);  // before anything is written
   const std::vector<ShardPiece> pieces =
-      checkpoint_pieces(specs, gpt2_sharding_plan(), layout.mesh,
+      checkpoint_pieces(specs, model_family(state.model).sharding_plan(), layout.mesh,
                         pipeline_stage_holders(state.model, layout.mesh.pp, layout.virtual_stages));
   state.layout = {{"dp", layout.mesh.dp}, {"tp", layout.mesh.tp}, {"pp", layout.mesh.pp},
                   {"virtual_stages", layout.virtual_stages}, {"converted_from", source.dir().string()}};

@@ -7,36 +7,13 @@
 #include "ckpt/training_checkpoint.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "model/gpt2.h"
+#include "model/family.h"
 
 namespace strata {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
-json hf_config(const GPT2Config& model) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", model.vocab_size},
-          {"n_positions", model.block_size},
-          {"n_ctx", model.block_size},
-          {"n_embd", model.n_embd},
-          {"n_layer", model.n_layer},
-          {"n_head", model.n_head},
-          {"n_inner", nullptr},  // 4 × n_embd, as Strata's MLP
-          {"activation_function", "gelu_new"},  // the tanh approximation
-          {"layer_norm_epsilon", model.layer_norm_eps},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"initializer_range", 0.02},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
-}
-
-}  // namespace
 
 void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_shard_bytes) {
   if (max_shard_bytes == 0) fail("the largest shard size must be positive");
@@ -45,7 +22,7 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
   fs::create_directories(out, error);
   if (error) fail("cannot create export directory '{}': {}", out.string(), error.message());
   const TrainingCheckpoint state = read_training_checkpoint(checkpoint);
-  const std::vector<ParamSpec> specs = gpt2_param_specs(state.model);
+  const std::vector<ParamSpec> specs = model_param_specs(state.model);
 
   // Greedy shards in parameter order, as huggingface_hub splits a state dict.
   std::vector<std::vector<size_t>> shards(1);
@@ -78,7 +55,7 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
-  write_file_atomic(out / "config.json", hf_config(state.model).dump(2) + "\n");
+  write_file_atomic(out / "config.json", model_family(state.model).to_hf_config(state.model).dump(2) + "\n");
   if (!state.tokenizer.empty() && fs::exists(state.tokenizer)) {
     fs::copy_file(state.tokenizer, out / "tokenizer.model", fs::copy_options::overwrite_existing, error);
     if (error) fail("cannot copy the tokenizer '{}' to '{}': {}", state.tokenizer, out.string(), error.message());

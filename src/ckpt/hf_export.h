@@ -1,12 +1,11 @@
 #pragma once
-// A trained model leaves Strata as a directory HuggingFace's
-// GPT2LMHeadModel.from_pretrained reads: the parameters by their
-// GPT2LMHeadModel names (`transformer.` prefix; lm_head tied, so not stored)
-// in `model.safetensors`, or past `max_shard_bytes` in
+// A trained model leaves Strata as a directory HuggingFace's from_pretrained
+// reads (GPT2LMHeadModel, LlamaForCausalLM): the parameters by their
+// HuggingFace names (a tied lm_head is not stored) in `model.safetensors`, or past `max_shard_bytes` in
 // `model-0000i-of-0000n.safetensors` shards with `model.safetensors.index.json`
 // (huggingface_hub's convention: greedy in parameter order, a tensor larger
 // than the limit alone in its shard, `total_size` the payload bytes), every
-// file with `__metadata__ {"format": "pt"}`; `config.json` (model_type gpt2);
+// file with `__metadata__ {"format": "pt"}`; `config.json` (the family's);
 // and the run's SentencePiece model as `tokenizer.model` when it has one.
 #include <cstddef>
 #include <filesystem>

@@ -15,9 +15,29 @@ using json = nlohmann::json;
 
 namespace {
 
-json model_json(const GPT2Config& model) {
-  return {{"n_layer", model.n_layer},       {"n_head", model.n_head},         {"n_embd", model.n_embd},
-          {"vocab_size", model.vocab_size}, {"block_size", model.block_size}, {"layer_norm_eps", model.layer_norm_eps}};
+json model_json(const ModelConfig& model) {
+  const RopeScaling& rope = model.rope_scaling;
+  return {{"family", model.family},
+          {"n_layer", model.n_layer},
+          {"n_head", model.n_head},
+          {"n_embd", model.n_embd},
+          {"vocab_size", model.vocab_size},
+          {"block_size", model.block_size},
+          {"layer_norm_eps", model.layer_norm_eps},
+          {"n_kv_head", model.n_kv_head},
+          {"head_dim", model.head_dim},
+          {"intermediate_size", model.intermediate_size},
+          {"max_position_embeddings", model.max_position_embeddings},
+          {"rope_theta", model.rope_theta},
+          {"rope_scaling",
+           {{"type", rope.type},
+            {"factor", rope.factor},
+            {"low_freq_factor", rope.low_freq_factor},
+            {"high_freq_factor", rope.high_freq_factor},
+            {"original_max_positions", rope.original_max_positions}}},
+          {"tie_word_embeddings", model.tie_word_embeddings},
+          {"attention_bias", model.attention_bias},
+          {"mlp_bias", model.mlp_bias}};
 }
 
 // The metadata's value at `pointer` (e.g. "/train_loader/shard") as T, or
@@ -35,18 +55,40 @@ T metadata_value(const Checkpoint& checkpoint, const std::string& pointer, std::
     return metadata.at(key).get<T>();
   } catch (const json::exception&) {
     fail("'{}': metadata key {} is {}, expected a {}", manifest, pointer, json_excerpt(metadata.at(key)),
-         std::is_same_v<T, std::string> ? "string" : "number");
+         std::is_same_v<T, std::string> ? "string" : std::is_same_v<T, bool> ? "boolean" : "number");
   }
 }
 
-GPT2Config model_config(const Checkpoint& checkpoint) {
-  GPT2Config config;
+ModelConfig model_config(const Checkpoint& checkpoint) {
+  ModelConfig config;
   config.n_layer = metadata_value<int64_t>(checkpoint, "/model/n_layer");
   config.n_head = metadata_value<int64_t>(checkpoint, "/model/n_head");
   config.n_embd = metadata_value<int64_t>(checkpoint, "/model/n_embd");
   config.vocab_size = metadata_value<int64_t>(checkpoint, "/model/vocab_size");
   config.block_size = metadata_value<int64_t>(checkpoint, "/model/block_size");
   config.layer_norm_eps = metadata_value<double>(checkpoint, "/model/layer_norm_eps");
+  // Checkpoints from before model families hold GPT-2 and none of the keys below: the defaults.
+  const ModelConfig d;
+  config.family = metadata_value<std::string>(checkpoint, "/model/family", d.family);
+  config.n_kv_head = metadata_value<int64_t>(checkpoint, "/model/n_kv_head", d.n_kv_head);
+  config.head_dim = metadata_value<int64_t>(checkpoint, "/model/head_dim", d.head_dim);
+  config.intermediate_size = metadata_value<int64_t>(checkpoint, "/model/intermediate_size", d.intermediate_size);
+  config.max_position_embeddings =
+      metadata_value<int64_t>(checkpoint, "/model/max_position_embeddings", d.max_position_embeddings);
+  config.rope_theta = metadata_value<double>(checkpoint, "/model/rope_theta", d.rope_theta);
+  RopeScaling& rope = config.rope_scaling;
+  rope.type = metadata_value<std::string>(checkpoint, "/model/rope_scaling/type", d.rope_scaling.type);
+  rope.factor = metadata_value<double>(checkpoint, "/model/rope_scaling/factor", d.rope_scaling.factor);
+  rope.low_freq_factor =
+      metadata_value<double>(checkpoint, "/model/rope_scaling/low_freq_factor", d.rope_scaling.low_freq_factor);
+  rope.high_freq_factor =
+      metadata_value<double>(checkpoint, "/model/rope_scaling/high_freq_factor", d.rope_scaling.high_freq_factor);
+  rope.original_max_positions = metadata_value<int64_t>(checkpoint, "/model/rope_scaling/original_max_positions",
+                                                        d.rope_scaling.original_max_positions);
+  config.tie_word_embeddings =
+      metadata_value<bool>(checkpoint, "/model/tie_word_embeddings", d.tie_word_embeddings);
+  config.attention_bias = metadata_value<bool>(checkpoint, "/model/attention_bias", d.attention_bias);
+  config.mlp_bias = metadata_value<bool>(checkpoint, "/model/mlp_bias", d.mlp_bias);
   config.validate();
   return config;
 }

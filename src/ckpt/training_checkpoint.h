@@ -2,7 +2,7 @@
 // A training run's checkpoint: the one place that knows which global tensors
 // a checkpoint directory (checkpoint.h) holds and what its metadata means.
 //
-//   <name>                 every parameter, by its HuggingFace GPT-2 name (f32)
+//   <name>                 every parameter, by its HuggingFace name (f32)
 //   exp_avg.<name>         AdamW's first moments
 //   exp_avg_sq.<name>      and second moments
 //   rank_XXXXX.safetensors the pieces each rank wrote (shard_plan.h)
@@ -23,7 +23,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/shard_plan.h"
 #include "data/token_loader.h"
-#include "model/gpt2_config.h"
+#include "model/model_config.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
 
@@ -37,7 +37,7 @@ struct LossScaleState {
 // What a training checkpoint records beside its tensors.
 struct TrainingCheckpoint {
   int64_t step = 0;  // completed optimizer steps
-  GPT2Config model;
+  ModelConfig model;
   std::string tokenizer;  // the corpus's SentencePiece model; empty when none was recorded
   int64_t seed = 0;
   LoaderPosition train_loader;               // where the next training batch starts

@@ -30,8 +30,8 @@ void inspect(const std::string& path) {
   const Checkpoint checkpoint(resolve_checkpoint(path));
   const TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   fmt::print("checkpoint {}: step {}\n", checkpoint.dir().string(), state.step);
-  fmt::print("model: GPT-2, {} layers, {} heads, width {}, vocabulary {}, context {} ({:.2f}M parameters)\n",
-             state.model.n_layer, state.model.n_head, state.model.n_embd, state.model.vocab_size,
+  fmt::print("model: {}, {} layers, {} heads, width {}, vocabulary {}, context {} ({:.2f}M parameters)\n",
+             state.model.family, state.model.n_layer, state.model.n_head, state.model.n_embd, state.model.vocab_size,
              state.model.block_size, static_cast<double>(state.model.num_parameters()) / 1e6);
   fmt::print("saved under: {}\n", state.layout.is_null() ? "one process (no layout recorded)" : state.layout.dump());
   fmt::print("data position: shard {}, offset {}; optimizer updates {}{}\n", state.train_loader.shard,
@@ -80,7 +80,7 @@ void add_export_command(CLI::App& app) {
   auto source = std::make_shared<std::string>(), hf = std::make_shared<std::string>();
   auto max_shard_mb = std::make_shared<double>(static_cast<double>(kDefaultHfShardBytes) / 1e6);
   command->add_option("checkpoint", *source, "Checkpoint directory, or a run directory (its newest)")->required();
-  command->add_option("--hf", *hf, "HuggingFace model directory to create (GPT2LMHeadModel.from_pretrained)")
+  command->add_option("--hf", *hf, "HuggingFace model directory to create (the family's from_pretrained: GPT2LMHeadModel, LlamaForCausalLM)")
       ->required();
   command->add_option("--max-shard-mb", *max_shard_mb, "Largest weights file before sharding, in MB (default 5000)")
       ->check(CLI::PositiveNumber);

@@ -6,7 +6,7 @@
 #include "ckpt/training_checkpoint.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "model/sampler.h"
 
 namespace strata::cli {
@@ -31,10 +31,10 @@ void sample(const SampleArgs& args) {
   if (tokenizer_path.empty()) fail("{}: no tokenizer recorded; pass --tokenizer", checkpoint.dir().string());
   Tokenizer tokenizer(tokenizer_path);
 
-  ParameterSet params(gpt2_param_specs(saved.model));
+  ParameterSet params(model_param_specs(saved.model));
   load_training_parameters(checkpoint, params);
   auto dispatcher = make_dispatcher(args.backend, FallbackPolicy::Warn);
-  GPT2Sampler sampler(saved.model, params, *dispatcher);
+  Sampler sampler(saved.model, params, *dispatcher);
   std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens; give some text");
   SamplingOptions options{args.temperature, args.top_k, args.seed};

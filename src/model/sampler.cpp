@@ -4,64 +4,87 @@
 #include <cmath>
 #include <numeric>
 
-#include "model/gpt2_block.h"
+#include "model/family.h"
 
 namespace strata {
 
 namespace {
 
-// Runs the model's ops eagerly on a dispatcher (see gpt2_block.h), with the
-// attention core reading and extending the current layer's key/value cache.
-class CachedEmitter {
+// Runs a family's ops eagerly on a dispatcher (model/family.h): a value is an index into the
+// tensors made so far. The attention core reads and extends the current layer's key/value cache.
+class CachedEmitter final : public ModelEmitter {
  public:
-  using Value = Tensor;
-
   CachedEmitter(const ParameterSet& params, Dispatcher& dispatcher, int64_t position)
       : params_(params), dispatcher_(dispatcher), position_(position) {}
 
+  int input(Tensor tensor) {
+    values_.push_back(std::move(tensor));
+    return static_cast<int>(values_.size() - 1);
+  }
+  Tensor& value(int id) { return values_.at(static_cast<size_t>(id)); }
+
   void use_cache(Tensor& keys, Tensor& values) {
     keys_ = &keys;
-    values_ = &values;
+    values_cache_ = &values;
   }
 
-  Tensor param(const std::string& name, const Shape& shape) const {
+  int param(const std::string& name, const Shape& shape) override {
     const Tensor& tensor = params_.get(name);
     STRATA_CHECK(tensor.shape() == shape, "parameter {} is {}, the model reads it as {}", name,
                  shape_str(tensor.shape()), shape_str(shape));
-    return tensor;
+    return input(tensor);
   }
-  Tensor op(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs, const std::string&) {
-    return dispatcher_.call(op, inputs, attrs)[0];
+  int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs, const std::string&) override {
+    std::vector<Tensor> tensors;
+    for (int id : inputs) tensors.push_back(value(id));
+    return input(dispatcher_.call(op, tensors, attrs)[0]);
   }
-  // The new tokens' keys and values go into the cache at `position_`; their
-  // queries attend to everything cached up to and including themselves.
-  Tensor attention(const Tensor& qkv, int64_t heads, const std::string& label) {
-    const int64_t width = qkv.shape()[2] / 3, count = qkv.shape()[1];
-    keys_->narrow(1, position_, count).copy_from(qkv.narrow(2, width, width));
-    values_->narrow(1, position_, count).copy_from(qkv.narrow(2, 2 * width, width));
-    Tensor query = qkv.narrow(2, 0, width).clone();
-    return op("attention_cached", {query, *keys_, *values_}, {{"n_head", heads}, {"position", position_}}, label);
+  // The new tokens' keys and values go into the cache at `position_`; their queries attend to
+  // everything cached up to and including themselves. Packed GPT-2 qkv holds q, k, v side by side.
+  int attention(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                const std::string& label) override {
+    Tensor query, keys, values;
+    if (op == "attention") {
+      const Tensor& qkv = value(inputs.at(0));
+      const int64_t width = qkv.shape()[2] / 3;
+      query = qkv.narrow(2, 0, width).clone();
+      keys = qkv.narrow(2, width, width);
+      values = qkv.narrow(2, 2 * width, width);
+    } else {
+      STRATA_CHECK(op == "grouped_attention", "the sampler has no cache for attention op {}", op);
+      query = value(inputs.at(0));
+      keys = value(inputs.at(1));
+      values = value(inputs.at(2));
+    }
+    const int64_t count = query.shape()[1];
+    keys_->narrow(1, position_, count).copy_from(keys);
+    values_cache_->narrow(1, position_, count).copy_from(values);
+    Attrs cached = attrs;
+    cached.set("position", position_);
+    return this->op("attention_cached", {input(query), input(*keys_), input(*values_cache_)}, cached, label);
   }
 
  private:
   const ParameterSet& params_;
   Dispatcher& dispatcher_;
   int64_t position_;
+  std::vector<Tensor> values_;
   Tensor* keys_ = nullptr;
-  Tensor* values_ = nullptr;
+  Tensor* values_cache_ = nullptr;
 };
 
 }  // namespace
 
-GPT2Sampler::GPT2Sampler(const GPT2Config& config, const ParameterSet& params, Dispatcher& dispatcher)
-    : config_(config), params_(params), dispatcher_(dispatcher) {
+Sampler::Sampler(const ModelConfig& config, const ParameterSet& params, Dispatcher& dispatcher)
+    : config_(config), family_(model_family(config)), params_(params), dispatcher_(dispatcher) {
+  const int64_t width = family_.kv_width(config);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    key_cache_.push_back(Tensor::zeros({1, config.block_size, config.n_embd}, DType::F32));
-    value_cache_.push_back(Tensor::zeros({1, config.block_size, config.n_embd}, DType::F32));
+    key_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32));
+    value_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32));
   }
 }
 
-Tensor GPT2Sampler::feed(const std::vector<int32_t>& tokens) {
+Tensor Sampler::feed(const std::vector<int32_t>& tokens) {
   const int64_t count = static_cast<int64_t>(tokens.size());
   STRATA_CHECK(count > 0 && length_ + count <= config_.block_size, "feeding {} tokens at {}", count, length_);
   Tensor ids = Tensor::empty({1, count}, DType::I32);
@@ -71,18 +94,20 @@ Tensor GPT2Sampler::feed(const std::vector<int32_t>& tokens) {
     positions.data<int32_t>()[i] = static_cast<int32_t>(length_ + i);
   }
   CachedEmitter emit(params_, dispatcher_, length_);
-  Tensor x = gpt2_embed(emit, config_, ids, positions);
+  const int at = emit.input(positions);
+  int x = family_.embed(emit, config_, emit.input(ids), at, 1);
   for (int64_t layer = 0; layer < config_.n_layer; ++layer) {
     emit.use_cache(key_cache_[static_cast<size_t>(layer)], value_cache_[static_cast<size_t>(layer)]);
-    x = gpt2_block(emit, config_, x, gpt2_layer_prefix(layer));
+    x = family_.block(emit, config_, x, at, layer_prefix(config_, layer), 1);
   }
   length_ += count;
   // Only the last position's logits are needed: the head reads just that row.
-  Tensor last = gpt2_final_norm(emit, config_, x).narrow(1, count - 1, 1).clone();
-  return gpt2_lm_head(emit, config_, last).reshape({config_.vocab_size});
+  const int normed = family_.final_norm(emit, config_, x);
+  const int last = emit.input(emit.value(normed).narrow(1, count - 1, 1).clone());
+  return emit.value(family_.lm_head(emit, config_, last, 1)).reshape({config_.vocab_size});
 }
 
-int32_t GPT2Sampler::pick(const Tensor& logits, const SamplingOptions& options, uint64_t draw) const {
+int32_t Sampler::pick(const Tensor& logits, const SamplingOptions& options, uint64_t draw) const {
   const float* values = logits.data<float>();
   const int64_t vocab = logits.numel();
   std::vector<int32_t> order(static_cast<size_t>(vocab));
@@ -110,7 +135,7 @@ int32_t GPT2Sampler::pick(const Tensor& logits, const SamplingOptions& options, 
   return order[static_cast<size_t>(keep - 1)];
 }
 
-std::vector<int32_t> GPT2Sampler::generate(const std::vector<int32_t>& prompt, int64_t count,
+std::vector<int32_t> Sampler::generate(const std::vector<int32_t>& prompt, int64_t count,
                                            const SamplingOptions& options) {
   if (prompt.empty()) fail("sampling needs a non-empty prompt");
   for (int32_t token : prompt) {

@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/gpt2_config.h"
+#include "model/family.h"
+#include "model/model_config.h"
 #include "model/parameters.h"
 #include "ops/dispatcher.h"
 
@@ -16,9 +17,9 @@ struct SamplingOptions {
   uint64_t seed = 1;
 };
 
-class GPT2Sampler {
+class Sampler {
  public:
-  GPT2Sampler(const GPT2Config& config, const ParameterSet& params, Dispatcher& dispatcher);
+  Sampler(const ModelConfig& config, const ParameterSet& params, Dispatcher& dispatcher);
 
   // Returns `count` new token ids following `prompt` (which must not be empty).
   // When the context reaches model.block_size, the cache is rebuilt from the
@@ -32,7 +33,8 @@ class GPT2Sampler {
  private:
   int32_t pick(const Tensor& logits, const SamplingOptions& options, uint64_t draw) const;
 
-  GPT2Config config_;
+  ModelConfig config_;
+  const ModelFamily& family_;
   const ParameterSet& params_;
   Dispatcher& dispatcher_;
   std::vector<Tensor> key_cache_, value_cache_;  // per layer [1, block_size, C]

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 
 namespace strata {
 

@@ -25,7 +25,7 @@ std::filesystem::path find_cluster_file(const std::string& name_or_path);
 
 struct AutoPlanRequest {
   std::string model_name = "model";
-  GPT2Config model;
+  ModelConfig model;
   int64_t global_batch = 0;  // rows per optimizer step
   int64_t seq = 0;           // tokens per row
   DType dtype = DType::F32;

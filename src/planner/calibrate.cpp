@@ -14,7 +14,7 @@
 #include "comm/probe.h"
 #include "core/error.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "model/parameters.h"
 #include "planner/device_time.h"
 
@@ -93,8 +93,8 @@ KernelSample time_attention(Dispatcher& dispatcher, const AttentionShape& s, DTy
 }
 
 // The small GPT-2 the graph pass runs.
-GPT2Config calibration_model() {
-  GPT2Config config;
+ModelConfig calibration_model() {
+  ModelConfig config;
   config.n_layer = 2;
   config.n_head = 4;
   config.n_embd = 256;
@@ -105,7 +105,7 @@ GPT2Config calibration_model() {
 constexpr int64_t kCalibrationBatch = 8;
 
 std::set<std::string> training_graph_ops() {
-  GPT2Graph model = build_gpt2_graph(calibration_model(), 1, 8, true);
+  ModelGraph model = build_model_graph(calibration_model(), 1, 8, true);
   std::set<std::string> ops;
   for (const Node& node : model.graph.nodes()) ops.insert(node.op);
   return ops;
@@ -116,19 +116,19 @@ std::set<std::string> training_graph_ops() {
 // micro-benchmark figures over the fastest time measured in the graph.
 std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DType dtype, const ThreadProfile& measured,
                                                     const DTypePerformance& performance, double budget) {
-  const GPT2Config config = calibration_model();
+  const ModelConfig config = calibration_model();
   const int64_t batch = kCalibrationBatch;
   // As training runs it: f32 master weights, the default mixed-precision policy (the lookups,
   // norms, softmax and loss stay in f32; those nodes are timed in the f32 pass, not here).
-  GPT2BuildOptions options;
+  ModelBuildOptions options;
   if (dtype != DType::F32) {
     options.precision = PrecisionPolicy::parse(std::string(dtype_name(dtype)), default_fp32_ops(), "");
   }
-  GPT2Graph model = build_gpt2_graph(config, batch, config.block_size, true, options);
+  ModelGraph model = build_model_graph(config, batch, config.block_size, true, options);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, dispatcher, kept);
-  ParameterSet params(gpt2_param_specs(config));
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(1));
   std::vector<Tensor> bound;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -182,7 +182,7 @@ double CostModel::accumulate_seconds(double gradients, double micro_batches) con
 }
 
 std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
-  const GPT2Config& model = problem_.model;
+  const ModelConfig& model = problem_.model;
   if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1) return "degrees must be at least 1";
   if (plan.devices() != problem_.cluster.devices()) {
     return fmt::format("dp x tp x pp = {} does not use the cluster's {} devices", plan.devices(),

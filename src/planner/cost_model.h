@@ -36,7 +36,7 @@ namespace strata {
 
 struct PlanningProblem {
   std::string model_name;
-  GPT2Config model;
+  ModelConfig model;
   int64_t global_batch = 0;  // rows per optimizer step
   int64_t seq = 0;           // tokens per row
   DType dtype = DType::F32;  // compute dtype of weights and activations

@@ -1,8 +1,8 @@
 #include "planner/model_comm.h"
 
 #include "core/error.h"
-#include "model/gpt2.h"
-#include "model/gpt2_block.h"
+#include "model/family.h"
+#include "model/model_graph.h"
 #include "parallel/parallelize.h"
 
 namespace strata {
@@ -11,7 +11,7 @@ namespace {
 
 // Adds part `part`'s calls: a layer's to `model.layer` (from the first part only: the two
 // parts' layers are alike), the rest to the embedding (first part) or the head (last part).
-void add_part_calls(const GPT2Graph& part_graph, int part, ModelComm& model) {
+void add_part_calls(const ModelGraph& part_graph, int part, const std::string& layer_prefix, ModelComm& model) {
   const Graph& g = part_graph.graph;
   for (int id = 0; id < g.num_nodes(); ++id) {
     const Node& node = g.node(id);
@@ -21,7 +21,7 @@ void add_part_calls(const GPT2Graph& part_graph, int part, ModelComm& model) {
       if (id == part_graph.boundary.send) model.boundary_bytes = cost.comm.front().bytes;
       continue;
     }
-    const bool in_layer = node.label.rfind(kGPT2LayerPrefix, 0) == 0;
+    const bool in_layer = node.label.rfind(layer_prefix, 0) == 0;
     if (in_layer && part != 0) continue;
     SegmentComm& segment = in_layer ? model.layer : part == 0 ? model.embedding : model.head;
     std::vector<CommWork>& calls = id < part_graph.first_backward_node ? segment.forward : segment.backward;
@@ -34,21 +34,23 @@ void add_part_calls(const GPT2Graph& part_graph, int part, ModelComm& model) {
 
 }  // namespace
 
-ModelComm model_comm(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype) {
-  GPT2Config two_layers = config;
+ModelComm model_comm(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype) {
+  ModelConfig two_layers = config;
   two_layers.n_layer = 2;
+  const ModelFamily& family = model_family(config);
+  const std::string prefix(family.layer_prefix());
   ModelComm model;
   for (int part = 0; part < 2; ++part) {
     TensorParallelRank rank{.degree = tp, .rank = 0, .sequence_parallel = sp};
     const RankLayout layout{rank, PipelinePart{part, {1, 1}}};
-    GPT2BuildOptions options{.dtype = dtype};
+    ModelBuildOptions options{.dtype = dtype};
     options.separate_head_copy = true;
-    options.parallelize = [layout](const Graph& forward) {
-      return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
+    options.parallelize = [layout, plan = family.sharding_plan(), prefix](const Graph& forward) {
+      return parallelize_forward(forward, plan, prefix, layout);
     };
-    add_part_calls(build_gpt2_graph(two_layers, micro_batch, seq, /*training=*/true, options), part, model);
+    add_part_calls(build_model_graph(two_layers, micro_batch, seq, /*training=*/true, options), part, prefix, model);
   }
-  STRATA_CHECK(model.boundary_bytes > 0, "the planner's two-part GPT-2 has no stage boundary");
+  STRATA_CHECK(model.boundary_bytes > 0, "the planner's two-part model has no stage boundary");
   return model;
 }
 

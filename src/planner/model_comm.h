@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/gpt2_config.h"
+#include "model/model_config.h"
 #include "ops/schema.h"
 
 namespace strata {
@@ -40,6 +40,6 @@ struct ModelComm {
 // What a tensor-parallel degree `tp` (with sequence parallelism when `sp`)
 // makes one device send for a micro-batch of `micro_batch` rows of `seq`
 // tokens in `dtype`, and what a stage boundary carries.
-ModelComm model_comm(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype);
+ModelComm model_comm(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype);
 
 }  // namespace strata

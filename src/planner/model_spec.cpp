@@ -1,6 +1,8 @@
 #include "planner/model_spec.h"
 
 #include <filesystem>
+#include <set>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -59,15 +61,26 @@ ModelSpec model_preset(const std::string& name) {
 ModelSpec parse_model_file(const std::string& toml_text, const std::string& source) {
   TomlReader fields = TomlReader::parse(toml_text, source);
   TomlReader model = fields.table("model");
-  model.only({"n_layer", "n_head", "n_embd", "vocab_size", "block_size", "layer_norm_eps", "init_from"});
   ModelSpec spec;
   spec.name = std::filesystem::path(source).stem().string();
-  spec.config.n_layer = model.integer("n_layer", 1);
-  spec.config.n_head = model.integer("n_head", 1);
-  spec.config.n_embd = model.integer("n_embd", 1);
-  spec.config.vocab_size = model.integer("vocab_size", 1);
-  spec.config.block_size = model.integer("block_size", 1);
-  if (model.has("layer_norm_eps")) spec.config.layer_norm_eps = model.positive("layer_norm_eps");
+  std::set<std::string> known = {"init_from"};
+  for (const ModelField& field : model_fields(spec.config)) {
+    known.insert(field.key);
+    if (!model.has(field.key)) continue;
+    std::visit(
+        [&](auto* value) {
+          using T = std::remove_pointer_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, int64_t>) *value = model.integer(field.key);
+          else if constexpr (std::is_same_v<T, double>) *value = model.number(field.key);
+          else if constexpr (std::is_same_v<T, std::string>) *value = model.string(field.key);
+          else *value = model.boolean(field.key);
+        },
+        field.value);
+  }
+  model.only(known);
+  for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"}) {
+    if (!model.has(key)) fail("{}: key 'model.{}' is missing", source, key);
+  }
   try {
     spec.config.validate();
   } catch (const Error& error) {

@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt2_config.h"
+#include "model/model_config.h"
 
 namespace strata {
 
 struct ModelSpec {
   std::string name;
-  GPT2Config config;
+  ModelConfig config;
   int64_t global_batch = 0;  // rows per optimizer step the source suggests; 0: none
 };
 

@@ -122,7 +122,7 @@ nlohmann::json prediction_json(const Prediction& prediction) {
 }
 
 nlohmann::json problem_json(const PlanningProblem& problem) {
-  const GPT2Config& c = problem.model;
+  const ModelConfig& c = problem.model;
   return {{"model",
            {{"name", problem.model_name},
             {"n_layer", c.n_layer},
@@ -144,7 +144,7 @@ nlohmann::json problem_json(const PlanningProblem& problem) {
 
 std::string format_report(const CostModel& model, const SearchResult& result, size_t top) {
   const PlanningProblem& problem = model.problem();
-  const GPT2Config& c = problem.model;
+  const ModelConfig& c = problem.model;
   std::string out;
   out += fmt::format("model {}: {} layers, width {}, {} heads, vocab {}, {:.1f}M parameters\n", problem.model_name,
                      c.n_layer, c.n_embd, c.n_head, c.vocab_size, static_cast<double>(c.num_parameters()) / 1e6);

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "graph/autodiff.h"
 #include "graph/memory_plan.h"
-#include "model/gpt2_block.h"
+#include "model/family.h"
 #include "model/graph_emitter.h"
 
 namespace strata {
@@ -156,7 +156,7 @@ int add_activation(SegmentGraph& segment, const std::string& name, Shape shape, 
   return id;
 }
 
-// Builds the model's layers into the segment's graph (see model/gpt2_block.h);
+// Builds the model's layers into the segment's graph (see model/family.h);
 // each parameter the layers read becomes one of the segment's, once.
 GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
   return GraphEmitter(segment.graph, PrecisionPolicy{}, [&segment, dtype](const std::string& name, const Shape& shape) {
@@ -170,34 +170,37 @@ GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
 }
 
 // One transformer block, with this device's shard of every tensor-parallel weight.
-SegmentWork layer_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
   SegmentGraph seg;
   seg.recomputable = true;
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
+  // The positions are one [s] input every layer shares (rotary reads them), not a layer's activation.
+  int positions = seg.graph.add_input("positions", {{s}, DType::I32});
   GraphEmitter emit = segment_emitter(seg, dtype);
-  finish(seg, gpt2_block(emit, c, x, "", tp));
+  finish(seg, model_family(c).block(emit, c, x, positions, "", tp));
   return summarise(seg);
 }
 
-SegmentWork embedding_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
   SegmentGraph seg;
   int tokens = add_activation(seg, "tokens", {b, s}, DType::I32);
   int positions = add_activation(seg, "positions", {s}, DType::I32);
   GraphEmitter emit = segment_emitter(seg, dtype);
-  finish(seg, gpt2_embed(emit, c, tokens, positions, tp));
+  finish(seg, model_family(c).embed(emit, c, tokens, positions, tp));
   return summarise(seg);
 }
 
-// The LM head reads the embedding's weights; they are counted with the embedding.
-SegmentWork head_work(const GPT2Config& c, int64_t b, int64_t s, int tp, DType dtype) {
+// A tied LM head reads the embedding's weights; they are counted with the embedding.
+SegmentWork head_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
   SegmentGraph seg;
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   int targets = add_activation(seg, "targets", {b, s}, DType::I32);
   GraphEmitter emit = segment_emitter(seg, dtype);
-  int logits = gpt2_lm_head(emit, c, gpt2_final_norm(emit, c, x), tp);
+  const ModelFamily& family = model_family(c);
+  int logits = family.lm_head(emit, c, family.final_norm(emit, c, x), tp);
   finish(seg, emit.op("cross_entropy", {logits, targets}, {}, "loss"));
   SegmentWork work = summarise(seg);
-  work.params -= static_cast<double>(gpt2_vocab_shard(c, tp) * c.n_embd);
+  if (!family.tied_embedding(c).empty()) work.params -= static_cast<double>(vocab_shard(c, tp) * c.n_embd);
   return work;
 }
 
@@ -221,18 +224,23 @@ OpWork op_work(const Graph& graph, int node_id) {
   const OpSchema& schema = OpRegistry::global().get(node.op);
   OpWork work{node.op, node.label, schema.kind, cost.flops, cost.bytes, 0, false, false};
   if (work.kind == OpKind::Attention) {
-    // Attention ops read the packed q, k, v as their input "qkv" [B, T, 3C].
-    auto qkv_input = std::find(schema.inputs.begin(), schema.inputs.end(), "qkv") - schema.inputs.begin();
-    int qkv = node.inputs[static_cast<size_t>(qkv_input)];
-    work.attention_problems = static_cast<double>(graph.value(qkv).meta.shape[0] * node.attrs.get_int("n_head"));
+    // Attention ops read the queries as input "qkv" [B, T, 3C] (packed) or "q" [B, T, H·D].
+    auto query_input = std::find_if(schema.inputs.begin(), schema.inputs.end(),
+                                    [](const std::string& name) { return name == "qkv" || name == "q"; }) -
+                       schema.inputs.begin();
+    STRATA_CHECK(query_input < static_cast<std::ptrdiff_t>(schema.inputs.size()), "attention op {} reads no queries",
+                 node.op);
+    int queries = node.inputs[static_cast<size_t>(query_input)];
+    work.attention_problems = static_cast<double>(graph.value(queries).meta.shape[0] * node.attrs.get_int("n_head"));
   }
   return work;
 }
 
-Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, DType dtype) {
+Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype) {
   config.validate();
-  if (tp < 1 || config.n_head % tp != 0) {
-    fail("tensor-parallel degree {} must divide model.n_head ({})", tp, config.n_head);
+  if (tp < 1 || config.n_head % tp != 0 || config.kv_heads() % tp != 0) {
+    fail("tensor-parallel degree {} must divide model.n_head ({}) and the key/value heads ({})", tp, config.n_head,
+         config.kv_heads());
   }
   if (micro_batch < 1) fail("micro-batch size must be positive, got {}", micro_batch);
   if (seq < 1 || seq > config.block_size)
@@ -245,10 +253,12 @@ Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t s
   work.embedding = embedding_work(config, micro_batch, seq, tp, dtype);
   work.layer = layer_work(config, micro_batch, seq, tp, dtype);
   work.head = head_work(config, micro_batch, seq, tp, dtype);
-  TensorMeta table{{gpt2_vocab_shard(config, tp), config.n_embd}, dtype};
-  OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
-  work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
-  work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
+  if (!model_family(config).tied_embedding(config).empty()) {
+    TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
+    OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
+    work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
+    work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
+  }
   return work;
 }
 

@@ -14,7 +14,7 @@
 #include "core/dtype.h"
 #include "graph/graph.h"
 #include "graph/recompute.h"
-#include "model/gpt2_config.h"
+#include "model/model_config.h"
 
 namespace strata {
 
@@ -66,7 +66,7 @@ struct Workload {
   SegmentWork embedding;  // token and position embeddings
   SegmentWork layer;      // one transformer block
   SegmentWork head;       // final LayerNorm, tied LM head, cross-entropy
-  // Summing the two gradients of the tied embedding when one device holds both ends.
+  // Summing the two gradients of the tied embedding when one device holds both ends (none: untied).
   OpWork tied_gradient_sum;
   // Bytes live during that sum beyond the summed gradient: both partial
   // gradients, less the one the sum takes over in place.
@@ -76,6 +76,6 @@ struct Workload {
 // Per-device work of `config` at `micro_batch` rows of `seq` tokens under
 // tensor parallelism `tp`, which must divide the heads; a vocabulary shard
 // holds ceil(vocab_size / tp) rows.
-Workload build_workload(const GPT2Config& config, int64_t micro_batch, int64_t seq, int tp, DType dtype);
+Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype);
 
 }  // namespace strata

@@ -1,16 +1,22 @@
 #include "train/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 #include <type_traits>
 #include <variant>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
+#include "model/family.h"
 #include "core/toml_reader.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -26,13 +32,11 @@ struct Field {
 };
 
 std::vector<Field> fields(TrainConfig& c) {
-  return {
-      {"model.n_layer", &c.model.n_layer},
-      {"model.n_head", &c.model.n_head},
-      {"model.n_embd", &c.model.n_embd},
-      {"model.vocab_size", &c.model.vocab_size},
-      {"model.block_size", &c.model.block_size},
-      {"model.layer_norm_eps", &c.model.layer_norm_eps},
+  std::vector<Field> all;
+  for (const ModelField& field : model_fields(c.model)) {
+    std::visit([&](auto* value) { all.push_back({std::string("model.") + field.key, value}); }, field.value);
+  }
+  std::vector<Field> rest = {
       {"model.init_from", &c.init_from},
       {"data.dir", &c.data_dir},
       {"data.train", &c.train_shards},
@@ -79,6 +83,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"checkpoint.keep", &c.checkpoint_keep},
       {"checkpoint.resume", &c.resume},
   };
+  all.insert(all.end(), rest.begin(), rest.end());
+  return all;
 }
 
 // "train.lr" -> {"train", "lr"}: every config key is one section deep.
@@ -101,6 +107,20 @@ void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std
   for (const auto& [section, keys] : sections) names.insert(section);
   root.only(names);
   for (const auto& [section, keys] : sections) root.table(section, false).only(keys);
+}
+
+// A value as a TOML file spells it, for messages.
+template <typename T>
+std::string toml_value_text(const T& value) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return "\"" + value + "\"";
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return fmt::format("[{}]", fmt::join(value, ", "));
+  } else {
+    return fmt::format("{}", value);
+  }
 }
 
 void assign(const Field& field, const TomlReader& section, const std::string& name) {
@@ -238,7 +258,7 @@ void TrainConfig::validate() const {
   }
 }
 
-GPT2BuildOptions gpt2_build_options(const TrainConfig& config, bool training) {
+ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {
   return {.precision = config.precision_policy(),
           .recompute = training ? parse_recompute_mode(config.recompute, "train.recompute") : RecomputeMode::None,
           .fuse = config.fuse};
@@ -246,6 +266,43 @@ GPT2BuildOptions gpt2_build_options(const TrainConfig& config, bool training) {
 
 PrecisionPolicy TrainConfig::precision_policy() const {
   return PrecisionPolicy::parse(precision, fp32_ops, "precision.fp32_ops");
+}
+
+// model.init_from = a HuggingFace model directory: its config.json fills the [model] keys not given;
+// a given one must agree (model.block_size, the training length, may be shorter).
+void adopt_hf_config(TrainConfig& config, const std::set<std::string>& given) {
+  const std::filesystem::path hf_path = std::filesystem::path(config.init_from) / "config.json";
+  const nlohmann::json hf = read_json_file(hf_path);
+  const std::string model_type = hf.contains("model_type") && hf["model_type"].is_string()
+                                     ? hf["model_type"].get<std::string>()
+                                     : "";
+  if (model_type.empty()) fail("{}: key 'model_type' is missing or not a string", hf_path.string());
+  const std::vector<std::string> families = model_family_names();
+  if (std::find(families.begin(), families.end(), model_type) == families.end()) {
+    fail("{}: model_type \"{}\" is not a family Strata has ({})", hf_path.string(), model_type,
+         fmt::join(families, ", "));
+  }
+  TrainConfig from_hf;
+  from_hf.model = model_family(model_type).from_hf_config(hf, hf_path.string());
+  std::vector<Field> here = fields(config), there = fields(from_hf);
+  for (size_t i = 0; i < here.size(); ++i) {
+    const std::string& key = here[i].key;
+    if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
+    if (!given.count(key)) {
+      std::visit([&](auto* target) { *target = *std::get<decltype(target)>(there[i].ref); }, here[i].ref);
+      continue;
+    }
+    if (key == "model.block_size") continue;  // checked against max_position_embeddings by validate()
+    std::visit(
+        [&](auto* value) {
+          const auto& theirs = *std::get<decltype(value)>(there[i].ref);
+          if (*value != theirs) {
+            fail("key '{}' is {} here but {} in {}: leave it out to take the model directory's value", key,
+                 toml_value_text(*value), toml_value_text(theirs), hf_path.string());
+          }
+        },
+        here[i].ref);
+  }
 }
 
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
@@ -259,6 +316,7 @@ TrainConfig parse_train_config(const std::string& toml_text, const std::string& 
   std::map<std::string, std::set<std::string>> sections = keys_by_section(known);
   reject_unknown_keys(from_file, sections);
   reject_unknown_keys(from_set, sections);
+  std::set<std::string> given;
   for (const Field& field : known) {
     auto [section, name] = split_key(field.key);
     // An override replaces the file's value, whatever that was.
@@ -266,11 +324,13 @@ TrainConfig parse_train_config(const std::string& toml_text, const std::string& 
       TomlReader table = layer->table(section, false);
       if (table.has(name)) {
         assign(field, table, name);
+        given.insert(field.key);
         break;
       }
     }
   }
   try {
+    if (std::filesystem::is_directory(config.init_from)) adopt_hf_config(config, given);
     config.validate();
   } catch (const Error& error) {
     fail("{}: {}", source, error.what());

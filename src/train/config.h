@@ -7,13 +7,15 @@
 #include <vector>
 
 #include "graph/autocast.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 
 namespace strata {
 
 struct TrainConfig {
-  GPT2Config model;
-  std::string init_from;  // model.init_from: a HuggingFace-style GPT-2 safetensors file
+  ModelConfig model;
+  // model.init_from: HuggingFace weights: a safetensors file, or a model directory whose config.json
+  // also fills the [model] keys not given (given ones must agree)
+  std::string init_from;
 
   std::string data_dir = "data/kjv";  // output of `strata data prepare`
   // data.train / data.val: token shards as paths or globs (llm.c's own files,
@@ -88,7 +90,7 @@ struct TrainConfig {
 
 // How the trainer builds its graphs from the config: precision policy,
 // recomputation (training graphs only) and fusion.
-GPT2BuildOptions gpt2_build_options(const TrainConfig& config, bool training);
+ModelBuildOptions model_build_options(const TrainConfig& config, bool training);
 
 // `source` names the file in error messages.
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,

@@ -75,8 +75,8 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
   std::vector<double> losses(static_cast<size_t>(count), 0.0);
   for (const PipelineAction& action : stage_actions_) {
     ModelChunk& chunk = chunks_[static_cast<size_t>(action.chunk)];
-    const GPT2Graph& model = chunk.train_model;
-    const GPT2Graph::BoundaryNodes& boundary = model.boundary;
+    const ModelGraph& model = chunk.train_model;
+    const ModelGraph::BoundaryNodes& boundary = model.boundary;
     CompiledGraph& graph = *chunk.train_graph;
     const int slot = slot_for(action.chunk, action.micro_batch);
     const size_t micro = static_cast<size_t>(action.micro_batch);

@@ -16,19 +16,19 @@
 #include <fmt/ranges.h>
 
 #include "backends/backends.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_weights.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
-#include "model/gpt2_block.h"
+#include "model/family.h"
 #include "train/stop_signals.h"
 
 namespace strata {
 
 namespace {
 
-std::set<int> kept_values(const GPT2Graph& model) {
+std::set<int> kept_values(const ModelGraph& model) {
   std::set<int> kept;
   for (int value : {model.loss, model.sent}) {
     if (value >= 0) kept.insert(value);
@@ -96,20 +96,22 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   return config;
 }
 
-// Builds the GPT-2 graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
-GPT2Graph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
-  GPT2BuildOptions options = gpt2_build_options(config, training);
+// Builds the model's graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
+ModelGraph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
+  ModelBuildOptions options = model_build_options(config, training);
   options.separate_head_copy = true;
   if (layout.tp.degree > 1 || layout.part.parts() > 1) {
-    options.parallelize = [layout](const Graph& forward) {
-      return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
+    const ModelFamily& family = model_family(config.model);
+    options.parallelize = [layout, plan = family.sharding_plan(),
+                           prefix = std::string(family.layer_prefix())](const Graph& forward) {
+      return parallelize_forward(forward, plan, prefix, layout);
     };
   }
-  return build_gpt2_graph(config.model, config.batch_size, config.model.block_size, training, options);
+  return build_model_graph(config.model, config.batch_size, config.model.block_size, training, options);
 }
 
 // The [model] keys whose values differ, "model.n_embd = 64 there, 32 here".
-std::string model_difference(const GPT2Config& there, const GPT2Config& here) {
+std::string model_difference(const ModelConfig& there, const ModelConfig& here) {
   std::string text;
   auto compare = [&](const char* key, auto a, auto b) {
     if (a != b) text += fmt::format("{}model.{} = {} there, {} here", text.empty() ? "" : "; ", key, a, b);
@@ -120,6 +122,17 @@ std::string model_difference(const GPT2Config& there, const GPT2Config& here) {
   compare("vocab_size", there.vocab_size, here.vocab_size);
   compare("block_size", there.block_size, here.block_size);
   compare("layer_norm_eps", there.layer_norm_eps, here.layer_norm_eps);
+  compare("family", there.family, here.family);
+  compare("n_kv_head", there.kv_heads(), here.kv_heads());
+  compare("head_dim", there.head_size(), here.head_size());
+  compare("intermediate_size", there.intermediate_size, here.intermediate_size);
+  compare("rope_theta", there.rope_theta, here.rope_theta);
+  compare("rope_scaling", there.rope_scaling.type, here.rope_scaling.type);
+  compare("rope_factor", there.rope_scaling.factor, here.rope_scaling.factor);
+  compare("max_position_embeddings", there.max_position_embeddings, here.max_position_embeddings);
+  compare("tie_word_embeddings", there.tie_word_embeddings, here.tie_word_embeddings);
+  compare("attention_bias", there.attention_bias, here.attention_bias);
+  compare("mlp_bias", there.mlp_bias, here.mlp_bias);
   return text;
 }
 
@@ -137,12 +150,16 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
       parallel_(std::move(parallel)),
       tensor_(std::move(tensor)),
       pipeline_(std::move(pipeline)),
-      specs_(gpt2_param_specs(config_.model)),
-      shards_(parameter_shards(specs_, gpt2_sharding_plan(), tensor_.graph_rank())),
+      specs_(model_param_specs(config_.model)),
+      shards_(parameter_shards(specs_, model_family(config_.model).sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
+  if (tensor_.degree() > 1 && !model_family(config_.model).has_sharding_plan()) {
+    fail("key 'parallel.tp' ({}): the {} family has no tensor-parallel sharding plan yet; run it with parallel.tp = 1",
+         tensor_.degree(), config_.model.family);
+  }
   STRATA_CHECK(tensor_.degree() == config_.tp && pipeline_.degree() == config_.pp,
                "a tensor-parallel group of {} and a pipeline of {} for parallel.tp = {} and parallel.pp = {}",
                tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
@@ -192,12 +209,14 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
   // and the gradients it collects: one per parameter, plus the LM head's copy of the tied embedding
   // when the embedding's is here too (one process, or a one-stage pipeline).
-  const size_t tied_index = 0;  // transformer.wte.weight, first in gpt2_param_specs
-  STRATA_CHECK(specs_[tied_index].name == "transformer.wte.weight", "the tied embedding is '{}'",
-               specs_[tied_index].name);
+  const std::string tied = model_family(config_.model).tied_embedding(config_.model);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].name == tied) tied_index_ = i;
+  }
+  const size_t tied_index = tied_index_.value_or(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
-      const GPT2Graph& model = chunks_[static_cast<size_t>(chunk)].train_model;
+      const ModelGraph& model = chunks_[static_cast<size_t>(chunk)].train_model;
       for (int value : {model.params[i], i == tied_index ? model.head_copy : -1}) {
         if (value < 0) continue;
         if (!held_.empty() && held_.back() == i) {  // the head's copy, beside the embedding's
@@ -220,7 +239,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     head_copy_entry_ = entries_.size() - 1;
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
-  checkpoint_pieces_ = checkpoint_pieces(specs_, gpt2_sharding_plan(), mesh, holders_);
+  checkpoint_pieces_ = checkpoint_pieces(specs_, model_family(config_.model).sharding_plan(), mesh, holders_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
   param_tensors_ = tensors_of(params_);
 
@@ -334,7 +353,7 @@ void Trainer::bind_inputs() {
                                 {&chunk.eval_model, chunk.eval_graph.get()}}) {
       for (size_t k = 0; k < held_.size(); ++k) {
         if (model->params[held_[k]] >= 0) graph->bind(model->params[held_[k]], params_.tensor(k));
-        if (held_[k] == 0 && model->head_copy >= 0) graph->bind(model->head_copy, params_.tensor(k));
+        if (held_[k] == tied_index_ && model->head_copy >= 0) graph->bind(model->head_copy, params_.tensor(k));
       }
       for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
                                    {model->positions, &positions_}}) {
@@ -359,7 +378,7 @@ void Trainer::bind_inputs() {
   const PipelinePhases phases = pipeline_phases(schedule, shape, pipeline_.stage());
   const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
   for (ModelChunk& chunk : chunks_) {
-    const GPT2Graph& model = chunk.train_model;
+    const ModelGraph& model = chunk.train_model;
     chunk.train_graph->set_slots(slots);
     for (int slot = 0; slot < slots; ++slot) {
       auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
@@ -392,7 +411,7 @@ void Trainer::initialise_parameters() {
     if (config_.init_from.empty()) {
       params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
     } else {
-      load_gpt2_weights(config_.init_from, params_);
+      load_hf_weights(config_.init_from, config_.model, params_);
     }
     return;
   }
@@ -400,7 +419,7 @@ void Trainer::initialise_parameters() {
   // bit for bit the matching part of the single-process model.
   if (!config_.init_from.empty()) {
     ParameterSet whole(specs_);
-    load_gpt2_weights(config_.init_from, whole);
+    load_hf_weights(config_.init_from, config_.model, whole);
     std::vector<Tensor> held = param_tensors_;
     keep_held(tensors_of(whole), held);
     return;
@@ -448,7 +467,7 @@ void Trainer::sum_tied_gradients() {
   }
 }
 
-double Trainer::run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
+double Trainer::run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                                 const CompiledGraph::NodeHook& after_node) {
   loader.next(tokens_, targets_);
   graph.run(after_node);
@@ -543,9 +562,9 @@ StepMetrics Trainer::step() {
 
 double Trainer::model_flops_per_token() const {
   // PaLM's (and llm.c's) count: 6 per parameter, forward and backward, plus attention's 12 L C T.
-  const GPT2Config& m = config_.model;
+  const ModelConfig& m = config_.model;
   return 6.0 * static_cast<double>(m.num_parameters()) +
-         12.0 * static_cast<double>(m.n_layer * m.n_embd * m.block_size);
+         12.0 * static_cast<double>(m.n_layer * m.n_head * m.head_size() * m.block_size);
 }
 
 std::string Trainer::first_nonfinite_gradient() {
@@ -702,8 +721,9 @@ int Trainer::run() {
                 /*progress_bar=*/parallel_.degree() * tensor_.degree() * pipeline_.degree() == 1,
                 completed_steps_);
   }
-  print(fmt::format("model: GPT-2 {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
-                    config_.model.n_layer, config_.model.n_head, config_.model.n_embd, config_.model.vocab_size,
+  print(fmt::format("model: {} {} layers, {} heads, width {}, vocab {}, context {} ({:.2f}M parameters)\n",
+                    config_.model.family, config_.model.n_layer, config_.model.n_head, config_.model.n_embd,
+                    config_.model.vocab_size,
                     config_.model.block_size, static_cast<double>(config_.model.num_parameters()) / 1e6));
   if (pipeline_.degree() > 1) {
     print(fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; layers per "
@@ -714,11 +734,12 @@ int Trainer::run() {
                       plan_.chosen.layers_per_stage == layers_per_stage_ ? ", the planner's split" : ""));
   }
   if (tensor_.degree() > 1) {
-    print(fmt::format("tensor parallel: {} ranks per layer (c_attn and c_fc by columns, {} heads each; c_proj by "
-                      "rows; the embedding and the loss by vocabulary shards of up to {} rows){}; {:.2f}M parameters "
+    print(fmt::format("tensor parallel: {} ranks per layer (Megatron's split: QKV and MLP input projections by "
+                      "columns, {} heads each; output projections by rows; the embedding and the loss by vocabulary "
+                      "shards of up to {} rows){}; {:.2f}M parameters "
                       "per rank\n",
                       tensor_.degree(), config_.model.n_head / tensor_.degree(),
-                      gpt2_vocab_shard(config_.model, tensor_.degree()),
+                      vocab_shard(config_.model, tensor_.degree()),
                       config_.sp ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
                                                config_.model.block_size / tensor_.degree())
                                  : "",

@@ -1,5 +1,5 @@
 #pragma once
-// The training loop: hardware- and layout-agnostic. It builds the GPT-2 graph
+// The training loop: hardware- and layout-agnostic. It builds the model's graph (any family)
 // once, runs its share of each step's micro-batches (parallel/) through the
 // compiled graph on the configured backend, accumulates and combines
 // gradients, clips, steps AdamW, validates, logs and checkpoints.
@@ -10,7 +10,7 @@
 #include "core/file_lock.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "parallel/data_parallel.h"
 #include "parallel/gradient_buckets.h"
 #include "parallel/gradient_reduction.h"
@@ -70,7 +70,7 @@ class Trainer {
   std::vector<double> pipeline_validation(int64_t count);
   GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
-  double run_micro_batch(CompiledGraph& graph, const GPT2Graph& model, TokenLoader& loader,
+  double run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
   void bind_inputs();  // params, data and pipeline buffers of both graphs
   void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
@@ -104,8 +104,8 @@ class Trainer {
   // The model parts this rank runs: the whole model, a pipeline stage's part, or (interleaved) its
   // parallel.virtual_stages chunks, chunk c being model part c·pp + stage.
   struct ModelChunk {
-    GPT2Graph train_model;
-    GPT2Graph eval_model;
+    ModelGraph train_model;
+    ModelGraph eval_model;
     std::unique_ptr<CompiledGraph> train_graph;
     std::unique_ptr<CompiledGraph> eval_graph;
     int node_offset = 0;  // its nodes' first number in GradientSync's numbering of every chunk's nodes
@@ -121,6 +121,7 @@ class Trainer {
     int value = -1;    // the param value in that chunk's graph
   };
   std::vector<GradientEntry> entries_;
+  std::optional<size_t> tied_index_;     // the tied embedding's index in specs_ (tied models)
   std::optional<size_t> head_copy_entry_;
   std::vector<Tensor> entry_tensors_;      // per entry, its parameter's tensor (ZeRO's all-gather)
   std::vector<Tensor> head_copy_grads_;    // this rank's summed ranges of the head copy's gradient

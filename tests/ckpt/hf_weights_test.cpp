@@ -1,6 +1,6 @@
 // model.init_from files that are ambiguous or hold non-finite values are
 // refused, naming the file and the tensors.
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_weights.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "ckpt/safetensors.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "support/error_text.h"
 #include "support/test_files.h"
 
@@ -19,8 +19,8 @@ using ::testing::HasSubstr;
 using testing::error_of;
 using testing::TempDir;
 
-GPT2Config tiny() {
-  GPT2Config config;
+ModelConfig tiny() {
+  ModelConfig config;
   config.n_layer = 1;
   config.n_head = 2;
   config.n_embd = 8;
@@ -37,13 +37,13 @@ TensorMap weights_of(const ParameterSet& params) {
 
 TEST(HfWeights, TheSameTensorUnderBothSpellingsIsRefusedNamingBoth) {
   TempDir dir;
-  ParameterSet params(gpt2_param_specs(tiny()));
+  ParameterSet params(model_param_specs(tiny()));
   params.initialise(CounterRng(1));
   TensorMap tensors = weights_of(params);
   tensors["h.0.attn.c_attn.weight"] = params.get("transformer.h.0.attn.c_attn.weight");
   write_safetensors(dir / "both.safetensors", tensors);
-  ParameterSet target(gpt2_param_specs(tiny()));
-  std::string message = error_of([&] { load_gpt2_weights(dir / "both.safetensors", target); });
+  ParameterSet target(model_param_specs(tiny()));
+  std::string message = error_of([&] { load_hf_weights(dir / "both.safetensors", tiny(), target); });
   EXPECT_THAT(message, HasSubstr("'h.0.attn.c_attn.weight'"));
   EXPECT_THAT(message, HasSubstr("'transformer.h.0.attn.c_attn.weight'"));
   EXPECT_THAT(message, HasSubstr("keep one"));
@@ -51,12 +51,12 @@ TEST(HfWeights, TheSameTensorUnderBothSpellingsIsRefusedNamingBoth) {
 
 TEST(HfWeights, NonFiniteValuesAreRefusedNamingTheTensorAndElement) {
   TempDir dir;
-  ParameterSet params(gpt2_param_specs(tiny()));
+  ParameterSet params(model_param_specs(tiny()));
   params.initialise(CounterRng(1));
   params.get("transformer.h.0.mlp.c_fc.bias").data<float>()[3] = std::nanf("");
-  save_gpt2_weights(dir / "nan.safetensors", params);
-  ParameterSet target(gpt2_param_specs(tiny()));
-  std::string message = error_of([&] { load_gpt2_weights(dir / "nan.safetensors", target); });
+  save_hf_weights(dir / "nan.safetensors", params);
+  ParameterSet target(model_param_specs(tiny()));
+  std::string message = error_of([&] { load_hf_weights(dir / "nan.safetensors", tiny(), target); });
   EXPECT_THAT(message, HasSubstr("tensor 'transformer.h.0.mlp.c_fc.bias' holds a non-finite value (nan) at element 3"));
 }
 

@@ -1,4 +1,4 @@
-"""Golden test: Strata against an independent PyTorch GPT-2 (torch_gpt2.py).
+"""Golden test: Strata against an independent PyTorch model (torch_gpt2.py, torch_llama.py).
 
 Runs golden_dump for one backend, then recomputes everything it produced with
 PyTorch from the same initial weights and the same token shard:
@@ -16,7 +16,7 @@ element whose gradient is below ~1e-7 moves by about lr * gradient / eps,
 which magnifies any fp32 rounding of that gradient beyond the tolerance, so
 that even PyTorch fp32 against PyTorch fp64 fails.
 
-Usage: check_golden.py --dump-tool PATH --backend ref|cpu --work-dir DIR
+Usage: check_golden.py --dump-tool PATH --backend ref|cpu --work-dir DIR [--model gpt2|llama|llama-tied|llama3]
 """
 
 import argparse
@@ -28,7 +28,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_gpt2 as ref  # noqa: E402
+import torch_gpt2  # noqa: E402
+import torch_llama  # noqa: E402
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -87,9 +88,15 @@ class Comparison:
         return not self.failures
 
 
+def reference_model(golden):
+    """The independent PyTorch model of golden.json's family (torch_gpt2 or torch_llama)."""
+    return torch_llama if golden["config"]["family"] == "llama" else torch_gpt2
+
+
 def first_micro_batch_reference(golden, cfg, dtype, fail):
     """Strata's first-micro-batch dump, and PyTorch's parameters (.grad filled),
     logits and loss for the same tokens; `fail` hears of mismatched tokens."""
+    ref = reference_model(golden)
     dump = ref.read_safetensors(golden["first_micro_batch"])
     batch = golden["config"]["batch_size"]
     inputs, targets = ref.TokenWindows(golden["train_shards"], batch, cfg.block_size).next()
@@ -104,6 +111,7 @@ def first_micro_batch_reference(golden, cfg, dtype, fail):
 
 def reference_training(golden, cfg, dtype):
     """PyTorch's parameters, AdamW and micro-batch stream as golden's run starts."""
+    ref = reference_model(golden)
     c = golden["config"]
     params = ref.load_parameters(cfg, golden["initial_weights"], dtype)
     optimizer = ref.make_adamw(params, c["lr"], (c["beta1"], c["beta2"]), c["adam_eps"], c["weight_decay"])
@@ -123,6 +131,7 @@ def check_first_micro_batch(golden, cfg, dtype, result):
 
 
 def check_training(golden, cfg, dtype, result):
+    ref = reference_model(golden)
     c = golden["config"]
     params, optimizer, windows = reference_training(golden, cfg, dtype)
     if len(golden["steps"]) != c["steps"]:
@@ -149,14 +158,12 @@ def check_training(golden, cfg, dtype, result):
             result.check(f"params after {c['steps']} steps", name, saved[name], tensor.detach())
 
 
-def run_golden_dump(dump_tool, backend, work_dir, precision="fp32"):
-    """Runs golden_dump; returns its golden.json and the model's torch_gpt2 Config."""
-    subprocess.run([dump_tool, backend, work_dir, precision], check=True)
+def run_golden_dump(dump_tool, backend, work_dir, precision="fp32", model="gpt2"):
+    """Runs golden_dump; returns its golden.json and the reference model's Config."""
+    subprocess.run([dump_tool, backend, work_dir, precision, model], check=True)
     with open(os.path.join(work_dir, "golden.json")) as f:
         golden = json.load(f)
-    c = golden["config"]
-    cfg = ref.Config(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["block_size"], c["layer_norm_eps"])
-    return golden, cfg
+    return golden, reference_model(golden).Config.from_golden(golden["config"])
 
 
 def main():
@@ -164,14 +171,15 @@ def main():
     parser.add_argument("--dump-tool", required=True, help="the golden_dump executable")
     parser.add_argument("--backend", required=True, choices=["ref", "cpu"])
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
     parser.add_argument("--reference-dtype", choices=["float64", "float32"], default="float64")
     parser.add_argument("--verbose", action="store_true", help="print every tensor's errors")
     args = parser.parse_args()
 
-    golden, cfg = run_golden_dump(args.dump_tool, args.backend, args.work_dir)
+    golden, cfg = run_golden_dump(args.dump_tool, args.backend, args.work_dir, model=args.model)
     dtype = getattr(torch, args.reference_dtype)
     torch.manual_seed(0)
-    print(f"golden check: backend '{args.backend}' against PyTorch {torch.__version__} in {args.reference_dtype}")
+    print(f"golden check: {args.model} on backend '{args.backend}' against PyTorch {torch.__version__} in {args.reference_dtype}")
 
     result = Comparison(args.verbose)
     check_first_micro_batch(golden, cfg, dtype, result)

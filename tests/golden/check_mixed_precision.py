@@ -1,5 +1,5 @@
 """Golden test for mixed precision: Strata trained in bf16 or fp16 against the
-fp32 PyTorch reference (torch_gpt2.py in float32, no autocast).
+fp32 PyTorch reference (torch_gpt2.py or torch_llama.py in float32, no autocast).
 
 golden_dump builds and trains the model as the Trainer does in that precision
 (autocast casts, default fusion on, f32 master weights and AdamW state; fp16
@@ -15,7 +15,7 @@ Also checked: Strata's logits are bf16/fp16 (the LM head ran in the requested
 precision) and fp16's first step ran at the configured initial loss scale.
 The worst relative loss difference and the worst cosine are printed.
 
-Usage: check_mixed_precision.py --dump-tool PATH --backend ref|cpu --precision bf16|fp16 --work-dir DIR
+Usage: check_mixed_precision.py --dump-tool PATH --backend ref|cpu --precision bf16|fp16 --work-dir DIR [--model M]
 """
 
 import argparse
@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_golden  # noqa: E402
-import torch_gpt2 as ref  # noqa: E402
 
 LOSS_RTOL = 0.02
 MIN_COSINE = 0.99
@@ -58,6 +57,7 @@ def gradient_cosines(golden, cfg, failures):
 def loss_curve(golden, cfg):
     """Per step: (Strata's loss, PyTorch fp32's loss, Strata's step record)."""
     c = golden["config"]
+    ref = check_golden.reference_model(golden)
     params, optimizer, windows = check_golden.reference_training(golden, cfg, torch.float32)
     curve = []
     for step, strata_step in enumerate(golden["steps"]):
@@ -74,11 +74,13 @@ def main():
     parser.add_argument("--backend", required=True, choices=["ref", "cpu"])
     parser.add_argument("--precision", required=True, choices=["bf16", "fp16"])
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
     args = parser.parse_args()
 
-    golden, cfg = check_golden.run_golden_dump(args.dump_tool, args.backend, args.work_dir, args.precision)
+    golden, cfg = check_golden.run_golden_dump(args.dump_tool, args.backend, args.work_dir, args.precision, args.model)
+    ref = check_golden.reference_model(golden)
     torch.manual_seed(0)
-    print(f"mixed-precision check: backend '{args.backend}' in {args.precision} against PyTorch "
+    print(f"mixed-precision check: {args.model} on backend '{args.backend}' in {args.precision} against PyTorch "
           f"{torch.__version__} in float32")
     failures = []
     logits_dtype = ref.safetensors_dtypes(golden["first_micro_batch"])["logits"]

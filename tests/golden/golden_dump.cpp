@@ -1,5 +1,5 @@
 // Produces everything the PyTorch golden comparison (check_golden.py) needs,
-// for one backend: a tiny corpus, a tiny GPT-2's initial weights, the first
+// for one backend: a tiny corpus, a tiny model's initial weights (GPT-2 or a LLaMA), the first
 // micro-batch's logits, loss and parameter gradients, and the result of three
 // optimizer steps of the real Trainer (gradient accumulation and active
 // clipping), as losses per step plus a checkpoint.
@@ -9,7 +9,7 @@
 // fusion, dynamic loss scaling for fp16) for kMixedPrecisionSteps steps; the
 // first micro-batch's gradients are unscaled before they are written.
 //
-// Usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16]
+// Usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3]]
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -22,13 +22,13 @@
 
 #include "backends/backends.h"
 #include "ckpt/checkpoint.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_weights.h"
 #include "ckpt/safetensors.h"
 #include "core/file_io.h"
 #include "data/corpus.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -73,14 +73,40 @@ std::string generated_text() {
   return text;
 }
 
-TrainConfig golden_config(const std::string& backend, const std::string& precision, const fs::path& out) {
+// The models the golden tests check: GPT-2, and LLaMA with grouped-query attention (2 kv heads for 4
+// query heads) untied, tied, and with llama3 rope scaling (whose original length of 16 positions puts
+// the 32 trained ones past it, so every band of the scaling is used), a head size that is not
+// n_embd / n_head, and biases on the attention and the MLP.
+ModelConfig golden_model(const std::string& model) {
+  ModelConfig config;
+  config.n_layer = 2;
+  config.n_head = 4;
+  config.n_embd = 64;
+  config.vocab_size = kModelVocab;
+  config.block_size = 32;
+  if (model == "gpt2") return config;
+  config.family = "llama";
+  config.n_kv_head = 2;
+  config.intermediate_size = 96;
+  config.rope_theta = 10000;
+  config.tie_word_embeddings = model == "llama-tied";
+  if (model == "llama3") {
+    config.head_dim = 8;
+    config.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                           .original_max_positions = 16};
+    config.attention_bias = true;
+    config.mlp_bias = true;
+  } else if (model != "llama" && model != "llama-tied") {
+    fail("unknown golden model '{}' (gpt2, llama, llama-tied, llama3)", model);
+  }
+  return config;
+}
+
+TrainConfig golden_config(const std::string& backend, const std::string& precision, const std::string& model,
+                          const fs::path& out) {
   TrainConfig config;
   config.precision = precision;
-  config.model.n_layer = 2;
-  config.model.n_head = 4;
-  config.model.n_embd = 64;
-  config.model.vocab_size = kModelVocab;
-  config.model.block_size = 32;
+  config.model = golden_model(model);
   config.init_from = (out / "init.safetensors").string();
   config.data_dir = (out / "corpus").string();
   config.backend = backend;
@@ -109,9 +135,9 @@ TrainConfig golden_config(const std::string& backend, const std::string& precisi
 
 // The fp32 golden test checks the plain graph; mixed precision checks the
 // graph the Trainer trains with (autocast and its default fusion).
-GPT2BuildOptions first_micro_batch_options(const TrainConfig& config) {
+ModelBuildOptions first_micro_batch_options(const TrainConfig& config) {
   if (config.precision == "fp32") return {};
-  return gpt2_build_options(config, /*training=*/true);
+  return model_build_options(config, /*training=*/true);
 }
 
 // fp16 gradients are computed at the Trainer's initial loss scale, so small
@@ -128,7 +154,7 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
   auto dispatcher = make_dispatcher(config.backend, parse_fallback_policy(config.fallback));
   const int64_t batch = config.batch_size;
   const int64_t seq = config.model.block_size;
-  GPT2Graph model = build_gpt2_graph(config.model, batch, seq, /*training=*/true, first_micro_batch_options(config));
+  ModelGraph model = build_model_graph(config.model, batch, seq, /*training=*/true, first_micro_batch_options(config));
   std::set<int> kept{model.loss, model.logits};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, *dispatcher, kept);
@@ -162,14 +188,29 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
 }
 
 json config_json(const TrainConfig& config) {
+  const RopeScaling& rope = config.model.rope_scaling;
   return {{"precision", config.precision},
           {"loss_scale", config.loss_scale},
+          {"family", config.model.family},
           {"n_layer", config.model.n_layer},
           {"n_head", config.model.n_head},
           {"n_embd", config.model.n_embd},
           {"vocab_size", config.model.vocab_size},
           {"block_size", config.model.block_size},
           {"layer_norm_eps", config.model.layer_norm_eps},
+          {"n_kv_head", config.model.n_kv_head},
+          {"head_dim", config.model.head_dim},
+          {"intermediate_size", config.model.intermediate_size},
+          {"rope_theta", config.model.rope_theta},
+          {"rope_scaling",
+           {{"type", rope.type},
+            {"factor", rope.factor},
+            {"low_freq_factor", rope.low_freq_factor},
+            {"high_freq_factor", rope.high_freq_factor},
+            {"original_max_positions", rope.original_max_positions}}},
+          {"tie_word_embeddings", config.model.tie_word_embeddings},
+          {"attention_bias", config.model.attention_bias},
+          {"mlp_bias", config.model.mlp_bias},
           {"batch_size", config.batch_size},
           {"accumulation_steps", config.accumulation_steps()},
           {"steps", config.steps},
@@ -183,16 +224,16 @@ json config_json(const TrainConfig& config) {
           {"grad_clip", config.grad_clip}};
 }
 
-void run(const std::string& backend, const std::string& precision, const fs::path& out) {
+void run(const std::string& backend, const std::string& precision, const std::string& model, const fs::path& out) {
   fs::create_directories(out);
   fs::remove_all(out / "run");  // a checkpoint of an earlier run would collide with this one's
   write_file_atomic(out / "corpus.txt", generated_text());
   CorpusMeta corpus = prepare_corpus({out / "corpus.txt"}, out / "corpus", kTokenizerVocab);
 
-  TrainConfig config = golden_config(backend, precision, out);
-  ParameterSet initial(gpt2_param_specs(config.model));
+  TrainConfig config = golden_config(backend, precision, model, out);
+  ParameterSet initial(model_param_specs(config.model));
   initial.initialise(CounterRng(kInitSeed));
-  save_gpt2_weights(config.init_from, initial);
+  save_hf_weights(config.init_from, initial);
   dump_first_micro_batch(config, initial, out / "first_micro_batch.safetensors");
 
   Trainer trainer(config);
@@ -225,12 +266,12 @@ void run(const std::string& backend, const std::string& precision, const fs::pat
 }  // namespace strata
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 4) {
-    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16]\n");
+  if (argc < 3 || argc > 5) {
+    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3]]\n");
     return 2;
   }
   try {
-    strata::run(argv[1], argc == 4 ? argv[3] : "fp32", argv[2]);
+    strata::run(argv[1], argc >= 4 ? argv[3] : "fp32", argc == 5 ? argv[4] : "gpt2", argv[2]);
   } catch (const std::exception& error) {
     fmt::print(stderr, "golden_dump: {}\n", error.what());
     return 1;

@@ -146,6 +146,11 @@ class Config:
         self.n_layer, self.n_head, self.n_embd = n_layer, n_head, n_embd
         self.vocab_size, self.block_size, self.layer_norm_eps = vocab_size, block_size, layer_norm_eps
 
+    @classmethod
+    def from_golden(cls, c):
+        """From golden.json's config (Strata's model.* keys)."""
+        return cls(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["block_size"], c["layer_norm_eps"])
+
 
 def parameter_shapes(cfg):
     """HuggingFace GPT2LMHeadModel names (lm_head tied to wte, not listed)."""
@@ -253,14 +258,17 @@ def make_adamw(params, lr, betas, eps, weight_decay):
                              lr=lr, betas=betas, eps=eps)
 
 
-def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None, apply=True):
+def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None, apply=True,
+               model_forward=None):
     """One optimizer step: the gradient is the mean over `accumulation`
     micro-batches of each one's mean cross-entropy; global-norm clipping
     (0 disables). With `autocast_dtype` (e.g. torch.bfloat16) forward and loss
     run under CPU autocast; parameters, gradients and AdamW state stay in
     their own dtype. apply=False consumes the micro-batches but leaves the
     parameters and AdamW's step count as they are (a step skipped for
-    overflow). Returns (mean loss, gradient norm before clipping)."""
+    overflow). `model_forward` replaces this file's GPT-2 forward (torch_llama's).
+    Returns (mean loss, gradient norm before clipping)."""
+    model_forward = model_forward or forward
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for _ in range(accumulation):
@@ -268,7 +276,7 @@ def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, aut
         autocast = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
                     else contextlib.nullcontext())
         with autocast:
-            loss = loss_of(forward(params, cfg, inputs), targets)
+            loss = loss_of(model_forward(params, cfg, inputs), targets)
         (loss / accumulation).backward()
         loss_sum += loss.item()
     tensors = list(params.values())

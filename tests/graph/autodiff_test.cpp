@@ -9,7 +9,7 @@
 #include "backends/backends.h"
 #include "core/rng.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
@@ -32,16 +32,16 @@ Tensor random_ids(const Shape& shape, int64_t vocab, uint64_t stream) {
 }
 
 TEST(Autodiff, TiedGpt2GradientsMatchFiniteDifferences) {
-  GPT2Config config = testing::gpt2_config(2, 2, 8, 11, 5);
+  ModelConfig config = testing::gpt2_config(2, 2, 8, 11, 5);
   const int64_t batch = 2, seq = 5;
-  GPT2Graph model = build_gpt2_graph(config, batch, seq, /*training=*/true, DType::F64);
+  ModelGraph model = build_model_graph(config, batch, seq, /*training=*/true, DType::F64);
   auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph compiled(model.graph, *dispatcher, kept);
 
   std::vector<Tensor> params;
-  std::vector<ParamSpec> specs = gpt2_param_specs(config);
+  std::vector<ParamSpec> specs = model_param_specs(config);
   for (size_t i = 0; i < specs.size(); ++i) {
     // Perturb norms and biases away from 1/0 so their gradients are generic.
     double scale = specs[i].init == Init::Normal ? 0.3 : 0.2;

@@ -21,8 +21,8 @@ std::vector<std::byte> bytes_of(const Tensor& tensor) {
 }
 
 // Inputs of one step: parameters, tokens, targets, positions and the seed.
-std::map<int, Tensor> step_inputs(const GPT2Graph& model, const GPT2Config& config) {
-  ParameterSet params(gpt2_param_specs(config));
+std::map<int, Tensor> step_inputs(const ModelGraph& model, const ModelConfig& config) {
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(11));
   std::map<int, Tensor> inputs;
   for (size_t i = 0; i < params.size(); ++i) inputs[model.params[i]] = params.tensor(i);
@@ -44,11 +44,11 @@ std::map<int, Tensor> step_inputs(const GPT2Graph& model, const GPT2Config& conf
 
 }  // namespace
 
-GPT2Config three_layer_config() { return testing::gpt2_config(3, 2, 32, 37, 12); }
+ModelConfig three_layer_config() { return testing::gpt2_config(3, 2, 32, 37, 12); }
 
-GPT2Graph three_layer_training_graph() { return build_gpt2_graph(three_layer_config(), 2, 12, /*training=*/true); }
+ModelGraph three_layer_training_graph() { return build_model_graph(three_layer_config(), 2, 12, /*training=*/true); }
 
-int first_backward_node(const GPT2Graph& model) {
+int first_backward_node(const ModelGraph& model) {
   for (int id = 0; id < model.graph.num_nodes(); ++id) {
     const std::vector<int>& inputs = model.graph.node(id).inputs;
     if (std::find(inputs.begin(), inputs.end(), model.grads.seed) != inputs.end()) return id;
@@ -57,13 +57,13 @@ int first_backward_node(const GPT2Graph& model) {
   return model.graph.num_nodes();
 }
 
-std::set<int> kept_values(const GPT2Graph& model) {
+std::set<int> kept_values(const ModelGraph& model) {
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   return kept;
 }
 
-StepBytes run_compiled(const GPT2Graph& model, const Graph& graph, const GraphRewriter::Result& map,
+StepBytes run_compiled(const ModelGraph& model, const Graph& graph, const GraphRewriter::Result& map,
                        const std::string& backend) {
   auto dispatcher = make_dispatcher(backend, FallbackPolicy::Allow);
   std::set<int> kept;
@@ -76,7 +76,7 @@ StepBytes run_compiled(const GPT2Graph& model, const Graph& graph, const GraphRe
   return result;
 }
 
-StepBytes run_unplanned(const GPT2Graph& model, const std::string& backend) {
+StepBytes run_unplanned(const ModelGraph& model, const std::string& backend) {
   auto dispatcher = make_dispatcher(backend, FallbackPolicy::Allow);
   std::map<int, Tensor> values = step_inputs(model, three_layer_config());
   for (const Node& node : model.graph.nodes()) {

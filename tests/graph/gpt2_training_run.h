@@ -8,16 +8,16 @@
 
 #include "graph/memory_plan.h"
 #include "graph/rewrite.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 
 namespace strata::training_run {
 
 // Three layers, width 32, 2 heads, vocabulary 37; batch 2 of 12 tokens.
-GPT2Config three_layer_config();
-GPT2Graph three_layer_training_graph();
+ModelConfig three_layer_config();
+ModelGraph three_layer_training_graph();
 
 // The node where autodiff began: the first one reading the loss seed.
-int first_backward_node(const GPT2Graph& model);
+int first_backward_node(const ModelGraph& model);
 
 // Loss and gradients (in model.params order) of one training step.
 struct StepBytes {
@@ -27,12 +27,12 @@ struct StepBytes {
 
 // Runs `graph`, whose values map from model's through `map`, with the
 // executor (arena from the memory planner) on `backend`.
-StepBytes run_compiled(const GPT2Graph& model, const Graph& graph, const GraphRewriter::Result& map,
+StepBytes run_compiled(const ModelGraph& model, const Graph& graph, const GraphRewriter::Result& map,
                        const std::string& backend);
 // Runs model's graph with every value in a buffer of its own (no planner).
-StepBytes run_unplanned(const GPT2Graph& model, const std::string& backend);
+StepBytes run_unplanned(const ModelGraph& model, const std::string& backend);
 
 // The loss and gradients the executor keeps.
-std::set<int> kept_values(const GPT2Graph& model);
+std::set<int> kept_values(const ModelGraph& model);
 
 }  // namespace strata::training_run

@@ -52,7 +52,7 @@ void expect_no_unsafe_sharing(const Graph& g, const MemoryPlan& plan) {
 }
 
 TEST(InPlacePlan, GPT2TrainingGraphsShareOnlyByPermittedTakeovers) {
-  GPT2Graph model = training_run::three_layer_training_graph();
+  ModelGraph model = training_run::three_layer_training_graph();
   for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
     GraphRewriter::Result result = recompute_activations(model.graph, training_run::first_backward_node(model), mode,
                                                          segment_by_label_prefix("transformer.h."));
@@ -148,7 +148,7 @@ TEST(InPlacePlan, ResultsMatchRunsWithoutPlanning) {
 }
 
 TEST(InPlacePlan, GPT2StepMatchesARunWithoutPlanning) {
-  GPT2Graph model = training_run::three_layer_training_graph();
+  ModelGraph model = training_run::three_layer_training_graph();
   GraphRewriter::Result identity = recompute_activations(model.graph, training_run::first_backward_node(model),
                                                          RecomputeMode::None, segment_by_label_prefix(""));
   for (const std::string backend : {"cpu", "ref"}) {

@@ -2,16 +2,16 @@
 
 #include <gtest/gtest.h>
 
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config tiny_config() { return testing::gpt2_config(2, 2, 16, 37, 8); }
+ModelConfig tiny_config() { return testing::gpt2_config(2, 2, 16, 37, 8); }
 
 TEST(MemoryPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
-  GPT2Graph model = build_gpt2_graph(tiny_config(), 2, 8, /*training=*/true);
+  ModelGraph model = build_model_graph(tiny_config(), 2, 8, /*training=*/true);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   MemoryPlan plan = plan_memory(model.graph, kept, {.in_place = false});
@@ -39,7 +39,7 @@ TEST(MemoryPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
 }
 
 TEST(MemoryPlan, KeptValuesLiveToTheEnd) {
-  GPT2Graph model = build_gpt2_graph(tiny_config(), 1, 8, /*training=*/false);
+  ModelGraph model = build_model_graph(tiny_config(), 1, 8, /*training=*/false);
   MemoryPlan plan = plan_memory(model.graph, {model.logits});
   EXPECT_EQ(plan.lifetimes[model.logits].last, model.graph.num_nodes());
 }

@@ -18,7 +18,7 @@ const SegmentOf kLayers = segment_by_label_prefix("transformer.h.");
 
 bool is_clone(const Node& node) { return node.label.ends_with(".recompute"); }
 
-GraphRewriter::Result rewrite(const GPT2Graph& model, RecomputeMode mode) {
+GraphRewriter::Result rewrite(const ModelGraph& model, RecomputeMode mode) {
   return recompute_activations(model.graph, first_backward_node(model), mode, kLayers);
 }
 
@@ -60,7 +60,7 @@ TEST(Recompute, SegmentsComeFromLabelPrefixes) {
 }
 
 TEST(Recompute, NoneCopiesTheGraph) {
-  GPT2Graph model = three_layer_training_graph();
+  ModelGraph model = three_layer_training_graph();
   GraphRewriter::Result result = rewrite(model, RecomputeMode::None);
   ASSERT_EQ(result.graph.num_nodes(), model.graph.num_nodes());
   for (int id = 0; id < model.graph.num_nodes(); ++id) {
@@ -73,7 +73,7 @@ TEST(Recompute, NoneCopiesTheGraph) {
 }
 
 TEST(Recompute, SelectiveReRunsAttentionJustBeforeItsFirstBackwardUse) {
-  GPT2Graph model = three_layer_training_graph();
+  ModelGraph model = three_layer_training_graph();
   int first_backward = first_backward_node(model);
   GraphRewriter::Result result = rewrite(model, RecomputeMode::Selective);
   const Graph& g = result.graph;
@@ -96,7 +96,7 @@ TEST(Recompute, SelectiveReRunsAttentionJustBeforeItsFirstBackwardUse) {
 }
 
 TEST(Recompute, FullKeepsOnlyWhatEntersEachLayer) {
-  GPT2Graph model = three_layer_training_graph();
+  ModelGraph model = three_layer_training_graph();
   int first_backward = first_backward_node(model);
   GraphRewriter::Result result = rewrite(model, RecomputeMode::Full);
   const Graph& g = result.graph;
@@ -124,7 +124,7 @@ TEST(Recompute, FullKeepsOnlyWhatEntersEachLayer) {
 }
 
 TEST(Recompute, LossAndGradientsAreBitIdentical) {
-  GPT2Graph model = three_layer_training_graph();
+  ModelGraph model = three_layer_training_graph();
   for (const std::string backend : {"cpu", "ref"}) {
     GraphRewriter::Result none = rewrite(model, RecomputeMode::None);
     training_run::StepBytes expected = training_run::run_compiled(model, none.graph, none, backend);
@@ -143,8 +143,8 @@ TEST(Recompute, LossAndGradientsAreBitIdentical) {
 // The shapes of configs/bench/small.toml: 6 layers, width 384, vocabulary
 // 4096, 256 tokens, batch 8. Planning only: nothing is allocated.
 TEST(Recompute, PlannedPeakDropsFromNoneToSelectiveToFull) {
-  GPT2Config config = testing::gpt2_config(6, 6, 384, 4096, 256);
-  GPT2Graph model = build_gpt2_graph(config, 8, 256, /*training=*/true);
+  ModelConfig config = testing::gpt2_config(6, 6, 384, 4096, 256);
+  ModelGraph model = build_model_graph(config, 8, 256, /*training=*/true);
   for (bool in_place : {false, true}) {
     std::vector<size_t> peaks;
     for (RecomputeMode mode : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {

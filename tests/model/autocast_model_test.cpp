@@ -5,13 +5,13 @@
 
 #include <map>
 
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config tiny() { return testing::gpt2_config(2, 2, 32, 64, 8); }
+ModelConfig tiny() { return testing::gpt2_config(2, 2, 32, 64, 8); }
 
 // op -> the set of dtypes of its dtype-selecting input over the whole graph.
 std::map<std::string, std::set<DType>> compute_dtypes(const Graph& graph) {
@@ -24,8 +24,8 @@ std::map<std::string, std::set<DType>> compute_dtypes(const Graph& graph) {
 }
 
 TEST(Autocast, DefaultBf16PolicyRunsGemmsAndAttentionInBf16AndNormsInF32) {
-  GPT2BuildOptions options{.precision = PrecisionPolicy::parse("bf16", default_fp32_ops(), "k")};
-  GPT2Graph model = build_gpt2_graph(tiny(), 2, 8, true, options);
+  ModelBuildOptions options{.precision = PrecisionPolicy::parse("bf16", default_fp32_ops(), "k")};
+  ModelGraph model = build_model_graph(tiny(), 2, 8, true, options);
   auto dtypes = compute_dtypes(model.graph);
   for (const char* op : {"linear", "matmul", "attention", "attention_backward", "gelu", "gelu_backward"}) {
     EXPECT_EQ(dtypes[op], std::set<DType>{DType::BF16}) << op;
@@ -43,9 +43,9 @@ TEST(Autocast, DefaultBf16PolicyRunsGemmsAndAttentionInBf16AndNormsInF32) {
 }
 
 TEST(Autocast, Fp32OpsListMovesOpsBackToF32) {
-  GPT2BuildOptions options{.precision = PrecisionPolicy::parse(
+  ModelBuildOptions options{.precision = PrecisionPolicy::parse(
                                "bf16", {"layernorm", "cross_entropy", "embedding", "linear", "attention"}, "k")};
-  auto dtypes = compute_dtypes(build_gpt2_graph(tiny(), 2, 8, true, options).graph);
+  auto dtypes = compute_dtypes(build_model_graph(tiny(), 2, 8, true, options).graph);
   EXPECT_EQ(dtypes["linear"], std::set<DType>{DType::F32});
   EXPECT_EQ(dtypes["attention"], std::set<DType>{DType::F32});
   EXPECT_EQ(dtypes["gelu"], std::set<DType>{DType::BF16});  // still low: not in the list
@@ -54,7 +54,7 @@ TEST(Autocast, Fp32OpsListMovesOpsBackToF32) {
 }
 
 TEST(Autocast, Fp32PolicyInsertsNoCasts) {
-  GPT2Graph model = build_gpt2_graph(tiny(), 2, 8, true, GPT2BuildOptions{});
+  ModelGraph model = build_model_graph(tiny(), 2, 8, true, ModelBuildOptions{});
   EXPECT_EQ(compute_dtypes(model.graph).count("cast"), 0u);
 }
 

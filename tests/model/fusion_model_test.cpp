@@ -12,22 +12,22 @@
 #include "core/rng.h"
 #include "graph/executor.h"
 #include "graph/fusion.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
 // Width 40: not a multiple of 16.
-GPT2Config config() { return testing::gpt2_config(3, 2, 40, 37, 12); }
+ModelConfig config() { return testing::gpt2_config(3, 2, 40, 37, 12); }
 
-GPT2Graph training_graph(const std::string& precision) {
-  GPT2BuildOptions options;
+ModelGraph training_graph(const std::string& precision) {
+  ModelBuildOptions options;
   options.precision = PrecisionPolicy::parse(precision, default_fp32_ops(), "precision.fp32_ops");
-  return build_gpt2_graph(config(), 3, 11, /*training=*/true, options);
+  return build_model_graph(config(), 3, 11, /*training=*/true, options);
 }
 
-std::set<int> kept(const GPT2Graph& model) {
+std::set<int> kept(const ModelGraph& model) {
   std::set<int> values{model.loss, model.logits};
   for (const auto& [param, grad] : model.grads.of) values.insert(grad);
   return values;
@@ -46,13 +46,13 @@ int count_fused_elementwise(const Graph& graph) {
 }
 
 // Loss then every gradient (params order) of one step, as f64.
-std::vector<Tensor> run_step(const GPT2Graph& model, const Graph& graph, const std::vector<int>& map) {
+std::vector<Tensor> run_step(const ModelGraph& model, const Graph& graph, const std::vector<int>& map) {
   std::unique_ptr<Dispatcher> dispatcher = make_dispatcher("cpu", FallbackPolicy::Allow);
   auto mapped = [&](int value) { return map.empty() ? value : map.at(static_cast<size_t>(value)); };
   std::set<int> keep;
   for (int value : kept(model)) keep.insert(mapped(value));
   CompiledGraph compiled(graph, *dispatcher, keep);
-  ParameterSet params(gpt2_param_specs(config()));
+  ParameterSet params(model_param_specs(config()));
   params.initialise(CounterRng(5));
   for (size_t i = 0; i < params.size(); ++i) compiled.bind(mapped(model.params[i]), params.tensor(i));
   const Shape& shape = model.graph.value(model.tokens).meta.shape;
@@ -85,7 +85,7 @@ void expect_close(const Tensor& actual, const Tensor& expected, double tol, cons
   }
 }
 
-void expect_same_step(const GPT2Graph& model, const GraphRewriter::Result& fused, double tol) {
+void expect_same_step(const ModelGraph& model, const GraphRewriter::Result& fused, double tol) {
   std::vector<Tensor> unfused_step = run_step(model, model.graph, {});
   std::vector<Tensor> fused_step = run_step(model, fused.graph, fused.value_map);
   expect_close(fused_step[0], unfused_step[0], tol, "loss");
@@ -95,7 +95,7 @@ void expect_same_step(const GPT2Graph& model, const GraphRewriter::Result& fused
 }
 
 TEST(GPT2Fusion, Fp32FusesEveryResidualNormAndGradientAccumulation) {
-  GPT2Graph model = training_graph("fp32");
+  ModelGraph model = training_graph("fp32");
   GraphRewriter::Result fused = fuse_all(model.graph, kept(model));
   const int layers = static_cast<int>(config().n_layer);
   // Every norm reads a residual sum (layer 0's ln_1 the embedding sum), and
@@ -112,7 +112,7 @@ TEST(GPT2Fusion, Fp32FusesEveryResidualNormAndGradientAccumulation) {
 }
 
 TEST(GPT2Fusion, Bf16AbsorbsCastsAndFusesElementwiseChains) {
-  GPT2Graph model = training_graph("bf16");
+  ModelGraph model = training_graph("bf16");
   GraphRewriter::Result fused = fuse_all(model.graph, kept(model));
   const int layers = static_cast<int>(config().n_layer);
   EXPECT_EQ(count_op(fused.graph, "add_layernorm"), 2 * layers + 1);
@@ -126,7 +126,7 @@ TEST(GPT2Fusion, Bf16AbsorbsCastsAndFusesElementwiseChains) {
 
 TEST(GPT2Fusion, F64GraphsKeepTheirElementwiseOps) {
   // The cpu kernels compute in f32: f64 chains (finite-difference checks) stay unfused.
-  GPT2Graph model = build_gpt2_graph(config(), 2, 5, /*training=*/true, DType::F64);
+  ModelGraph model = build_model_graph(config(), 2, 5, /*training=*/true, DType::F64);
   EXPECT_EQ(count_fused_elementwise(fuse_elementwise(model.graph, kept(model)).graph), 0);
 }
 

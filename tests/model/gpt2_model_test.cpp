@@ -4,26 +4,26 @@
 
 #include "backends/backends.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "model/sampler.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
 namespace {
 
-GPT2Config small_config() { return testing::gpt2_config(2, 2, 16, 29, 12); }
+ModelConfig small_config() { return testing::gpt2_config(2, 2, 16, 29, 12); }
 
 TEST(GPT2, ParameterCountMatchesTheClosedForm) {
   // 124M for GPT-2 small: the published figure (tied head, 1024 positions).
-  GPT2Config gpt2_small = testing::gpt2_config(12, 12, 768, 50257, 1024);
+  ModelConfig gpt2_small = testing::gpt2_config(12, 12, 768, 50257, 1024);
   EXPECT_EQ(gpt2_small.num_parameters(), 124439808);
   int64_t from_specs = 0;
-  for (const ParamSpec& spec : gpt2_param_specs(gpt2_small)) from_specs += shape_numel(spec.shape);
+  for (const ParamSpec& spec : model_param_specs(gpt2_small)) from_specs += shape_numel(spec.shape);
   EXPECT_EQ(from_specs, 124439808);
 }
 
 TEST(GPT2, HuggingFaceNamesAndLayouts) {
-  std::vector<ParamSpec> specs = gpt2_param_specs(small_config());
+  std::vector<ParamSpec> specs = model_param_specs(small_config());
   auto find = [&](const std::string& name) -> const ParamSpec& {
     for (const ParamSpec& spec : specs) {
       if (spec.name == name) return spec;
@@ -45,10 +45,10 @@ TEST(GPT2, HuggingFaceNamesAndLayouts) {
 }
 
 TEST(GPT2, InitialisationHasTheConfiguredStatistics) {
-  GPT2Config config = small_config();
+  ModelConfig config = small_config();
   config.n_embd = 64;
   config.vocab_size = 500;
-  ParameterSet params(gpt2_param_specs(config));
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(3));
   const Tensor& wte = params.get("transformer.wte.weight");
   double sum = 0, squares = 0;
@@ -65,7 +65,7 @@ TEST(GPT2, InitialisationHasTheConfiguredStatistics) {
 }
 
 TEST(GPT2, ConfigErrorsNameTheKey) {
-  GPT2Config config = small_config();
+  ModelConfig config = small_config();
   config.n_head = 3;
   try {
     config.validate();
@@ -73,26 +73,26 @@ TEST(GPT2, ConfigErrorsNameTheKey) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("model.n_head"), std::string::npos);
   }
-  GPT2Config too_long = small_config();
-  EXPECT_THROW(build_gpt2_graph(too_long, 1, 13, false), Error);
+  ModelConfig too_long = small_config();
+  EXPECT_THROW(build_model_graph(too_long, 1, 13, false), Error);
 }
 
 // The KV-cache sampler must produce the same next-token logits as the full
 // forward graph over the whole prefix.
-TEST(GPT2Sampler, CachedDecodingMatchesTheFullForwardPass) {
-  GPT2Config config = small_config();
-  ParameterSet params(gpt2_param_specs(config));
+TEST(Sampler, CachedDecodingMatchesTheFullForwardPass) {
+  ModelConfig config = small_config();
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(5));
   auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);
   std::vector<int32_t> tokens{3, 17, 5, 0, 28, 11, 9};
 
-  GPT2Sampler sampler(config, params, *dispatcher);
+  Sampler sampler(config, params, *dispatcher);
   sampler.feed({tokens[0], tokens[1], tokens[2]});
   Tensor cached;
   for (size_t i = 3; i < tokens.size(); ++i) cached = sampler.feed({tokens[i]});
 
   const int64_t seq = static_cast<int64_t>(tokens.size());
-  GPT2Graph model = build_gpt2_graph(config, 1, seq, false);
+  ModelGraph model = build_model_graph(config, 1, seq, false);
   CompiledGraph graph(model.graph, *dispatcher, {model.logits});
   for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
   Tensor ids = Tensor::empty({1, seq}, DType::I32);
@@ -107,12 +107,12 @@ TEST(GPT2Sampler, CachedDecodingMatchesTheFullForwardPass) {
   }
 }
 
-TEST(GPT2Sampler, GreedyIsDeterministicAndSlidesPastTheContext) {
-  GPT2Config config = small_config();
-  ParameterSet params(gpt2_param_specs(config));
+TEST(Sampler, GreedyIsDeterministicAndSlidesPastTheContext) {
+  ModelConfig config = small_config();
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(5));
   auto dispatcher = make_dispatcher("ref", FallbackPolicy::Error);
-  GPT2Sampler sampler(config, params, *dispatcher);
+  Sampler sampler(config, params, *dispatcher);
   SamplingOptions greedy{0.0, 0, 1};
   auto first = sampler.generate({1, 2, 3}, 20, greedy);  // 23 > block_size 12
   auto second = sampler.generate({1, 2, 3}, 20, greedy);

@@ -16,7 +16,7 @@
 #include "core/rng.h"
 #include "graph/executor.h"
 #include "ops/collective_group.h"
-#include "model/gpt2_block.h"
+#include "model/family.h"
 #include "parallel/parallelize.h"
 #include "support/gpt2_shapes.h"
 #include "support/random_tokens.h"
@@ -54,8 +54,8 @@ class LoopbackStages final : public CollectiveGroup {
 };
 
 TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
-  const GPT2Config config = testing::gpt2_config(4, 2, 16, 101, 8);
-  ParameterSet params(gpt2_param_specs(config));
+  const ModelConfig config = testing::gpt2_config(4, 2, 16, 101, 8);
+  ParameterSet params(model_param_specs(config));
   params.initialise(CounterRng(5));
   const Tensor tokens = testing::random_token_ids({2, 8}, 1, config.vocab_size),
                targets = testing::random_token_ids({2, 8}, 2, config.vocab_size), positions = position_ids(8);
@@ -63,8 +63,8 @@ TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
   seed.data<float>()[0] = 1.0f;
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
   for (bool fuse : {false, true}) {
-    GPT2BuildOptions options{.fuse = fuse};
-    const GPT2Graph whole = build_gpt2_graph(config, 2, 8, true, options);
+    ModelBuildOptions options{.fuse = fuse};
+    const ModelGraph whole = build_model_graph(config, 2, 8, true, options);
     std::set<int> kept{whole.loss};
     for (auto [value, grad] : whole.grads.of) kept.insert(grad);
     CompiledGraph reference(whole.graph, *dispatcher, kept);
@@ -77,19 +77,19 @@ TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
     for (const std::vector<int>& split : {balanced_layers(2, 4), std::vector<int>{3, 1}, std::vector<int>{1, 3},
                                           balanced_layers(3, 4), balanced_layers(4, 4)}) {
       const int parts = static_cast<int>(split.size());
-      std::vector<GPT2Graph> models;
+      std::vector<ModelGraph> models;
       std::vector<std::unique_ptr<CompiledGraph>> graphs;
       for (int index = 0; index < parts; ++index) {
         const RankLayout layout{{}, {index, split}};
         options.parallelize = [layout](const Graph& forward) {
-          return parallelize_forward(forward, gpt2_sharding_plan(), kGPT2LayerPrefix, layout);
+          return parallelize_forward(forward, model_family("gpt2").sharding_plan(), "transformer.h.", layout);
         };
-        models.push_back(build_gpt2_graph(config, 2, 8, true, options));
+        models.push_back(build_model_graph(config, 2, 8, true, options));
       }
       auto stages = std::make_shared<LoopbackStages>(parts);
       register_collective_group("pp", stages);
       for (int index = 0; index < parts; ++index) {
-        const GPT2Graph& model = models[static_cast<size_t>(index)];
+        const ModelGraph& model = models[static_cast<size_t>(index)];
         std::set<int> part_kept;
         for (int value : {model.loss, model.sent}) {
           if (value >= 0) part_kept.insert(value);
@@ -121,19 +121,19 @@ TEST(PipelinePart, ChainedPartsGiveTheWholeModelsLossAndGradientsBitForBit) {
         graphs[static_cast<size_t>(index)]->run_nodes(0, 0, models[static_cast<size_t>(index)].first_backward_node);
       }
       for (int index = parts - 1; index >= 0; --index) {  // backwards
-        const GPT2Graph& model = models[static_cast<size_t>(index)];
+        const ModelGraph& model = models[static_cast<size_t>(index)];
         graphs[static_cast<size_t>(index)]->run_nodes(0, model.first_backward_node, model.graph.num_nodes());
       }
       register_collective_group("pp", nullptr);
       EXPECT_TRUE(stages->drained());
       const std::string what = fmt::format("layers per part {}, fuse {}", fmt::join(split, "+"), fuse);
-      const GPT2Graph& last = models.back();
+      const ModelGraph& last = models.back();
       EXPECT_EQ(graphs.back()->tensor(last.loss).item(), reference.tensor(whole.loss).item()) << what;
       for (size_t i = 0; i < params.size(); ++i) {
         Tensor sum;
         int holders = 0;
         for (int index = 0; index < parts; ++index) {
-          const GPT2Graph& model = models[static_cast<size_t>(index)];
+          const ModelGraph& model = models[static_cast<size_t>(index)];
           if (model.params[i] < 0) continue;
           Tensor grad = graphs[static_cast<size_t>(index)]->tensor(model.grads.of.at(model.params[i])).clone();
           if (!sum.defined()) {

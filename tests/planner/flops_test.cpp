@@ -2,7 +2,7 @@
 // GPT models and against the whole-model graph Strata trains.
 #include <gtest/gtest.h>
 
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "planner/cost_model.h"
 #include "planner/workload.h"
 #include "planner_test_support.h"
@@ -25,16 +25,16 @@ double all_flops(const std::vector<OpWork>& ops) {
   return total;
 }
 
-GPT2Config small_config() { return testing::gpt2_config(3, 4, 128, 1000, 64); }
+ModelConfig small_config() { return testing::gpt2_config(3, 4, 128, 1000, 64); }
 
 TEST(PlannerFlops, PerDeviceSegmentsAddUpToTheTrainingGraph) {
-  GPT2Config c = small_config();
+  ModelConfig c = small_config();
   for (int64_t batch : {1, 3}) {
     Workload w = build_workload(c, batch, 48, 1, DType::F32);
     double segments = all_flops(w.embedding.forward) + all_flops(w.embedding.backward) + all_flops(w.head.forward) +
                       all_flops(w.head.backward) + w.tied_gradient_sum.flops +
                       static_cast<double>(c.n_layer) * (all_flops(w.layer.forward) + all_flops(w.layer.backward));
-    GPT2Graph graph = build_gpt2_graph(c, batch, 48, true);
+    ModelGraph graph = build_model_graph(c, batch, 48, true);
     EXPECT_DOUBLE_EQ(segments, graph.graph.total_cost().flops) << "batch " << batch;
   }
 }
@@ -42,7 +42,7 @@ TEST(PlannerFlops, PerDeviceSegmentsAddUpToTheTrainingGraph) {
 TEST(PlannerFlops, GemmFlopsMatchTheClosedFormAndBackwardIsTwiceForward) {
   // Per layer forward: 2 T (3h^2 + h^2 + 4h^2 + 4h^2) = 24 T h^2 multiply-adds x 2, plus one add
   // per output for the biases (9 T h); backward: input and weight gradients, twice that GEMM work.
-  GPT2Config c = small_config();
+  ModelConfig c = small_config();
   const double b = 2, s = 40, h = static_cast<double>(c.n_embd), tokens = b * s;
   Workload w = build_workload(c, 2, 40, 1, DType::F32);
   EXPECT_DOUBLE_EQ(flops_of(w.layer.forward, OpKind::Gemm), 24 * tokens * h * h + 9 * tokens * h);
@@ -61,7 +61,7 @@ TEST(PlannerFlops, GemmFlopsMatchTheClosedFormAndBackwardIsTwiceForward) {
 TEST(PlannerFlops, ModelFlopsFollowNarayananWithCausalAttention) {
   // Narayanan et al. count 72 B L s h^2 (1 + s/(6h) + V/(12 h L)) per step without recomputation:
   // the GEMMs are 72 B L s h^2 (1 + V/(12 h L)) and the rest full (not causal) attention.
-  GPT2Config c = small_config();
+  ModelConfig c = small_config();
   const double B = 6, s = 64, h = 128, L = 3, V = 1000;
   CostModel model(PlanningProblem{"t", c, 6, 64, DType::F32, testing::test_cluster(1, 1, 64)});
   Workload w = build_workload(c, 1, 64, 1, DType::F32);
@@ -76,7 +76,7 @@ TEST(PlannerFlops, ModelFlopsFollowNarayananWithCausalAttention) {
 }
 
 TEST(PlannerFlops, RecomputationAddsForwardWork) {
-  GPT2Config c = small_config();
+  ModelConfig c = small_config();
   const double B = 4, s = 32, h = 128, L = 3;
   CostModel model(PlanningProblem{"t", c, 4, 32, DType::F32, testing::test_cluster(1, 1, 64)});
   auto hardware = [&](RecomputeMode mode) {
@@ -98,7 +98,7 @@ TEST(PlannerFlops, RecomputationAddsForwardWork) {
 }
 
 TEST(PlannerFlops, TensorParallelismSplitsTheShardedWork) {
-  GPT2Config c = small_config();
+  ModelConfig c = small_config();
   Workload whole = build_workload(c, 2, 32, 1, DType::F32);
   Workload shard = build_workload(c, 2, 32, 4, DType::F32);
   // GEMM weights split four ways; the row-parallel projections still add their full bias.

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "graph/memory_plan.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "planner/cost_model.h"
 #include "planner_test_support.h"
 #include "support/gpt2_shapes.h"
@@ -18,17 +18,17 @@ using testing::gpt2_config;
 // What a single-process run holds: the arena of the training graph (gradients
 // kept until the step accumulates them) and, outside it, fp32 parameters,
 // gradient accumulators and the two AdamW moments.
-double measured_arena(const GPT2Config& c, int64_t batch) {
-  GPT2Graph model = build_gpt2_graph(c, batch, c.block_size, true);
+double measured_arena(const ModelConfig& c, int64_t batch) {
+  ModelGraph model = build_model_graph(c, batch, c.block_size, true);
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   return static_cast<double>(plan_memory(model.graph, kept).arena_bytes);
 }
 
 TEST(PlannerMemory, PeakMatchesTheGraphArenaWithinTenPercent) {
-  const GPT2Config configs[] = {gpt2_config(2, 4, 128, 512, 64), gpt2_config(4, 4, 256, 4096, 128),
+  const ModelConfig configs[] = {gpt2_config(2, 4, 128, 512, 64), gpt2_config(4, 4, 256, 4096, 128),
                                 gpt2_config(6, 6, 384, 4096, 256), gpt2_config(12, 12, 768, 50257, 256)};
-  for (const GPT2Config& c : configs) {
+  for (const ModelConfig& c : configs) {
     for (int64_t batch : {1, 2, 4, 8}) {
       CostModel model(PlanningProblem{"t", c, batch, c.block_size, DType::F32, testing::test_cluster(1, 1, 64)});
       ParallelPlan plan;
@@ -51,7 +51,7 @@ TEST(PlannerMemory, SavedActivationsPerLayerFollowTheClosedForms) {
   // first projection (4) and GELU output (4) are split by tensor parallelism. Row statistics
   // (f32): two norms' mean and rstd (4 per row) and the attention log-sum-exp (heads/t per row).
   const int64_t b = 2, s = 64, h = 256, heads = 8;
-  GPT2Config c = gpt2_config(2, heads, h, 1000, 64);
+  ModelConfig c = gpt2_config(2, heads, h, 1000, 64);
   const double sbh = b * s * h * 4.0, rows = b * s * 4.0;
   for (int tp : {1, 2, 4}) {
     Workload w = build_workload(c, b, s, tp, DType::F32);
@@ -74,7 +74,7 @@ TEST(PlannerMemory, SavedActivationsPerLayerFollowTheClosedForms) {
 
 TEST(PlannerMemory, ZeroStagesShardStateOverDataParallelism) {
   // bf16 weights (2 bytes), fp32 master weights (4), fp32 gradients (4) and AdamW moments (8).
-  GPT2Config c = gpt2_config(4, 4, 256, 4096, 128);
+  ModelConfig c = gpt2_config(4, 4, 256, 4096, 128);
   ClusterSpec cluster = testing::test_cluster(1, 4, 64);
   cluster.device.dtypes[DType::BF16] = cluster.device.dtypes.at(DType::F32);
   CostModel model(PlanningProblem{"t", c, 8, 128, DType::BF16, cluster});
@@ -100,7 +100,7 @@ TEST(PlannerMemory, ZeroStagesShardStateOverDataParallelism) {
 }
 
 TEST(PlannerMemory, OneFOneBKeepsPipelineDepthMicroBatchesOnTheFirstStage) {
-  GPT2Config c = gpt2_config(8, 4, 256, 4096, 128);
+  ModelConfig c = gpt2_config(8, 4, 256, 4096, 128);
   CostModel model(PlanningProblem{"t", c, 16, 128, DType::F32, testing::test_cluster(1, 4, 64)});
   const Workload& w = model.workload(1, 1);
   ParallelPlan plan;

@@ -28,7 +28,7 @@ Counts counts(const std::vector<CommWork>& calls, int ranks) {
 }
 
 TEST(ModelComm, TensorParallelLayersCommunicateAsMegatronDoes) {
-  const GPT2Config config = testing::gpt2_config(4, 4, 32, 4099, 16);
+  const ModelConfig config = testing::gpt2_config(4, 4, 32, 4099, 16);
   const int64_t b = 2, s = 16, h = 32;
   const double activation = static_cast<double>(b * s * h) * 4, positions = static_cast<double>(b * s) * 4;
   const ModelComm plain = model_comm(config, b, s, 2, /*sp=*/false, DType::F32);

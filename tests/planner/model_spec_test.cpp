@@ -12,7 +12,7 @@ TEST(PlannerModelSpec, PresetsHaveThePublishedSizes) {
   EXPECT_EQ(model_preset("gpt2-small").config.num_parameters(), 124439808);
   EXPECT_NEAR(static_cast<double>(model_preset("gpt2-xl").config.num_parameters()), 1.558e9, 0.002e9);
   // Narayanan et al.'s 1T configuration: P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) = 1.008T.
-  GPT2Config t = model_preset("gpt-1t").config;
+  ModelConfig t = model_preset("gpt-1t").config;
   double l = 128, h = 25600, V = 51200, s = 2048;
   double expected = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
   EXPECT_NEAR(static_cast<double>(t.num_parameters()), expected, 1e-6 * expected);

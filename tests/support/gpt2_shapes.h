@@ -3,13 +3,13 @@
 // shapes (odd widths and vocabularies) to stay fast and catch edge cases.
 #include <cstdint>
 
-#include "model/gpt2_config.h"
+#include "model/model_config.h"
 
 namespace strata::testing {
 
 // The given shape; layer_norm_eps keeps its default.
-inline GPT2Config gpt2_config(int64_t layers, int64_t heads, int64_t width, int64_t vocab, int64_t block_size) {
-  GPT2Config config;
+inline ModelConfig gpt2_config(int64_t layers, int64_t heads, int64_t width, int64_t vocab, int64_t block_size) {
+  ModelConfig config;
   config.n_layer = layers;
   config.n_head = heads;
   config.n_embd = width;

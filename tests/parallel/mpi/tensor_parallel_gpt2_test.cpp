@@ -13,7 +13,7 @@
 #include "backends/backends.h"
 #include "comm/communicator.h"
 #include "graph/executor.h"
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 #include "parallel/device_mesh.h"
 #include "parallel/group_collectives.h"
 #include "parallel/tensor_parallel.h"
@@ -23,7 +23,7 @@
 namespace strata {
 namespace {
 
-GPT2Config tiny_config() { return testing::gpt2_config(2, 12, 48, 4099, 8); }
+ModelConfig tiny_config() { return testing::gpt2_config(2, 12, 48, 4099, 8); }
 
 constexpr int64_t kBatch = 2, kSeq = 8;
 
@@ -35,7 +35,7 @@ struct ModelRun {
 };
 
 // Forward and backward of `model` on the given parameter tensors and batch.
-ModelRun run_model(const std::string& backend, const GPT2Graph& model, const std::vector<Tensor>& params,
+ModelRun run_model(const std::string& backend, const ModelGraph& model, const std::vector<Tensor>& params,
               const Tensor& tokens, const Tensor& targets) {
   auto dispatcher = make_dispatcher(backend, FallbackPolicy::Error);
   std::set<int> kept{model.loss};
@@ -67,8 +67,8 @@ double relative_error(const Tensor& a, const Tensor& b) {
 
 TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
   comm::Communicator world = comm::Communicator::world();
-  const GPT2Config config = tiny_config();
-  const std::vector<ParamSpec> specs = gpt2_param_specs(config);
+  const ModelConfig config = tiny_config();
+  const std::vector<ParamSpec> specs = model_param_specs(config);
   ParameterSet whole(specs);
   whole.initialise(CounterRng(3));
   const Tensor tokens = token_ids(1, config.vocab_size), targets = token_ids(2, config.vocab_size);
@@ -79,15 +79,15 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
     for (bool sequence_parallel : {false, true}) {
       if (sequence_parallel && kSeq % tp != 0) continue;
       const TensorParallelRank rank{tp, mesh.coordinates().tp, "tp", sequence_parallel};
-      const std::vector<ParameterShard> shards = parameter_shards(specs, gpt2_sharding_plan(), rank);
+      const std::vector<ParameterShard> shards = parameter_shards(specs, model_family("gpt2").sharding_plan(), rank);
       for (const auto& [backend, dtype, fuse, tolerance] :
            {std::tuple{"ref", DType::F64, false, 1e-11}, std::tuple{"cpu", DType::F32, true, 1e-5}}) {
-        GPT2BuildOptions options{.dtype = dtype, .fuse = fuse};
-        const GPT2Graph one = build_gpt2_graph(config, kBatch, kSeq, true, options);
+        ModelBuildOptions options{.dtype = dtype, .fuse = fuse};
+        const ModelGraph one = build_model_graph(config, kBatch, kSeq, true, options);
         options.parallelize = [&](const Graph& forward) {
-          return ParallelForward{parallelize_tensors(forward, gpt2_sharding_plan(), rank)};
+          return ParallelForward{parallelize_tensors(forward, model_family("gpt2").sharding_plan(), rank)};
         };
-        const GPT2Graph split = build_gpt2_graph(config, kBatch, kSeq, true, options);
+        const ModelGraph split = build_model_graph(config, kBatch, kSeq, true, options);
         std::vector<Tensor> whole_params, shard_params;
         for (size_t i = 0; i < specs.size(); ++i) {
           whole_params.push_back(whole.tensor(i).to(dtype));
@@ -114,15 +114,15 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
 // are q | k | v, each split by heads; c_proj's rows split evenly; the vocabulary split into
 // shards of floor or ceil of 4099 / tp rows, the larger ones last.
 TEST(TensorParallelGpt2, ShardsAreTheMatchingSlicesOfTheWholeInitialisation) {
-  const GPT2Config config = tiny_config();
-  const std::vector<ParamSpec> specs = gpt2_param_specs(config);
+  const ModelConfig config = tiny_config();
+  const std::vector<ParamSpec> specs = model_param_specs(config);
   ParameterSet whole(specs);
   whole.initialise(CounterRng(3));
   const int64_t c = config.n_embd, v = config.vocab_size;
   for (int tp : {2, 3, 4, 6}) {
     int64_t vocab_rows_so_far = 0;
     for (int r = 0; r < tp; ++r) {
-      const std::vector<ParameterShard> shards = parameter_shards(specs, gpt2_sharding_plan(), {tp, r, "tp"});
+      const std::vector<ParameterShard> shards = parameter_shards(specs, model_family("gpt2").sharding_plan(), {tp, r, "tp"});
       for (size_t i = 0; i < specs.size(); ++i) {
         Tensor shard = Tensor::empty(shards[i].shape(), DType::F32);
         // The trainer's path: the whole tensor from the seed, then the slice.

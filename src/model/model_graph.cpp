@@ -1,10 +1,9 @@
-#include "model/gpt2.h"
+#include "model/model_graph.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "graph/fusion.h"
-#include "model/gpt2_block.h"
 #include "model/graph_emitter.h"
 
 namespace strata {
@@ -12,7 +11,7 @@ namespace strata {
 namespace {
 
 // Points the model's handles into a rewritten graph (-1 for values it dropped).
-void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
+void adopt(ModelGraph& model, GraphRewriter::Result rewritten) {
   auto remap = [&](int& id) {
     if (id >= 0) id = rewritten.value_map.at(static_cast<size_t>(id));
   };
@@ -28,8 +27,8 @@ void adopt(GPT2Graph& model, GraphRewriter::Result rewritten) {
 }
 
 // Finds the stage-boundary nodes of a pipeline part by what they read and make.
-GPT2Graph::BoundaryNodes boundary_nodes(const GPT2Graph& model) {
-  GPT2Graph::BoundaryNodes found;
+ModelGraph::BoundaryNodes boundary_nodes(const ModelGraph& model) {
+  ModelGraph::BoundaryNodes found;
   const int received_gradient = model.received >= 0 && model.grads.of.count(model.received)
                                     ? model.grads.of.at(model.received)
                                     : -1;
@@ -48,7 +47,7 @@ GPT2Graph::BoundaryNodes boundary_nodes(const GPT2Graph& model) {
   return found;
 }
 
-std::set<int> read_after_run(const GPT2Graph& model) {
+std::set<int> read_after_run(const ModelGraph& model) {
   std::set<int> kept;
   for (int id : {model.loss, model.logits, model.sent}) {
     if (id >= 0) kept.insert(id);
@@ -59,55 +58,19 @@ std::set<int> read_after_run(const GPT2Graph& model) {
 
 }  // namespace
 
-std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config) {
-  const int64_t c = config.n_embd;
-  const float stddev = 0.02f;
-  const float residual_stddev = stddev / std::sqrt(2.0f * static_cast<float>(config.n_layer));
-  std::vector<ParamSpec> specs;
-  auto weight = [&](const std::string& name, Shape shape, float sd) {
-    specs.push_back({name, std::move(shape), Init::Normal, sd, true});
-  };
-  auto bias = [&](const std::string& name, int64_t size) { specs.push_back({name, {size}, Init::Zeros, 0, false}); };
-  auto norm = [&](const std::string& name) {
-    specs.push_back({name + ".weight", {c}, Init::Ones, 0, false});
-    bias(name + ".bias", c);
-  };
-  weight("transformer.wte.weight", {config.vocab_size, c}, stddev);
-  weight("transformer.wpe.weight", {config.block_size, c}, stddev);
-  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    std::string p = gpt2_layer_prefix(layer);
-    norm(p + "ln_1");
-    weight(p + "attn.c_attn.weight", {c, 3 * c}, stddev);
-    bias(p + "attn.c_attn.bias", 3 * c);
-    weight(p + "attn.c_proj.weight", {c, c}, residual_stddev);
-    bias(p + "attn.c_proj.bias", c);
-    norm(p + "ln_2");
-    weight(p + "mlp.c_fc.weight", {c, 4 * c}, stddev);
-    bias(p + "mlp.c_fc.bias", 4 * c);
-    weight(p + "mlp.c_proj.weight", {4 * c, c}, residual_stddev);
-    bias(p + "mlp.c_proj.bias", c);
-  }
-  norm("transformer.ln_f");
-  return specs;
+std::string head_copy_name(const ModelConfig& config) {
+  return model_family(config).tied_embedding(config) + "@lm_head";
 }
 
-ShardingPlan gpt2_sharding_plan() {
-  return {{
-      {"transformer.h.*.attn.c_attn.*", ShardStyle::ColumnParallel, 3},
-      {"transformer.h.*.mlp.c_fc.*", ShardStyle::ColumnParallel, 1},
-      {"transformer.h.*.c_proj.weight", ShardStyle::RowParallel, 1},
-      {"transformer.wte.weight*", ShardStyle::VocabParallel, 1},  // and the LM head's copy
-  }};
-}
-
-GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
-                           const GPT2BuildOptions& options) {
+ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t seq, bool training,
+                           const ModelBuildOptions& options) {
   config.validate();
   if (seq > config.block_size) fail("sequence length {} exceeds model.block_size {}", seq, config.block_size);
-  GPT2Graph model;
+  const ModelFamily& family = model_family(config);
+  ModelGraph model;
   Graph& g = model.graph;
   std::map<std::string, int> param;
-  for (const ParamSpec& spec : gpt2_param_specs(config)) {
+  for (const ParamSpec& spec : family.param_specs(config)) {
     int id = g.add_param(spec.name, {spec.shape, options.dtype});
     param[spec.name] = id;
     model.params.push_back(id);
@@ -115,21 +78,26 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
   model.tokens = g.add_input("tokens", {{batch, seq}, DType::I32});
   model.targets = g.add_input("targets", {{batch, seq}, DType::I32});
   model.positions = g.add_input("positions", {{seq}, DType::I32});
-  if (options.separate_head_copy) {
-    model.head_copy = g.add_param(kGPT2HeadCopy, g.value(param.at("transformer.wte.weight")).meta);
+  const std::string tied = family.tied_embedding(config);
+  if (options.separate_head_copy && !tied.empty()) {
+    model.head_copy = g.add_param(head_copy_name(config), g.value(param.at(tied)).meta);
   }
   bool building_head = false;
   GraphEmitter emit(g, options.precision, [&](const std::string& name, const Shape& shape) {
-    int id = building_head && model.head_copy >= 0 && name == "transformer.wte.weight" ? model.head_copy : param.at(name);
-    STRATA_CHECK(g.value(id).meta.shape == shape, "GPT-2 parameter {} built as {}, used as {}", name,
+    auto found = param.find(name);
+    STRATA_CHECK(found != param.end(), "the {} layers read parameter {}, which it does not declare", family.name(), name);
+    int id = building_head && model.head_copy >= 0 && name == tied ? model.head_copy : found->second;
+    STRATA_CHECK(g.value(id).meta.shape == shape, "{} parameter {} built as {}, used as {}", family.name(), name,
                  shape_str(g.value(id).meta.shape), shape_str(shape));
     return id;
   });
-  int x = gpt2_embed(emit, config, model.tokens, model.positions);
-  for (int64_t layer = 0; layer < config.n_layer; ++layer) x = gpt2_block(emit, config, x, gpt2_layer_prefix(layer));
-  const int normed = gpt2_final_norm(emit, config, x);
+  int x = family.embed(emit, config, model.tokens, model.positions, 1);
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    x = family.block(emit, config, x, model.positions, layer_prefix(config, layer), 1);
+  }
+  const int normed = family.final_norm(emit, config, x);
   building_head = true;
-  model.logits = gpt2_lm_head(emit, config, normed);
+  model.logits = family.lm_head(emit, config, normed, 1);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
   if (options.parallelize) {
     ParallelForward part = options.parallelize(model.graph);
@@ -148,7 +116,7 @@ GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq,
     model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt);
     if (options.recompute != RecomputeMode::None) {
       adopt(model, recompute_activations(model.graph, model.first_backward_node, options.recompute,
-                                         segment_by_label_prefix(kGPT2LayerPrefix)));
+                                         segment_by_label_prefix(std::string(family.layer_prefix()))));
     }
   }
   if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));

@@ -1,10 +1,8 @@
 #pragma once
-// GPT-2 as a static graph, with HuggingFace parameter names and layouts:
-// transformer.wte.weight [V, C], transformer.wpe.weight [T, C],
-// transformer.h.{i}.ln_1.{weight,bias}, .attn.c_attn.{weight [C, 3C], bias},
-// .attn.c_proj.{weight [C, C], bias}, .ln_2.*, .mlp.c_fc.{weight [C, 4C], bias},
-// .mlp.c_proj.{weight [4C, C], bias}, transformer.ln_f.*. The LM head is the
-// token embedding (tied), stored once.
+// A model of any family (model/family.h) as a static graph: the forward pass
+// (embedding, layers, final norm, LM head, mean cross-entropy) and, for
+// training, its backward pass, with the parallel runtime's rewrites,
+// recomputation and fusion applied.
 #include <functional>
 #include <map>
 #include <string>
@@ -15,31 +13,21 @@
 #include "graph/recompute.h"
 #include "graph/graph.h"
 #include "graph/rewrite.h"
-#include "model/gpt2_config.h"
+#include "model/family.h"
+#include "model/model_config.h"
 #include "model/parameters.h"
 #include "model/sharding_plan.h"
 
 namespace strata {
 
-// GPT-2 initialisation: normal(0, 0.02), residual output projections
-// (attn.c_proj, mlp.c_proj) normal(0, 0.02 / sqrt(2 * n_layer)), biases 0,
-// LayerNorm weights 1.
-std::vector<ParamSpec> gpt2_param_specs(const GPT2Config& config);
-
-// Megatron's split of GPT-2: c_attn (q, k and v each split by heads) and c_fc
-// column-parallel, the two c_proj row-parallel (their biases replicated, added
-// after the sum), the tied token embedding vocab-parallel (the LM head and the
-// loss then work on vocabulary shards); norms and positions replicated.
-ShardingPlan gpt2_sharding_plan();
-
-struct GPT2Graph {
+struct ModelGraph {
   Graph graph;
   int tokens = -1;     // input [B, T] i32
   int targets = -1;    // input [B, T] i32
   int positions = -1;  // input [T] i32, bound to 0..T-1
   int logits = -1;     // [B, T, V]
   int loss = -1;       // [] mean cross-entropy
-  std::vector<int> params;  // value ids, in gpt2_param_specs order (-1: not in this pipeline part)
+  std::vector<int> params;  // value ids, in model_param_specs order (-1: not in this pipeline part)
   Gradients grads;          // filled when built for training
   int first_backward_node = -1;  // nodes before it are the forward pass (training graphs)
   // A pipeline part (-1 otherwise, and for what a part does not have: a first part receives
@@ -58,8 +46,9 @@ struct GPT2Graph {
     int receive_gradient = -1;
     int send_gradient = -1;
   } boundary;
-  // GPT2BuildOptions::separate_head_copy: the LM head's own value of the tied embedding (-1
-  // otherwise, and in parts without the head), bound to the same tensor as the embedding's.
+  // ModelBuildOptions::separate_head_copy: the LM head's own value of the tied embedding (-1
+  // otherwise, in parts without the head, and in untied models), bound to the same tensor as the
+  // embedding's.
   int head_copy = -1;
 };
 
@@ -73,7 +62,7 @@ struct ParallelForward {
   int sent = -1;
 };
 
-struct GPT2BuildOptions {
+struct ModelBuildOptions {
   DType dtype = DType::F32;    // params (master weights) and, without autocast, activations; f64 for checks
   PrecisionPolicy precision;   // which ops compute in bf16/fp16
   RecomputeMode recompute = RecomputeMode::None;  // training graphs: activations re-run in the backward pass
@@ -82,25 +71,26 @@ struct GPT2BuildOptions {
   // (the parallel runtime's tensor-parallel and pipeline passes).
   std::function<ParallelForward(const Graph& forward)> parallelize;
   // The LM head reads the tied embedding through a param value of its own
-  // (GPT2Graph::head_copy, named kGPT2HeadCopy), so training graphs give the
+  // (ModelGraph::head_copy, named head_copy_name()), so training graphs give the
   // two uses' gradients apart: accumulated over micro-batches separately and
   // added once, every layout (one process, or the first and last pipeline
   // stage) adds the same terms in the same order.
   bool separate_head_copy = false;
 };
 
-inline constexpr const char* kGPT2HeadCopy = "transformer.wte.weight@lm_head";
+// The LM head's copy of the tied embedding: "<embedding>@lm_head".
+std::string head_copy_name(const ModelConfig& config);
 
 // The forward graph for micro-batches of `batch` rows of `seq` tokens, plus the
 // backward graph when `training`.
-GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
-                           const GPT2BuildOptions& options);
-inline GPT2Graph build_gpt2_graph(const GPT2Config& config, int64_t batch, int64_t seq, bool training,
+ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t seq, bool training,
+                           const ModelBuildOptions& options);
+inline ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t seq, bool training,
                                   DType dtype = DType::F32) {
-  return build_gpt2_graph(config, batch, seq, training, GPT2BuildOptions{.dtype = dtype});
+  return build_model_graph(config, batch, seq, training, ModelBuildOptions{.dtype = dtype});
 }
 
-// 0..seq-1 as an i32 tensor, for GPT2Graph::positions.
+// 0..seq-1 as an i32 tensor, for ModelGraph::positions.
 Tensor position_ids(int64_t seq);
 
 }  // namespace strata

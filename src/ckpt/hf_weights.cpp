@@ -1,0 +1,150 @@
+#include "ckpt/hf_weights.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+#include "core/json_file.h"
+#include "model/family.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tensors of a weights file or model directory: each stored name with the file that holds it.
+struct StoredWeights {
+  std::vector<std::unique_ptr<SafetensorsReader>> files;
+  std::map<std::string, const SafetensorsReader*> where;
+};
+
+StoredWeights open_weights(const fs::path& path) {
+  StoredWeights weights;
+  auto add_file = [&](const fs::path& file) {
+    weights.files.push_back(std::make_unique<SafetensorsReader>(file));
+    return weights.files.back().get();
+  };
+  if (!fs::is_directory(path)) {
+    const SafetensorsReader* file = add_file(path);
+    for (const auto& [name, entry] : file->entries()) weights.where[name] = file;
+    return weights;
+  }
+  const fs::path index_path = path / "model.safetensors.index.json";
+  if (!fs::exists(index_path)) {
+    if (!fs::exists(path / "model.safetensors")) {
+      fail("'{}' holds neither model.safetensors nor model.safetensors.index.json", path.string());
+    }
+    return open_weights(path / "model.safetensors");
+  }
+  const nlohmann::json index = read_json_file(index_path);
+  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    fail("{}: key 'weight_map' is missing or not an object", index_path.string());
+  }
+  std::map<std::string, const SafetensorsReader*> by_file;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) fail("{}: weight_map['{}'] must be a file name", index_path.string(), name);
+    const std::string file_name = file.get<std::string>();
+    if (file_name.find('/') != std::string::npos) {
+      fail("{}: weight_map['{}'] names '{}', not a file of this directory", index_path.string(), name, file_name);
+    }
+    auto [at, fresh] = by_file.emplace(file_name, nullptr);
+    if (fresh) at->second = add_file(path / file_name);
+    if (!at->second->contains(name)) {
+      fail("{}: weight_map puts tensor '{}' in '{}', which has no such tensor", index_path.string(), name, file_name);
+    }
+    weights.where[name] = at->second;
+  }
+  // A shard's tensor the index does not list would be silently ignored by transformers: refuse it.
+  for (const auto& [file_name, file] : by_file) {
+    for (const auto& [name, entry] : file->entries()) {
+      if (weights.where.at(name) != file) {
+        fail("{}: tensor '{}' is in '{}' but the index does not list it there", index_path.string(), name, file_name);
+      }
+    }
+  }
+  return weights;
+}
+
+std::string location(const SafetensorsReader& file) { return file.path().string(); }
+
+Tensor load_finite(const SafetensorsReader& file, const std::string& stored) {
+  const SafetensorsEntry& entry = file.entry(stored);
+  if (!is_floating(entry.dtype)) {
+    fail("{}: tensor '{}' has dtype {}, expected a floating-point type", location(file), stored,
+         dtype_name(entry.dtype));
+  }
+  Tensor values = file.load(stored).to(DType::F32);
+  const float* data = values.data<float>();
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    if (!std::isfinite(data[i])) {
+      fail("{}: tensor '{}' holds a non-finite value ({}) at element {}", location(file), stored, data[i], i);
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+void load_hf_weights(const fs::path& path, const ModelConfig& config, ParameterSet& params) {
+  const ModelFamily& family = model_family(config);
+  const StoredWeights weights = open_weights(path);
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < params.size(); ++i) index_of[params.spec(i).name] = i;
+  const std::string tied = family.tied_embedding(config);
+  std::map<std::string, std::string> loaded;  // parameter -> the file's name for it
+  const SafetensorsReader* tied_head = nullptr;
+  for (const auto& [stored, file] : weights.where) {
+    const std::string name = family.parameter_of_hf_tensor(stored);
+    if (name.empty()) continue;
+    if (name == "lm_head.weight" && !tied.empty() && !index_of.count(name)) {
+      tied_head = file;  // checked against the embedding once that is loaded
+      continue;
+    }
+    auto found = index_of.find(name);
+    if (found == index_of.end()) {
+      fail("{}: tensor '{}' is not a parameter of the configured {} model", location(*file), stored, family.name());
+    }
+    const Shape& expected = params.spec(found->second).shape;
+    if (file->entry(stored).shape != expected) {
+      fail("{}: tensor '{}' has shape {}, the config (model.*) implies {}", location(*file), stored,
+           shape_str(file->entry(stored).shape), shape_str(expected));
+    }
+    // The same tensor under both spellings: which one is meant is anyone's guess.
+    if (auto [previous, fresh] = loaded.emplace(name, stored); !fresh) {
+      fail("{}: tensors '{}' and '{}' are both parameter '{}': keep one", location(*file), previous->second, stored,
+           name);
+    }
+    params.tensor(found->second).copy_from(load_finite(*file, stored));
+  }
+  for (const ParamSpec& spec : params.specs()) {
+    if (!loaded.count(spec.name)) fail("{}: tensor '{}' is missing", path.string(), spec.name);
+  }
+  if (tied_head) {
+    const Tensor& embedding = params.get(tied);
+    if (tied_head->entry("lm_head.weight").shape != embedding.shape()) {
+      fail("{}: tensor 'lm_head.weight' has shape {}, but it is tied to {} {}", location(*tied_head),
+           shape_str(tied_head->entry("lm_head.weight").shape), tied, shape_str(embedding.shape()));
+    }
+    const Tensor head = load_finite(*tied_head, "lm_head.weight");
+    // Equal as stored: the embedding went through the same conversion to f32.
+    for (int64_t i = 0; i < head.numel(); ++i) {
+      if (head.data<float>()[i] != embedding.data<float>()[i]) {
+        fail("{}: tensor 'lm_head.weight' differs from {} at element {} ({} vs {}), but model.tie_word_embeddings "
+             "is true; set it to false to load an untied head",
+             location(*tied_head), tied, i, head.data<float>()[i], embedding.data<float>()[i]);
+      }
+    }
+  }
+}
+
+void save_hf_weights(const fs::path& path, const ParameterSet& params) {
+  TensorMap tensors;
+  for (size_t i = 0; i < params.size(); ++i) tensors[params.spec(i).name] = params.tensor(i);
+  write_safetensors(path, tensors, {{"format", "pt"}});
+}
+
+}  // namespace strata

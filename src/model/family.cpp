@@ -1,0 +1,40 @@
+#include "model/family.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "model/gpt2/gpt2_family.h"
+#include "model/llama/llama_family.h"
+
+namespace strata {
+
+namespace {
+
+const std::vector<const ModelFamily*>& families() {
+  static const std::vector<const ModelFamily*> all = {&gpt2_family(), &llama_family()};
+  return all;
+}
+
+}  // namespace
+
+const ModelFamily& model_family(std::string_view name) {
+  for (const ModelFamily* family : families()) {
+    if (family->name() == name) return *family;
+  }
+  fail("key 'model.family' must be one of \"{}\", got \"{}\"", fmt::join(model_family_names(), "\", \""), name);
+}
+
+std::vector<std::string> model_family_names() {
+  std::vector<std::string> names;
+  for (const ModelFamily* family : families()) names.emplace_back(family->name());
+  return names;
+}
+
+std::vector<ParamSpec> model_param_specs(const ModelConfig& config) { return model_family(config).param_specs(config); }
+
+std::string layer_prefix(const ModelConfig& config, int64_t layer) {
+  return fmt::format("{}{}.", model_family(config).layer_prefix(), layer);
+}
+
+}  // namespace strata

@@ -1,0 +1,87 @@
+#pragma once
+// The seam between a model family and everything that runs models. The
+// trainer, sampler, checkpoints, planner and tools reach a family only through
+// this interface (chosen by model.family), so a new family is one folder
+// (model/gpt2/, model/llama/) and no branch anywhere else.
+//
+// A family writes its layers once, against a ModelEmitter: the graph builder's
+// emitter appends them to a graph (training, the planner's per-device
+// segments), the sampler's runs them eagerly with its key/value cache.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/shape.h"
+#include "model/model_config.h"
+#include "model/parameters.h"
+#include "model/sharding_plan.h"
+#include "ops/attrs.h"
+
+namespace strata {
+
+// Turns a family's ops into something; values are handles the emitter hands out.
+class ModelEmitter {
+ public:
+  virtual ~ModelEmitter() = default;
+  // The value of parameter `name`, whose (shard) shape is `shape`.
+  virtual int param(const std::string& name, const Shape& shape) = 0;
+  // The op's first output.
+  virtual int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                 const std::string& label) = 0;
+  // The causal attention core: `op` is "attention" (inputs {qkv}, packed) or
+  // "grouped_attention" (inputs {q, k, v}); a cache-keeping emitter keeps k and v.
+  virtual int attention(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                        const std::string& label) = 0;
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual std::string_view name() const = 0;
+  // Throws naming the model.* key this family cannot take.
+  virtual void validate(const ModelConfig& config) const = 0;
+  // Every parameter, HuggingFace name and layout, in a fixed order, with its initialisation.
+  virtual std::vector<ParamSpec> param_specs(const ModelConfig& config) const = 0;
+  // How the parameters split under tensor parallelism; a family without one runs tp = 1 only.
+  virtual bool has_sharding_plan() const = 0;
+  virtual ShardingPlan sharding_plan() const = 0;
+  // Parameter names and op labels of layer i start with layer_prefix() + i + ".".
+  virtual std::string_view layer_prefix() const = 0;
+  // The parameter the LM head shares with the token embedding; "" when untied.
+  virtual std::string tied_embedding(const ModelConfig& config) const = 0;
+  // The width of one position's keys (and values): what a key/value cache holds per token.
+  virtual int64_t kv_width(const ModelConfig& config) const = 0;
+
+  // The layers, at tensor-parallel degree `tp` (shard shapes). `positions` [T] i32 are the
+  // tokens' absolute positions.
+  virtual int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int positions, int tp) const = 0;
+  virtual int block(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& prefix,
+                    int tp) const = 0;
+  virtual int final_norm(ModelEmitter& e, const ModelConfig& config, int x) const = 0;
+  virtual int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) const = 0;
+
+  // The parameter a HuggingFace weights file's tensor `stored` is: the name itself, or the
+  // spelling of the bare model class (GPT2Model, LlamaModel) prefixed; "" for the buffers some
+  // files carry (causal masks, rotary frequencies), which are not parameters.
+  virtual std::string parameter_of_hf_tensor(const std::string& stored) const = 0;
+  // HuggingFace config.json: the model config it describes (`source` names the file in errors),
+  // and the one to write for `config`.
+  virtual ModelConfig from_hf_config(const nlohmann::json& hf, const std::string& source) const = 0;
+  virtual nlohmann::json to_hf_config(const ModelConfig& config) const = 0;
+};
+
+// The family model.family names; throws naming the key and the families there are.
+const ModelFamily& model_family(std::string_view name);
+inline const ModelFamily& model_family(const ModelConfig& config) { return model_family(config.family); }
+std::vector<std::string> model_family_names();
+
+// Conveniences over the family of `config`.
+std::vector<ParamSpec> model_param_specs(const ModelConfig& config);
+std::string layer_prefix(const ModelConfig& config, int64_t layer);
+// Rows of a vocabulary-parallel shard of the token table (ceil(V / tp); no padding).
+inline int64_t vocab_shard(const ModelConfig& config, int tp) { return (config.vocab_size + tp - 1) / tp; }
+
+}  // namespace strata

@@ -1,0 +1,57 @@
+#pragma once
+// A transformer's shape, for every family (model.family). The keys a family
+// does not use keep their defaults, and its validation says so when one is set.
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace strata {
+
+// Rotary frequency scaling (HuggingFace `rope_scaling` / `rope_parameters`).
+struct RopeScaling {
+  std::string type = "none";  // "none", "linear" or "llama3"
+  double factor = 1;
+  double low_freq_factor = 1;               // llama3
+  double high_freq_factor = 4;              // llama3
+  int64_t original_max_positions = 8192;    // llama3: original_max_position_embeddings
+  bool operator==(const RopeScaling&) const = default;
+};
+
+struct ModelConfig {
+  std::string family = "gpt2";  // "gpt2" or "llama" (model/family.h)
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  int64_t vocab_size = 4096;
+  int64_t block_size = 256;  // the longest sequence trained on (GPT-2: also its position table's size)
+  double layer_norm_eps = 1e-5;  // the norm's epsilon: GPT-2's LayerNorm, LLaMA's RMSNorm (rms_norm_eps)
+
+  // LLaMA (HuggingFace LlamaConfig's names in comments).
+  int64_t n_kv_head = 0;          // num_key_value_heads; 0: n_head
+  int64_t head_dim = 0;           // head_dim; 0: n_embd / n_head
+  int64_t intermediate_size = 0;  // the MLP's hidden width; 0: the family's default (GPT-2 4·n_embd)
+  double rope_theta = 10000;
+  RopeScaling rope_scaling;
+  int64_t max_position_embeddings = 0;  // what the checkpoint was made for; 0: block_size
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+
+  // Throws naming the `model.*` key that is impossible (the family's own checks too).
+  void validate() const;
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  int64_t num_parameters() const;  // a tied LM head counted once
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// The [model] keys of a config file ("n_layer", ...) and the fields they set: the trainer's and the
+// planner's config readers both read the table through this one list.
+struct ModelField {
+  const char* key;
+  std::variant<int64_t*, double*, std::string*, bool*> value;
+};
+std::vector<ModelField> model_fields(ModelConfig& config);
+
+}  // namespace strata
