@@ -40,28 +40,56 @@ struct Uses {
   }
 };
 
-// ---- add + layernorm, layernorm_backward + add -------------------------------
+// ---- add + norm, norm backward + add -----------------------------------------
+
+// The norms and the fused ops that replace them: add_<norm> takes (x, r, the
+// norm's other inputs) and outputs (sum, the norm's outputs); <backward>_add
+// takes (the backward's inputs, dres) and outputs the backward's outputs.
+struct NormFusion {
+  const char* norm;
+  const char* add_norm;
+  const char* backward;
+  const char* backward_add;
+};
+constexpr NormFusion kNormFusions[] = {
+    {"layernorm", "add_layernorm", "layernorm_backward", "layernorm_backward_add"},
+    {"rms_norm", "add_rms_norm", "rms_norm_backward", "rms_norm_backward_add"},
+};
+
+const NormFusion* fusion_of_norm(const std::string& op) {
+  for (const NormFusion& fusion : kNormFusions) {
+    if (op == fusion.norm) return &fusion;
+  }
+  return nullptr;
+}
+
+const NormFusion* fusion_of_backward(const std::string& op) {
+  for (const NormFusion& fusion : kNormFusions) {
+    if (op == fusion.backward) return &fusion;
+  }
+  return nullptr;
+}
 
 struct Copy {};
 struct Skip {};
-struct AddLayerNorm {
-  int layernorm;  // its node; the add's node is where the fused node goes
-  int x, r;       // source values
+struct AddNorm {
+  int norm;  // its node; the add's node is where the fused node goes
+  int x, r;  // source values
 };
-struct LayerNormBackwardAdd {
-  int add;       // the accumulating add; the layernorm_backward's node is where the fused node goes
+struct NormBackwardAdd {
+  int add;       // the accumulating add; the norm backward's node is where the fused node goes
   int dy, dres;  // source values
 };
-using Action = std::variant<Copy, Skip, AddLayerNorm, LayerNormBackwardAdd>;
+using Action = std::variant<Copy, Skip, AddNorm, NormBackwardAdd>;
 
-// Plans add_layernorm at the add `add` feeding layernorm node `layernorm`.
-void plan_add_layernorm(const Uses& uses, int add, int layernorm, std::vector<Action>& plan) {
+// Plans add_<norm> at the add `add` feeding norm node `norm_node`.
+void plan_add_norm(const Uses& uses, int add, int norm_node, std::vector<Action>& plan) {
   const Graph& graph = uses.graph;
   const Node& sum_node = graph.node(add);
-  const Node& norm = graph.node(layernorm);
+  const Node& norm = graph.node(norm_node);
   if (!std::holds_alternative<Copy>(plan[static_cast<size_t>(add)])) return;
   for (size_t i = 1; i < norm.inputs.size(); ++i) {
-    if (!uses.ready_before(norm.inputs[i], add)) return;  // gamma, beta must exist where the add was
+    if (!uses.ready_before(norm.inputs[i], add)) return;  // the weights must exist where the add was
   }
   int x = sum_node.inputs[0], r = sum_node.inputs[1];
   int cast = uses.absorbable_cast(r);
@@ -70,12 +98,12 @@ void plan_add_layernorm(const Uses& uses, int add, int layernorm, std::vector<Ac
     plan[static_cast<size_t>(cast)] = Skip{};
     r = graph.node(cast).inputs[0];
   }
-  plan[static_cast<size_t>(add)] = AddLayerNorm{layernorm, x, r};
-  plan[static_cast<size_t>(layernorm)] = Skip{};
+  plan[static_cast<size_t>(add)] = AddNorm{norm_node, x, r};
+  plan[static_cast<size_t>(norm_node)] = Skip{};
 }
 
-// Plans layernorm_backward_add at layernorm_backward node `backward` whose dx
-// only the add `add` reads.
+// Plans <backward>_add at norm backward node `backward` whose dx only the add
+// `add` reads.
 bool plan_backward_add(const Uses& uses, int backward, int add, std::vector<Action>& plan) {
   const Graph& graph = uses.graph;
   const Node& sum_node = graph.node(add);
@@ -94,7 +122,7 @@ bool plan_backward_add(const Uses& uses, int backward, int add, std::vector<Acti
     plan[static_cast<size_t>(cast)] = Skip{};
     dy = graph.node(cast).inputs[0];
   }
-  plan[static_cast<size_t>(backward)] = LayerNormBackwardAdd{add, dy, dres};
+  plan[static_cast<size_t>(backward)] = NormBackwardAdd{add, dy, dres};
   plan[static_cast<size_t>(add)] = Skip{};
   return true;
 }
@@ -175,13 +203,13 @@ GraphRewriter::Result fuse_residual_layernorm(const Graph& graph, const std::set
   std::vector<Action> plan(static_cast<size_t>(graph.num_nodes()), Copy{});
   for (int id = 0; id < graph.num_nodes(); ++id) {
     const Node& node = graph.node(id);
-    if (node.op == "layernorm") {
+    if (fusion_of_norm(node.op) != nullptr) {
       int add = uses.producer(node.inputs[0]);
-      if (add >= 0 && graph.node(add).op == "add") plan_add_layernorm(uses, add, id, plan);
+      if (add >= 0 && graph.node(add).op == "add") plan_add_norm(uses, add, id, plan);
     } else if (node.op == "add") {
       for (int input : node.inputs) {
         int backward = uses.producer(input);
-        if (backward >= 0 && graph.node(backward).op == "layernorm_backward" &&
+        if (backward >= 0 && fusion_of_backward(graph.node(backward).op) != nullptr &&
             graph.node(backward).outputs[0] == input && plan_backward_add(uses, backward, id, plan)) {
           break;
         }
@@ -195,24 +223,22 @@ GraphRewriter::Result fuse_residual_layernorm(const Graph& graph, const std::set
     const Action& action = plan[static_cast<size_t>(id)];
     if (std::holds_alternative<Copy>(action)) {
       rewriter.copy_node(id);
-    } else if (const auto* fused = std::get_if<AddLayerNorm>(&action)) {
-      const Node& norm = graph.node(fused->layernorm);
-      std::vector<int> outputs =
-          target.apply("add_layernorm",
-                       {rewriter.map(fused->x), rewriter.map(fused->r), rewriter.map(norm.inputs[1]),
-                        rewriter.map(norm.inputs[2])},
-                       norm.attrs, norm.label);
+    } else if (const auto* fused = std::get_if<AddNorm>(&action)) {
+      const Node& norm = graph.node(fused->norm);
+      std::vector<int> inputs{rewriter.map(fused->x), rewriter.map(fused->r)};
+      for (size_t i = 1; i < norm.inputs.size(); ++i) inputs.push_back(rewriter.map(norm.inputs[i]));
+      std::vector<int> outputs = target.apply(fusion_of_norm(norm.op)->add_norm, inputs, norm.attrs, norm.label);
       rewriter.set(graph.node(id).outputs[0], outputs[0]);
       for (size_t i = 0; i < norm.outputs.size(); ++i) rewriter.set(norm.outputs[i], outputs[i + 1]);
-    } else if (const auto* fused = std::get_if<LayerNormBackwardAdd>(&action)) {
+    } else if (const auto* fused = std::get_if<NormBackwardAdd>(&action)) {
       const Node& grad = graph.node(id);
       std::vector<int> inputs{rewriter.map(fused->dy)};
       for (size_t i = 1; i < grad.inputs.size(); ++i) inputs.push_back(rewriter.map(grad.inputs[i]));
       inputs.push_back(rewriter.map(fused->dres));
-      std::vector<int> outputs = target.apply("layernorm_backward_add", inputs, {}, grad.label);
+      std::vector<int> outputs =
+          target.apply(fusion_of_backward(grad.op)->backward_add, inputs, grad.attrs, grad.label);
       rewriter.set(graph.node(fused->add).outputs[0], outputs[0]);
-      rewriter.set(grad.outputs[1], outputs[1]);
-      rewriter.set(grad.outputs[2], outputs[2]);
+      for (size_t i = 1; i < grad.outputs.size(); ++i) rewriter.set(grad.outputs[i], outputs[i]);
     }
   }
   return std::move(rewriter).finish();

@@ -15,6 +15,8 @@ namespace strata {
 // sum; a bf16 -> f32 cast feeding the add as its residual is absorbed.
 // layernorm_backward -> add (gradient accumulation) becomes
 // layernorm_backward_add, absorbing a bf16 -> f32 cast of its dy likewise.
+// rms_norm and rms_norm_backward become add_rms_norm and
+// rms_norm_backward_add the same way.
 GraphRewriter::Result fuse_residual_layernorm(const Graph& graph, const std::set<int>& keep = {});
 
 // Trees of element-wise ops (add, scale, gelu, gelu_backward, cast) over f32

@@ -103,6 +103,21 @@ const std::map<std::string, GradRule>& rules() {
          return g.apply("layernorm_backward", {dy[0], n.inputs[0], n.inputs[1], n.outputs[1], n.outputs[2]}, {},
                         grad_label(n, "x"));
        }},
+      {"rms_norm",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return g.apply("rms_norm_backward", {dy[0], n.inputs[0], n.inputs[1]}, n.attrs, grad_label(n, "x"));
+       }},
+      // A rotation's gradient is its transpose: the rotation by the negated angle.
+      {"rope",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         Attrs attrs = n.attrs;
+         attrs.set("inverse", !n.attrs.get_bool("inverse"));
+         return {g.apply1("rope", {dy[0], n.inputs[1]}, attrs, grad_label(n, "x")), kNoGradient};
+       }},
+      {"swiglu",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return g.apply("swiglu_backward", {dy[0], n.inputs[0], n.inputs[1]}, {}, grad_label(n, "gate"));
+       }},
       {"matmul",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          STRATA_CHECK(!n.attrs.get_bool("trans_a"), "gradient of a trans_a matmul is not needed by any model");
@@ -129,6 +144,13 @@ const std::map<std::string, GradRule>& rules() {
          only_primary(n, dy);
          return {g.apply1("attention_backward", {dy[0], n.inputs[0], n.outputs[0], n.outputs[1]}, n.attrs,
                           grad_label(n, "qkv"))};
+       }},
+      {"grouped_attention",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         return g.apply("grouped_attention_backward",
+                        {dy[0], n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], n.outputs[1]}, n.attrs,
+                        grad_label(n, "qkv"));
        }},
       {"cross_entropy",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {

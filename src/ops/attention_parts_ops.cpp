@@ -1,7 +1,12 @@
 // The unfused pieces of causal attention and the decompositions of
-// `attention` and `attention_backward` into them: what a backend without the
-// fused kernels runs. The T x T score matrix is materialised, one batch row
-// at a time, in scratch tensors the decomposition allocates.
+// `attention`, `grouped_attention` and their backwards into them: what a
+// backend without the fused kernels runs. The T x T score matrix is
+// materialised, one batch row at a time, in scratch tensors the decomposition
+// allocates. Grouped keys and values are never repeated per query head: the
+// query heads that share a kv head are stacked along the rows of one bmm
+// operand ([KV, G*T, D] for G = H / KV query heads per kv head), so one bmm
+// per kv head multiplies all of them by its keys, and causal_softmax reads
+// the stacked scores [KV, G*T, T] as [H, T, T].
 #include <cmath>
 
 #include "ops/dispatcher.h"
@@ -192,86 +197,154 @@ Tensor entry(const Tensor& tensor, int64_t index) {
 }
 
 struct HeadLayout {
-  int64_t batch, seq, heads, head_dim;
+  int64_t batch, seq, heads, kv_heads, head_dim;
   double scale;
+  // [KV, G*T, columns]: a kv head's query heads stacked along the rows.
+  Shape stacked(int64_t columns) const { return {kv_heads, heads / kv_heads * seq, columns}; }
+  Shape square() const { return {heads, seq, seq}; }
 };
 
-HeadLayout head_layout(const Tensor& qkv, const Attrs& attrs) {
-  HeadLayout layout;
-  layout.batch = qkv.size(0);
-  layout.seq = qkv.size(1);
-  layout.heads = attrs.get_int("n_head");
-  layout.head_dim = qkv.size(2) / 3 / layout.heads;
-  layout.scale = 1.0 / std::sqrt(static_cast<double>(layout.head_dim));
-  return layout;
+HeadLayout head_layout(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  return {batch, seq, heads, kv_heads, head_dim, 1.0 / std::sqrt(static_cast<double>(head_dim))};
 }
 
-// q, k and v (each [H, T, D]) of batch row b of split_heads(qkv, 3H), or of
-// its gradient.
+// attention: qkv [B, T, 3C], every query head its own kv head.
+HeadLayout packed_layout(const Tensor& qkv, const Attrs& attrs) {
+  int64_t heads = attrs.get_int("n_head");
+  return head_layout(qkv.size(0), qkv.size(1), heads, heads, qkv.size(2) / 3 / heads);
+}
+
+// grouped_attention: q [B, T, H*D].
+HeadLayout grouped_layout(const Tensor& q, const Attrs& attrs) {
+  int64_t heads = attrs.get_int("n_head");
+  return head_layout(q.size(0), q.size(1), heads, attrs.get_int("n_kv_head"), q.size(2) / heads);
+}
+
+// One batch row's q [H, T, D], k and v [KV, T, D], or their gradients.
 struct Heads {
   Tensor q, k, v;
 };
 
+// Batch row b of split_heads(qkv, 3H), or of its gradient.
 Heads heads_of(const Tensor& qkv_heads, int64_t b, int64_t heads) {
   Tensor row = entry(qkv_heads, b);
   return {row.narrow(0, 0, heads), row.narrow(0, heads, heads), row.narrow(0, 2 * heads, heads)};
 }
 
+// [B, heads, T, D] heads of x [B, T, heads*D].
+Tensor split(Dispatcher& dispatcher, const Tensor& x, int64_t heads) {
+  Tensor out = Tensor::empty({x.size(0), heads, x.size(1), x.size(2) / heads}, x.dtype());
+  dispatcher.run("split_heads", {x}, {out}, {{"n_head", heads}});
+  return out;
+}
+
+// The score-sized scratch of one batch row, [KV, G*T, T] each.
+struct Scores {
+  Tensor scores, probs, dprobs, dscores;
+};
+
+Scores scores_for(const HeadLayout& l, DType dtype, bool backward) {
+  Shape shape = l.stacked(l.seq);
+  Scores s{Tensor::empty(shape, dtype), Tensor::empty(shape, dtype), {}, {}};
+  if (backward) {
+    s.dprobs = Tensor::empty(shape, dtype);
+    s.dscores = Tensor::empty(shape, dtype);
+  }
+  return s;
+}
+
+// One batch row (out [H, T, D], lse [H, T]):
+// S = Q K^T, (P, lse) = causal_softmax(S, 1/sqrt(D)), O = P V.
+void attend_row(Dispatcher& dispatcher, const HeadLayout& l, const Heads& in, const Scores& s, const Tensor& out,
+                const Tensor& lse) {
+  dispatcher.run("bmm", {in.q.reshape(l.stacked(l.head_dim)), in.k}, {s.scores}, kTransB);
+  dispatcher.run("causal_softmax", {s.scores.reshape(l.square())}, {s.probs.reshape(l.square()), lse},
+                 {{"scale", l.scale}});
+  dispatcher.run("bmm", {s.probs, in.v}, {out.reshape(l.stacked(l.head_dim))}, kPlain);
+}
+
+// One batch row's gradients (shapes as attend_row's): recomputes P, then
+// dV = P^T dO, dP = dO V^T, dS = causal_softmax_backward (scale included),
+// dQ = dS K, dK = dS^T Q. The row term sum_k dP_ik P_ik equals dO_i . O_i, so
+// the forward's out and lse are not needed. With stacked query heads, the
+// products dV and dK sum over a kv head's query heads.
+void backprop_row(Dispatcher& dispatcher, const HeadLayout& l, const Tensor& dout, const Heads& in, const Heads& grad,
+                  const Scores& s, const Tensor& lse) {
+  Shape stacked = l.stacked(l.head_dim);
+  Attrs softmax_attrs{{"scale", l.scale}};
+  Tensor q = in.q.reshape(stacked);
+  Tensor dout_stacked = dout.reshape(stacked);
+  dispatcher.run("bmm", {q, in.k}, {s.scores}, kTransB);
+  dispatcher.run("causal_softmax", {s.scores.reshape(l.square())}, {s.probs.reshape(l.square()), lse}, softmax_attrs);
+  dispatcher.run("bmm", {s.probs, dout_stacked}, {grad.v}, kTransA);
+  dispatcher.run("bmm", {dout_stacked, in.v}, {s.dprobs}, kTransB);
+  dispatcher.run("causal_softmax_backward", {s.dprobs.reshape(l.square()), s.probs.reshape(l.square())},
+                 {s.dscores.reshape(l.square())}, softmax_attrs);
+  dispatcher.run("bmm", {s.dscores, in.k}, {grad.q.reshape(stacked)}, kPlain);
+  dispatcher.run("bmm", {s.dscores, q}, {grad.k}, kTransA);
+}
+
 }  // namespace
 
-// S = Q K^T, (P, lse) = causal_softmax(S, 1/sqrt(D)), O = P V per batch row.
 void decompose_attention(Dispatcher& dispatcher, const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  const Tensor& qkv = in[0];
-  HeadLayout l = head_layout(qkv, attrs);
-  DType dtype = qkv.dtype();
-  Tensor qkv_heads = Tensor::empty({l.batch, 3 * l.heads, l.seq, l.head_dim}, dtype);
-  dispatcher.run("split_heads", {qkv}, {qkv_heads}, {{"n_head", 3 * l.heads}});
-  Tensor scores = Tensor::empty({l.heads, l.seq, l.seq}, dtype);
-  Tensor probs = Tensor::empty({l.heads, l.seq, l.seq}, dtype);
-  Tensor out_heads = Tensor::empty({l.batch, l.heads, l.seq, l.head_dim}, dtype);
+  HeadLayout l = packed_layout(in[0], attrs);
+  Tensor qkv_heads = split(dispatcher, in[0], 3 * l.heads);
+  Tensor out_heads = Tensor::empty({l.batch, l.heads, l.seq, l.head_dim}, in[0].dtype());
+  Scores s = scores_for(l, in[0].dtype(), false);
   for (int64_t b = 0; b < l.batch; ++b) {
-    Heads h = heads_of(qkv_heads, b, l.heads);
-    dispatcher.run("bmm", {h.q, h.k}, {scores}, kTransB);
-    dispatcher.run("causal_softmax", {scores}, {probs, entry(out[1], b)}, {{"scale", l.scale}});
-    dispatcher.run("bmm", {probs, h.v}, {entry(out_heads, b)}, kPlain);
+    attend_row(dispatcher, l, heads_of(qkv_heads, b, l.heads), s, entry(out_heads, b), entry(out[1], b));
   }
   dispatcher.run("merge_heads", {out_heads}, {out[0]});
 }
 
-// Recomputes P, then dV = P^T dO, dP = dO V^T, dS = causal_softmax_backward
-// (scale included), dQ = dS K, dK = dS^T Q. The row term sum_k dP_ik P_ik
-// equals dO_i . O_i, so the forward's out and lse are not needed.
 void decompose_attention_backward(Dispatcher& dispatcher, const Tensors& in, const Tensors& out,
                                   const Attrs& attrs) {
-  const Tensor& dout = in[0];
-  const Tensor& qkv = in[1];
-  HeadLayout l = head_layout(qkv, attrs);
-  DType dtype = qkv.dtype();
-  Tensor qkv_heads = Tensor::empty({l.batch, 3 * l.heads, l.seq, l.head_dim}, dtype);
-  dispatcher.run("split_heads", {qkv}, {qkv_heads}, {{"n_head", 3 * l.heads}});
-  Tensor dout_heads = Tensor::empty({l.batch, l.heads, l.seq, l.head_dim}, dtype);
-  dispatcher.run("split_heads", {dout}, {dout_heads}, {{"n_head", l.heads}});
-  Tensor dqkv_heads = Tensor::empty(qkv_heads.shape(), dtype);
-  Shape square{l.heads, l.seq, l.seq};
-  Tensor scores = Tensor::empty(square, dtype);
-  Tensor probs = Tensor::empty(square, dtype);
-  Tensor dprobs = Tensor::empty(square, dtype);
-  Tensor dscores = Tensor::empty(square, dtype);
+  HeadLayout l = packed_layout(in[1], attrs);
+  Tensor qkv_heads = split(dispatcher, in[1], 3 * l.heads);
+  Tensor dout_heads = split(dispatcher, in[0], l.heads);
+  Tensor dqkv_heads = Tensor::empty(qkv_heads.shape(), in[1].dtype());
   Tensor lse = Tensor::empty({l.heads, l.seq}, in[3].dtype());
-  Attrs softmax_attrs{{"scale", l.scale}};
+  Scores s = scores_for(l, in[1].dtype(), true);
   for (int64_t b = 0; b < l.batch; ++b) {
-    Heads h = heads_of(qkv_heads, b, l.heads);
-    Heads d = heads_of(dqkv_heads, b, l.heads);
-    Tensor dout_b = entry(dout_heads, b);
-    dispatcher.run("bmm", {h.q, h.k}, {scores}, kTransB);
-    dispatcher.run("causal_softmax", {scores}, {probs, lse}, softmax_attrs);
-    dispatcher.run("bmm", {probs, dout_b}, {d.v}, kTransA);
-    dispatcher.run("bmm", {dout_b, h.v}, {dprobs}, kTransB);
-    dispatcher.run("causal_softmax_backward", {dprobs, probs}, {dscores}, softmax_attrs);
-    dispatcher.run("bmm", {dscores, h.k}, {d.q}, kPlain);
-    dispatcher.run("bmm", {dscores, h.q}, {d.k}, kTransA);
+    backprop_row(dispatcher, l, entry(dout_heads, b), heads_of(qkv_heads, b, l.heads),
+                 heads_of(dqkv_heads, b, l.heads), s, lse);
   }
   dispatcher.run("merge_heads", {dqkv_heads}, {out[0]});
+}
+
+void decompose_grouped_attention(Dispatcher& dispatcher, const Tensors& in, const Tensors& out,
+                                 const Attrs& attrs) {
+  HeadLayout l = grouped_layout(in[0], attrs);
+  Tensor q_heads = split(dispatcher, in[0], l.heads);
+  Tensor k_heads = split(dispatcher, in[1], l.kv_heads);
+  Tensor v_heads = split(dispatcher, in[2], l.kv_heads);
+  Tensor out_heads = Tensor::empty(q_heads.shape(), in[0].dtype());
+  Scores s = scores_for(l, in[0].dtype(), false);
+  for (int64_t b = 0; b < l.batch; ++b) {
+    attend_row(dispatcher, l, {entry(q_heads, b), entry(k_heads, b), entry(v_heads, b)}, s, entry(out_heads, b),
+               entry(out[1], b));
+  }
+  dispatcher.run("merge_heads", {out_heads}, {out[0]});
+}
+
+void decompose_grouped_attention_backward(Dispatcher& dispatcher, const Tensors& in, const Tensors& out,
+                                          const Attrs& attrs) {
+  HeadLayout l = grouped_layout(in[1], attrs);
+  Tensor dout_heads = split(dispatcher, in[0], l.heads);
+  Tensor q_heads = split(dispatcher, in[1], l.heads);
+  Tensor k_heads = split(dispatcher, in[2], l.kv_heads);
+  Tensor v_heads = split(dispatcher, in[3], l.kv_heads);
+  Heads grads{Tensor::empty(q_heads.shape(), in[1].dtype()), Tensor::empty(k_heads.shape(), in[1].dtype()),
+              Tensor::empty(v_heads.shape(), in[1].dtype())};
+  Tensor lse = Tensor::empty({l.heads, l.seq}, in[5].dtype());
+  Scores s = scores_for(l, in[1].dtype(), true);
+  for (int64_t b = 0; b < l.batch; ++b) {
+    backprop_row(dispatcher, l, entry(dout_heads, b), {entry(q_heads, b), entry(k_heads, b), entry(v_heads, b)},
+                 {entry(grads.q, b), entry(grads.k, b), entry(grads.v, b)}, s, lse);
+  }
+  dispatcher.run("merge_heads", {grads.q}, {out[0]});
+  dispatcher.run("merge_heads", {grads.k}, {out[1]});
+  dispatcher.run("merge_heads", {grads.v}, {out[2]});
 }
 
 void add_attention_parts_ops(OpRegistry& registry) {

@@ -1,6 +1,7 @@
 // Fused ops that graph passes (graph/fusion.h) put in place of chains of
-// standard ops, so activations are read once: residual add + LayerNorm, its
-// backward with the residual-gradient add, and element-wise programs.
+// standard ops, so activations are read once: residual add + LayerNorm or
+// RMSNorm, their backwards with the residual-gradient add, and element-wise
+// programs.
 #include "ops/fused_program.h"
 #include "ops/standard_ops.h"
 
@@ -97,6 +98,61 @@ void add_layernorm_backward_add(OpRegistry& registry) {
   });
 }
 
+void add_add_rms_norm(OpRegistry& registry) {
+  registry.add({
+      .name = "add_rms_norm",
+      .summary = "sum = x + r rounded to x's dtype (r is x's dtype or a narrower floating one, widened exactly; "
+                 "r's shape is a suffix of x's, repeated over the leading dims); then y = rms_norm(sum, weight) "
+                 "exactly as op rms_norm computes it from the stored sum",
+      .inputs = {"x", "r", "weight"},
+      .outputs = {"sum", "y"},
+      .attrs = {"eps"},
+      .infer =
+          [](const Metas& in, const Attrs&) -> Metas {
+            const std::string op = "add_rms_norm";
+            const TensorMeta& x = in[0];
+            expect(is_floating(x.dtype) && !x.shape.empty(), op, "x", "be floating with at least 1 dim", x);
+            expect(widens_exactly(in[1].dtype, x.dtype), op, "r", "have x's dtype or a narrower floating one", in[1]);
+            expect(!in[1].shape.empty() && is_suffix(in[1].shape, x.shape), op, "r",
+                   "have a suffix of x's shape " + shape_str(x.shape), in[1]);
+            expect(in[2].shape == Shape{x.shape.back()} && in[2].dtype == x.dtype, op, "weight",
+                   "be x's dtype, shape [" + std::to_string(x.shape.back()) + "]", in[2]);
+            return {x, x};
+          },
+      .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
+      .may_reuse = {{0, 0}},
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
+  });
+}
+
+void add_rms_norm_backward_add(OpRegistry& registry) {
+  registry.add({
+      .name = "rms_norm_backward_add",
+      .summary = "dx = dres + the dx of op rms_norm_backward(dy, x, weight), rounded once; dweight as "
+                 "rms_norm_backward. dy may be narrower than x (widened exactly); dres is x's shape and dtype",
+      .inputs = {"dy", "x", "weight", "dres"},
+      .outputs = {"dx", "dweight"},
+      .attrs = {"eps"},
+      .dtype_input = 1,
+      .infer =
+          [](const Metas& in, const Attrs&) -> Metas {
+            const std::string op = "rms_norm_backward_add";
+            const TensorMeta& x = in[1];
+            expect(is_floating(x.dtype) && !x.shape.empty(), op, "x", "be floating with at least 1 dim", x);
+            expect(in[0].shape == x.shape && widens_exactly(in[0].dtype, x.dtype), op, "dy",
+                   "have x's shape and x's dtype or a narrower floating one", in[0]);
+            expect(in[2].shape == Shape{x.shape.back()} && in[2].dtype == x.dtype, op, "weight",
+                   "be x's dtype, shape [" + std::to_string(x.shape.back()) + "]", in[2]);
+            expect(in[3] == x, op, "dres", "have x's shape and dtype", in[3]);
+            return {x, in[2]};
+          },
+      .flops = [](const Metas& in, const Metas&, const Attrs&) { return 11.0 * count(in[1]); },
+      .may_reuse = {{0, 3}},
+      .differentiable = Differentiable::No,
+  });
+}
+
 // Every register's metadata, validating each instruction with its standard
 // op's own checks.
 Metas simulate(const FusedProgram& program, const Metas& in) {
@@ -172,6 +228,8 @@ void add_fused_elementwise(OpRegistry& registry, int num_inputs) {
 void add_fused_ops(OpRegistry& registry) {
   add_add_layernorm(registry);
   add_layernorm_backward_add(registry);
+  add_add_rms_norm(registry);
+  add_rms_norm_backward_add(registry);
   for (int n = 1; n <= kMaxFusedInputs; ++n) add_fused_elementwise(registry, n);
 }
 

@@ -481,8 +481,10 @@ void add_attention(OpRegistry& registry) {
   registry.add({
       .name = "attention_cached",
       .summary = "decoding with a KV cache: q [B, Tn, C] are the queries at positions position..position+Tn-1; "
-                 "k_cache and v_cache [B, L, C] hold keys and values for positions 0..position+Tn-1 (at least); "
-                 "query i attends to keys 0..position+i. out [B, Tn, C]",
+                 "k_cache and v_cache [B, L, KV*C/H] hold keys and values for positions 0..position+Tn-1 (at "
+                 "least), KV = attr n_kv_head (optional, default H = n_head, which must divide it); query i of "
+                 "head h attends to keys 0..position+i of kv head h / (H/KV), as grouped_attention does. "
+                 "out [B, Tn, C]",
       .inputs = {"q", "k_cache", "v_cache"},
       .outputs = {"out"},
       .attrs = {"n_head", "position"},
@@ -491,14 +493,20 @@ void add_attention(OpRegistry& registry) {
             const std::string op = "attention_cached";
             expect_floating(op, "q", in[0]);
             if (in[0].shape.size() != 3) fail("op '{}': q must be [B, Tn, C], got {}", op, shape_str(in[0].shape));
-            if (in[1].shape.size() != 3 || in[1].shape[0] != in[0].shape[0] || in[1].shape[2] != in[0].shape[2]) {
-              fail("op '{}': k_cache {} does not match q {}", op, shape_str(in[1].shape), shape_str(in[0].shape));
+            int64_t heads = attrs.get_int("n_head");
+            if (heads <= 0 || in[0].shape[2] % heads != 0) fail("op '{}': n_head {} does not divide width", op, heads);
+            int64_t kv_heads = attrs.has("n_kv_head") ? attrs.get_int("n_kv_head") : heads;
+            if (kv_heads <= 0 || heads % kv_heads != 0) {
+              fail("op '{}': n_kv_head {} does not divide n_head {}", op, kv_heads, heads);
+            }
+            int64_t kv_width = in[0].shape[2] / heads * kv_heads;
+            if (in[1].shape.size() != 3 || in[1].shape[0] != in[0].shape[0] || in[1].shape[2] != kv_width) {
+              fail("op '{}': k_cache {} does not match q {} with {} kv heads", op, shape_str(in[1].shape),
+                   shape_str(in[0].shape), kv_heads);
             }
             expect_shape(op, "v_cache", in[2], in[1].shape);
             expect_dtype(op, "k_cache", in[1], in[0].dtype);
             expect_dtype(op, "v_cache", in[2], in[0].dtype);
-            int64_t heads = attrs.get_int("n_head");
-            if (heads <= 0 || in[0].shape[2] % heads != 0) fail("op '{}': n_head {} does not divide width", op, heads);
             if (attrs.get_int("position") < 0 || attrs.get_int("position") + in[0].shape[1] > in[1].shape[1]) {
               fail("op '{}': position {} + {} queries exceeds the cache length {}", op, attrs.get_int("position"),
                    in[0].shape[1], in[1].shape[1]);
@@ -595,6 +603,8 @@ void register_standard_ops(OpRegistry& registry) {
   add_cross_entropy(registry);
   add_cast_ops(registry);
   add_attention_parts_ops(registry);
+  add_grouped_attention_ops(registry);
+  add_llama_ops(registry);
   add_fused_ops(registry);
   add_collective_ops(registry);
 }

@@ -48,6 +48,14 @@ OpCase make_case(const std::string& op) {
   if (op == "gelu_backward") {
     return {{{random_tensor({3, 4}, 1), Role::Data}, {random_tensor({3, 4}, 2, 2.0), Role::Data}}, {}};
   }
+  if (op == "swiglu") {
+    return {{{random_tensor({3, 4}, 1, 2.0), Role::Data}, {random_tensor({3, 4}, 2), Role::Data}}, {}};
+  }
+  if (op == "swiglu_backward") {
+    return {{{random_tensor({3, 4}, 1), Role::Data}, {random_tensor({3, 4}, 2, 2.0), Role::Data},
+             {random_tensor({3, 4}, 3), Role::Data}},
+            {}};
+  }
   if (op == "adamw") {
     return {{{random_tensor({6}, 1), Role::Master},
              {random_tensor({6}, 2), Role::Data},
@@ -82,6 +90,19 @@ OpCase make_case(const std::string& op) {
              {forward[1], Role::Stats}},
             heads};
   }
+  const Attrs grouped{{"n_head", int64_t{4}}, {"n_kv_head", int64_t{2}}};
+  if (op == "grouped_attention") {
+    return {{{random_tensor({2, 4, 8}, 1), Role::Data}, {random_tensor({2, 4, 4}, 2), Role::Data},
+             {random_tensor({2, 4, 4}, 3), Role::Data}},
+            grouped};
+  }
+  if (op == "grouped_attention_backward") {
+    Tensor q = random_tensor({2, 4, 8}, 1), k = random_tensor({2, 4, 4}, 2), v = random_tensor({2, 4, 4}, 3);
+    Tensors forward = run_ref("grouped_attention", {q, k, v}, grouped);
+    return {{{random_tensor({2, 4, 8}, 4), Role::Data}, {q, Role::Data}, {k, Role::Data}, {v, Role::Data},
+             {forward[0], Role::Data}, {forward[1], Role::Stats}},
+            grouped};
+  }
   if (op == "attention_cached") {
     return {{{random_tensor({2, 2, 4}, 1), Role::Data}, {random_tensor({2, 5, 4}, 2), Role::Data},
              {random_tensor({2, 5, 4}, 3), Role::Data}},
@@ -114,14 +135,19 @@ OpCase make_case(const std::string& op) {
 const std::vector<std::string> kCovered = {
     "add", "adamw", "attention", "attention_backward", "attention_cached", "bmm", "cast", "causal_softmax",
     "causal_softmax_backward", "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward", "gelu",
-    "gelu_backward", "layernorm", "layernorm_backward", "linear", "matmul", "merge_heads", "scale", "split_heads",
-    "sum_squares", "sum_to"};
+    "gelu_backward", "grouped_attention", "grouped_attention_backward", "layernorm", "layernorm_backward", "linear",
+    "matmul", "merge_heads", "scale", "split_heads",
+    "sum_squares", "sum_to", "swiglu", "swiglu_backward"};
 // Fused ops round their intermediates to the narrow type exactly as the ops they
 // replace do, so they cannot match one f64 evaluation to one rounding; they are
 // checked against those ops instead (tests/backends/fused_ops_test.cpp).
 const std::vector<std::string> kCheckedAgainstUnfusedOps = {
-    "add_layernorm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3", "fused_elementwise4",
-    "layernorm_backward_add"};
+    "add_layernorm", "add_rms_norm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3",
+    "fused_elementwise4", "layernorm_backward_add", "rms_norm_backward_add"};
+// Ops that round intermediates to the narrow type where HuggingFace's PyTorch
+// code does (the normalised value before the weight, rope's products); they
+// are checked against those formulas in every dtype (tests/ops/llama_ops_test.cpp).
+const std::vector<std::string> kRoundedAsHuggingFace = {"rms_norm", "rms_norm_backward", "rope"};
 // Exact ops have no rounding to compare; they are checked for exactness and for
 // equal bits on every backend (tests/backends/square_sum_exact_test.cpp).
 const std::vector<std::string> kExact = {"square_sum_exact"};
@@ -195,6 +221,7 @@ INSTANTIATE_TEST_SUITE_P(AllOps, DtypeAgreementTest,
 TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
   std::vector<std::string> covered = kCovered;
   covered.insert(covered.end(), kCheckedAgainstUnfusedOps.begin(), kCheckedAgainstUnfusedOps.end());
+  covered.insert(covered.end(), kRoundedAsHuggingFace.begin(), kRoundedAsHuggingFace.end());
   covered.insert(covered.end(), kExact.begin(), kExact.end());
   covered.insert(covered.end(), kCollectives.begin(), kCollectives.end());
   std::sort(covered.begin(), covered.end());

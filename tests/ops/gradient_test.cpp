@@ -3,29 +3,12 @@
 // (L(x + h d) - L(x - h d)) / 2h for random directions d. Backward ops are
 // checked directly; ops without one (matmul, linear, add, sum_to, scale) through
 // the compositions of other ops that express their gradients.
-#include <cmath>
-
 #include <gtest/gtest.h>
 
 #include "op_test_util.h"
 
 namespace strata::testing {
 namespace {
-
-using Forward = std::function<Tensor(const Tensor&)>;
-
-void expect_gradient(const Forward& forward, const Tensor& x, const Tensor& dy, const Tensor& gradient,
-                     const std::string& what) {
-  ASSERT_EQ(gradient.shape(), x.shape()) << what;
-  auto loss = [&](const Tensor& point) { return dot(dy, forward(point)); };
-  for (uint64_t seed : {101, 102, 103}) {
-    Tensor direction = random_tensor(x.shape(), seed);
-    double analytic = dot(gradient, direction);
-    double numeric = central_difference(loss, x, direction);
-    // Truncation (h^2 = 1e-10) and rounding (1e-16 / h) errors stay far below this.
-    EXPECT_NEAR(analytic, numeric, 1e-7 * (1 + std::abs(numeric))) << what << ", direction seed " << seed;
-  }
-}
 
 const Attrs kPlain{{"trans_a", false}, {"trans_b", false}};
 const Attrs kTransA{{"trans_a", true}, {"trans_b", false}};
@@ -147,6 +130,46 @@ TEST(RefGradient, SumToAndScale) {
   Tensor dscaled = run_ref("scale", {dz}, {{"factor", -1.5}})[0];
   expect_gradient([&](const Tensor& p) { return run_ref("scale", {p}, {{"factor", -1.5}})[0]; }, x, dz, dscaled,
                   "scale dx");
+}
+
+TEST(RefGradient, RmsNorm) {
+  Tensor x = random_tensor({2, 3, 5}, 1, 3.0);
+  Tensor weight = random_tensor({5}, 2);
+  Tensor dy = random_tensor({2, 3, 5}, 3);
+  Attrs attrs{{"eps", 1e-5}};
+  Tensors grads = run_ref("rms_norm_backward", {dy, x, weight}, attrs);
+  expect_gradient([&](const Tensor& p) { return run_ref("rms_norm", {p, weight}, attrs)[0]; }, x, dy, grads[0],
+                  "rms_norm dx");
+  expect_gradient([&](const Tensor& p) { return run_ref("rms_norm", {x, p}, attrs)[0]; }, weight, dy, grads[1],
+                  "rms_norm dweight");
+}
+
+// rope's gradient is rope with `inverse` flipped (graph/grad_rules.cpp), in both directions.
+TEST(RefGradient, RopeIsItsInverseRotation) {
+  Tensor x = random_tensor({2, 3, 12}, 1);  // two heads of 6
+  Tensor dy = random_tensor({2, 3, 12}, 2);
+  Tensor positions = make_indices({3}, {0, 5, 130}, DType::I32);
+  // theta 1e4, D 6: wavelengths 6.3, 135 and 2920, one in each llama3 band for 512 original positions.
+  Attrs attrs{{"head_dim", int64_t{6}}, {"theta", 1e4},           {"scaling", std::string("llama3")},
+              {"factor", 8.0},          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+              {"original_max_positions", int64_t{512}}};
+  for (bool inverse : {false, true}) {
+    Attrs forward = attrs, backward = attrs;
+    forward.set("inverse", inverse);
+    backward.set("inverse", !inverse);
+    Tensor dx = run_ref("rope", {dy, positions}, backward)[0];
+    expect_gradient([&](const Tensor& p) { return run_ref("rope", {p, positions}, forward)[0]; }, x, dy, dx,
+                    inverse ? "rope (inverse) dx" : "rope dx");
+  }
+}
+
+TEST(RefGradient, Swiglu) {
+  Tensor gate = random_tensor({3, 7}, 1, 3.0);
+  Tensor up = random_tensor({3, 7}, 2);
+  Tensor dy = random_tensor({3, 7}, 3);
+  Tensors grads = run_ref("swiglu_backward", {dy, gate, up});
+  expect_gradient([&](const Tensor& p) { return run_ref("swiglu", {p, up})[0]; }, gate, dy, grads[0], "swiglu dgate");
+  expect_gradient([&](const Tensor& p) { return run_ref("swiglu", {gate, p})[0]; }, up, dy, grads[1], "swiglu dup");
 }
 
 }  // namespace

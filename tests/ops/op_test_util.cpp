@@ -67,6 +67,19 @@ double central_difference(const std::function<double(const Tensor&)>& loss, cons
   return (loss(offset(x, step, direction)) - loss(offset(x, -step, direction))) / (2.0 * step);
 }
 
+void expect_gradient(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const Tensor& dy,
+                     const Tensor& gradient, const std::string& what) {
+  ASSERT_EQ(gradient.shape(), x.shape()) << what;
+  auto loss = [&](const Tensor& point) { return dot(dy, forward(point)); };
+  for (uint64_t seed : {101, 102, 103}) {
+    Tensor direction = random_tensor(x.shape(), seed);
+    double analytic = dot(gradient, direction);
+    double numeric = central_difference(loss, x, direction);
+    // Truncation (h^2 = 1e-10) and rounding (1e-16 / h) errors stay far below this.
+    EXPECT_NEAR(analytic, numeric, 1e-7 * (1 + std::abs(numeric))) << what << ", direction seed " << seed;
+  }
+}
+
 void expect_all_near(const Tensor& actual, const std::vector<double>& expected, double atol, double rtol,
                      const std::string& what) {
   std::vector<double> got = values_of(actual);

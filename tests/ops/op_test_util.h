@@ -35,6 +35,11 @@ Tensor offset(const Tensor& x, double step, const Tensor& direction);  // x + st
 double central_difference(const std::function<double(const Tensor&)>& loss, const Tensor& x,
                           const Tensor& direction, double step = 1e-5);
 
+// For L(x) = sum(dy * forward(x)): <gradient, d> must match the central
+// difference of L along random directions d (f64 on ref).
+void expect_gradient(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const Tensor& dy,
+                     const Tensor& gradient, const std::string& what);
+
 // Fails the test unless `action` throws a strata::Error whose message
 // contains every one of `parts`.
 void expect_error(const std::function<void()>& action, const std::vector<std::string>& parts);

@@ -1,25 +1,23 @@
-// Causal attention, forward (`attention`) and KV-cached decoding
-// (`attention_cached`), flash-attention style: one task per (batch, head,
+// Causal attention forward, flash-attention style, for every attention op
+// (attention_kernels.h describes the operands): one task per (batch, head,
 // tile of queries) walks the keys a tile at a time with an online softmax, so
 // the T x T score matrix never exists. Scores are computed transposed,
 // S^T = K Q^T, which reads keys and values straight from the input rows and
 // lets the softmax run along contiguous query columns. Each task writes only
 // its own rows, so results do not depend on scheduling.
 //
-// bf16 `attention` runs on the CPU's bf16 dot products where it has them
-// (cpu_attention_bf16.cpp). Elsewhere, and for attention_cached, bf16 inputs
-// are widened to f32 in one vectorised pass over the rows the call reads,
-// into scratch; the tiles then run as for f32 and write out rounded once to
-// bf16, lse stays f32. Widening inside the tiles instead packs each key tile
-// again for every query tile after it: measured 60% slower than f32 that
-// way, within 5% this way.
+// bf16 `attention` and `grouped_attention` run on the CPU's bf16 dot products
+// where it has them (cpu_attention_bf16.cpp). Elsewhere, and for
+// attention_cached, bf16 operands are widened to f32 in one vectorised pass
+// over the rows the call reads, into scratch; the tiles then run as for f32
+// and write out rounded once to bf16, lse stays f32. Widening inside the
+// tiles instead packs each key tile again for every query tile after it:
+// measured 60% slower than f32 that way, within 5% this way.
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/attention_bf16.h"
-#include "backends/cpu/bf16_dot.h"
+#include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/convert.h"
-#include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
@@ -167,95 +165,57 @@ STRATA_CPU_CLONES void attend_tile(const HeadSlices<T>& s, int64_t first, int64_
 }
 
 // Runs every (batch, head, query tile), the tiles with the most keys first
-// so the dynamic schedule ends evenly. slices(b, h) describes one head.
-template <typename Slices>
-void attend_all(int64_t batch, int64_t heads, int64_t queries, const Slices& slices) {
-  int64_t tiles = (queries + kTile - 1) / kTile;
-  int64_t heads_total = batch * heads;
+// so the dynamic schedule ends evenly.
+template <typename Out>
+void attend_all(const ForwardOperands<float, Out>& op) {
+  const HeadGroups& g = op.groups;
+  const int64_t tiles = (op.queries + kTile - 1) / kTile;
+  const int64_t heads_total = g.batch * g.heads;
+  const float scale = g.scale();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < heads_total * tiles; ++item) {
     int64_t tile = tiles - 1 - item / heads_total;
     int64_t head = item % heads_total;
+    int64_t b = head / g.heads, h = head % g.heads, kv = g.kv_head(h);
     int64_t first = tile * kTile;
-    attend_tile(slices(head / heads, head % heads), first, std::min(kTile, queries - first));
+    HeadSlices<Out> slices{.q = op.q.head(b, h, g.head_dim), .q_stride = op.q.row_stride,
+                           .k = op.k.head(b, kv, g.head_dim), .k_stride = op.k.row_stride,
+                           .v = op.v.head(b, kv, g.head_dim), .v_stride = op.v.row_stride,
+                           .out = op.out.head(b, h, g.head_dim), .out_stride = op.out.row_stride,
+                           .lse = op.lse == nullptr ? nullptr : op.lse + head * op.queries,
+                           .position = op.position, .head_dim = g.head_dim, .scale = scale};
+    attend_tile(slices, first, std::min(kTile, op.queries - first));
   }
 }
 
-// Rows [0, rows) of each batch of a [batch, length, width] tensor as f32: the
-// tensor's own data for f32, else a widened copy in call scratch `slot`
-// (later rows are left unset: the kernels never read them).
-const float* widen_rows(const Tensor& tensor, int64_t rows, int slot) {
-  if (tensor.dtype() == DType::F32) return tensor.data<float>();
-  int64_t length = tensor.size(1), width = tensor.size(2);
-  float* wide = call_scratch<float>(slot, static_cast<size_t>(tensor.numel()));
-  const bf16* narrow = tensor.data<bf16>();
-  parallel_chunks(tensor.size(0) * rows, 16, [&](int64_t begin, int64_t end) {
+// Rows [0, rows) of `heads` heads of each batch entry as f32, packed
+// [batch][rows][heads * head_dim] in call scratch `slot` (the kernels read no
+// other rows).
+HeadRows<const float> widen_rows(const HeadRows<const bf16>& x, const HeadGroups& g, int64_t heads, int64_t rows,
+                                 int slot) {
+  const int64_t width = heads * g.head_dim;
+  float* wide = call_scratch<float>(slot, static_cast<size_t>(g.batch * rows * width));
+  parallel_chunks(g.batch * rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      int64_t offset = (item / rows * length + item % rows) * width;
-      widen_bf16(narrow + offset, wide + offset, width);
+      int64_t b = item / rows, i = item % rows;
+      widen_bf16(x.head(b, 0, g.head_dim) + i * x.row_stride, wide + item * width, width);
     }
   });
-  return wide;
-}
-
-template <typename T>
-void attention(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  int64_t batch = in[0].size(0), seq = in[0].size(1), width = in[0].size(2) / 3;
-  int64_t heads = attrs.get_int("n_head");
-  int64_t dim = width / heads;
-  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const float* qkv = widen_rows(in[0], seq, 0);
-  T* result = out[0].data<T>();
-  float* lse = out[1].data<float>();
-  attend_all(batch, heads, seq, [&](int64_t b, int64_t h) {
-    const float* base = qkv + b * seq * 3 * width + h * dim;
-    return HeadSlices<T>{.q = base, .q_stride = 3 * width,
-                         .k = base + width, .k_stride = 3 * width,
-                         .v = base + 2 * width, .v_stride = 3 * width,
-                         .out = result + b * seq * width + h * dim, .out_stride = width,
-                         .lse = lse + (b * heads + h) * seq,
-                         .position = 0, .head_dim = dim, .scale = scale};
-  });
-}
-
-template <typename T>
-void attention_cached(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  int64_t batch = in[0].size(0), queries = in[0].size(1), width = in[0].size(2);
-  int64_t cache_len = in[1].size(1);
-  int64_t heads = attrs.get_int("n_head");
-  int64_t dim = width / heads;
-  float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  int64_t position = attrs.get_int("position");
-  const float* q = widen_rows(in[0], queries, 0);
-  const float* k_cache = widen_rows(in[1], position + queries, 1);
-  const float* v_cache = widen_rows(in[2], position + queries, 2);
-  T* result = out[0].data<T>();
-  attend_all(batch, heads, queries, [&](int64_t b, int64_t h) {
-    return HeadSlices<T>{.q = q + b * queries * width + h * dim, .q_stride = width,
-                         .k = k_cache + b * cache_len * width + h * dim, .k_stride = width,
-                         .v = v_cache + b * cache_len * width + h * dim, .v_stride = width,
-                         .out = result + b * queries * width + h * dim, .out_stride = width,
-                         .lse = nullptr,
-                         .position = position, .head_dim = dim, .scale = scale};
-  });
-}
-
-void attention_bf16(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  int64_t head_dim = in[0].size(2) / 3 / attrs.get_int("n_head");
-  if (has_bf16_dot() && head_dim % 2 == 0) {
-    attention_bf16_dot(in, out, attrs);
-  } else {
-    attention<bf16>(in, out, attrs);
-  }
+  return head_rows<const float>(wide, rows, width);
 }
 
 }  // namespace
 
-void register_attention(Backend& backend) {
-  backend.add_kernel("attention", DType::F32, attention<float>);
-  backend.add_kernel("attention_cached", DType::F32, attention_cached<float>);
-  backend.add_kernel("attention", DType::BF16, attention_bf16);
-  backend.add_kernel("attention_cached", DType::BF16, attention_cached<bf16>);
+void attention_forward(const ForwardOperands<float, float>& op) { attend_all(op); }
+
+void attention_forward(const ForwardOperands<bf16, bf16>& op) {
+  const HeadGroups& g = op.groups;
+  const int64_t keys = op.position + op.queries;
+  attend_all(ForwardOperands<float, bf16>{.groups = g, .queries = op.queries, .position = op.position,
+                                          .q = widen_rows(op.q, g, g.heads, op.queries, 0),
+                                          .k = widen_rows(op.k, g, g.kv_heads, keys, 1),
+                                          .v = widen_rows(op.v, g, g.kv_heads, keys, 2),
+                                          .out = op.out, .lse = op.lse});
 }
 
 }  // namespace strata::cpu

@@ -1,19 +1,20 @@
 // Causal attention forward on bf16 with the CPU's bf16 dot products
-// (bf16_dot.h), the flash-attention walk of cpu_attention.cpp: one task per
-// (batch, head, tile of queries) walks the keys a tile at a time with an
-// online softmax, so the T x T scores never exist. Q K^T multiplies the bf16
+// (bf16_dot.h), for `attention` and `grouped_attention` (attention_kernels.h
+// describes the operands), the flash-attention walk of cpu_attention.cpp:
+// one task per (batch, head, tile of queries) walks the keys a tile at a time
+// with an online softmax, so the T x T scores never exist. Q K^T multiplies the bf16
 // inputs as they are, exactly, in f32; the softmax runs in f32; the
 // probabilities are rounded to bf16 for P V, as FlashAttention does on GPUs
 // (f32 accumulation). The row sum that normalises the output adds the rounded
 // probabilities, so out is an exact weighted mean of the rows of V; lse adds
 // the unrounded ones, so the backward recomputes exactly the softmax here.
-// A parallel pass first packs every head into the layouts dot_block reads.
+// A parallel pass first packs every query head and every kv head (once, however
+// many query heads read it) into the layouts dot_block reads.
 // Each task writes only its own rows: results do not depend on scheduling.
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/attention_bf16.h"
-#include "backends/cpu/bf16_dot.h"
+#include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/scratch.h"
 
@@ -119,49 +120,50 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
   }
 }
 
-// One head's q, k, v, whose rows start at base, base + width, base + 2 * width.
-STRATA_BF16_DOT void pack_head(const bf16* base, int64_t stride, int64_t width, const Geometry& g,
-                               const PackedHead& h) {
-  pack_rows(base, stride, g.seq, g.dim, g.rows, h.q);
-  pack_rows_transposed(base + width, stride, g.seq, g.dim, g.rows, h.k_t);
-  pack_row_pairs(base + 2 * width, stride, g.seq, g.dim, g.rows, g.padded_dim, h.v);
+// Query head h of batch entry b, and its kv head when h is the first query
+// head that reads it (so each kv head is packed once).
+STRATA_BF16_DOT void pack_head(const ForwardOperands<bf16, bf16>& op, const Geometry& g, int64_t b, int64_t h,
+                               const PackedHead& packed) {
+  const HeadGroups& hg = op.groups;
+  pack_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, packed.q);
+  if (h % hg.group() != 0) return;
+  const int64_t kv = hg.kv_head(h);
+  pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, packed.k_t);
+  pack_row_pairs(op.v.head(b, kv, g.dim), op.v.row_stride, g.seq, g.dim, g.rows, g.padded_dim, packed.v);
 }
 
 }  // namespace
 
-void attention_bf16_dot(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  const int64_t batch = in[0].size(0), seq = in[0].size(1), width = in[0].size(2) / 3;
-  const int64_t heads = attrs.get_int("n_head");
-  const int64_t dim = width / heads;
+void attention_forward_bf16_dot(const ForwardOperands<bf16, bf16>& op) {
+  const HeadGroups& hg = op.groups;
+  const int64_t seq = op.queries, dim = hg.head_dim;
   const Geometry g{.seq = seq, .rows = (seq + kTile - 1) / kTile * kTile, .dim = dim,
-                   .padded_dim = (dim + 15) / 16 * 16, .scale = 1.0f / std::sqrt(static_cast<float>(dim))};
-  const int64_t heads_total = batch * heads;
+                   .padded_dim = (dim + 15) / 16 * 16, .scale = hg.scale()};
+  const int64_t heads_total = hg.batch * hg.heads;
   const int64_t q_size = g.rows * dim / 2, v_size = g.rows / 2 * g.padded_dim;
-  const int64_t head_size = 2 * q_size + v_size;
-  auto* packed = call_scratch<uint32_t>(0, static_cast<size_t>(heads_total * head_size));
-  const bf16* qkv = in[0].data<bf16>();
-  bf16* result = out[0].data<bf16>();
-  float* lse = out[1].data<float>();
+  const int64_t kv_size = q_size + v_size;  // k_t, then v
+  const int64_t kv_total = hg.batch * hg.kv_heads;
+  auto* packed = call_scratch<uint32_t>(0, static_cast<size_t>(heads_total * q_size + kv_total * kv_size));
+  uint32_t* packed_kv = packed + heads_total * q_size;
   auto head_of = [&](int64_t head) {
-    uint32_t* base = packed + head * head_size;
-    return PackedHead{base, base + q_size, base + 2 * q_size};
+    uint32_t* k_t = packed_kv + (head / hg.heads * hg.kv_heads + hg.kv_head(head % hg.heads)) * kv_size;
+    return PackedHead{packed + head * q_size, k_t, k_t + q_size};
   };
   const int64_t tiles = g.rows / kTile;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
     for (int64_t head = 0; head < heads_total; ++head) {
-      int64_t b = head / heads, h = head % heads;
-      pack_head(qkv + b * seq * 3 * width + h * dim, 3 * width, width, g, head_of(head));
+      pack_head(op, g, head / hg.heads, head % hg.heads, head_of(head));
     }
     // The tiles with the most keys first, so the dynamic schedule ends evenly.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads_total * tiles; ++item) {
       int64_t tile = tiles - 1 - item / heads_total;
       int64_t head = item % heads_total;
-      int64_t b = head / heads, h = head % heads, first = tile * kTile;
-      attend_tile_dot(head_of(head), g, first, std::min(kTile, seq - first), result + b * seq * width + h * dim,
-                      width, lse + head * seq);
+      int64_t b = head / hg.heads, h = head % hg.heads, first = tile * kTile;
+      attend_tile_dot(head_of(head), g, first, std::min(kTile, seq - first), op.out.head(b, h, dim),
+                      op.out.row_stride, op.lse + head * seq);
     }
   }
 }

@@ -10,9 +10,11 @@ void register_cpu_kernels(Backend& backend) {
   cpu::register_adamw(backend);
   cpu::register_embedding(backend);
   cpu::register_layernorm(backend);
+  cpu::register_rms_norm(backend);
+  cpu::register_rope(backend);
+  cpu::register_swiglu(backend);
   cpu::register_matmul(backend);
   cpu::register_attention(backend);
-  cpu::register_attention_backward(backend);
   cpu::register_cross_entropy(backend);
   cpu::register_cast(backend);
   cpu::register_attention_parts(backend);

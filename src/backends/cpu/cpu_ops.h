@@ -15,9 +15,12 @@ void register_reductions(Backend& backend);      // sum_to, sum_squares
 void register_adamw(Backend& backend);
 void register_embedding(Backend& backend);       // embedding, embedding_backward
 void register_layernorm(Backend& backend);       // layernorm, layernorm_backward
+// rms_norm(_backward), add_rms_norm, rms_norm_backward_add
+void register_rms_norm(Backend& backend);
+void register_rope(Backend& backend);
+void register_swiglu(Backend& backend);          // swiglu, swiglu_backward
 void register_matmul(Backend& backend);          // matmul, linear
-void register_attention(Backend& backend);       // attention, attention_cached
-void register_attention_backward(Backend& backend);
+void register_attention(Backend& backend);       // (grouped_)attention(_backward), attention_cached
 void register_cross_entropy(Backend& backend);   // cross_entropy, cross_entropy_backward
 void register_cast(Backend& backend);            // cast between f32, bf16, f16 (and to f64)
 // bf16 and f16 kernels, computing in f32, for every op with an f32 kernel

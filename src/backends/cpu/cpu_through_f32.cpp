@@ -8,6 +8,8 @@
 // has no f16 arithmetic, so f16 could not do better natively). Outputs may
 // alias inputs as the f32 kernel allows: all inputs are copied before any
 // output is written.
+#include <algorithm>
+
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/scratch.h"
@@ -16,13 +18,15 @@ namespace strata::cpu {
 
 namespace {
 
-constexpr int kSlots = 8;  // the widened_scratch slots, shared by inputs and outputs
+constexpr int kSlots = 8;  // the widened_scratch slots, one per narrow input or output
 
 bool is_narrow(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
 
 KernelFn through_f32(const std::string& op, KernelFn f32_kernel) {
   return [op, f32_kernel](const Tensors& in, const Tensors& out, const Attrs& attrs) {
-    STRATA_CHECK(in.size() + out.size() <= kSlots, "op '{}' has too many tensors to widen", op);
+    auto narrow = [](const Tensor& tensor) { return is_narrow(tensor.dtype()); };
+    STRATA_CHECK(std::count_if(in.begin(), in.end(), narrow) + std::count_if(out.begin(), out.end(), narrow) <= kSlots,
+                 "op '{}' has too many narrow tensors to widen", op);
     int slot = 0;
     auto wide_view = [&](const Tensor& tensor) {
       auto* data = static_cast<float*>(widened_scratch_bytes(slot++, static_cast<size_t>(tensor.numel()) * 4));

@@ -75,6 +75,29 @@ void gelu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
   store(out[0], dy);
 }
 
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+void swiglu(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> gate = load(in[0]);
+  std::vector<double> up = load(in[1]);
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] *= sigmoid(gate[i]) * up[i];
+  store(out[0], gate);
+}
+
+void swiglu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
+  std::vector<double> dy = load(in[0]);
+  std::vector<double> gate = load(in[1]);
+  std::vector<double> up = load(in[2]);
+  std::vector<double> dgate(dy.size()), dup(dy.size());
+  for (size_t i = 0; i < dy.size(); ++i) {
+    double s = sigmoid(gate[i]);
+    dgate[i] = dy[i] * up[i] * s * (1.0 + gate[i] * (1.0 - s));
+    dup[i] = dy[i] * gate[i] * s;
+  }
+  store(out[0], dgate);
+  store(out[1], dup);
+}
+
 // load/store round once from double: exact for every pair of floating dtypes.
 void cast(const Tensors& in, const Tensors& out, const Attrs&) { store(out[0], load(in[0])); }
 
@@ -90,6 +113,8 @@ void register_elementwise(Backend& backend) {
   backend.add_kernel("square_sum_exact", DType::BF16, square_sum_exact);
   add_float_kernels(backend, "gelu", gelu_forward);
   add_float_kernels(backend, "gelu_backward", gelu_backward);
+  add_float_kernels(backend, "swiglu", swiglu);
+  add_float_kernels(backend, "swiglu_backward", swiglu_backward);
   // Collectives: the group does the work, the same on every backend.
   add_float_kernels(backend, "all_reduce", all_reduce_kernel);
   add_float_kernels(backend, "copy_to_group", copy_to_group_kernel);

@@ -1,29 +1,19 @@
 // The fused ops in double, rounding where the unfused ops would store: the
-// sum of add_layernorm and every register of a fused program are rounded to
-// their dtype, so these kernels give the bits of the unfused ref ops.
+// sum of add_layernorm and add_rms_norm and every register of a fused program
+// are rounded to their dtype, so these kernels give the bits of the unfused
+// ref ops.
 #include <cmath>
 #include <numbers>
 
 #include "backends/ref/ref_io.h"
 #include "backends/ref/ref_layernorm.h"
 #include "backends/ref/ref_ops.h"
+#include "backends/ref/ref_rms_norm.h"
 #include "ops/fused_program.h"
 
 namespace strata::ref {
 
 namespace {
-
-double round_to(DType dtype, double value) {
-  switch (dtype) {
-    case DType::F64: return value;
-    case DType::F32: return static_cast<double>(static_cast<float>(value));
-    case DType::BF16: return to_double(from_double<bf16>(value));
-    case DType::F16: return to_double(from_double<fp16>(value));
-    default: break;
-  }
-  STRATA_CHECK(false, "rounding to {}", dtype_name(dtype));
-  return value;
-}
 
 void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   std::vector<double> sum = load(in[0]);
@@ -44,6 +34,23 @@ void layernorm_backward_add(const Tensors& in, const Tensors& out, const Attrs&)
   store(out[0], grads.dx);
   store(out[1], grads.dgamma);
   store(out[2], grads.dbeta);
+}
+
+void add_rms_norm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  std::vector<double> sum = load(in[0]);
+  std::vector<double> r = load(in[1]);
+  DType dtype = in[0].dtype();
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, sum[i] + r[i % r.size()]);
+  store(out[0], sum);
+  store(out[1], rms_norm_rows(sum, load(in[2]), attrs.get_float("eps"), dtype));
+}
+
+void rms_norm_backward_add(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  std::vector<double> dres = load(in[3]);
+  RmsNormGrads grads =
+      rms_norm_backward_rows(load(in[0]), load(in[1]), load(in[2]), attrs.get_float("eps"), in[1].dtype(), &dres);
+  store(out[0], grads.dx);
+  store(out[1], grads.dweight);
 }
 
 constexpr double kGeluCubic = 0.044715;
@@ -93,6 +100,8 @@ void fused_elementwise(const Tensors& in, const Tensors& out, const Attrs& attrs
 void register_fused(Backend& backend) {
   add_float_kernels(backend, "add_layernorm", add_layernorm);
   add_float_kernels(backend, "layernorm_backward_add", layernorm_backward_add);
+  add_float_kernels(backend, "add_rms_norm", add_rms_norm);
+  add_float_kernels(backend, "rms_norm_backward_add", rms_norm_backward_add);
   for (int n = 1; n <= kMaxFusedInputs; ++n) add_float_kernels(backend, fused_elementwise_op(n), fused_elementwise);
 }
 

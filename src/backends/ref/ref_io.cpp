@@ -60,6 +60,18 @@ void store(const Tensor& tensor, const std::vector<double>& values) {
   STRATA_CHECK(false, "ref store into a {} tensor", dtype_name(tensor.dtype()));
 }
 
+double round_to(DType dtype, double value) {
+  switch (dtype) {
+    case DType::F64: return value;
+    case DType::F32: return static_cast<double>(static_cast<float>(value));
+    case DType::BF16: return to_double(from_double<bf16>(value));
+    case DType::F16: return to_double(from_double<fp16>(value));
+    default: break;
+  }
+  STRATA_CHECK(false, "rounding to {}", dtype_name(dtype));
+  return value;
+}
+
 std::vector<int64_t> load_indices(const Tensor& tensor) {
   STRATA_CHECK(tensor.is_contiguous(), "ref kernels take contiguous tensors");
   size_t count = static_cast<size_t>(tensor.numel());

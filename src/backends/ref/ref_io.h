@@ -14,6 +14,9 @@ namespace strata::ref {
 std::vector<double> load(const Tensor& tensor);                    // any floating dtype
 void store(const Tensor& tensor, const std::vector<double>& values);  // rounds to the tensor's dtype
 std::vector<int64_t> load_indices(const Tensor& tensor);           // i32 or i64
+// `value` rounded to `dtype` as store() rounds it (bf16 and f16 through f32),
+// for values an unfused op would store and the next one read back.
+double round_to(DType dtype, double value);
 
 // Fails (naming the op, the input, the value and its position) unless every
 // index lies in [0, bound).

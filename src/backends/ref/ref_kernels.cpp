@@ -9,6 +9,8 @@ void register_ref_kernels(Backend& backend) {
   ref::register_adamw(backend);
   ref::register_embedding(backend);
   ref::register_layernorm(backend);
+  ref::register_rms_norm(backend);
+  ref::register_rope(backend);
   ref::register_matmul(backend);
   ref::register_attention(backend);
   ref::register_cross_entropy(backend);
