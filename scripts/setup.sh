@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev libopenblas-dev libopenblas0-openmp
   ocl-icd-opencl-dev opencl-headers  # Debian's oneDNN CMake package requires its OpenCL runtime's dev files
   libsentencepiece-dev
+  libpcre2-dev libicu-dev  # HuggingFace tokenizer.json: Unicode pre-tokenizer regexes, NFC (Qwen2)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin libhwloc-dev

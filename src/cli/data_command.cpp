@@ -10,6 +10,7 @@ namespace {
 struct PrepareArgs {
   std::vector<std::string> inputs;
   std::string out_dir;
+  std::string tokenizer;  // empty: train one
   int vocab_size = 4096;
   double val_fraction = 0.05;
 };
@@ -18,9 +19,12 @@ void prepare(const PrepareArgs& args) {
   std::vector<std::filesystem::path> inputs(args.inputs.begin(), args.inputs.end());
   CorpusOptions options;
   options.val_fraction = args.val_fraction;
-  CorpusMeta meta = prepare_corpus(inputs, args.out_dir, args.vocab_size, options);
-  fmt::print("corpus {}: vocab {}, {} train tokens in {} shard(s), {} val tokens\n", meta.dir.string(),
-             meta.vocab_size, meta.train_tokens, meta.train_shards.size(), meta.val_tokens);
+  CorpusMeta meta = args.tokenizer.empty()
+                        ? prepare_corpus(inputs, args.out_dir, args.vocab_size, options)
+                        : prepare_corpus(inputs, args.out_dir, std::filesystem::path(args.tokenizer), options);
+  fmt::print("corpus {}: tokenizer {}, vocab {}, {} train tokens in {} shard(s), {} val tokens\n", meta.dir.string(),
+             meta.tokenizer.filename().string(), meta.vocab_size, meta.train_tokens, meta.train_shards.size(),
+             meta.val_tokens);
   fmt::print("unigram entropy of train tokens: {:.4f} nats/token; val cross-entropy under it: {:.4f}\n",
              meta.train_unigram_entropy, meta.val_unigram_cross_entropy);
 }
@@ -30,11 +34,18 @@ void prepare(const PrepareArgs& args) {
 void add_data_command(CLI::App& app) {
   auto* data = app.add_subcommand("data", "Prepare training data");
   data->require_subcommand(1);
-  auto* command = data->add_subcommand("prepare", "Train a SentencePiece tokenizer on raw text and write llm.c token shards");
+  auto* command = data->add_subcommand(
+      "prepare", "Tokenize raw text (with a SentencePiece tokenizer trained on it, or --tokenizer) into token shards");
   auto args = std::make_shared<PrepareArgs>();
   command->add_option("inputs", args->inputs, "Raw UTF-8 text files")->required();
   command->add_option("--out", args->out_dir, "Output directory")->required();
-  command->add_option("--vocab-size", args->vocab_size, "Tokenizer vocabulary size")->check(CLI::PositiveNumber);
+  auto* tokenizer = command->add_option(
+      "--tokenizer", args->tokenizer,
+      "Encode with this tokenizer instead of training one: a model directory (tokenizer.json or tokenizer.model), "
+      "a tokenizer.json or a SentencePiece .model; it is copied into --out");
+  command->add_option("--vocab-size", args->vocab_size, "Vocabulary size of the tokenizer trained here")
+      ->check(CLI::PositiveNumber)
+      ->excludes(tokenizer);
   command->add_option("--val-fraction", args->val_fraction, "Share of the text held out for validation")
       ->check(CLI::Range(0.0, 0.5));
   command->callback([args] { prepare(*args); });

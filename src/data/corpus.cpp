@@ -1,7 +1,9 @@
 #include "data/corpus.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -14,6 +16,8 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_file.h"
+#include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
 
@@ -130,10 +134,52 @@ double smoothed_cross_entropy_nats(const std::vector<int32_t>& tokens, const std
   return sum / static_cast<double>(tokens.size());
 }
 
-}  // namespace
+// Every tokenizer file a corpus directory may hold. Each is replaced or
+// removed, so that none is left from an earlier preparation with another
+// tokenizer (load_tokenizer would prefer a stale tokenizer.json).
+constexpr std::array<std::string_view, 3> kTokenizerFiles = {kSentencePieceFile, kHfTokenizerFile,
+                                                             kHfTokenizerConfigFile};
 
-CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& out_dir, int vocab_size,
-                          const CorpusOptions& options) {
+// The name a file of `tokenizer` takes in the corpus directory: the main
+// file the name its format has in a model directory, the others their own.
+std::string corpus_file_name(const Tokenizer& tokenizer, const fs::path& file) {
+  if (file != tokenizer.path()) return file.filename().string();
+  return std::string(tokenizer.format() == "huggingface" ? kHfTokenizerFile : kSentencePieceFile);
+}
+
+void remove_stale_tokenizer_files(const fs::path& out_dir, const std::vector<fs::path>& keep) {
+  for (std::string_view name : kTokenizerFiles) {
+    const fs::path file = out_dir / name;
+    if (std::find(keep.begin(), keep.end(), file) != keep.end()) continue;
+    std::error_code error;
+    fs::remove(file, error);
+    if (error) fail("cannot remove the old '{}': {}", file.string(), error.message());
+  }
+}
+
+// Copies the files of `source` into out_dir and returns the tokenizer they make there.
+Tokenizer copy_tokenizer(const Tokenizer& source, const fs::path& out_dir) {
+  std::vector<fs::path> targets;
+  for (const fs::path& file : source.files()) targets.push_back(out_dir / corpus_file_name(source, file));
+  remove_stale_tokenizer_files(out_dir, targets);
+  const std::vector<fs::path> files = source.files();
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::error_code error;
+    if (fs::exists(targets[i]) && fs::equivalent(files[i], targets[i], error)) continue;  // out_dir is the source
+    write_file_atomic(targets[i], read_text_file(files[i]));
+  }
+  return load_tokenizer(targets.front());
+}
+
+// The tokenizer a corpus is encoded with: one trained here, of vocab_size
+// tokens, or a copy of the one `given` names.
+struct TokenizerChoice {
+  int vocab_size = 0;
+  const fs::path* given = nullptr;
+};
+
+CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir, const TokenizerChoice& choice,
+                   const CorpusOptions& options) {
   if (!(options.val_fraction > 0 && options.val_fraction <= 0.5)) {
     fail("cannot prepare corpus '{}': val_fraction {} must be in (0, 0.5]", out_dir.string(), options.val_fraction);
   }
@@ -152,6 +198,10 @@ CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& o
          corpus_name, split.train.size(), every_kth);
   }
 
+  // Loaded before anything is written, so that a bad tokenizer leaves the directory as it was.
+  std::optional<Tokenizer> given;
+  if (choice.given != nullptr) given.emplace(load_tokenizer(*choice.given));
+
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error) fail("cannot create corpus directory '{}': {}", out_dir.string(), error.message());
@@ -159,14 +209,18 @@ CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& o
   fs::remove(out_dir / kCorpusMetaFile, error);
   if (error) fail("cannot remove the old '{}': {}", (out_dir / kCorpusMetaFile).string(), error.message());
 
-  Tokenizer tokenizer = train_tokenizer(split.train, out_dir / kCorpusTokenizerFile, vocab_size, corpus_name);
+  const Tokenizer tokenizer = [&] {
+    if (given) return copy_tokenizer(*given, out_dir);
+    remove_stale_tokenizer_files(out_dir, {out_dir / kCorpusTokenizerFile});
+    return train_tokenizer(split.train, out_dir / kCorpusTokenizerFile, choice.vocab_size, corpus_name);
+  }();
   const int64_t vocab = tokenizer.vocab_size();
   std::vector<int32_t> train_tokens = encode_chunks(tokenizer, split.train);
   std::vector<int32_t> val_tokens = encode_chunks(tokenizer, split.val);
 
   CorpusMeta meta;
   meta.dir = out_dir;
-  meta.tokenizer = out_dir / kCorpusTokenizerFile;
+  meta.tokenizer = tokenizer.path();
   meta.vocab_size = vocab;
   meta.train_tokens = static_cast<int64_t>(train_tokens.size());
   meta.val_tokens = static_cast<int64_t>(val_tokens.size());
@@ -184,7 +238,8 @@ CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& o
   json document = {
       {"format", std::string(kCorpusFormat)},
       {"version", kCorpusVersion},
-      {"tokenizer", std::string(kCorpusTokenizerFile)},
+      {"tokenizer", tokenizer.path().filename().string()},
+      {"tokenizer_format", std::string(tokenizer.format())},
       {"vocab_size", vocab},
       {"train_tokens", meta.train_tokens},
       {"val_tokens", meta.val_tokens},
@@ -199,8 +254,21 @@ CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& o
       {"text_bytes", text.size()},
       {"inputs", input_paths},
   };
+  if (choice.given != nullptr) document["tokenizer_source"] = fs::absolute(*choice.given).string();
   write_file_atomic(out_dir / kCorpusMetaFile, document.dump(2) + "\n");
   return meta;
+}
+
+}  // namespace
+
+CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& out_dir, int vocab_size,
+                          const CorpusOptions& options) {
+  return prepare(inputs, out_dir, TokenizerChoice{vocab_size, nullptr}, options);
+}
+
+CorpusMeta prepare_corpus(const std::vector<fs::path>& inputs, const fs::path& out_dir, const fs::path& tokenizer,
+                          const CorpusOptions& options) {
+  return prepare(inputs, out_dir, TokenizerChoice{0, &tokenizer}, options);
 }
 
 namespace {

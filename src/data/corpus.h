@@ -1,7 +1,8 @@
 #pragma once
-// Turns raw text into a training corpus directory: tokenizer.model,
-// train_NNN.bin / val_NNN.bin token shards and meta.json (written last, so a
-// directory with meta.json is complete). The split rule is in data/README.md.
+// Turns raw text into a training corpus directory: the tokenizer (trained
+// here as tokenizer.model, or a copy of the one given), train_NNN.bin /
+// val_NNN.bin token shards and meta.json (written last, so a directory with
+// meta.json is complete). The split rule is in data/README.md.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -11,7 +12,7 @@
 namespace strata {
 
 inline constexpr std::string_view kCorpusMetaFile = "meta.json";
-inline constexpr std::string_view kCorpusTokenizerFile = "tokenizer.model";
+inline constexpr std::string_view kCorpusTokenizerFile = "tokenizer.model";  // the one trained here
 
 struct CorpusOptions {
   double val_fraction = 0.05;          // every round(1/val_fraction)-th chunk is validation
@@ -34,8 +35,16 @@ struct CorpusMeta {
   double val_unigram_cross_entropy = 0;
 };
 
+// Trains a SentencePiece tokenizer of `vocab_size` tokens on the training text.
 CorpusMeta prepare_corpus(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
                           int vocab_size, const CorpusOptions& options = {});
+
+// Encodes with the tokenizer `tokenizer` names (a model directory or a file,
+// as load_tokenizer reads it) instead; its files are copied into `out_dir`
+// (tokenizer.json and tokenizer_config.json, or tokenizer.model), so the
+// corpus stands on its own, and meta.json records where they came from.
+CorpusMeta prepare_corpus(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
+                          const std::filesystem::path& tokenizer, const CorpusOptions& options = {});
 
 CorpusMeta read_corpus_meta(const std::filesystem::path& dir);
 

@@ -63,10 +63,10 @@ void write_token_shard(const fs::path& path, std::span<const int32_t> tokens, in
            tokens[i], i, vocab_size);
     }
   }
-  bool narrow = vocab_size <= 65536;
+  const bool narrow = vocab_size <= 65536;  // ids up to 65535 fit in uint16
   int32_t header[kShardHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = narrow ? kShardVersionU16 : kShardVersionU32;
+  header[0] = narrow ? kShardMagic : kShardMagicLlama3;
+  header[1] = narrow ? kShardVersionU16 : kShardVersionLlama3;
   header[2] = static_cast<int32_t>(tokens.size());
   AtomicFileWriter writer(path);
   writer.write(header, sizeof(header));

@@ -1,10 +1,9 @@
 #pragma once
-// A byte-level BPE tokenizer backed by SentencePiece. Models trained here
-// encode any UTF-8 text (unseen characters fall back to byte tokens), keep
-// whitespace and newlines exactly (identity normalisation, no dummy prefix,
-// "\n" is a token of its own), and decode back to the input text. The one
-// exception is U+2581 ('▁'), SentencePiece's internal space marker, which
-// decodes to a space.
+// One tokenizer whatever file backs it: a SentencePiece model (tokenizer.model:
+// LLaMA 2, TinyLlama, and the ones `strata data prepare` trains, see
+// sentencepiece_tokenizer.h) or a HuggingFace tokenizer.json with a byte-level
+// BPE model (GPT-2, SmolLM, LLaMA 3, Qwen2; see hf_tokenizer.h). Encoding adds
+// no bos/eos (nor a post-processor's tokens); decoding keeps special tokens.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -13,15 +12,28 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace strata {
+
+// What a tokenizer file format implements; Tokenizer holds one.
+class TokenizerBackend {
+ public:
+  virtual ~TokenizerBackend() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Every id lies in [0, vocab_size()); one the vocabulary lacks (a gap) fails.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int32_t vocab_size() const = 0;  // one past the highest id
+  virtual int32_t bos_id() const = 0;      // -1 when the files do not say
+  virtual int32_t eos_id() const = 0;
+  virtual std::string_view format() const = 0;  // "sentencepiece" or "huggingface"
+  // Every file read, the main one first: copying them elsewhere copies the tokenizer.
+  virtual std::vector<std::filesystem::path> files() const = 0;
+};
 
 class Tokenizer {
  public:
-  explicit Tokenizer(const std::filesystem::path& model_file);  // a SentencePiece .model
+  // Loads what `path` names, as load_tokenizer does.
+  explicit Tokenizer(const std::filesystem::path& path);
+  explicit Tokenizer(std::unique_ptr<TokenizerBackend> backend);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -29,25 +41,23 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const int32_t> ids) const;  // fails on an id outside the vocabulary
 
-  int32_t vocab_size() const;
-  int32_t bos_id() const;
-  int32_t eos_id() const;
+  int32_t vocab_size() const { return backend_->vocab_size(); }
+  int32_t bos_id() const { return backend_->bos_id(); }
+  int32_t eos_id() const { return backend_->eos_id(); }
+  std::string_view format() const { return backend_->format(); }
+  std::vector<std::filesystem::path> files() const { return backend_->files(); }
+  // The main file: tokenizer.model or tokenizer.json.
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  std::unique_ptr<TokenizerBackend> backend_;
   std::filesystem::path path_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
 };
 
-// Trains on `texts` (one or more documents; each line is a training
-// sentence) and writes the model to `model_file` atomically. Training is
-// deterministic: every line is used, in order, on one thread. `corpus_name`
-// names the text in errors.
-Tokenizer train_tokenizer(std::span<const std::string_view> texts, const std::filesystem::path& model_file,
-                          int vocab_size, std::string_view corpus_name);
-
-// The same, reading the text files given.
-Tokenizer train_tokenizer(std::span<const std::filesystem::path> text_files, const std::filesystem::path& model_file,
-                          int vocab_size);
+// The tokenizer of a model directory (its tokenizer.json when it has one, as
+// transformers' fast tokenizers prefer it, else its tokenizer.model) or of a
+// file: `.json` is read as a HuggingFace tokenizer.json, anything else as a
+// SentencePiece model.
+Tokenizer load_tokenizer(const std::filesystem::path& path);
 
 }  // namespace strata

@@ -6,12 +6,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/hf_tokenizer.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
 #include "support/error_text.h"
@@ -148,6 +151,94 @@ TEST(Corpus, PreparesShardsTokenizerAndMeta) {
   // A failed re-preparation leaves no meta.json, so the directory is not mistaken for a complete corpus.
   EXPECT_THAT(error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", 50); }), HasSubstr("vocab_size 50"));
   EXPECT_FALSE(fs::exists(dir / "out" / "meta.json"));
+}
+
+const fs::path kLlama3Style = fs::path(STRATA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "bpe_llama3_style";
+
+TEST(Corpus, EncodesWithAGivenTokenizerAndCopiesItIn) {
+  TempDir dir;
+  const std::string text = generated_lines(4, 30000);
+  write_bytes(dir / "a.txt", text);
+  CorpusMeta meta = prepare_corpus({dir / "a.txt"}, dir / "out", kLlama3Style);
+
+  // The corpus stands on its own: the tokenizer's files are in it, and meta.json says where they came from.
+  EXPECT_EQ(list_names(dir / "out"), (std::vector<std::string>{"meta.json", "tokenizer.json", "tokenizer_config.json",
+                                                                "train_000.bin", "val_000.bin"}));
+  EXPECT_EQ(read_bytes(dir / "out" / "tokenizer.json"), read_bytes(kLlama3Style / "tokenizer.json"));
+  EXPECT_EQ(meta.tokenizer, dir / "out" / "tokenizer.json");
+  EXPECT_EQ(meta.vocab_size, 2002);  // the tokenizer's, added tokens included
+  nlohmann::json document = nlohmann::json::parse(read_bytes(dir / "out" / "meta.json"));
+  EXPECT_EQ(document["tokenizer"], "tokenizer.json");
+  EXPECT_EQ(document["tokenizer_format"], "huggingface");
+  EXPECT_EQ(document["tokenizer_source"], fs::absolute(kLlama3Style).string());
+  EXPECT_EQ(document["vocab_size"], 2002);
+
+  CorpusMeta read = read_corpus_meta(dir / "out");
+  EXPECT_EQ(read.tokenizer, dir / "out" / "tokenizer.json");
+  Tokenizer tokenizer = load_tokenizer(read.tokenizer);
+  EXPECT_EQ(tokenizer.bos_id(), 2000);  // tokenizer_config.json came along
+  auto [train_text, val_text] = expected_split(text, 0.05);
+  EXPECT_EQ(tokenizer.encode(train_text), read_shards(meta.train_shards));
+  EXPECT_EQ(tokenizer.decode(read_shards(meta.val_shards)), val_text);
+  EXPECT_EQ(TokenShard(meta.train_shards[0]).token_bytes(), 2u);
+
+  // Preparing again with a trained tokenizer leaves no tokenizer.json behind for load_tokenizer to prefer.
+  prepare_corpus({dir / "a.txt"}, dir / "out", 300);
+  EXPECT_EQ(load_tokenizer(dir / "out").format(), "sentencepiece");
+  EXPECT_FALSE(fs::exists(dir / "out" / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "tokenizer_config.json"));
+  EXPECT_FALSE(nlohmann::json::parse(read_bytes(dir / "out" / "meta.json")).contains("tokenizer_source"));
+  // And the other way round; a SentencePiece file given by name is copied as tokenizer.model.
+  prepare_corpus({dir / "a.txt"}, dir / "hf", kLlama3Style / "tokenizer.json");
+  prepare_corpus({dir / "a.txt"}, dir / "hf", dir / "out" / "tokenizer.model");
+  EXPECT_EQ(list_names(dir / "hf"),
+            (std::vector<std::string>{"meta.json", "tokenizer.model", "train_000.bin", "val_000.bin"}));
+  EXPECT_EQ(read_corpus_meta(dir / "hf").vocab_size, 300);
+
+  // Preparing inside the model directory itself keeps its files.
+  fs::create_directories(dir / "model");
+  fs::copy_file(kLlama3Style / "tokenizer.json", dir / "model" / "tokenizer.json");
+  prepare_corpus({dir / "a.txt"}, dir / "model", dir / "model");
+  EXPECT_EQ(read_bytes(dir / "model" / "tokenizer.json"), read_bytes(kLlama3Style / "tokenizer.json"));
+  EXPECT_EQ(read_corpus_meta(dir / "model").vocab_size, 2002);
+}
+
+TEST(Corpus, VocabulariesPastUint16GiveLlmcUint32Shards) {
+  TempDir dir;
+  // The LLaMA-3-style fixture with one more special token far out, as LLaMA 3's 128256 ids are.
+  nlohmann::json document = nlohmann::json::parse(read_bytes(kLlama3Style / "tokenizer.json"));
+  document["added_tokens"].push_back({{"id", 70000}, {"content", "<|far|>"}, {"single_word", false},
+                                      {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                      {"special", true}});
+  fs::create_directories(dir / "model");
+  write_bytes(dir / "model" / "tokenizer.json", document.dump());
+  std::string text = generated_lines(5, 20000);
+  text.insert(text.find('\n') + 1, "<|far|>\n");
+  write_bytes(dir / "a.txt", text);
+  CorpusMeta meta = prepare_corpus({dir / "a.txt"}, dir / "out", dir / "model");
+  EXPECT_EQ(meta.vocab_size, 70001);
+  const std::string shard = read_bytes(meta.train_shards[0]);
+  int32_t header[3];
+  std::memcpy(header, shard.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  std::vector<int32_t> train = read_shards(meta.train_shards);
+  EXPECT_NE(std::find(train.begin(), train.end(), 70000), train.end());
+}
+
+TEST(Corpus, ABadTokenizerFailsBeforeTheDirectoryChanges) {
+  TempDir dir;
+  write_bytes(dir / "a.txt", generated_lines(6, 30000));
+  prepare_corpus({dir / "a.txt"}, dir / "out", 300);
+  const std::string before = read_bytes(dir / "out" / "meta.json");
+
+  std::string message = error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", dir / "absent"); });
+  EXPECT_THAT(message, HasSubstr((dir / "absent").string()));
+  write_bytes(dir / "broken.json", "{\"model\": {\"type\": \"Unigram\"}}");
+  message = error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", dir / "broken.json"); });
+  EXPECT_THAT(message, HasSubstr((dir / "broken.json").string()));
+  EXPECT_THAT(message, HasSubstr("model.type is \"Unigram\""));
+  EXPECT_EQ(read_bytes(dir / "out" / "meta.json"), before);
 }
 
 TEST(Corpus, ErrorsNameTheInput) {

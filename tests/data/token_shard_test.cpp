@@ -55,6 +55,7 @@ TEST(TokenShard, ReadsLlmcGpt2Shards) {
 
 TEST(TokenShard, ReadsUint32Shards) {
   TempDir dir;
+  // Version 2, which earlier Strata wrote.
   write_bytes(dir / "v2.bin", shard_bytes(20240520, 2, 3, {70000, 1, 128255}, 4));
   EXPECT_EQ(read_all(TokenShard(dir / "v2.bin")), (std::vector<int32_t>{70000, 1, 128255}));
   // llm.c's LLaMA-3 layout.
@@ -68,16 +69,22 @@ TEST(TokenShard, EmptyShardIsValid) {
   EXPECT_EQ(TokenShard(dir / "empty.bin").size(), 0);
 }
 
-TEST(TokenShard, WriterPicksTheNarrowestVersion) {
+TEST(TokenShard, WriterPicksLlmcFormatByVocabulary) {
   TempDir dir;
   std::vector<int32_t> tokens{0, 65535, 42};
   write_token_shard(dir / "narrow.bin", tokens, 65536);
   EXPECT_EQ(read_bytes(dir / "narrow.bin"), shard_bytes(20240520, 1, 3, {0, 65535, 42}, 2));
 
+  // Past uint16: llm.c's uint32 layout (its LLaMA-3 shards), never the version 2 no llm.c tool reads.
   std::vector<int32_t> wide{65536, 3};
   write_token_shard(dir / "wide.bin", wide, 65537);
-  EXPECT_EQ(read_bytes(dir / "wide.bin"), shard_bytes(20240520, 2, 2, {65536, 3}, 4));
+  EXPECT_EQ(read_bytes(dir / "wide.bin"), shard_bytes(20240801, 7, 2, {65536, 3}, 4));
   EXPECT_EQ(read_all(TokenShard(dir / "wide.bin")), wide);
+  EXPECT_EQ(TokenShard(dir / "wide.bin").token_bytes(), 4u);
+
+  std::vector<int32_t> llama3{128000, 128255, 0};
+  write_token_shard(dir / "llama3.bin", llama3, 128256);
+  EXPECT_EQ(read_bytes(dir / "llama3.bin"), shard_bytes(20240801, 7, 3, {128000, 128255, 0}, 4));
 }
 
 TEST(TokenShard, WriterRejectsTokensOutsideTheVocabulary) {

@@ -1,5 +1,6 @@
 // SentencePiece BPE training on a small generated text: exact round trips,
-// byte fallback for unseen characters, determinism and error messages.
+// byte fallback for unseen characters, determinism and error messages; and
+// load_tokenizer's choice among the files of a model directory.
 #include "data/tokenizer.h"
 
 #include <gmock/gmock.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "support/error_text.h"
 #include "support/test_files.h"
 
@@ -71,6 +73,41 @@ TEST(Tokenizer, TrainsAndRoundTripsAnyText) {
   // Reloading from the file gives the same tokenizer.
   Tokenizer reloaded(dir / "tok.model");
   EXPECT_EQ(reloaded.encode(text), ids);
+  EXPECT_EQ(reloaded.format(), "sentencepiece");
+  EXPECT_EQ(reloaded.files(), std::vector<fs::path>{dir / "tok.model"});
+}
+
+TEST(Tokenizer, LoadsAModelDirectoryPreferringTokenizerJson) {
+  TempDir dir;
+  const std::string text = generated_text();
+  std::vector<std::string_view> texts{text};
+  fs::create_directories(dir / "model");
+  train_tokenizer(texts, dir / "model" / "tokenizer.model", 300, "generated text");
+
+  Tokenizer sentencepiece = load_tokenizer(dir / "model");
+  EXPECT_EQ(sentencepiece.format(), "sentencepiece");
+  EXPECT_EQ(sentencepiece.path(), dir / "model" / "tokenizer.model");
+  EXPECT_EQ(sentencepiece.vocab_size(), 300);
+
+  // With both files, tokenizer.json wins, as in transformers' fast tokenizers.
+  const fs::path fixture = fs::path(STRATA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "bpe_gpt2_style";
+  fs::copy_file(fixture / "tokenizer.json", dir / "model" / "tokenizer.json");
+  Tokenizer json = load_tokenizer(dir / "model");
+  EXPECT_EQ(json.format(), "huggingface");
+  EXPECT_EQ(json.path(), dir / "model" / "tokenizer.json");
+  EXPECT_EQ(json.vocab_size(), 2000);
+  EXPECT_EQ(json.decode(json.encode(text)), text);
+
+  // A file is read by its extension; the constructor loads as load_tokenizer does.
+  EXPECT_EQ(load_tokenizer(fixture / "tokenizer.json").format(), "huggingface");
+  EXPECT_EQ(Tokenizer(dir / "model").format(), "huggingface");
+  EXPECT_EQ(load_tokenizer(dir / "model" / "tokenizer.model").format(), "sentencepiece");
+
+  fs::create_directories(dir / "empty");
+  std::string message = error_of([&] { load_tokenizer(dir / "empty"); });
+  EXPECT_THAT(message, HasSubstr((dir / "empty").string()));
+  EXPECT_THAT(message, HasSubstr("neither tokenizer.json nor tokenizer.model"));
+  EXPECT_THAT(error_of([&] { load_tokenizer(dir / "absent.json"); }), HasSubstr((dir / "absent.json").string()));
 }
 
 TEST(Tokenizer, TrainingIsDeterministic) {

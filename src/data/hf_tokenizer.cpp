@@ -1,0 +1,150 @@
+#include "data/hf_tokenizer.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "data/added_tokens.h"
+#include "data/bpe_model.h"
+#include "data/byte_level.h"
+#include "data/json_fields.h"
+#include "data/normalizer.h"
+#include "data/pre_tokenizer.h"
+#include "data/utf8.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const json& member_or_null(const json& object, const char* key) {
+  static const json null;
+  auto found = object.find(key);
+  return found == object.end() ? null : *found;
+}
+
+class HfTokenizer : public TokenizerBackend {
+ public:
+  HfTokenizer(const fs::path& path, const json& document)
+      : path_(path),
+        where_(fmt::format("'{}'", path.string())),
+        normalizer_(member_or_null(document, "normalizer"), json_member(where_, "normalizer")),
+        pre_tokenizer_(member_or_null(document, "pre_tokenizer"), json_member(where_, "pre_tokenizer")),
+        model_(json_required(document, "model", where_), json_member(where_, "model")),
+        added_(member_or_null(document, "added_tokens"), model_, normalizer_, json_member(where_, "added_tokens")) {
+    const json& decoder = member_or_null(document, "decoder");
+    const std::string decoder_where = json_member(where_, "decoder");
+    if (decoder.is_null()) {
+      fail("{} is missing: this build reads byte-level BPE, whose decoder is ByteLevel", decoder_where);
+    }
+    const std::string decoder_type = json_string(decoder, "type", decoder_where);
+    if (decoder_type != "ByteLevel") {
+      fail("{} is \"{}\": this build reads byte-level BPE, whose decoder is ByteLevel",
+           json_member(decoder_where, "type"), decoder_type);
+    }
+    vocab_size_ = std::max(model_.id_limit(), added_.id_limit());
+    read_config();
+  }
+
+  std::vector<int32_t> encode(std::string_view text) const override {
+    if (std::optional<size_t> bad = first_invalid_utf8(text)) {
+      fail("tokenizer '{}' cannot encode text that is not UTF-8 (invalid byte at offset {})", path_.string(), *bad);
+    }
+    std::vector<int32_t> ids;
+    for (const AddedTokens::Segment& raw : added_.split(text, false)) {
+      if (raw.id) {
+        ids.push_back(*raw.id);
+        continue;
+      }
+      const std::string normalized = normalizer_.apply(raw.text);
+      for (const AddedTokens::Segment& segment : added_.split(normalized, true)) {
+        if (segment.id) {
+          ids.push_back(*segment.id);
+          continue;
+        }
+        for (const std::string& piece : pre_tokenizer_.split(segment.text)) model_.encode(piece, ids);
+      }
+    }
+    return ids;
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string bytes;
+    for (int32_t id : ids) {
+      const std::string* token = added_.token_of(id);
+      if (token == nullptr) token = model_.token_of(id);
+      if (token == nullptr) {
+        fail("tokenizer '{}' cannot decode id {}: neither the vocab nor added_tokens has it", path_.string(), id);
+      }
+      byte_level_decode(*token, bytes);
+    }
+    return utf8_lossy(bytes);
+  }
+
+  int32_t vocab_size() const override { return vocab_size_; }
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t eos_id() const override { return eos_id_; }
+  std::string_view format() const override { return "huggingface"; }
+  std::vector<fs::path> files() const override {
+    std::vector<fs::path> read{path_};
+    if (config_) read.push_back(*config_);
+    return read;
+  }
+
+ private:
+  // bos_token and eos_token of tokenizer_config.json: a string, {"content": ...} or null.
+  void read_config() {
+    const fs::path config = path_.parent_path() / kHfTokenizerConfigFile;
+    if (!fs::exists(config)) return;
+    config_ = config;
+    const json document = read_json_file(config);
+    const std::string where = fmt::format("'{}'", config.string());
+    expect_json_object(document, where);
+    auto id_of = [&](const char* key) -> int32_t {
+      const std::string key_where = json_member(where, key);
+      const json& value = member_or_null(document, key);
+      std::string token;
+      if (value.is_null()) return -1;
+      if (value.is_string()) {
+        token = value.get<std::string>();
+      } else if (value.is_object()) {
+        token = json_string(value, "content", key_where);
+      } else {
+        fail("{} is {}, expected a string, {{\"content\": ...}} or null", key_where, json_excerpt(value));
+      }
+      if (std::optional<int32_t> id = added_.id_of(token)) return *id;
+      if (std::optional<int32_t> id = model_.id_of(token)) return *id;
+      fail("{} is {}, which neither the vocab nor added_tokens of '{}' has", key_where, json(token).dump(),
+           path_.string());
+    };
+    bos_id_ = id_of("bos_token");
+    eos_id_ = id_of("eos_token");
+  }
+
+  fs::path path_;
+  std::string where_;
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  BpeModel model_;
+  AddedTokens added_;
+  int32_t vocab_size_ = 0;
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
+  std::optional<fs::path> config_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenizerBackend> load_hf_tokenizer(const fs::path& tokenizer_json) {
+  if (!fs::exists(tokenizer_json)) fail("tokenizer '{}' does not exist", tokenizer_json.string());
+  const json document = read_json_file(tokenizer_json);
+  expect_json_object(document, fmt::format("'{}'", tokenizer_json.string()));
+  return std::make_unique<HfTokenizer>(tokenizer_json, document);
+}
+
+}  // namespace strata

@@ -1,0 +1,210 @@
+#include "data/pre_tokenizer.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "data/byte_level.h"
+#include "data/json_fields.h"
+#include "data/unicode_regex.h"
+
+namespace strata {
+
+namespace {
+
+// GPT-2's pattern, which ByteLevel splits with when use_regex is true.
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// What happens to the text a pattern matches (HuggingFace's SplitDelimiterBehavior).
+enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+Behavior parse_behavior(const nlohmann::json& node, std::string_view where) {
+  const std::string name = json_string(node, "behavior", where);
+  if (name == "Removed") return Behavior::kRemoved;
+  if (name == "Isolated") return Behavior::kIsolated;
+  if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
+  if (name == "MergedWithNext") return Behavior::kMergedWithNext;
+  if (name == "Contiguous") return Behavior::kContiguous;
+  fail("{} is \"{}\", expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous",
+       json_member(where, "behavior"), name);
+}
+
+struct Span {
+  size_t begin, end;
+  bool flag;  // a match (before the behavior), to be removed (after)
+};
+
+// HuggingFace's NormalizedString::split: the matches and the gaps between them
+// cover the piece; the behavior decides which become pieces of their own.
+void split_piece(const UnicodeRegex& regex, Behavior behavior, bool invert, std::string_view piece,
+                 std::vector<std::string>& out) {
+  std::vector<Span> spans;
+  size_t previous = 0;
+  for (auto [begin, end] : regex.find_all(piece)) {
+    if (previous != begin) spans.push_back({previous, begin, invert});
+    spans.push_back({begin, end, !invert});
+    previous = end;
+  }
+  if (previous != piece.size()) spans.push_back({previous, piece.size(), invert});
+
+  std::vector<Span> kept;
+  bool previous_match = false;
+  switch (behavior) {
+    case Behavior::kIsolated:
+      for (const Span& span : spans) kept.push_back({span.begin, span.end, false});
+      break;
+    case Behavior::kRemoved:
+      kept = spans;
+      break;
+    case Behavior::kContiguous:
+      for (const Span& span : spans) {
+        if (span.flag == previous_match && !kept.empty()) {
+          kept.back().end = span.end;
+        } else {
+          kept.push_back({span.begin, span.end, false});
+        }
+        previous_match = span.flag;
+      }
+      break;
+    case Behavior::kMergedWithPrevious:
+      for (const Span& span : spans) {
+        if (span.flag && !previous_match && !kept.empty()) {
+          kept.back().end = span.end;
+        } else {
+          kept.push_back({span.begin, span.end, false});
+        }
+        previous_match = span.flag;
+      }
+      break;
+    case Behavior::kMergedWithNext:
+      for (auto span = spans.rbegin(); span != spans.rend(); ++span) {
+        if (span->flag && !previous_match && !kept.empty()) {
+          kept.back().begin = span->begin;
+        } else {
+          kept.push_back({span->begin, span->end, false});
+        }
+        previous_match = span->flag;
+      }
+      std::reverse(kept.begin(), kept.end());
+      break;
+  }
+  for (const Span& span : kept) {
+    if (!span.flag && span.end > span.begin) out.emplace_back(piece.substr(span.begin, span.end - span.begin));
+  }
+}
+
+}  // namespace
+
+struct PreTokenizer::Step {
+  virtual ~Step() = default;
+  // Replaces every piece by what this step makes of it.
+  virtual std::vector<std::string> apply(const std::vector<std::string>& pieces) const = 0;
+};
+
+namespace {
+
+class SplitStep : public PreTokenizer::Step {
+ public:
+  SplitStep(UnicodeRegex regex, Behavior behavior, bool invert)
+      : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
+
+  std::vector<std::string> apply(const std::vector<std::string>& pieces) const override {
+    std::vector<std::string> out;
+    for (const std::string& piece : pieces) split_piece(regex_, behavior_, invert_, piece, out);
+    return out;
+  }
+
+ private:
+  UnicodeRegex regex_;
+  Behavior behavior_;
+  bool invert_;
+};
+
+class ByteLevelStep : public PreTokenizer::Step {
+ public:
+  ByteLevelStep(bool add_prefix_space, bool use_regex, std::string_view where) : add_prefix_space_(add_prefix_space) {
+    if (use_regex) regex_.emplace(kGpt2Pattern, UnicodeRegex::Syntax::kRegex, where);
+  }
+
+  std::vector<std::string> apply(const std::vector<std::string>& pieces) const override {
+    std::vector<std::string> out;
+    std::vector<std::string> parts;
+    for (const std::string& piece : pieces) {
+      std::string text = add_prefix_space_ && piece.front() != ' ' ? " " + piece : piece;
+      parts.clear();
+      if (regex_) {
+        split_piece(*regex_, Behavior::kIsolated, false, text, parts);
+      } else {
+        parts.push_back(std::move(text));
+      }
+      for (const std::string& part : parts) out.push_back(byte_level_encode(part));
+    }
+    return out;
+  }
+
+ private:
+  bool add_prefix_space_;
+  std::optional<UnicodeRegex> regex_;
+};
+
+void parse_steps(const nlohmann::json& node, const std::string& where,
+                 std::vector<std::unique_ptr<const PreTokenizer::Step>>& steps) {
+  const std::string type = json_string(node, "type", where);
+  if (type == "Sequence") {
+    const nlohmann::json& list = json_required(node, "pretokenizers", where);
+    const std::string list_where = json_member(where, "pretokenizers");
+    if (!list.is_array()) fail("{} is {}, expected a list", list_where, json_excerpt(list));
+    for (size_t i = 0; i < list.size(); ++i) parse_steps(list[i], fmt::format("{}[{}]", list_where, i), steps);
+  } else if (type == "ByteLevel") {
+    // HuggingFace's defaults for keys a file leaves out.
+    steps.push_back(std::make_unique<ByteLevelStep>(json_bool(node, "add_prefix_space", true, where),
+                                                    json_bool(node, "use_regex", true, where), where));
+  } else if (type == "Split") {
+    const nlohmann::json& pattern = json_required(node, "pattern", where);
+    const std::string pattern_where = json_member(where, "pattern");
+    expect_json_object(pattern, pattern_where);
+    std::optional<UnicodeRegex> regex;
+    if (pattern.contains("Regex")) {
+      regex.emplace(json_string(pattern, "Regex", pattern_where), UnicodeRegex::Syntax::kRegex,
+                    json_member(pattern_where, "Regex"));
+    } else if (pattern.contains("String")) {
+      regex.emplace(json_string(pattern, "String", pattern_where), UnicodeRegex::Syntax::kLiteral,
+                    json_member(pattern_where, "String"));
+    } else {
+      fail("{} is {}, expected {{\"Regex\": ...}} or {{\"String\": ...}}", pattern_where, json_excerpt(pattern));
+    }
+    steps.push_back(std::make_unique<SplitStep>(std::move(*regex), parse_behavior(node, where),
+                                                json_bool(node, "invert", false, where)));
+  } else if (type == "Digits") {
+    // Rust's char::is_numeric is the N category; alone or in runs.
+    bool individual = json_bool(node, "individual_digits", false, where);
+    steps.push_back(std::make_unique<SplitStep>(UnicodeRegex(R"(\p{N})", UnicodeRegex::Syntax::kRegex, where),
+                                                individual ? Behavior::kIsolated : Behavior::kContiguous, false));
+  } else {
+    fail("{} is \"{}\": this build reads the pre-tokenizers ByteLevel, Split, Digits and Sequence",
+         json_member(where, "type"), type);
+  }
+}
+
+}  // namespace
+
+PreTokenizer::PreTokenizer(const nlohmann::json& node, std::string_view where) {
+  if (!node.is_null()) parse_steps(node, std::string(where), steps_);
+}
+
+PreTokenizer::~PreTokenizer() = default;
+PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
+PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
+
+std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+  std::vector<std::string> pieces;
+  if (!text.empty()) pieces.emplace_back(text);
+  for (const auto& step : steps_) pieces = step->apply(pieces);
+  return pieces;
+}
+
+}  // namespace strata
