@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/training_checkpoint.h"
+#include "data/tokenizer.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/family.h"
@@ -56,9 +57,13 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
     write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   write_file_atomic(out / "config.json", model_family(state.model).to_hf_config(state.model).dump(2) + "\n");
+  // The run's tokenizer files under their own names (tokenizer.model, or tokenizer.json and
+  // tokenizer_config.json), as a model directory holds them.
   if (!state.tokenizer.empty() && fs::exists(state.tokenizer)) {
-    fs::copy_file(state.tokenizer, out / "tokenizer.model", fs::copy_options::overwrite_existing, error);
-    if (error) fail("cannot copy the tokenizer '{}' to '{}': {}", state.tokenizer, out.string(), error.message());
+    for (const fs::path& file : load_tokenizer(state.tokenizer).files()) {
+      fs::copy_file(file, out / file.filename(), fs::copy_options::overwrite_existing, error);
+      if (error) fail("cannot copy the tokenizer file '{}' to '{}': {}", file.string(), out.string(), error.message());
+    }
   }
 }
 

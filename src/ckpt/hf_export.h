@@ -6,7 +6,8 @@
 // (huggingface_hub's convention: greedy in parameter order, a tensor larger
 // than the limit alone in its shard, `total_size` the payload bytes), every
 // file with `__metadata__ {"format": "pt"}`; `config.json` (the family's);
-// and the run's SentencePiece model as `tokenizer.model` when it has one.
+// and the run's tokenizer files when it has them (`tokenizer.model`, or
+// `tokenizer.json` with `tokenizer_config.json`).
 #include <cstddef>
 #include <filesystem>
 

@@ -3,10 +3,12 @@
 #include <fmt/core.h>
 
 #include "backends/backends.h"
+#include "ckpt/hf_weights.h"
 #include "ckpt/training_checkpoint.h"
 #include "cli/commands.h"
+#include "core/json_file.h"
 #include "data/tokenizer.h"
-#include "model/model_graph.h"
+#include "model/family.h"
 #include "model/sampler.h"
 
 namespace strata::cli {
@@ -24,17 +26,39 @@ struct SampleArgs {
   uint64_t seed = 1;
 };
 
-void sample(const SampleArgs& args) {
-  Checkpoint checkpoint(resolve_checkpoint(args.checkpoint));
-  TrainingCheckpoint saved = read_training_checkpoint(checkpoint);
-  std::string tokenizer_path = args.tokenizer.empty() ? saved.tokenizer : args.tokenizer;
-  if (tokenizer_path.empty()) fail("{}: no tokenizer recorded; pass --tokenizer", checkpoint.dir().string());
-  Tokenizer tokenizer(tokenizer_path);
+// A model to sample: its config, weights and tokenizer file.
+struct LoadedModel {
+  ModelConfig config;
+  ParameterSet params;
+  std::string tokenizer;
+};
 
-  ParameterSet params(model_param_specs(saved.model));
-  load_training_parameters(checkpoint, params);
+// A HuggingFace model directory (config.json, weights, its own tokenizer).
+LoadedModel load_model_directory(const std::filesystem::path& dir) {
+  LoadedModel model;
+  model.config = model_config_of_hf(read_json_file(dir / "config.json"), (dir / "config.json").string());
+  model.params = ParameterSet(model_param_specs(model.config));
+  load_hf_weights(dir, model.config, model.params);
+  model.tokenizer = dir.string();
+  return model;
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  Checkpoint checkpoint(resolve_checkpoint(path));
+  TrainingCheckpoint saved = read_training_checkpoint(checkpoint);
+  LoadedModel model{saved.model, ParameterSet(model_param_specs(saved.model)), saved.tokenizer};
+  load_training_parameters(checkpoint, model.params);
+  if (model.tokenizer.empty()) fail("{}: no tokenizer recorded; pass --tokenizer", checkpoint.dir().string());
+  return model;
+}
+
+void sample(const SampleArgs& args) {
+  const bool model_directory = std::filesystem::exists(std::filesystem::path(args.checkpoint) / "config.json");
+  LoadedModel model = model_directory ? load_model_directory(args.checkpoint) : load_checkpoint(args.checkpoint);
+  Tokenizer tokenizer = load_tokenizer(args.tokenizer.empty() ? model.tokenizer : args.tokenizer);
+
   auto dispatcher = make_dispatcher(args.backend, FallbackPolicy::Warn);
-  Sampler sampler(saved.model, params, *dispatcher);
+  Sampler sampler(model.config, model.params, *dispatcher);
   std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens; give some text");
   SamplingOptions options{args.temperature, args.top_k, args.seed};
@@ -45,9 +69,12 @@ void sample(const SampleArgs& args) {
 }  // namespace
 
 void add_sample_command(CLI::App& app) {
-  auto* command = app.add_subcommand("sample", "Generate text from a checkpoint (KV cache)");
+  auto* command =
+      app.add_subcommand("sample", "Generate text from a checkpoint or a HuggingFace model directory (KV cache)");
   auto args = std::make_shared<SampleArgs>();
-  command->add_option("checkpoint", args->checkpoint, "Checkpoint directory, or a run directory (uses latest)")
+  command->add_option("checkpoint", args->checkpoint,
+                      "Checkpoint directory, a run directory (uses latest), or a HuggingFace model directory "
+                      "(config.json, weights and its tokenizer)")
       ->required();
   command->add_option("--prompt", args->prompt, "Text to continue")->required();
   command->add_option("--tokens", args->tokens, "Number of tokens to generate")->check(CLI::PositiveNumber);
@@ -55,7 +82,9 @@ void add_sample_command(CLI::App& app) {
   command->add_option("--top-k", args->top_k, "Sample among the k most likely tokens (0 = all)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--seed", args->seed, "Sampling seed");
-  command->add_option("--tokenizer", args->tokenizer, "SentencePiece model (default: the one the run used)");
+  command->add_option("--tokenizer", args->tokenizer,
+                      "tokenizer.model, tokenizer.json or a directory holding one (default: the run's, or the model "
+                      "directory's)");
   command->add_option("--backend", args->backend, "ref or cpu");
   command->callback([args] { sample(*args); });
 }

@@ -1,6 +1,9 @@
 #include "model/family.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
 #include "core/error.h"
@@ -29,6 +32,18 @@ std::vector<std::string> model_family_names() {
   std::vector<std::string> names;
   for (const ModelFamily* family : families()) names.emplace_back(family->name());
   return names;
+}
+
+ModelConfig model_config_of_hf(const nlohmann::json& hf, const std::string& source) {
+  if (!hf.is_object() || !hf.contains("model_type") || !hf["model_type"].is_string()) {
+    fail("{}: key 'model_type' is missing or not a string", source);
+  }
+  const std::string model_type = hf["model_type"].get<std::string>();
+  const std::vector<std::string> families = model_family_names();
+  if (std::find(families.begin(), families.end(), model_type) == families.end()) {
+    fail("{}: model_type \"{}\" is not a family Strata has ({})", source, model_type, fmt::join(families, ", "));
+  }
+  return model_family(model_type).from_hf_config(hf, source);
 }
 
 std::vector<ParamSpec> model_param_specs(const ModelConfig& config) { return model_family(config).param_specs(config); }

@@ -45,8 +45,7 @@ class ModelFamily {
   virtual void validate(const ModelConfig& config) const = 0;
   // Every parameter, HuggingFace name and layout, in a fixed order, with its initialisation.
   virtual std::vector<ParamSpec> param_specs(const ModelConfig& config) const = 0;
-  // How the parameters split under tensor parallelism; a family without one runs tp = 1 only.
-  virtual bool has_sharding_plan() const = 0;
+  // How the parameters split under tensor parallelism.
   virtual ShardingPlan sharding_plan() const = 0;
   // Parameter names and op labels of layer i start with layer_prefix() + i + ".".
   virtual std::string_view layer_prefix() const = 0;
@@ -77,6 +76,9 @@ class ModelFamily {
 const ModelFamily& model_family(std::string_view name);
 inline const ModelFamily& model_family(const ModelConfig& config) { return model_family(config.family); }
 std::vector<std::string> model_family_names();
+// The model a HuggingFace config.json describes, by its model_type's family; `source` names the
+// file in errors (a model_type no family has among them).
+ModelConfig model_config_of_hf(const nlohmann::json& hf, const std::string& source);
 
 // Conveniences over the family of `config`.
 std::vector<ParamSpec> model_param_specs(const ModelConfig& config);

@@ -41,7 +41,7 @@ ShardRule ShardingPlan::rule_for(const std::string& parameter) const {
   for (const ShardRule& rule : rules) {
     if (matches(rule.pattern, parameter)) return rule;
   }
-  return {parameter, ShardStyle::Replicated, 1};
+  return {parameter, ShardStyle::Replicated, 1, WeightLayout::InOut};
 }
 
 }  // namespace strata

@@ -9,7 +9,10 @@ ParameterShard::ParameterShard(const std::string& name, const Shape& full, const
       rank_(tp.rank) {
   if (!split()) return;
   if (full.empty()) fail("parameter '{}' is a scalar: a {} split needs a dim", name, shard_style_name(style_));
-  dim_ = style_ == ShardStyle::ColumnParallel ? full.size() - 1 : 0;
+  // The output features are the last dim of [in, out] weights and 1-D biases, the first of [out, in].
+  const size_t output_dim = rule.layout == WeightLayout::OutIn ? 0 : full.size() - 1;
+  const size_t input_dim = rule.layout == WeightLayout::OutIn ? full.size() - 1 : 0;
+  dim_ = style_ == ShardStyle::ColumnParallel ? output_dim : style_ == ShardStyle::RowParallel ? input_dim : 0;
   const int64_t length = full[dim_];
   if (parts_ < 1 || length % parts_ != 0) {
     fail("parameter '{}' {} does not split into {} fused parts along dim {}", name, shape_str(full), parts_, dim_);

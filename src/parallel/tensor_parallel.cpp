@@ -89,7 +89,11 @@ class TensorParallelPass {
     if (n.op == "embedding" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_embedding(n);
     if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitVocab) return vocab_head(n);
     if (n.op == "cross_entropy" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_loss(n);
-    if (n.op == "attention" && placement(n.inputs[0]) == Placement::SplitColumns) return local_heads(n);
+    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitColumns) return column_matmul(n);
+    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitRows) return row_matmul(n);
+    if ((n.op == "attention" || n.op == "grouped_attention") && placement(n.inputs[0]) == Placement::SplitColumns) {
+      return local_heads(n);
+    }
     if (all_replicated) {
       rewriter_.copy_node(id);
       return;
@@ -98,8 +102,13 @@ class TensorParallelPass {
     for (int input : n.inputs) sequence_split = sequence_split || placement(input) == Placement::SplitSequence;
     if (sequence_split && sequence_local(n)) return sequence_region(n);
     if (n.op == "cast" || n.op == "gelu" || n.op == "scale") return elementwise(n, placement(n.inputs[0]));
-    if (n.op == "add" && placement(n.inputs[0]) == placement(n.inputs[1]) &&
+    if ((n.op == "add" || n.op == "swiglu") && placement(n.inputs[0]) == placement(n.inputs[1]) &&
         placement(n.inputs[0]) == Placement::SplitColumns) {
+      return elementwise(n, Placement::SplitColumns);
+    }
+    // Rotary embeddings turn each head on its own: local to a rank's whole heads.
+    if (n.op == "rope" && placement(n.inputs[0]) == Placement::SplitColumns &&
+        placement(n.inputs[1]) == Placement::Replicated) {
       return elementwise(n, Placement::SplitColumns);
     }
     refuse(n, "reads a split value in a way the tensor-parallel pass does not know how to place");
@@ -158,7 +167,8 @@ class TensorParallelPass {
 
   // Ops that work position by position along the sequence: they run on this rank's block.
   static bool sequence_local(const Node& n) {
-    return n.op == "layernorm" || n.op == "add" || n.op == "gelu" || n.op == "cast" || n.op == "scale";
+    return n.op == "layernorm" || n.op == "rms_norm" || n.op == "add" || n.op == "gelu" || n.op == "cast" ||
+           n.op == "scale";
   }
 
   // A sequence-local op reading a sequence-split value: replicated parameters enter through
@@ -200,13 +210,42 @@ class TensorParallelPass {
     produce(n, {target().apply1("add", {sum, bias}, {}, n.label + ".bias")}, where);
   }
 
-  void local_heads(const Node& n) {
-    const int64_t heads = n.attrs.get_int("n_head");
-    if (heads % tp_.degree != 0) {
-      refuse(n, fmt::format("has {} heads, which parallel.tp = {} does not divide", heads, tp_.degree));
+  // An nn.Linear-layout projection, x W^T with W [out, in] split by output rows.
+  void column_matmul(const Node& n) {
+    if (!n.attrs.get_bool("trans_b") || n.attrs.get_bool("trans_a")) {
+      refuse(n, "multiplies by a column-parallel weight other than as x W^T");
     }
+    if (placement(n.inputs[0]) != Placement::Replicated && placement(n.inputs[0]) != Placement::SplitSequence) {
+      refuse(n, "is column-parallel but its input is split");
+    }
+    std::vector<int> inputs = inputs_of(n);
+    inputs[0] = enter_split(n.inputs[0], inputs[0], n.label);
+    produce(n, target().apply("matmul", inputs, n.attrs, n.label), Placement::SplitColumns);
+  }
+
+  // x W^T with W [out, in] split by input columns: partial products, summed over the ranks.
+  void row_matmul(const Node& n) {
+    if (!n.attrs.get_bool("trans_b") || n.attrs.get_bool("trans_a")) {
+      refuse(n, "multiplies by a row-parallel weight other than as x W^T");
+    }
+    if (placement(n.inputs[0]) != Placement::SplitColumns) refuse(n, "is row-parallel but its input is not split");
+    int partial = target().apply1("matmul", inputs_of(n), n.attrs, n.label);
+    auto [sum, where] = leave_split(partial, n.label);
+    produce(n, {sum}, where);
+  }
+
+  // Attention over this rank's whole heads: query heads, and for grouped attention its kv heads.
+  void local_heads(const Node& n) {
     Attrs attrs = n.attrs;
-    attrs.set("n_head", heads / tp_.degree);
+    for (const char* key : {"n_head", "n_kv_head"}) {
+      if (!n.attrs.has(key)) continue;
+      const int64_t heads = n.attrs.get_int(key);
+      if (heads % tp_.degree != 0) {
+        refuse(n, fmt::format("has {} {} heads, which parallel.tp = {} does not divide", heads,
+                              std::string_view(key) == "n_head" ? "query" : "key/value", tp_.degree));
+      }
+      attrs.set(key, heads / tp_.degree);
+    }
     produce(n, target().apply(n.op, inputs_of(n), attrs, n.label), Placement::SplitColumns);
   }
 

@@ -188,8 +188,9 @@ std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) c
     return fmt::format("dp x tp x pp = {} does not use the cluster's {} devices", plan.devices(),
                        problem_.cluster.devices());
   }
-  if (model.n_head % plan.tp != 0) {
-    return fmt::format("tensor parallelism {} does not divide the {} heads", plan.tp, model.n_head);
+  if (model.n_head % plan.tp != 0 || model.kv_heads() % plan.tp != 0) {
+    return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", plan.tp,
+                       model.n_head, model.kv_heads());
   }
   if (plan.sp && plan.tp == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
   if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");

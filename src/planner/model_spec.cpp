@@ -14,44 +14,67 @@ namespace {
 
 struct Preset {
   const char* name;
-  int64_t n_layer, n_head, n_embd, vocab_size, block_size, global_batch;
+  ModelConfig config;
+  int64_t global_batch;
 };
 
-// GPT-2 sizes as released by OpenAI (HuggingFace configs); GPT-3 175B and the
-// 1T model as in Narayanan et al. (SC21) Table 1, with their batch sizes.
-constexpr Preset kPresets[] = {
-    {"gpt2-small", 12, 12, 768, 50257, 1024, 512},   {"gpt2-medium", 24, 16, 1024, 50257, 1024, 512},
-    {"gpt2-large", 36, 20, 1280, 50257, 1024, 512},  {"gpt2-xl", 48, 25, 1600, 50257, 1024, 512},
-    {"gpt3-175b", 96, 96, 12288, 51200, 2048, 1536}, {"gpt-1t", 128, 160, 25600, 51200, 2048, 3072},
-};
+ModelConfig gpt(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab_size, int64_t block_size) {
+  ModelConfig c;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.vocab_size = vocab_size;
+  c.block_size = block_size;
+  return c;
+}
+
+ModelConfig llama(int64_t n_layer, int64_t n_head, int64_t n_kv_head, int64_t n_embd, int64_t intermediate,
+                  int64_t vocab_size, int64_t block_size, double rope_theta, bool tied) {
+  ModelConfig c = gpt(n_layer, n_head, n_embd, vocab_size, block_size);
+  c.family = "llama";
+  c.n_kv_head = n_kv_head;
+  c.intermediate_size = intermediate;
+  c.rope_theta = rope_theta;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+// GPT-2 sizes as released by OpenAI (HuggingFace configs); GPT-3 175B and the 1T model as in
+// Narayanan et al. (SC21) Table 1, with their batch sizes. LLaMA shapes from their HuggingFace
+// config.json (SmolLM-135M, Llama-2-7b, Meta-Llama-3-8B), batches of about 1M, 4M and 4M tokens.
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"gpt2-small", gpt(12, 12, 768, 50257, 1024), 512},
+      {"gpt2-medium", gpt(24, 16, 1024, 50257, 1024), 512},
+      {"gpt2-large", gpt(36, 20, 1280, 50257, 1024), 512},
+      {"gpt2-xl", gpt(48, 25, 1600, 50257, 1024), 512},
+      {"gpt3-175b", gpt(96, 96, 12288, 51200, 2048), 1536},
+      {"gpt-1t", gpt(128, 160, 25600, 51200, 2048), 3072},
+      {"smollm-135m", llama(30, 9, 3, 576, 1536, 49152, 2048, 10000, true), 512},
+      {"llama2-7b", llama(32, 32, 32, 4096, 11008, 32000, 4096, 10000, false), 1024},
+      {"llama3-8b", llama(32, 32, 8, 4096, 14336, 128256, 8192, 500000, false), 512},
+  };
+  return all;
+}
 
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
-  for (const Preset& preset : kPresets) names.emplace_back(preset.name);
+  for (const Preset& preset : presets()) names.emplace_back(preset.name);
   return names;
 }
 
 bool is_model_preset(const std::string& name) {
-  for (const Preset& preset : kPresets) {
+  for (const Preset& preset : presets()) {
     if (name == preset.name) return true;
   }
   return false;
 }
 
 ModelSpec model_preset(const std::string& name) {
-  for (const Preset& preset : kPresets) {
-    if (name != preset.name) continue;
-    ModelSpec spec;
-    spec.name = preset.name;
-    spec.config.n_layer = preset.n_layer;
-    spec.config.n_head = preset.n_head;
-    spec.config.n_embd = preset.n_embd;
-    spec.config.vocab_size = preset.vocab_size;
-    spec.config.block_size = preset.block_size;
-    spec.global_batch = preset.global_batch;
-    return spec;
+  for (const Preset& preset : presets()) {
+    if (name == preset.name) return {preset.name, preset.config, preset.global_batch};
   }
   std::string known;
   for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;

@@ -1,6 +1,6 @@
 #pragma once
-// The model a plan is for: a GPT configuration by preset name (gpt2-small ...
-// gpt-1t) or from a TOML file whose [model] table has the training config's
+// The model a plan is for: a configuration by preset name (gpt2-small ...
+// gpt-1t, smollm-135m, llama2-7b, llama3-8b) or from a TOML file whose [model] table has the training config's
 // keys (a whole training config works: other tables are not read, except
 // train.global_batch as the default global batch).
 #include <string>

@@ -125,6 +125,7 @@ nlohmann::json problem_json(const PlanningProblem& problem) {
   const ModelConfig& c = problem.model;
   return {{"model",
            {{"name", problem.model_name},
+            {"family", c.family},
             {"n_layer", c.n_layer},
             {"n_head", c.n_head},
             {"n_embd", c.n_embd},
@@ -146,8 +147,9 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
   const PlanningProblem& problem = model.problem();
   const ModelConfig& c = problem.model;
   std::string out;
-  out += fmt::format("model {}: {} layers, width {}, {} heads, vocab {}, {:.1f}M parameters\n", problem.model_name,
-                     c.n_layer, c.n_embd, c.n_head, c.vocab_size, static_cast<double>(c.num_parameters()) / 1e6);
+  out += fmt::format("model {} ({}): {} layers, width {}, {} heads, vocab {}, {:.1f}M parameters\n",
+                     problem.model_name, c.family, c.n_layer, c.n_embd, c.n_head, c.vocab_size,
+                     static_cast<double>(c.num_parameters()) / 1e6);
   out += fmt::format("step: {} rows x {} tokens in {}; {:.3g} model FLOPs (forward + backward, no recomputation)\n",
                      problem.global_batch, problem.seq, dtype_name(problem.dtype), model.model_flops_per_step());
   out += fmt::format("cluster {}: {} node(s) x {} {} ({:.1f} GiB usable each)\n", problem.cluster.name,

@@ -221,6 +221,11 @@ void TrainConfig::validate() const {
     fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
          model.n_head);
   }
+  if (model.kv_heads() % tp != 0) {
+    fail("key 'parallel.tp' ({}) must divide the key/value heads (model.n_kv_head = {}): each tensor-parallel rank "
+         "holds whole heads",
+         tp, model.kv_heads());
+  }
   if (sp && tp == 1) fail("key 'parallel.sp' needs parallel.tp > 1: the sequence is split over the tensor-parallel ranks");
   if (sp && model.block_size % tp != 0) {
     fail("key 'parallel.sp': model.block_size ({}) must be a multiple of parallel.tp ({}) to split the sequence",
@@ -272,18 +277,8 @@ PrecisionPolicy TrainConfig::precision_policy() const {
 // a given one must agree (model.block_size, the training length, may be shorter).
 void adopt_hf_config(TrainConfig& config, const std::set<std::string>& given) {
   const std::filesystem::path hf_path = std::filesystem::path(config.init_from) / "config.json";
-  const nlohmann::json hf = read_json_file(hf_path);
-  const std::string model_type = hf.contains("model_type") && hf["model_type"].is_string()
-                                     ? hf["model_type"].get<std::string>()
-                                     : "";
-  if (model_type.empty()) fail("{}: key 'model_type' is missing or not a string", hf_path.string());
-  const std::vector<std::string> families = model_family_names();
-  if (std::find(families.begin(), families.end(), model_type) == families.end()) {
-    fail("{}: model_type \"{}\" is not a family Strata has ({})", hf_path.string(), model_type,
-         fmt::join(families, ", "));
-  }
   TrainConfig from_hf;
-  from_hf.model = model_family(model_type).from_hf_config(hf, hf_path.string());
+  from_hf.model = model_config_of_hf(read_json_file(hf_path), hf_path.string());
   std::vector<Field> here = fields(config), there = fields(from_hf);
   for (size_t i = 0; i < here.size(); ++i) {
     const std::string& key = here[i].key;

@@ -156,10 +156,6 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
-  if (tensor_.degree() > 1 && !model_family(config_.model).has_sharding_plan()) {
-    fail("key 'parallel.tp' ({}): the {} family has no tensor-parallel sharding plan yet; run it with parallel.tp = 1",
-         tensor_.degree(), config_.model.family);
-  }
   STRATA_CHECK(tensor_.degree() == config_.tp && pipeline_.degree() == config_.pp,
                "a tensor-parallel group of {} and a pipeline of {} for parallel.tp = {} and parallel.pp = {}",
                tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
@@ -298,6 +294,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     corpus.val_shards = shard_files(config_.val_shards, "data.val");
   } else {
     corpus = read_corpus_meta(config_.data_dir);
+    tokenizer_file_ = std::filesystem::absolute(corpus.tokenizer).string();
     if (corpus.vocab_size > config_.model.vocab_size) {
       fail("the tokenizer in '{}' has {} tokens but model.vocab_size is {}", config_.data_dir, corpus.vocab_size,
            config_.model.vocab_size);
@@ -626,9 +623,7 @@ void Trainer::save_checkpoint() {
   TrainingCheckpoint state;
   state.step = completed_steps_;
   state.model = config_.model;
-  state.tokenizer = config_.train_shards.empty()  // shards given directly come without a tokenizer
-                        ? (std::filesystem::absolute(config_.data_dir) / kCorpusTokenizerFile).string()
-                        : "";
+  state.tokenizer = tokenizer_file_;
   state.seed = config_.seed;
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;

@@ -121,6 +121,7 @@ class Trainer {
     int value = -1;    // the param value in that chunk's graph
   };
   std::vector<GradientEntry> entries_;
+  std::string tokenizer_file_;          // the corpus's tokenizer, recorded in checkpoints ("": shards given directly)
   std::optional<size_t> tied_index_;     // the tied embedding's index in specs_ (tied models)
   std::optional<size_t> head_copy_entry_;
   std::vector<Tensor> entry_tensors_;      // per entry, its parameter's tensor (ZeRO's all-gather)

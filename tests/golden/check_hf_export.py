@@ -9,13 +9,13 @@ HuggingFace's code (no network here):
   - `model.safetensors.index.json` as huggingface_hub writes it (`weight_map`
     naming each tensor's shard, `total_size` the payload bytes, shards named
     model-0000i-of-0000n.safetensors);
-  - `config.json` as GPT2LMHeadModel reads it;
+  - `config.json` as GPT2LMHeadModel / LlamaForCausalLM reads it;
   - the tensors equal, bit for bit, the checkpoint's global tensors assembled
-    here from its pieces, and the independent PyTorch GPT-2 (torch_gpt2.py)
-    built from config.json and those weights gives a finite loss below the
-    uniform one on the training tokens.
+    here from its pieces, and the independent PyTorch model (torch_gpt2.py,
+    torch_llama.py) built from config.json and those weights gives the loss
+    Strata's checkpoint gives (and below the uniform one) on the training tokens.
 
-Usage: check_hf_export.py --strata PATH --dump-tool PATH --work-dir DIR
+Usage: check_hf_export.py --strata PATH --dump-tool PATH --work-dir DIR [--model gpt2|llama|llama-tied|llama3]
 """
 
 import argparse
@@ -31,7 +31,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_gpt2 as ref  # noqa: E402
+import torch_gpt2  # noqa: E402
+import torch_llama  # noqa: E402
 
 ELEMENT_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4}
 
@@ -64,29 +65,33 @@ def main():
     parser.add_argument("--strata", required=True)
     parser.add_argument("--dump-tool", required=True)
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
     args = parser.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
-    subprocess.run([args.dump_tool, "cpu", args.work_dir, "fp32"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.dump_tool, "cpu", args.work_dir, "fp32", args.model], check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(args.work_dir, "golden.json")) as f:
         golden = json.load(f)
+    llama = golden["config"]["family"] == "llama"
+    ref = torch_llama if llama else torch_gpt2
     out = os.path.join(args.work_dir, "hf")
     # A limit of a fifth of the model: several shards, as a large model gets at 5 GB.
-    total = sum(math.prod(shape) * 4 for shape in ref.parameter_shapes(ref.Config(
-        golden["config"]["n_layer"], golden["config"]["n_head"], golden["config"]["n_embd"],
-        golden["config"]["vocab_size"], golden["config"]["block_size"])).values())
+    total = sum(math.prod(shape) * 4 for shape in ref.parameter_shapes(ref.Config.from_golden(golden["config"])).values())
     subprocess.run([args.strata, "export", golden["checkpoint"], "--hf", out, "--max-shard-mb", str(total / 5 / 1e6)],
                    check=True, stdout=subprocess.DEVNULL)
 
     failures = []
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
-    if config.get("model_type") != "gpt2" or config.get("architectures") != ["GPT2LMHeadModel"]:
+    model_type, architecture = ("llama", "LlamaForCausalLM") if llama else ("gpt2", "GPT2LMHeadModel")
+    if config.get("model_type") != model_type or config.get("architectures") != [architecture]:
         failures.append(f"config.json names {config.get('model_type')} / {config.get('architectures')}")
-    if config.get("activation_function") != "gelu_new" or config.get("tie_word_embeddings") is not True:
+    if llama:
+        if config.get("hidden_act") != "silu":
+            failures.append("config.json: LLaMA's SwiGLU (hidden_act silu) expected")
+    elif config.get("activation_function") != "gelu_new" or config.get("tie_word_embeddings") is not True:
         failures.append("config.json: GPT-2's tanh GELU (gelu_new) and tied embeddings expected")
-    cfg = ref.Config(config["n_layer"], config["n_head"], config["n_embd"], config["vocab_size"], config["n_positions"],
-                     config["layer_norm_epsilon"])
+    cfg = ref.Config.from_hf(config)
 
     with open(os.path.join(out, "model.safetensors.index.json")) as f:
         index = json.load(f)
@@ -106,7 +111,7 @@ def main():
         failures.append(f"total_size {index['metadata']['total_size']}, payload {payload}")
     shapes = ref.parameter_shapes(cfg)
     if set(exported) != set(shapes) or set(index["weight_map"]) != set(shapes):
-        failures.append(f"tensors differ from GPT2LMHeadModel's: extra {sorted(set(exported) - set(shapes))}, "
+        failures.append(f"tensors differ from {architecture}'s: extra {sorted(set(exported) - set(shapes))}, "
                         f"missing {sorted(set(shapes) - set(exported))}")
 
     saved = ref.read_checkpoint_tensors(golden["checkpoint"])
@@ -114,14 +119,19 @@ def main():
         if name in exported and not torch.equal(exported[name], saved[name]):
             failures.append(f"{name} differs from the checkpoint's")
 
-    # The golden run's first training batch: a trained model beats the uniform guess on it.
-    inputs, targets = ref.TokenWindows(golden["train_shards"], 2, cfg.block_size).next()
+    # The golden run's first training batch: the model read from config.json gives what the
+    # checkpoint's tensors under golden's own config give, and beats the uniform guess.
+    seq = golden["config"]["block_size"]
+    inputs, targets = ref.TokenWindows(golden["train_shards"], 2, seq).next()
     loss = ref.loss_of(ref.forward(exported, cfg, inputs.long()), targets.long()).item()
-    if not math.isfinite(loss) or loss >= math.log(cfg.vocab_size):
-        failures.append(f"the exported model's loss {loss} is not finite and below uniform {math.log(cfg.vocab_size)}")
+    expected = ref.loss_of(ref.forward(saved, ref.Config.from_golden(golden["config"]), inputs.long()),
+                           targets.long()).item()
+    if not math.isfinite(loss) or loss >= math.log(cfg.vocab_size) or abs(loss - expected) > 1e-6 * abs(expected):
+        failures.append(f"the exported model's loss {loss} is not finite, below uniform {math.log(cfg.vocab_size)} "
+                        f"and the checkpoint's {expected}")
 
-    print(f"exported {len(exported)} tensors in {len(shards)} shards; loss of the independent GPT-2 on them {loss:.4f} "
-          f"(uniform {math.log(cfg.vocab_size):.4f})")
+    print(f"exported {len(exported)} tensors in {len(shards)} shards; loss of the independent {architecture} on them "
+          f"{loss:.6f} (the checkpoint's {expected:.6f}, uniform {math.log(cfg.vocab_size):.4f})")
     for failure in failures:
         print("FAILED:", failure)
     return 1 if failures else 0

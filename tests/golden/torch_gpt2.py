@@ -151,6 +151,11 @@ class Config:
         """From golden.json's config (Strata's model.* keys)."""
         return cls(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["block_size"], c["layer_norm_eps"])
 
+    @classmethod
+    def from_hf(cls, c):
+        """From GPT2LMHeadModel's config.json (block_size: the position table's rows)."""
+        return cls(c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["n_positions"], c["layer_norm_epsilon"])
+
 
 def parameter_shapes(cfg):
     """HuggingFace GPT2LMHeadModel names (lm_head tied to wte, not listed)."""

@@ -40,6 +40,22 @@ class Config:
     def from_golden(cls, c):
         return cls(c)
 
+    @classmethod
+    def from_hf(cls, c):
+        """From LlamaForCausalLM's config.json (v4 spelling)."""
+        rope = c.get("rope_scaling") or {}
+        return cls({"n_layer": c["num_hidden_layers"], "n_head": c["num_attention_heads"],
+                    "n_kv_head": c.get("num_key_value_heads"), "n_embd": c["hidden_size"],
+                    "head_dim": c.get("head_dim"), "intermediate_size": c["intermediate_size"],
+                    "vocab_size": c["vocab_size"], "block_size": c["max_position_embeddings"],
+                    "layer_norm_eps": c["rms_norm_eps"], "rope_theta": c.get("rope_theta", 10000.0),
+                    "rope_scaling": {"type": rope.get("rope_type", "none"), "factor": rope.get("factor"),
+                                     "low_freq_factor": rope.get("low_freq_factor"),
+                                     "high_freq_factor": rope.get("high_freq_factor"),
+                                     "original_max_positions": rope.get("original_max_position_embeddings")},
+                    "tie_word_embeddings": c.get("tie_word_embeddings", False),
+                    "attention_bias": c.get("attention_bias", False), "mlp_bias": c.get("mlp_bias", False)})
+
 
 def parameter_shapes(cfg):
     """LlamaForCausalLM names; lm_head only when untied."""

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "backends/backends.h"
-#include "graph/executor.h"
 #include "model/model_graph.h"
 #include "model/sampler.h"
+#include "support/full_forward.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
@@ -92,16 +92,7 @@ TEST(Sampler, CachedDecodingMatchesTheFullForwardPass) {
   for (size_t i = 3; i < tokens.size(); ++i) cached = sampler.feed({tokens[i]});
 
   const int64_t seq = static_cast<int64_t>(tokens.size());
-  ModelGraph model = build_model_graph(config, 1, seq, false);
-  CompiledGraph graph(model.graph, *dispatcher, {model.logits});
-  for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
-  Tensor ids = Tensor::empty({1, seq}, DType::I32);
-  for (int64_t i = 0; i < seq; ++i) ids.data<int32_t>()[i] = tokens[i];
-  graph.bind(model.tokens, ids);
-  graph.bind(model.targets, ids);
-  graph.bind(model.positions, position_ids(seq));
-  graph.run();
-  Tensor logits = graph.tensor(model.logits);
+  const Tensor logits = testing::full_forward_logits(config, params, *dispatcher, tokens);
   for (int64_t v = 0; v < config.vocab_size; ++v) {
     EXPECT_NEAR(cached.data<float>()[v], logits.data<float>()[(seq - 1) * config.vocab_size + v], 1e-5);
   }

@@ -74,7 +74,6 @@ class GPT2Family final : public ModelFamily {
   // c_proj row-parallel (their biases replicated, added after the sum), the tied token embedding
   // vocab-parallel (the LM head and the loss then work on vocabulary shards); norms and positions
   // replicated.
-  bool has_sharding_plan() const override { return true; }
   ShardingPlan sharding_plan() const override {
     return {{
         {"transformer.h.*.attn.c_attn.*", ShardStyle::ColumnParallel, 3},

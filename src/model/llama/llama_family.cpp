@@ -76,10 +76,25 @@ class LlamaFamily final : public ModelFamily {
     return specs;
   }
 
-  // Tensor parallelism needs the runtime's pass to split [out, in] weights and the rotary and
-  // grouped attention by heads; until it does, LLaMA runs with parallel.tp = 1.
-  bool has_sharding_plan() const override { return false; }
-  ShardingPlan sharding_plan() const override { return {}; }
+  // Megatron's split: q, k and v projections (and their biases) and the MLP's gate and up
+  // column-parallel, so each rank holds whole query and key/value heads (the rotary and the grouped
+  // attention run on them locally: the kv heads must split too); o_proj and down_proj row-parallel
+  // (their biases added after the sum); the embedding and an untied head vocab-parallel; norms
+  // replicated. nn.Linear stores [out, in].
+  ShardingPlan sharding_plan() const override {
+    const WeightLayout linear = WeightLayout::OutIn;
+    return {{
+        {"model.layers.*.self_attn.q_proj.*", ShardStyle::ColumnParallel, 1, linear},
+        {"model.layers.*.self_attn.k_proj.*", ShardStyle::ColumnParallel, 1, linear},
+        {"model.layers.*.self_attn.v_proj.*", ShardStyle::ColumnParallel, 1, linear},
+        {"model.layers.*.self_attn.o_proj.weight", ShardStyle::RowParallel, 1, linear},
+        {"model.layers.*.mlp.gate_proj.*", ShardStyle::ColumnParallel, 1, linear},
+        {"model.layers.*.mlp.up_proj.*", ShardStyle::ColumnParallel, 1, linear},
+        {"model.layers.*.mlp.down_proj.weight", ShardStyle::RowParallel, 1, linear},
+        {"model.embed_tokens.weight*", ShardStyle::VocabParallel, 1, linear},  // and the LM head's copy
+        {"lm_head.weight", ShardStyle::VocabParallel, 1, linear},
+    }};
+  }
 
   std::string_view layer_prefix() const override { return "model.layers."; }
   std::string tied_embedding(const ModelConfig& config) const override {
