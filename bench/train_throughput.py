@@ -3,31 +3,32 @@
 on this machine, in one run, at one thread count, with model-FLOPs utilisation
 (MFU) against the GEMM peak measured in the same run.
 
-For each model in configs/bench/ (GPT-2 small at 1024 tokens, and a small
-6-layer model at 256 tokens) and each repeat, it runs in turn:
-  - Strata fp32: `strata train CONFIG` (tokens_per_s from its metrics.jsonl);
-  - PyTorch tuned fp32: tests/golden/torch_gpt2.py with the OpenMP build of
-    OpenBLAS, the machine's OpenBLAS core overrides removed, and glibc malloc
-    kept from returning memory to the kernel (see ../shared/README.md);
-  - Strata bf16: the same with `--set precision.compute=bf16`;
-  - PyTorch tuned bf16: torch.autocast("cpu", dtype=torch.bfloat16) around
-    forward and loss, fp32 master weights, same environment;
-  - PyTorch fp32 with the machine's defaults (same thread count).
-Strata runs under the tuned environment (same allocator and thread variables).
-Each run reports the median tokens/s over its steps after the first `--warmup`;
-the summary gives the median over repeats.
+For each model in configs/bench/ (GPT-2 small at 1024 tokens, a small 6-layer
+GPT-2 at 256, the small LLaMA at 256, a SmolLM-135M-shaped LLaMA at 512) and
+each repeat, it runs in turn, for fp32 and then bf16:
+  - Strata: `strata train CONFIG` (tokens_per_s from its metrics.jsonl);
+  - current PyTorch (PyPI, in a virtual environment this script makes):
+    bench/torch_current.py, written as users write it today (nn.Module,
+    scaled_dot_product_attention, fused AdamW, torch.compile, bf16 autocast);
+  - Debian's PyTorch 1.13 (secondary, GPT-2 models only): tests/golden/torch_gpt2.py.
+Every engine runs under the same environment: the OpenMP build of OpenBLAS,
+the machine's OpenBLAS core overrides removed, glibc malloc kept from
+returning memory to the kernel (see ../shared/README.md), the thread count.
+Each run reports the median tokens/s over its steps after the first `--warmup`
+(PyTorch's compilation falls in those); the summary gives the median over repeats.
 
 strata-gemm-peak runs before the first and after the last training run; the
 best fp32 and bf16 GFLOP/s over both runs and all its shapes are the peaks.
 Model FLOPs per token (PaLM / Megatron convention, causal mask not discounted):
-    6 * N + 12 * L * T * C,  N = 12 * L * C^2 + V * C
-(N: the weight matrices; the LM head tied to the token embedding counted once;
-biases, LayerNorm and position embeddings left out).
-MFU = tokens/s * FLOPs per token / peak FLOP/s.
+    6 * N + 12 * L * T * (H * D)
+with N the weight matrices: per layer GPT-2's 12 C^2, LLaMA's q/k/v/o and three
+SwiGLU matrices, plus the LM head (counted once when tied); biases, norms and
+position embeddings left out. MFU = tokens/s * FLOPs per token / peak FLOP/s.
 
 Usage: /usr/bin/python3 bench/train_throughput.py [--threads N] [--repeats R]
-       [--models small,gpt2_small] [--precisions fp32,bf16] [--strata build/bin/strata]
-       [--gemm-peak build/bin/strata-gemm-peak] [--no-default-torch] [--json PATH]
+       [--models small,gpt2_small,llama_small,smollm_135m] [--precisions fp32,bf16]
+       [--strata build/bin/strata] [--gemm-peak build/bin/strata-gemm-peak]
+       [--torch-venv DIR] [--no-debian-torch] [--json PATH]
 """
 
 import argparse
@@ -43,17 +44,20 @@ import tomllib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_GPT2 = os.path.join(REPO, "tests", "golden", "torch_gpt2.py")
+TORCH_CURRENT = os.path.join(REPO, "bench", "torch_current.py")
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch is importable only from this interpreter
+DEFAULT_TORCH_VENV = "/var/tmp/strata-bench-torch"
 OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 MALLOC_KEEP_MEMORY = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-FLOPS_FORMULA = "6*N + 12*L*T*C per token, N = 12*L*C^2 + V*C (weight matrices, tied LM head once)"
+FLOPS_FORMULA = ("6*N + 12*L*T*(H*D) per token, N = the weight matrices (GPT-2 12*L*C^2, LLaMA L*(2*C*H*D + "
+                 "2*C*KV*D + 3*C*F)) + V*C for the head (tied: once)")
 
-# The issue's targets: (label, the model summary's figure or None when not measured, required minimum).
+# Issue 15's targets: (label, the model summary's figure or None when not measured, required minimum, models).
 TARGETS = [
-    ("Strata fp32 >= 1.3x tuned PyTorch fp32", lambda m: m["ratio"].get("fp32"), 1.3),
-    ("Strata fp32 MFU >= 65% of measured sgemm peak", lambda m: m["mfu_fp32_peak"].get("strata fp32"), 0.65),
-    ("Strata bf16 >= 1.3x tuned PyTorch bf16", lambda m: m["ratio"].get("bf16"), 1.3),
-    ("Strata bf16 >= 1.6x Strata fp32", lambda m: m["strata_bf16_over_fp32"], 1.6),
+    ("Strata fp32 >= 1.5x current PyTorch fp32", lambda m: m["ratio"].get("fp32"), 1.5, None),
+    ("Strata bf16 >= 1.3x current PyTorch bf16", lambda m: m["ratio"].get("bf16"), 1.3, None),
+    ("Strata bf16 MFU >= 75% of measured bf16 peak", lambda m: m["mfu_bf16_peak"].get("strata bf16"), 0.75,
+     {"smollm_135m"}),
 ]
 
 
@@ -112,40 +116,72 @@ def run_strata(args, name, model, precision, steps, work_dir):
             "command": command}
 
 
-def run_torch(args, model, precision, steps, env):
-    command = [PYTHON, TORCH_GPT2, "--n-layer", str(model["n_layer"]), "--n-head", str(model["n_head"]),
-               "--n-embd", str(model["n_embd"]), "--vocab-size", str(model["vocab_size"]),
-               "--seq", str(model["block_size"]), "--batch", str(model["batch_size"]), "--steps", str(steps),
-               "--warmup", str(args.warmup), "--data", model["data_dir"], "--threads", str(args.threads),
-               "--precision", precision]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+def run_python(command, what):
+    done = subprocess.run(command, cwd=REPO, env=tuned_env(int(command[command.index("--threads") + 1])),
+                          capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"torch failed ({' '.join(command)}):\n{done.stdout}{done.stderr}")
+        sys.exit(f"{what} failed ({' '.join(command)}):\n{done.stdout}{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["note"] = result["blas"]
-    if precision == "bf16":
-        result["note"] += f"; bf16 matmuls through oneDNN (mkldnn available: {result['mkldnn']})"
     result["command"] = command
     return result
 
 
-def engines_for(args):
-    """(label, kind, precision, environment or None for Strata's own), in the order each repeat runs them."""
+def run_torch_current(args, model, precision, steps):
+    """Current PyTorch (the venv's), as users write it today: bench/torch_current.py."""
+    result = run_python([args.torch_python, TORCH_CURRENT, "--config", model["path"], "--steps", str(steps),
+                         "--warmup", str(args.torch_warmup), "--threads", str(args.threads), "--precision", precision],
+                        "current torch")
+    result["note"] = f"torch {result['torch']}, torch.compile, fused AdamW, SDPA"
+    return result
+
+
+def run_torch_debian(args, model, precision, steps):
+    """Debian's 1.13 with the golden tests' GPT-2 (tests/golden/torch_gpt2.py)."""
+    result = run_python([PYTHON, TORCH_GPT2, "--n-layer", str(model["n_layer"]), "--n-head", str(model["n_head"]),
+                         "--n-embd", str(model["n_embd"]), "--vocab-size", str(model["vocab_size"]),
+                         "--seq", str(model["block_size"]), "--batch", str(model["batch_size"]), "--steps", str(steps),
+                         "--warmup", str(args.warmup), "--data", model["data_dir"], "--threads", str(args.threads),
+                         "--precision", precision], "Debian torch")
+    result["note"] = f"torch {result['torch']}, {result['blas']}"
+    return result
+
+
+def engines_for(args, model):
+    """(label, runner), in the order each repeat runs them for `model`."""
     engines = []
     for precision in args.precisions:
-        engines.append((f"strata {precision}", "strata", precision, None))
-        engines.append((f"torch tuned {precision}", "torch", precision, tuned_env(args.threads)))
-    if "fp32" in args.precisions and not args.no_default_torch:
-        engines.append(("torch default fp32", "torch", "fp32", dict(os.environ)))
+        engines.append((f"strata {precision}", lambda steps, work, p=precision: run_strata(
+            args, model["name"], model, p, steps, work)))
+        engines.append((f"torch {precision}", lambda steps, work, p=precision: run_torch_current(
+            args, model, p, steps)))
+        if model["family"] == "gpt2" and not args.no_debian_torch:
+            engines.append((f"torch 1.13 {precision}", lambda steps, work, p=precision: run_torch_debian(
+                args, model, p, steps)))
     return engines
+
+
+def ensure_torch_venv(args):
+    """A virtual environment with PyPI's current torch (made once; reused while it imports)."""
+    python = os.path.join(args.torch_venv, "bin", "python")
+    probe = [python, "-c", "import torch, numpy; print(torch.__version__)"]
+    if os.path.exists(python) and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    print(f"making {args.torch_venv}: python3 -m venv, pip install torch numpy (a few GB)", flush=True)
+    made = subprocess.run([PYTHON, "-m", "venv", args.torch_venv], capture_output=True, text=True)
+    if made.returncode != 0:
+        sys.exit(f"python3 -m venv {args.torch_venv} failed (apt-get install python3-venv):\n{made.stderr}")
+    subprocess.run([python, "-m", "pip", "install", "-q", "torch", "numpy"], check=True)
+    if not os.path.exists("/usr/include/python3.11/Python.h"):
+        sys.exit("torch.compile builds C++ against Python's headers: apt-get install python3-dev")
+    return python
 
 
 # --------------------------------------------------------------- GEMM peak
 
 def peak_shapes(models):
     """Besides strata-gemm-peak's square sizes: each model's largest GEMM (the
-    MLP's first projection, rows B*T, columns 4C, depth C)."""
-    shapes = {(m["batch_size"] * m["block_size"], 4 * m["n_embd"], m["n_embd"]) for m in models.values()}
+    MLP's first projection, rows B*T, columns its hidden width, depth C)."""
+    shapes = {(m["batch_size"] * m["block_size"], m["mlp_width"], m["n_embd"]) for m in models.values()}
     return ";".join(f"{m},{n},{k}" for m, n, k in sorted(shapes))
 
 
@@ -173,9 +209,16 @@ def best_peak(measurements, dtype):
 # ------------------------------------------------------------------ models
 
 def model_flops_per_token(model):
-    layers, width, vocab, seq = model["n_layer"], model["n_embd"], model["vocab_size"], model["block_size"]
-    matrix_params = 12 * layers * width * width + vocab * width
-    attention = 12 * layers * seq * width
+    layers, c, vocab, seq = model["n_layer"], model["n_embd"], model["vocab_size"], model["block_size"]
+    heads = model["n_head"]
+    if model["family"] == "llama":
+        kv_heads, d = model.get("n_kv_head", heads), model.get("head_dim", c // heads)
+        per_layer = 2 * c * heads * d + 2 * c * kv_heads * d + 3 * c * model["intermediate_size"]
+        head = vocab * c * (1 if model.get("tie_word_embeddings", True) else 2)
+    else:
+        d, per_layer, head = c // heads, 12 * c * c, vocab * c
+    matrix_params = layers * per_layer + head
+    attention = 12 * layers * seq * heads * d
     return {"matrix_params": matrix_params, "dense_flops": 6 * matrix_params, "attention_flops": attention,
             "flops_per_token": 6 * matrix_params + attention}
 
@@ -195,8 +238,10 @@ def load_model(name):
     with open(path, "rb") as f:
         config = tomllib.load(f)
     model = dict(config["model"])
-    model.update(path=path, data_dir=config["data"]["dir"], batch_size=config["train"]["batch_size"],
-                 steps=config["train"]["steps"])
+    model.setdefault("family", "gpt2")
+    model.update(name=name, path=path, data_dir=config["data"]["dir"], batch_size=config["train"]["batch_size"],
+                 steps=config["train"]["steps"],
+                 mlp_width=model.get("intermediate_size", 4 * model["n_embd"]))
     if config["train"]["global_batch"] != model["batch_size"]:
         sys.exit(f"{path}: the benchmark expects global_batch == batch_size (no accumulation)")
     return model
@@ -208,17 +253,16 @@ def summarise(model, runs, peaks):
     """Medians over repeats, ratios and MFU for one model."""
     median = {engine: statistics.median(r["tokens_per_s"] for r in results) for engine, results in runs.items()}
     flops = model["flops"]["flops_per_token"]
-    summary = {"median_tokens_per_s": median, "ratio": {}, "ratio_vs_default": None,
+    summary = {"median_tokens_per_s": median, "ratio": {}, "ratio_vs_debian": {},
                "mfu_fp32_peak": {engine: rate * flops / (peaks["fp32"]["gflops"] * 1e9) for engine, rate in median.items()},
                "mfu_bf16_peak": {engine: rate * flops / (peaks["bf16"]["gflops"] * 1e9)
                                  for engine, rate in median.items() if engine.endswith("bf16")},
                "strata_bf16_over_fp32": None}
     for precision in ("fp32", "bf16"):
-        strata, torch = median.get(f"strata {precision}"), median.get(f"torch tuned {precision}")
-        if strata and torch:
-            summary["ratio"][precision] = strata / torch
-    if "strata fp32" in median and "torch default fp32" in median:
-        summary["ratio_vs_default"] = median["strata fp32"] / median["torch default fp32"]
+        strata = median.get(f"strata {precision}")
+        for key, engine in (("ratio", f"torch {precision}"), ("ratio_vs_debian", f"torch 1.13 {precision}")):
+            if strata and median.get(engine):
+                summary[key][precision] = strata / median[engine]
     if "strata fp32" in median and "strata bf16" in median:
         summary["strata_bf16_over_fp32"] = median["strata bf16"] / median["strata fp32"]
     return summary
@@ -242,45 +286,43 @@ def print_summary(args, models, summaries, peaks):
         p = peaks[dtype]
         print(f"  {dtype}: {p['gflops']:.1f} GFLOP/s (M,N,K = {p['m']},{p['n']},{p['k']}; run at the {p['run']})")
     print(f"model FLOPs: {FLOPS_FORMULA}")
-    print("\nmedian tokens/s over repeats (each run: median over its steps after warm-up); "
-          "ratio = Strata / tuned PyTorch; MFU against the fp32 peak, and for bf16 also against the bf16 peak")
-    print(f"{'model':<11} {'prec':<4} {'strata':>9} {'torch':>9} {'ratio':>6} {'MFU strata':>10} {'MFU torch':>10}"
-          f" {'bf16-pk S':>10} {'bf16-pk T':>10} {'arena MiB':>10}")
+    print("\nmedian tokens/s over repeats (each run: median over its steps after warm-up); ratio = Strata / current "
+          "PyTorch; MFU against the fp32 peak, and for bf16 also against the bf16 peak; Debian's 1.13 last")
+    print(f"{'model':<12} {'prec':<4} {'strata':>9} {'torch':>9} {'ratio':>6} {'MFU strata':>10} {'MFU torch':>10}"
+          f" {'bf16-pk S':>10} {'bf16-pk T':>10} {'arena MiB':>10} {'torch1.13':>9} {'ratio':>6}")
     for name, model in models.items():
         s = summaries[name]
         median = s["median_tokens_per_s"]
         for precision in args.precisions:
-            strata, torch = f"strata {precision}", f"torch tuned {precision}"
+            strata, torch = f"strata {precision}", f"torch {precision}"
             arena = statistics.median(r["arena_mib"] for r in model["runs"][strata]) \
                 if all(r["arena_mib"] is not None for r in model["runs"][strata]) else None
-            print(f"{name:<11} {precision:<4} {rate(median[strata])} {rate(median[torch])} "
+            print(f"{name:<12} {precision:<4} {rate(median[strata])} {rate(median[torch])} "
                   f"{times(s['ratio'].get(precision))} {percent(s['mfu_fp32_peak'][strata]):>10} "
                   f"{percent(s['mfu_fp32_peak'][torch]):>10} {percent(s['mfu_bf16_peak'].get(strata)):>10} "
-                  f"{percent(s['mfu_bf16_peak'].get(torch)):>10} {f'{arena:.1f}' if arena is not None else '-':>10}")
-        print(f"{'':<11} seq {model['block_size']}, batch {model['batch_size']}, "
+                  f"{percent(s['mfu_bf16_peak'].get(torch)):>10} {f'{arena:.1f}' if arena is not None else '-':>10} "
+                  f"{rate(median.get(f'torch 1.13 {precision}'))} {times(s['ratio_vs_debian'].get(precision))}")
+        print(f"{'':<12} {model['family']}, seq {model['block_size']}, batch {model['batch_size']}, "
               f"{model['flops']['flops_per_token'] / 1e6:.1f} MFLOP/token "
               f"(N = {model['flops']['matrix_params'] / 1e6:.2f}M); Strata bf16/fp32 {times(s['strata_bf16_over_fp32'])}")
-        if "torch default fp32" in median:
-            print(f"{'':<11} PyTorch with the machine's defaults, fp32: {median['torch default fp32']:.1f} tokens/s "
-                  f"(Strata fp32 / it: {times(s['ratio_vs_default'])}; "
-                  f"BLAS: {model['runs']['torch default fp32'][0]['blas']})")
-        for precision in args.precisions:
-            print(f"{'':<11} tuned PyTorch {precision} ran: {model['runs'][f'torch tuned {precision}'][0]['note']}")
+        for engine in model["runs"]:
+            if engine.startswith("torch"):
+                print(f"{'':<12} {engine} ran: {model['runs'][engine][0]['note']}")
 
 
 def check_targets(models, summaries):
     results = []
     for name in models:
-        for label, figure, required in TARGETS:
+        for label, figure, required, only in TARGETS:
             measured = figure(summaries[name])
-            if measured is None:
+            if measured is None or (only is not None and name not in only):
                 continue
             results.append({"model": name, "target": label, "measured": measured, "required": required,
                             "met": measured >= required})
-    print("\ntargets (issue 5):")
+    print("\ntargets (issue 15):")
     for t in results:
         shown = f"{100 * t['measured']:.1f}%" if "MFU" in t["target"] else f"{t['measured']:.2f}x"
-        print(f"  {t['model']:<11} {t['target']:<46} {shown:>8}  {'met' if t['met'] else 'NOT met'}")
+        print(f"  {t['model']:<12} {t['target']:<46} {shown:>8}  {'met' if t['met'] else 'NOT met'}")
     return results
 
 
@@ -290,14 +332,19 @@ def main():
     parser = argparse.ArgumentParser(description="Strata cpu vs PyTorch training throughput, fp32 and bf16, with MFU")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", default="small,gpt2_small", help="names of configs/bench/*.toml")
+    parser.add_argument("--models", default="small,gpt2_small,llama_small,smollm_135m",
+                        help="names of configs/bench/*.toml")
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 or both")
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default: the config's train.steps)")
     parser.add_argument("--warmup", type=int, default=1, help="first steps of each run left out of its median")
     parser.add_argument("--strata", default=os.path.join(REPO, "build", "bin", "strata"))
     parser.add_argument("--gemm-peak", default=None, help="strata-gemm-peak (default: next to --strata)")
     parser.add_argument("--peak-seconds", type=float, default=1.5, help="strata-gemm-peak's time per shape and dtype")
-    parser.add_argument("--no-default-torch", action="store_true", help="skip PyTorch fp32 with the machine's defaults")
+    parser.add_argument("--torch-venv", default=DEFAULT_TORCH_VENV,
+                        help="virtual environment with PyPI's torch (made there when missing)")
+    parser.add_argument("--torch-warmup", type=int, default=2,
+                        help="current PyTorch's first steps left out (torch.compile compiles in the first)")
+    parser.add_argument("--no-debian-torch", action="store_true", help="skip Debian's PyTorch 1.13 column")
     parser.add_argument("--json", help="also write every raw figure to this file")
     args = parser.parse_args()
     args.strata = os.path.abspath(args.strata)
@@ -311,11 +358,11 @@ def main():
     if not os.path.isdir(OPENMP_OPENBLAS):
         sys.exit(f"{OPENMP_OPENBLAS} is missing: apt-get install libopenblas0-openmp")
 
+    args.torch_python = ensure_torch_venv(args)
     models = {name: load_model(name) for name in args.models.split(",")}
     for model in models.values():
         ensure_corpus(args, model["data_dir"])
         model["flops"] = model_flops_per_token(model)
-    engines = engines_for(args)
 
     print(f"threads {args.threads}, repeats {args.repeats}, warm-up steps {args.warmup}; "
           f"machine OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
@@ -325,20 +372,17 @@ def main():
         f"{s['m']}x{s['n']}x{s['k']} fp32 {s['fp32_gflops']:.0f} / bf16 {s['bf16_gflops']:.0f} GFLOP/s"
         for s in gemm["start"]["shapes"]), flush=True)
     for model in models.values():
-        model["runs"] = {engine: [] for engine, _, _, _ in engines}
+        model["runs"] = {engine: [] for engine, _ in engines_for(args, model)}
     with tempfile.TemporaryDirectory(prefix="strata-bench-") as work_dir:
         for repeat in range(args.repeats):
             for name, model in models.items():
                 steps = args.steps or model["steps"]
-                for engine, kind, precision, env in engines:
+                for engine, run in engines_for(args, model):
                     load = load_average()
-                    if kind == "strata":
-                        result = run_strata(args, name, model, precision, steps, work_dir)
-                    else:
-                        result = run_torch(args, model, precision, steps, env)
+                    result = run(steps, work_dir)
                     result["load"] = [load, load_average()]
                     model["runs"][engine].append(result)
-                    print(f"[{repeat + 1}/{args.repeats}] {name:<11} {engine:<18} {result['tokens_per_s']:9.1f} tokens/s"
+                    print(f"[{repeat + 1}/{args.repeats}] {name:<12} {engine:<15} {result['tokens_per_s']:9.1f} tokens/s"
                           f"  (load {load} -> {result['load'][1]}; steps: {', '.join(f'{r:.0f}' for r in result['steps'])}; "
                           f"{result['note']})", flush=True)
     gemm["end"] = measure_gemm_peak(args, shapes)
@@ -355,8 +399,7 @@ def main():
             "tuned_env": {k: tuned_env(args.threads)[k] for k in
                           ("LD_LIBRARY_PATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GLIBC_TUNABLES")},
             "flops_formula": FLOPS_FORMULA, "gemm_peak_runs": gemm, "gemm_peak": peaks,
-            "models": {name: {"config": {k: model[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size",
-                                                                "block_size", "batch_size", "path")},
+            "models": {name: {"config": {k: v for k, v in model.items() if k not in ("runs", "flops")},
                               "steps": args.steps or model["steps"], "flops": model["flops"],
                               "runs": model["runs"], **summaries[name]}
                        for name, model in models.items()},

@@ -15,31 +15,6 @@ using json = nlohmann::json;
 
 namespace {
 
-json model_json(const ModelConfig& model) {
-  const RopeScaling& rope = model.rope_scaling;
-  return {{"family", model.family},
-          {"n_layer", model.n_layer},
-          {"n_head", model.n_head},
-          {"n_embd", model.n_embd},
-          {"vocab_size", model.vocab_size},
-          {"block_size", model.block_size},
-          {"layer_norm_eps", model.layer_norm_eps},
-          {"n_kv_head", model.n_kv_head},
-          {"head_dim", model.head_dim},
-          {"intermediate_size", model.intermediate_size},
-          {"max_position_embeddings", model.max_position_embeddings},
-          {"rope_theta", model.rope_theta},
-          {"rope_scaling",
-           {{"type", rope.type},
-            {"factor", rope.factor},
-            {"low_freq_factor", rope.low_freq_factor},
-            {"high_freq_factor", rope.high_freq_factor},
-            {"original_max_positions", rope.original_max_positions}}},
-          {"tie_word_embeddings", model.tie_word_embeddings},
-          {"attention_bias", model.attention_bias},
-          {"mlp_bias", model.mlp_bias}};
-}
-
 // The metadata's value at `pointer` (e.g. "/train_loader/shard") as T, or
 // `fallback` where there is none; an error names the manifest and the key.
 template <typename T>
@@ -97,7 +72,7 @@ ModelConfig model_config(const Checkpoint& checkpoint) {
 
 json training_metadata(const TrainingCheckpoint& state) {
   json metadata{
-      {"model", model_json(state.model)},
+      {"model", model_config_json(state.model)},
       {"tokenizer", state.tokenizer},
       {"seed", state.seed},
       {"rng", {{"kind", "philox4x32-10"}, {"seed", state.seed}, {"counter", 0}}},

@@ -6,6 +6,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace strata {
 
 // Rotary frequency scaling (HuggingFace `rope_scaling` / `rope_parameters`).
@@ -53,5 +55,8 @@ struct ModelField {
   std::variant<int64_t*, double*, std::string*, bool*> value;
 };
 std::vector<ModelField> model_fields(ModelConfig& config);
+
+// Every field by its model.* key (rope scaling as an object), as checkpoints record the model.
+nlohmann::json model_config_json(const ModelConfig& config);
 
 }  // namespace strata

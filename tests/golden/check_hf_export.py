@@ -130,6 +130,15 @@ def main():
         failures.append(f"the exported model's loss {loss} is not finite, below uniform {math.log(cfg.vocab_size)} "
                         f"and the checkpoint's {expected}")
 
+    # The directory samples as the checkpoint does: its config, weights and the copied tokenizer.
+    if not os.path.exists(os.path.join(out, "tokenizer.model")):
+        failures.append("the run's tokenizer.model was not copied into the export")
+    sampled = [subprocess.run([args.strata, "sample", source, "--prompt", "The lord said", "--tokens", "12",
+                               "--temperature", "0"], check=True, capture_output=True, text=True).stdout
+               for source in (golden["checkpoint"], out)]
+    if sampled[0] != sampled[1] or not sampled[0].startswith("The lord said"):
+        failures.append(f"greedy samples differ: checkpoint {sampled[0]!r}, model directory {sampled[1]!r}")
+
     print(f"exported {len(exported)} tensors in {len(shards)} shards; loss of the independent {architecture} on them "
           f"{loss:.6f} (the checkpoint's {expected:.6f}, uniform {math.log(cfg.vocab_size):.4f})")
     for failure in failures:

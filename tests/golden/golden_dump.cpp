@@ -187,41 +187,23 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
   if (!fallbacks.empty()) fmt::print("first micro-batch on '{}':\n{}", config.backend, fallbacks);
 }
 
+// The model's keys (model_config_json) and the training settings the reference needs.
 json config_json(const TrainConfig& config) {
-  const RopeScaling& rope = config.model.rope_scaling;
-  return {{"precision", config.precision},
-          {"loss_scale", config.loss_scale},
-          {"family", config.model.family},
-          {"n_layer", config.model.n_layer},
-          {"n_head", config.model.n_head},
-          {"n_embd", config.model.n_embd},
-          {"vocab_size", config.model.vocab_size},
-          {"block_size", config.model.block_size},
-          {"layer_norm_eps", config.model.layer_norm_eps},
-          {"n_kv_head", config.model.n_kv_head},
-          {"head_dim", config.model.head_dim},
-          {"intermediate_size", config.model.intermediate_size},
-          {"rope_theta", config.model.rope_theta},
-          {"rope_scaling",
-           {{"type", rope.type},
-            {"factor", rope.factor},
-            {"low_freq_factor", rope.low_freq_factor},
-            {"high_freq_factor", rope.high_freq_factor},
-            {"original_max_positions", rope.original_max_positions}}},
-          {"tie_word_embeddings", config.model.tie_word_embeddings},
-          {"attention_bias", config.model.attention_bias},
-          {"mlp_bias", config.model.mlp_bias},
-          {"batch_size", config.batch_size},
-          {"accumulation_steps", config.accumulation_steps()},
-          {"steps", config.steps},
-          {"lr", config.lr},
-          {"lr_min", config.lr_min},
-          {"warmup_steps", config.warmup_steps},
-          {"weight_decay", config.weight_decay},
-          {"beta1", config.beta1},
-          {"beta2", config.beta2},
-          {"adam_eps", config.adam_eps},
-          {"grad_clip", config.grad_clip}};
+  json settings = model_config_json(config.model);
+  settings.update(json{{"precision", config.precision},
+                       {"loss_scale", config.loss_scale},
+                       {"batch_size", config.batch_size},
+                       {"accumulation_steps", config.accumulation_steps()},
+                       {"steps", config.steps},
+                       {"lr", config.lr},
+                       {"lr_min", config.lr_min},
+                       {"warmup_steps", config.warmup_steps},
+                       {"weight_decay", config.weight_decay},
+                       {"beta1", config.beta1},
+                       {"beta2", config.beta2},
+                       {"adam_eps", config.adam_eps},
+                       {"grad_clip", config.grad_clip}});
+  return settings;
 }
 
 void run(const std::string& backend, const std::string& precision, const std::string& model, const fs::path& out) {

@@ -191,11 +191,12 @@ def init_parameters(cfg, seed, dtype=torch.float32):
     return params
 
 
-def load_parameters(cfg, path, dtype):
-    """Leaf tensors (requiring grad) from a GPT-2 safetensors file, shapes checked."""
+def load_parameters(cfg, path, dtype, shapes=None):
+    """Leaf tensors (requiring grad) from a safetensors file, shapes checked against `shapes`
+    (name -> shape; default GPT-2's)."""
     stored = read_safetensors(path)
     params = {}
-    for name, shape in parameter_shapes(cfg).items():
+    for name, shape in (shapes or parameter_shapes(cfg)).items():
         if name not in stored:
             raise KeyError(f"{path}: tensor '{name}' is missing")
         if tuple(stored[name].shape) != shape:

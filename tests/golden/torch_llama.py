@@ -87,15 +87,7 @@ def parameter_shapes(cfg):
 
 def load_parameters(cfg, path, dtype):
     """Leaf tensors (requiring grad) from a safetensors file, shapes checked."""
-    stored = read_safetensors(path)
-    params = {}
-    for name, shape in parameter_shapes(cfg).items():
-        if name not in stored:
-            raise KeyError(f"{path}: tensor '{name}' is missing")
-        if tuple(stored[name].shape) != shape:
-            raise ValueError(f"{path}: '{name}' has shape {tuple(stored[name].shape)}, expected {shape}")
-        params[name] = stored[name].to(dtype).clone().requires_grad_()
-    return params
+    return torch_gpt2.load_parameters(cfg, path, dtype, parameter_shapes(cfg))
 
 
 def inverse_frequencies(cfg):
