@@ -79,7 +79,9 @@ void plan(const PlanArgs& args) {
 void add_plan_command(CLI::App& app) {
   auto* command = app.add_subcommand("plan", "Choose the parallel layout of a model on a cluster, and explain why");
   auto args = std::make_shared<PlanArgs>();
-  command->add_option("model", args->model, "Preset (gpt2-small ... gpt-1t) or a TOML file with a [model] table")
+  command->add_option("model", args->model,
+                      "Preset (gpt2-small ... gpt-1t, smollm-135m, llama2-7b, llama3-8b), a TOML file with a [model] "
+                      "table, or a HuggingFace model directory")
       ->required();
   command
       ->add_option("cluster", args->cluster,

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
+#include "model/hf_model_dir.h"
 
 namespace strata {
 
@@ -101,10 +102,17 @@ ModelSpec parse_model_file(const std::string& toml_text, const std::string& sour
         field.value);
   }
   model.only(known);
+  std::set<std::string> given;
+  for (const std::string& key : known) {
+    if (model.has(key)) given.insert(key);
+  }
+  const bool model_directory = model.has("init_from") && std::filesystem::is_directory(model.string("init_from"));
   for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"}) {
-    if (!model.has(key)) fail("{}: key 'model.{}' is missing", source, key);
+    if (!model_directory && !model.has(key)) fail("{}: key 'model.{}' is missing", source, key);
   }
   try {
+    // A HuggingFace model directory gives what the table leaves out, as for training.
+    if (model_directory) adopt_hf_model_config(spec.config, given, model.string("init_from"));
     spec.config.validate();
   } catch (const Error& error) {
     fail("{}: {}", source, error.what());
@@ -116,10 +124,18 @@ ModelSpec parse_model_file(const std::string& toml_text, const std::string& sour
 
 ModelSpec load_model_spec(const std::string& name_or_path) {
   if (is_model_preset(name_or_path)) return model_preset(name_or_path);
+  if (std::filesystem::is_directory(name_or_path)) {  // a HuggingFace model directory
+    ModelSpec spec;
+    spec.name = std::filesystem::path(name_or_path).filename().string();
+    adopt_hf_model_config(spec.config, {}, name_or_path);
+    spec.config.validate();
+    return spec;
+  }
   if (!std::filesystem::exists(name_or_path)) {
     std::string known;
     for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("model '{}' is neither a preset ({}) nor an existing TOML file", name_or_path, known);
+    fail("model '{}' is neither a preset ({}) nor an existing TOML file or HuggingFace model directory", name_or_path,
+         known);
   }
   return parse_model_file(read_text_file(name_or_path), name_or_path);
 }

@@ -21,7 +21,7 @@ bool is_model_preset(const std::string& name);
 ModelSpec model_preset(const std::string& name);  // throws listing the presets
 
 ModelSpec parse_model_file(const std::string& toml_text, const std::string& source);
-// A preset name, else a TOML file path.
+// A preset name, a HuggingFace model directory (its config.json), else a TOML file path.
 ModelSpec load_model_spec(const std::string& name_or_path);
 
 }  // namespace strata

@@ -1,6 +1,5 @@
 #include "train/config.h"
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -9,15 +8,12 @@
 #include <type_traits>
 #include <variant>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/json_file.h"
-#include "model/family.h"
 #include "core/toml_reader.h"
+#include "model/hf_model_dir.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace strata {
@@ -107,20 +103,6 @@ void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std
   for (const auto& [section, keys] : sections) names.insert(section);
   root.only(names);
   for (const auto& [section, keys] : sections) root.table(section, false).only(keys);
-}
-
-// A value as a TOML file spells it, for messages.
-template <typename T>
-std::string toml_value_text(const T& value) {
-  if constexpr (std::is_same_v<T, std::string>) {
-    return "\"" + value + "\"";
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return value ? "true" : "false";
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    return fmt::format("[{}]", fmt::join(value, ", "));
-  } else {
-    return fmt::format("{}", value);
-  }
 }
 
 void assign(const Field& field, const TomlReader& section, const std::string& name) {
@@ -273,33 +255,6 @@ PrecisionPolicy TrainConfig::precision_policy() const {
   return PrecisionPolicy::parse(precision, fp32_ops, "precision.fp32_ops");
 }
 
-// model.init_from = a HuggingFace model directory: its config.json fills the [model] keys not given;
-// a given one must agree (model.block_size, the training length, may be shorter).
-void adopt_hf_config(TrainConfig& config, const std::set<std::string>& given) {
-  const std::filesystem::path hf_path = std::filesystem::path(config.init_from) / "config.json";
-  TrainConfig from_hf;
-  from_hf.model = model_config_of_hf(read_json_file(hf_path), hf_path.string());
-  std::vector<Field> here = fields(config), there = fields(from_hf);
-  for (size_t i = 0; i < here.size(); ++i) {
-    const std::string& key = here[i].key;
-    if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
-    if (!given.count(key)) {
-      std::visit([&](auto* target) { *target = *std::get<decltype(target)>(there[i].ref); }, here[i].ref);
-      continue;
-    }
-    if (key == "model.block_size") continue;  // checked against max_position_embeddings by validate()
-    std::visit(
-        [&](auto* value) {
-          const auto& theirs = *std::get<decltype(value)>(there[i].ref);
-          if (*value != theirs) {
-            fail("key '{}' is {} here but {} in {}: leave it out to take the model directory's value", key,
-                 toml_value_text(*value), toml_value_text(theirs), hf_path.string());
-          }
-        },
-        here[i].ref);
-  }
-}
-
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
                                const std::vector<std::string>& overrides) {
   TomlReader from_file = TomlReader::parse(toml_text, source);
@@ -325,7 +280,13 @@ TrainConfig parse_train_config(const std::string& toml_text, const std::string& 
     }
   }
   try {
-    if (std::filesystem::is_directory(config.init_from)) adopt_hf_config(config, given);
+    if (std::filesystem::is_directory(config.init_from)) {
+      std::set<std::string> given_model_keys;
+      for (const std::string& key : given) {
+        if (key.rfind("model.", 0) == 0) given_model_keys.insert(key.substr(6));
+      }
+      adopt_hf_model_config(config.model, given_model_keys, config.init_from);
+    }
     config.validate();
   } catch (const Error& error) {
     fail("{}: {}", source, error.what());

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "core/file_io.h"
+#include "model/family.h"
+#include "support/test_files.h"
 
 namespace strata {
 namespace {
@@ -36,6 +41,32 @@ dir = "x"
   EXPECT_EQ(spec.name, "default");
   EXPECT_EQ(spec.config.n_embd, 256);
   EXPECT_EQ(spec.global_batch, 32);
+}
+
+// The planner reads a LLaMA training config, and a HuggingFace model directory (alone, or as the
+// table's init_from with the training length given), as the trainer does.
+TEST(PlannerModelSpec, ReadsLlamaTablesAndModelDirectories) {
+  ModelSpec table = parse_model_file(
+      "[model]\nfamily = \"llama\"\nn_layer = 2\nn_head = 4\nn_kv_head = 2\nn_embd = 64\nintermediate_size = 96\n"
+      "vocab_size = 100\nblock_size = 32\ntie_word_embeddings = false\n",
+      "llama.toml");
+  EXPECT_EQ(table.config.family, "llama");
+  EXPECT_EQ(table.config.kv_heads(), 2);
+  EXPECT_FALSE(table.config.tie_word_embeddings);
+
+  testing::TempDir dir;
+  nlohmann::json hf = model_family("llama").to_hf_config(table.config);
+  hf["max_position_embeddings"] = 128;
+  write_file_atomic(dir / "config.json", hf.dump());
+  ModelSpec directory = load_model_spec(dir.path().string());
+  EXPECT_EQ(directory.config.n_layer, 2);
+  EXPECT_EQ(directory.config.block_size, 128);
+  ModelSpec shorter = parse_model_file("[model]\ninit_from = \"" + dir.path().string() + "\"\nblock_size = 32\n",
+                                       "job.toml");
+  EXPECT_EQ(shorter.config.block_size, 32);
+  EXPECT_EQ(shorter.config.intermediate_size, 96);
+  EXPECT_THROW(parse_model_file("[model]\ninit_from = \"" + dir.path().string() + "\"\nn_layer = 3\n", "job.toml"),
+               Error);
 }
 
 TEST(PlannerModelSpec, RefusesBadModelTables) {
