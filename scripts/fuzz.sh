@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of untrusted input (tests/fuzz/fuzz_targets.h: safetensors
-# files, token shards, meta.json, checkpoint.json, TOML configs) with libFuzzer
+# files, token shards, meta.json, checkpoint.json, TOML configs, tokenizer.json, config.json) with libFuzzer
 # under AddressSanitizer and UBSan, SECONDS each (default 60), starting from
 # tests/fuzz/corpus/ (inputs found are kept in the work directory, not in the
 # repository). Not part of .ci/run. Prints executions and crashes per parser;
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 build=${STRATA_FUZZ_BUILD_DIR:-build-fuzz}
 work=${FUZZ_WORK:-$(mktemp -d)}
-targets=(safetensors token_shard meta_json checkpoint_json train_config)
+targets=(safetensors token_shard meta_json checkpoint_json train_config tokenizer_json hf_config)
 
 bash scripts/setup.sh --packages-only
 missing=()

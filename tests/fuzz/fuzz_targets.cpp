@@ -9,7 +9,10 @@
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "data/corpus.h"
+#include "data/hf_tokenizer.h"
 #include "data/token_shard.h"
+#include "data/tokenizer.h"
+#include "model/hf_model_dir.h"
 #include "train/config.h"
 
 namespace strata::fuzz {
@@ -72,6 +75,28 @@ void checkpoint_json(const uint8_t* data, size_t size) {
   refusing_is_fine([&] { Checkpoint checkpoint(scratch() / "step_00000001"); });
 }
 
+// A HuggingFace tokenizer.json, loaded and run over a text with multi-byte characters, digits,
+// whitespace runs and a special token's spelling, then decoded.
+void tokenizer_json(const uint8_t* data, size_t size) {
+  const fs::path file = scratch() / "tokenizer.json";
+  write(file, data, size);
+  refusing_is_fine([&] {
+    Tokenizer tokenizer(load_hf_tokenizer(file));
+    const std::vector<int32_t> ids = tokenizer.encode("In the beginning, don't  panic\t\u00e9t\u00e9 42 <|end_of_text|>\n");
+    tokenizer.decode(ids);
+  });
+}
+
+// A HuggingFace model directory's config.json, as model.init_from reads it.
+void hf_config(const uint8_t* data, size_t size) {
+  write(scratch() / "config.json", data, size);
+  refusing_is_fine([&] {
+    ModelConfig config;
+    adopt_hf_model_config(config, {}, scratch());
+    config.validate();
+  });
+}
+
 void train_config(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   refusing_is_fine([&] { parse_train_config(text, "fuzz.toml", {}); });
@@ -84,7 +109,9 @@ const std::vector<NamedTarget>& targets() {
                                             {"token_shard", token_shard},
                                             {"meta_json", meta_json},
                                             {"checkpoint_json", checkpoint_json},
-                                            {"train_config", train_config}};
+                                            {"train_config", train_config},
+                                            {"tokenizer_json", tokenizer_json},
+                                            {"hf_config", hf_config}};
   return all;
 }
 

@@ -19,7 +19,9 @@ struct NamedTarget {
 };
 
 // safetensors (whole file), token_shard (whole file), meta_json,
-// checkpoint_json (a checkpoint's manifest), train_config (TOML text).
+// checkpoint_json (a checkpoint's manifest), train_config (TOML text),
+// tokenizer_json (a HuggingFace tokenizer.json, then encoding and decoding),
+// hf_config (a HuggingFace model directory's config.json).
 const std::vector<NamedTarget>& targets();
 Target target_named(const std::string& name);
 
