@@ -46,7 +46,10 @@ std::vector<int64_t> dims(const json& value, const std::string& what, const std:
 TensorIndex index_from_json(const json& tensors, const std::vector<std::string>& files, const std::string& source) {
   if (!tensors.is_object()) fail("'{}': \"tensors\" is not an object", source);
   TensorIndex index;
-  for (const auto& [name, entry] : tensors.items()) {
+  for (const auto& item : tensors.items()) {
+    // Named, not a structured binding: clang before 16 cannot capture one in a lambda (scripts/fuzz.sh).
+    const std::string& name = item.key();
+    const json& entry = item.value();
     auto bad = [&](const std::string& what) { fail("'{}': tensor '{}': {}", source, name, what); };
     if (!entry.is_object() || !entry.contains("shape") || !entry.contains("dtype") || !entry.contains("pieces")) {
       bad("needs \"shape\", \"dtype\" and \"pieces\"");

@@ -277,15 +277,24 @@ namespace {
 template <typename T>
 T meta_field(const json& document, const char* key, const fs::path& path) {
   if (!document.contains(key)) fail("'{}': key \"{}\" is missing", path.string(), key);
-  try {
-    return document.at(key).get<T>();
-  } catch (const json::exception&) {
-    const char* expected = std::is_same_v<T, std::string> ? "a string"
-                           : std::is_same_v<T, double>    ? "a number"
-                           : std::is_same_v<T, int64_t>   ? "an integer"
-                                                          : "a list of file names";
-    fail("'{}': key \"{}\" is {}, expected {}", path.string(), key, json_excerpt(document.at(key)), expected);
+  const json& value = document.at(key);
+  // An integer past int64's range arrives as a double or an unsigned: converting it would be undefined.
+  bool convertible = true;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    convertible = value.is_number_integer() &&
+                  !(value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
   }
+  if (convertible) {
+    try {
+      return value.get<T>();
+    } catch (const json::exception&) {
+    }
+  }
+  const char* expected = std::is_same_v<T, std::string> ? "a string"
+                         : std::is_same_v<T, double>    ? "a number"
+                         : std::is_same_v<T, int64_t>   ? "an integer"
+                                                        : "a list of file names";
+  fail("'{}': key \"{}\" is {}, expected {}", path.string(), key, json_excerpt(value), expected);
 }
 
 }  // namespace
