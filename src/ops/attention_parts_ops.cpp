@@ -10,21 +10,14 @@
 #include <cmath>
 
 #include "ops/dispatcher.h"
+#include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
 namespace strata {
 
 namespace {
 
-// Row statistics (the softmax log-sum-exp) are f32, or f64 for f64 data, as
-// for the fused attention op.
-DType stats_dtype(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
-
-void expect_floating(const std::string& op, const std::string& input, const TensorMeta& meta) {
-  if (!is_floating(meta.dtype)) {
-    fail("op '{}': input '{}' must be floating point, got {}", op, input, dtype_name(meta.dtype));
-  }
-}
+using namespace schema_checks;
 
 void expect_rank(const std::string& op, const std::string& input, const TensorMeta& meta, size_t rank,
                  const std::string& layout) {
@@ -39,8 +32,6 @@ void expect_square_scores(const std::string& op, const std::string& input, const
     fail("op '{}': input '{}' must be [..., T, T], got {}", op, input, shape_str(meta.shape));
   }
 }
-
-double count(const TensorMeta& meta) { return static_cast<double>(shape_numel(meta.shape)); }
 
 struct BmmDims {
   int64_t batch, m, p, k;

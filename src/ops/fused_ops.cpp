@@ -3,30 +3,14 @@
 // RMSNorm, their backwards with the residual-gradient add, and element-wise
 // programs.
 #include "ops/fused_program.h"
+#include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
 namespace strata {
 
 namespace {
 
-Shape drop_last(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1); }
-
-bool is_suffix(const Shape& suffix, const Shape& shape) {
-  if (suffix.size() > shape.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), shape.end() - static_cast<std::ptrdiff_t>(suffix.size()));
-}
-
-DType stats_dtype(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
-
-double count(const TensorMeta& meta) { return static_cast<double>(shape_numel(meta.shape)); }
-
-void expect(bool condition, const std::string& op, const std::string& input, const std::string& requirement,
-            const TensorMeta& meta) {
-  if (!condition) {
-    fail("op '{}': input '{}' must {}, got {} {}", op, input, requirement, dtype_name(meta.dtype),
-         shape_str(meta.shape));
-  }
-}
+using namespace schema_checks;
 
 // `narrow` may be `wide`'s dtype or a smaller floating one, which widens exactly
 // (bf16 or f16 into f32, anything into f64): a cast the fused op absorbs.

@@ -1,14 +1,14 @@
 // Grouped-query causal attention (HuggingFace LlamaForCausalLM's attention
 // core) and its backward: q, k and v come as separate tensors, and the
 // n_head query heads share n_kv_head key/value heads.
+#include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
 namespace strata {
 
 namespace {
 
-// The softmax log-sum-exp is f32, or f64 for f64 data, as for `attention`.
-DType stats_dtype(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
+using namespace schema_checks;
 
 void expect_meta(const std::string& op, const std::string& input, const TensorMeta& meta, const Shape& shape,
                  DType dtype) {

@@ -3,21 +3,14 @@
 // embedding, rotate-half pairing, with "linear" and "llama3" frequency
 // scaling) and swiglu (the MLP's silu(gate) * up), and their backwards.
 #include "ops/rope_frequencies.h"
+#include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
 namespace strata {
 
 namespace {
 
-double count(const TensorMeta& meta) { return static_cast<double>(shape_numel(meta.shape)); }
-
-void expect(bool condition, const std::string& op, const std::string& input, const std::string& requirement,
-            const TensorMeta& meta) {
-  if (!condition) {
-    fail("op '{}': input '{}' must {}, got {} {}", op, input, requirement, dtype_name(meta.dtype),
-         shape_str(meta.shape));
-  }
-}
+using namespace schema_checks;
 
 // `meta` has `like`'s shape and dtype.
 void expect_like(const std::string& op, const std::string& input, const TensorMeta& meta, const std::string& other,

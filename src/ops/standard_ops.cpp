@@ -1,3 +1,4 @@
+#include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
 #include <cmath>
@@ -9,6 +10,8 @@
 namespace strata {
 
 namespace {
+
+using namespace schema_checks;
 
 // ---- validation helpers: every message names the op and the input --------
 
@@ -24,10 +27,6 @@ void expect_shape(const std::string& op, const std::string& input, const TensorM
   }
 }
 
-void expect_floating(const std::string& op, const std::string& input, const TensorMeta& meta) {
-  if (!is_floating(meta.dtype)) fail("op '{}': input '{}' must be floating point, got {}", op, input, dtype_name(meta.dtype));
-}
-
 void expect_dtype(const std::string& op, const std::string& input, const TensorMeta& meta, DType dtype) {
   if (meta.dtype != dtype) {
     fail("op '{}': input '{}' must be {}, got {}", op, input, dtype_name(dtype), dtype_name(meta.dtype));
@@ -40,23 +39,11 @@ void expect_index(const std::string& op, const std::string& input, const TensorM
   }
 }
 
-// Row statistics (norm means, softmax log-sum-exp) are kept in f32, or f64 when
-// the data itself is f64 (finite-difference checks).
-DType stats_dtype(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
-
-Shape drop_last(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1); }
-
 Shape with_last(Shape shape, int64_t last) {
   shape.back() = last;
   return shape;
 }
 
-bool is_suffix(const Shape& suffix, const Shape& shape) {
-  if (suffix.size() > shape.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), shape.end() - static_cast<std::ptrdiff_t>(suffix.size()));
-}
-
-double count(const TensorMeta& meta) { return static_cast<double>(shape_numel(meta.shape)); }
 
 auto elementwise_flops(double per_element, size_t output = 0) {
   return [per_element, output](const Metas&, const Metas& outputs, const Attrs&) {
