@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backends/cpu/bf16_dot.h"
+#include "backends/cpu/convert.h"
 #include "core/dtype.h"
 
 namespace strata::cpu {
@@ -75,6 +76,16 @@ void attention_backward(const BackwardOperands<float>& op);
 void attention_backward(const BackwardOperands<bf16>& op);
 // cpu_attention_backward_bf16.cpp: where runs_on_bf16_dot.
 void attention_backward_bf16_dot(const BackwardOperands<bf16>& op);
+
+// A backward kernel's result: `rows` rows of an f32 accumulator (row stride `acc_stride`) times
+// `factor`, rounded once into a head's rows at `row_stride`.
+template <typename T>
+void store_head_rows(const float* acc, int64_t acc_stride, int64_t rows, int64_t dim, float factor, T* head,
+                     int64_t row_stride) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t d = 0; d < dim; ++d) head[i * row_stride + d] = from_f32<T>(acc[i * acc_stride + d] * factor);
+  }
+}
 
 // Calls task(b, kv) for every (batch entry, kv head), in parallel: the
 // backward kernels' unit of work, which owns the dq of the query heads in

@@ -141,19 +141,10 @@ STRATA_BF16_DOT void attention_backward_kv_head_dot(const BackwardOperands<bf16>
         }
       }
     }
-    bf16* dq = op.dq.head(b, h, dim);
-    for (int64_t i = 0; i < seq; ++i) {
-      for (int64_t d = 0; d < dim; ++d) dq[i * op.dq.row_stride + d] = from_f32<bf16>(dq_acc[i * pd + d] * scale);
-    }
+    store_head_rows(dq_acc, pd, seq, dim, scale, op.dq.head(b, h, dim), op.dq.row_stride);
   }
-  bf16* dk = op.dk.head(b, kv, dim);
-  bf16* dv = op.dv.head(b, kv, dim);
-  for (int64_t j = 0; j < seq; ++j) {
-    for (int64_t d = 0; d < dim; ++d) {
-      dk[j * op.dk.row_stride + d] = from_f32<bf16>(dk_acc[j * pd + d] * scale);
-      dv[j * op.dv.row_stride + d] = from_f32<bf16>(dv_acc[j * pd + d]);
-    }
-  }
+  store_head_rows(dk_acc, pd, seq, dim, scale, op.dk.head(b, kv, dim), op.dk.row_stride);
+  store_head_rows(dv_acc, pd, seq, dim, 1.0f, op.dv.head(b, kv, dim), op.dv.row_stride);
 }
 
 }  // namespace
