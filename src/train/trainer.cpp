@@ -110,29 +110,21 @@ ModelGraph build_model(const TrainConfig& config, bool training, const RankLayou
   return build_model_graph(config.model, config.batch_size, config.model.block_size, training, options);
 }
 
-// The [model] keys whose values differ, "model.n_embd = 64 there, 32 here".
-std::string model_difference(const ModelConfig& there, const ModelConfig& here) {
+// The [model] keys whose values differ, "model.n_embd = 64 there, 32 here": every key of
+// model_fields, the list ModelConfig's equality covers.
+std::string model_difference(ModelConfig there, ModelConfig here) {
   std::string text;
-  auto compare = [&](const char* key, auto a, auto b) {
-    if (a != b) text += fmt::format("{}model.{} = {} there, {} here", text.empty() ? "" : "; ", key, a, b);
-  };
-  compare("n_layer", there.n_layer, here.n_layer);
-  compare("n_head", there.n_head, here.n_head);
-  compare("n_embd", there.n_embd, here.n_embd);
-  compare("vocab_size", there.vocab_size, here.vocab_size);
-  compare("block_size", there.block_size, here.block_size);
-  compare("layer_norm_eps", there.layer_norm_eps, here.layer_norm_eps);
-  compare("family", there.family, here.family);
-  compare("n_kv_head", there.kv_heads(), here.kv_heads());
-  compare("head_dim", there.head_size(), here.head_size());
-  compare("intermediate_size", there.intermediate_size, here.intermediate_size);
-  compare("rope_theta", there.rope_theta, here.rope_theta);
-  compare("rope_scaling", there.rope_scaling.type, here.rope_scaling.type);
-  compare("rope_factor", there.rope_scaling.factor, here.rope_scaling.factor);
-  compare("max_position_embeddings", there.max_position_embeddings, here.max_position_embeddings);
-  compare("tie_word_embeddings", there.tie_word_embeddings, here.tie_word_embeddings);
-  compare("attention_bias", there.attention_bias, here.attention_bias);
-  compare("mlp_bias", there.mlp_bias, here.mlp_bias);
+  const std::vector<ModelField> theirs = model_fields(there), ours = model_fields(here);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    std::visit(
+        [&](auto* value) {
+          const auto& other = *std::get<decltype(value)>(theirs[i].value);
+          if (other != *value) {
+            text += fmt::format("{}model.{} = {} there, {} here", text.empty() ? "" : "; ", ours[i].key, other, *value);
+          }
+        },
+        ours[i].value);
+  }
   return text;
 }
 

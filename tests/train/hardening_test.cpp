@@ -81,6 +81,17 @@ TEST_F(HardeningTest, MachineSizedLimitsAreCheckedBeforeAnythingIsAllocated) {
   EXPECT_FALSE(fs::exists(root() / "huge"));
 }
 
+// Resuming under another [model] table names every key that differs, the defaults-only ones included.
+TEST_F(HardeningTest, ResumingAnotherModelNamesEveryKeyThatDiffers) {
+  { Trainer(config("other_model", {"train.steps=2", "train.val_every=0"})).run(); }
+  std::string message = error_of([&] {
+    Trainer trainer(config("other_model", {"train.steps=3", "model.n_embd=64", "model.max_position_embeddings=64"}));
+  });
+  EXPECT_THAT(message, HasSubstr("holds another model"));
+  EXPECT_THAT(message, HasSubstr("model.n_embd = 32 there, 64 here"));
+  EXPECT_THAT(message, HasSubstr("model.max_position_embeddings = 0 there, 64 here"));
+}
+
 TEST_F(HardeningTest, AFreshRunRefusesADirectoryHoldingAnotherRunsCheckpoints) {
   { Trainer(config("taken", {"train.steps=2", "train.val_every=0"})).run(); }
   std::string message =
