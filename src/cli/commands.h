@@ -11,6 +11,7 @@ void add_topo_command(CLI::App& app);
 void add_comm_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_fit_device_command(CLI::App& app);
 void add_ops_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_export_command(CLI::App& app);

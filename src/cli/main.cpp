@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   strata::cli::add_comm_bench_command(app);
   strata::cli::add_plan_command(app);
   strata::cli::add_calibrate_command(app);
+  strata::cli::add_fit_device_command(app);
   strata::cli::add_ops_command(app);
   strata::cli::add_ckpt_command(app);
   strata::cli::add_export_command(app);

@@ -3,9 +3,13 @@
 // runners-up lose and why regions were rejected (planner/search.h).
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "planner/auto_plan.h"
+#include "planner/explain.h"
 #include "planner/model_spec.h"
 #include "planner/report.h"
 
@@ -21,12 +25,15 @@ struct PlanArgs {
   std::string dtype;
   size_t top = 10;
   bool json = false;
+  bool explain = false;
   int nodes = 0;
   int threads = 0;
   int devices = 0;
   int dp = 0, tp = 0, pp = 0, max_tp = 0, max_pp = 0, zero = -1, virtual_stages = 0;
   int64_t micro_batch = 0, max_micro_batch = 32;
   std::string sp, recompute, schedule;
+  std::string attention = "fused";
+  double bucket_mb = 25;
 };
 
 PlanLimits limits_of(const PlanArgs& args) {
@@ -64,13 +71,23 @@ void plan(const PlanArgs& args) {
   } else if (cluster.device.computes(DType::BF16)) {
     dtype = DType::BF16;
   }
-  CostModel cost(PlanningProblem{model.name, model.config, global_batch,
-                                 args.seq > 0 ? args.seq : model.config.block_size, dtype, cluster});
-  SearchResult result = search_plans(cost, limits_of(args), args.top);
+  PlanningProblem problem{model.name, model.config, global_batch, args.seq > 0 ? args.seq : model.config.block_size,
+                          dtype, cluster};
+  problem.attention = parse_attention_kernel(args.attention, "--attention");
+  problem.bucket_bytes = args.bucket_mb * 1024 * 1024;
+  CostModel cost(std::move(problem));
+  SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
+  std::optional<Explanation> explanation;
+  if (args.explain && !result.ranked.empty()) {
+    explanation = explain_plans(cost, result.ranked[0], result.ranked.size() > 1 ? &result.ranked[1] : nullptr);
+  }
   if (args.json) {
-    fmt::print("{}\n", report_json(cost, result, args.top).dump(2));
+    nlohmann::json report = report_json(cost, result, args.top);
+    if (explanation) report["explain"] = explanation_json(*explanation);
+    fmt::print("{}\n", report.dump(2));
   } else {
     fmt::print("{}", format_report(cost, result, args.top));
+    if (explanation) fmt::print("{}", format_explanation(*explanation));
   }
 }
 
@@ -93,6 +110,9 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--dtype", args->dtype, "Compute dtype (default: bf16 when the device has it, else f32)");
   command->add_option("--top", args->top, "Plans to list")->check(CLI::PositiveNumber);
   command->add_flag("--json", args->json, "Print JSON instead of a table");
+  command->add_flag("--explain", args->explain,
+                    "For the winner and the runner-up, every term of the step time, and the cluster figures the "
+                    "answer is most sensitive to");
   command->add_option("--nodes", args->nodes, "Override the cluster's node count")->check(CLI::PositiveNumber);
   command->add_option("--threads", args->threads, "Threads per process (calibrated cluster files only)")->check(CLI::PositiveNumber);
   command->add_option("--devices", args->devices, "Processes on this machine (calibrated cluster files only)")
@@ -109,6 +129,11 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--zero", args->zero, "Fix the ZeRO stage (0-3)")->check(CLI::Range(0, 3));
   command->add_option("--recompute", args->recompute, "Fix recomputation: none, selective or full");
   command->add_option("--schedule", args->schedule, "Fix the pipeline schedule: gpipe, 1f1b or interleaved");
+  command->add_option("--attention", args->attention,
+                      "How attention runs: fused (one flash-style kernel, as Strata's) or unfused (Megatron's batched "
+                      "GEMMs and softmax, the scores in memory)");
+  command->add_option("--bucket-mb", args->bucket_mb, "MiB of gradients per data-parallel collective (parallel.bucket_mb)")
+      ->check(CLI::PositiveNumber);
   command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
       ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });

@@ -62,6 +62,11 @@ std::string TomlReader::path(const std::string& key) const { return prefix_.empt
 
 bool TomlReader::has(const std::string& key) const { return table_->contains(key); }
 
+bool TomlReader::has_table(const std::string& key) const {
+  const toml::node* node = table_->get(key);
+  return node != nullptr && node->is_table();
+}
+
 std::vector<std::string> TomlReader::keys() const {
   std::vector<std::string> names;
   for (const auto& [key, node] : *table_) names.emplace_back(key.str());

@@ -31,6 +31,7 @@ class TomlReader {
   // A sub-table; `required` false gives an empty reader when it is absent.
   TomlReader table(const std::string& key, bool required = true) const;
   bool has(const std::string& key) const;
+  bool has_table(const std::string& key) const;  // present and a table
   std::vector<std::string> keys() const;
 
   std::string string(const std::string& key) const;

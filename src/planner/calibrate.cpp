@@ -48,39 +48,40 @@ Tensor filled(const Shape& shape, DType dtype) {
   return dtype == DType::F32 ? values : values.to(dtype);
 }
 
-struct GemmShape {
+struct CalibrationGemm {
   int64_t m, k, n;  // out [m, n] from [m, k] x [k, n]; with trans_a: out [k, n] from [m, k]^T [m, n]
   bool trans_a, trans_b;
 };
 
 // The GEMMs of GPT layers from small to GPT-2-small width: forward projections,
 // an input gradient (trans_b) and a weight gradient (trans_a) of c_attn.
-constexpr GemmShape kGemms[] = {
+constexpr CalibrationGemm kGemms[] = {
     {64, 64, 192, false, false},     {256, 128, 384, false, false},   {512, 256, 768, false, false},
     {1024, 384, 1152, false, false}, {1024, 1152, 384, false, true},  {1024, 384, 1152, true, false},
     {1024, 1536, 384, false, false}, {2048, 768, 2304, false, false},
 };
 
-struct AttentionShape {
+struct CalibrationAttention {
   int64_t batch, seq, width, heads;
 };
-constexpr AttentionShape kAttention[] = {
+constexpr CalibrationAttention kAttention[] = {
     {1, 64, 128, 4}, {4, 128, 256, 4}, {4, 256, 384, 6}, {2, 512, 768, 12}, {1, 1024, 768, 12}};
 
-KernelSample time_gemm(Dispatcher& dispatcher, const GemmShape& g, DType dtype, double budget) {
+KernelSample time_gemm(Dispatcher& dispatcher, const CalibrationGemm& g, DType dtype, double budget) {
   Tensor a = filled({g.m, g.k}, dtype);
   Tensor b = g.trans_a ? filled({g.m, g.n}, dtype) : g.trans_b ? filled({g.n, g.k}, dtype) : filled({g.k, g.n}, dtype);
   Attrs attrs{{"trans_a", g.trans_a}, {"trans_b", g.trans_b}};
   Tensor out = Tensor::empty(g.trans_a ? Shape{g.k, g.n} : Shape{g.m, g.n}, dtype);
   KernelSample sample;
   sample.op = "matmul";
-  sample.dims = {g.m, g.k, g.n, g.trans_a, g.trans_b};
+  // As the matrix engine sees it: out [m, n] = [m, k] x [k, n] (a weight gradient reduces over the rows).
+  sample.dims = g.trans_a ? std::vector<int64_t>{g.k, g.n, g.m, 1, 0} : std::vector<int64_t>{g.m, g.n, g.k, 0, g.trans_b};
   sample.flops = OpRegistry::global().cost("matmul", metas_of({a, b}), attrs).flops;
   sample.seconds = best_seconds([&] { dispatcher.run("matmul", {a, b}, {out}, attrs); }, budget);
   return sample;
 }
 
-KernelSample time_attention(Dispatcher& dispatcher, const AttentionShape& s, DType dtype, double budget) {
+KernelSample time_attention(Dispatcher& dispatcher, const CalibrationAttention& s, DType dtype, double budget) {
   Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype);
   Attrs attrs{{"n_head", s.heads}};
   Tensors outputs = dispatcher.call("attention", {qkv}, attrs);
@@ -254,8 +255,8 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
                          measured.memory_bandwidth_Bps / 1e9, measured.op_overhead_s * 1e6));
     for (DType dtype : dtypes) {
       DTypeProfile d;
-      for (const GemmShape& g : kGemms) d.gemm.push_back(time_gemm(*dispatcher, g, dtype, options.seconds_per_kernel));
-      for (const AttentionShape& s : kAttention) {
+      for (const CalibrationGemm& g : kGemms) d.gemm.push_back(time_gemm(*dispatcher, g, dtype, options.seconds_per_kernel));
+      for (const CalibrationAttention& s : kAttention) {
         d.attention.push_back(time_attention(*dispatcher, s, dtype, options.seconds_per_kernel));
       }
       Tensor activations = filled({int64_t{1} << 20}, dtype);
@@ -263,7 +264,7 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
       double gelu_flops = OpRegistry::global().cost("gelu", metas_of({activations}), {}).flops;
       d.vector_flops = gelu_flops / best_seconds([&] { dispatcher->run("gelu", {activations}, {gelu_out}); },
                                                  options.seconds_per_kernel);
-      d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, performance_of(d, "calibration"),
+      d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, performance_of(d, threads, measured.op_overhead_s, "calibration"),
                                               10 * options.seconds_per_kernel);
       double best = 0;
       for (const KernelSample& s : d.gemm) best = std::max(best, s.flops / s.seconds);

@@ -43,7 +43,7 @@ constexpr int64_t kReferenceElements = int64_t{1} << 20;
 OpWork vector_op(const std::string& op, size_t operands, const Attrs& attrs = {}) {
   TensorMeta vector{{kReferenceElements}, DType::F32};
   OpCost cost = OpRegistry::global().cost(op, Metas(operands, vector), attrs);
-  return {op, op, OpKind::Other, cost.flops, cost.bytes, 0, false, false};
+  return {op, op, OpKind::Other, cost.flops, cost.bytes};
 }
 
 // Spreads `layers` over stages (each at least `minimum`) so that the largest
@@ -130,12 +130,14 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
     for (const OpWork& op : segment.forward) {
-      double seconds = op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0);
+      double seconds =
+          op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0, problem_.attention);
       cost.forward += seconds;
       if (op.selective_recompute) cost.selective += seconds;
     }
     for (const OpWork& op : segment.backward) {
-      cost.backward += op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0);
+      cost.backward +=
+          op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0, problem_.attention);
     }
     return cost;
   };
@@ -310,7 +312,15 @@ MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, i
   // One micro-batch's backward runs the head, the layers (the last first), then the embedding;
   // each segment's temporaries come on top of what the segments before it still keep, the
   // segments after it having released theirs.
-  const double layer_saved = work.layer.saved[figures.mode].total(split);
+  // Unfused attention keeps its [s, s] probabilities for backward unless recomputed (attention dropout,
+  // off in today's runs, would keep a mask and its output besides).
+  const bool scores_kept =
+      problem_.attention == AttentionKernel::Unfused && figures.mode == static_cast<size_t>(RecomputeMode::None);
+  const double scores = scores_kept ? static_cast<double>(work.micro_batch * (problem_.model.n_head / figures.t) *
+                                                          work.seq * work.seq) *
+                                          figures.width
+                                    : 0.0;
+  const double layer_saved = work.layer.saved[figures.mode].total(split) + scores;
   const double embedding_saved = stage == 0 ? work.embedding.saved[0].total(split) : 0.0;
   const double head_saved = stage == figures.p - 1 ? work.head.saved[0].total(split) : 0.0;
   double saved = layers * layer_saved + embedding_saved + head_saved;
@@ -459,30 +469,69 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   return time;
 }
 
-double CostModel::data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
-                                     const std::vector<StageTime>& stages) {
-  double seconds = 0;
-  // The gradient reduction overlaps the last backward pass, except for the
-  // last layer's bucket; earlier stages finish later, which hides more.
+CostModel::Overlap CostModel::stage_reduction(const PlanFigures& figures, int stage, int layers,
+                                              const StageTime& time) {
+  // Gradients in the order the backward pass finishes them, each with the time its segment's backward takes.
+  struct Ready {
+    double params;
+    double seconds;
+  };
+  std::vector<Ready> order;
+  const Costs& cost = figures.cost;
+  double ends = 0;
+  if (stage == figures.p - 1) {
+    order.push_back({figures.work.head.params + (figures.p > 1 ? figures.tied : 0.0), cost.head.backward});
+    ends += cost.head.backward;
+  }
+  if (stage == 0) ends += cost.embedding.backward;
+  const double per_layer = layers > 0 ? std::max(0.0, time.backward - ends) / layers : 0.0;
+  for (int i = 0; i < layers; ++i) order.push_back({figures.work.layer.params, per_layer});
+  if (stage == 0) order.push_back({figures.work.embedding.params, cost.embedding.backward});
+
+  // Buckets fill in that order; each collective starts when its bucket is complete and the one before is done.
+  const Collective op = figures.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+  const double bucket_params = problem_.bucket_bytes / kF32;
+  double clock = 0, comm_end = 0, filled = 0, busy = 0;
+  auto launch = [&] {
+    double seconds = pricer_.collective(op, kF32 * filled, figures.d, figures.t, DType::F32);
+    comm_end = std::max(comm_end, clock) + seconds;
+    busy += seconds;
+    filled = 0;
+  };
+  for (const Ready& segment : order) {
+    clock += segment.seconds;
+    filled += segment.params;
+    if (filled >= bucket_params) launch();
+  }
+  if (filled > 0) launch();
+  Overlap overlap;
+  overlap.exposed = std::max(0.0, comm_end - clock);
+  overlap.slowdown = problem_.cluster.device.comm_compute_slowdown * std::max(0.0, busy - overlap.exposed);
+  return overlap;
+}
+
+CostModel::Overlap CostModel::data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
+                                                 const std::vector<StageTime>& stages) {
+  Overlap result;
+  // Each stage reduces beside its last backward pass; earlier stages finish that pass later (the
+  // pipeline drains towards the first), which hides more of what the later stages expose.
   if (figures.d > 1 && figures.zero <= 1) {
     double drain = 0;
-    double exposed = 0;
-    Collective op = figures.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-    for (int stage = 0; stage < figures.p; ++stage) {
+    for (int stage = figures.p - 1; stage >= 0; --stage) {
       const StageTime& st = stages[static_cast<size_t>(stage)];
-      const int n = layers[static_cast<size_t>(stage)];
-      double reduce = bucketed(figures, op, kF32, DType::F32, n, stage_params(figures, stage, n));
-      double tail = std::max(reduce - st.backward, reduce / std::max(n, 1));
-      exposed = std::max(exposed, tail - drain);
+      Overlap own = stage_reduction(figures, stage, layers[static_cast<size_t>(stage)], st);
+      if (own.exposed + own.slowdown - drain > result.exposed + result.slowdown) {
+        result.exposed = std::max(0.0, own.exposed - drain);
+        result.slowdown = own.slowdown;
+      }
       drain += st.backward;
     }
-    seconds = exposed;
   }
   if (figures.p > 1) {  // the tied embedding's two copies exchange gradients
-    seconds +=
+    result.exposed +=
         pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.t * figures.d * (figures.p - 1));
   }
-  return seconds;
+  return result;
 }
 
 double CostModel::slowest_optimizer(const PlanFigures& figures, const std::vector<int>& layers) const {
@@ -517,6 +566,64 @@ void CostModel::add_rates(Prediction& prediction) const {
   prediction.hardware_flops = model_flops_per_step_ + recomputed_per_row * static_cast<double>(problem_.global_batch);
 }
 
+CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
+  const ParallelPlan& plan = prediction.plan;
+  const PlanFigures figures = plan_figures(plan);
+  const std::vector<StageTime> stages = stage_times(figures, prediction.layers_per_stage);
+  StepAttribution result;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].total() > stages[static_cast<size_t>(result.stage)].total()) result.stage = static_cast<int>(i);
+  }
+  const int stage = result.stage;
+  const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
+  const double split = plan.sp ? plan.tp : 1;
+  const DeviceSpec& device = problem_.cluster.device;
+  auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
+    for (const OpWork& op : ops) {
+      if (recomputed_only && !op.selective_recompute) continue;
+      ClassTime& entry = result.compute[op.kind];
+      const double scale = op.residual_stream ? 1.0 / split : 1.0;
+      entry.seconds += times * op_seconds(op, device, problem_.dtype, scale, problem_.attention);
+      entry.flops += times * op.flops * scale;
+    }
+  };
+  const Workload& work = figures.work;
+  const double m = figures.m;
+  add(work.layer.forward, m * layers, false);
+  add(work.layer.backward, m * layers, false);
+  if (plan.recompute != RecomputeMode::None) {
+    add(work.layer.forward, m * layers, plan.recompute == RecomputeMode::Selective);
+  }
+  if (stage == 0) {
+    add(work.embedding.forward, m, false);
+    add(work.embedding.backward, m, false);
+  }
+  if (stage == figures.p - 1) {
+    add(work.head.forward, m, false);
+    add(work.head.backward, m, false);
+    if (figures.p == 1 && work.tied_gradient_sum.flops > 0) add({work.tied_gradient_sum}, m, false);
+  }
+  const ModelComm comm = model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype);
+  auto price = [&](const SegmentComm& calls, double times) {
+    for (const auto* list : {&calls.forward, &calls.backward}) {
+      for (const CommWork& call : *list) {
+        result.tp_comm[call.pattern] +=
+            times * pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+      }
+    }
+    if (plan.recompute == RecomputeMode::Full && &calls == &comm.layer) {
+      for (const CommWork& call : calls.forward) {
+        result.tp_comm[call.pattern] +=
+            times * pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+      }
+    }
+  };
+  price(comm.layer, m * layers);
+  if (stage == 0) price(comm.embedding, m);
+  if (stage == figures.p - 1) price(comm.head, m);
+  return result;
+}
+
 Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
   if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
   const PlanFigures figures = plan_figures(plan);
@@ -529,7 +636,9 @@ Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) 
   prediction.plan = plan;
   prediction.time = pipeline_time(figures, stages, timing);
   prediction.schedule_replayed = timing == PipelineTiming::Replayed;
-  prediction.time.dp_comm = data_parallel_comm(figures, layers, stages);
+  const Overlap reduction = data_parallel_comm(figures, layers, stages);
+  prediction.time.dp_comm = reduction.exposed;
+  prediction.time.overlap_slowdown = reduction.slowdown;
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);
   add_rates(prediction);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "planner/comm_pricer.h"
+#include "planner/device_time.h"
 #include "planner/hardware.h"
 #include "planner/plan.h"
 #include "planner/workload.h"
@@ -41,6 +42,8 @@ struct PlanningProblem {
   int64_t seq = 0;           // tokens per row
   DType dtype = DType::F32;  // compute dtype of weights and activations
   ClusterSpec cluster;
+  AttentionKernel attention = AttentionKernel::Fused;  // Strata's own kernels are fused
+  double bucket_bytes = 25.0 * 1024 * 1024;            // gradients per data-parallel collective (parallel.bucket_mb)
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };
@@ -62,6 +65,21 @@ class CostModel {
   // schedule itself, exact for unequal stages and interleaving too).
   enum class PipelineTiming { ClosedForm, Replayed };
   Prediction evaluate(const ParallelPlan& plan, PipelineTiming timing = PipelineTiming::ClosedForm);
+
+  // Where the bottleneck stage's compute and tensor-parallel time of a step go
+  // (`prediction` from evaluate): per op class the seconds and FLOPs of its
+  // forward, backward and recomputed forward over the step's micro-batches,
+  // and per collective pattern the seconds of the tensor/sequence-parallel calls.
+  struct ClassTime {
+    double seconds = 0;
+    double flops = 0;
+  };
+  struct StepAttribution {
+    int stage = 0;
+    std::map<OpKind, ClassTime> compute;  // recomputation included
+    std::map<CommPattern, double> tp_comm;
+  };
+  StepAttribution attribute(const Prediction& prediction);
 
   // FLOPs of one step's forward and backward passes without recomputation.
   double model_flops_per_step() const { return model_flops_per_step_; }
@@ -97,9 +115,16 @@ class CostModel {
   std::vector<StageTime> stage_times(const PlanFigures& figures, const std::vector<int>& layers);
   static TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages,
                                      PipelineTiming timing);
-  // The gradient reduction the last backward pass does not hide, and the tied embedding's all-reduce.
-  double data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
-                            const std::vector<StageTime>& stages);
+  // A data-parallel reduction beside the last backward pass: the part it does not hide, and the
+  // compute it slows down by running beside it.
+  struct Overlap {
+    double exposed = 0;
+    double slowdown = 0;
+  };
+  Overlap stage_reduction(const PlanFigures& figures, int stage, int layers, const StageTime& time);
+  // The slowest stage's, and the tied embedding's all-reduce.
+  Overlap data_parallel_comm(const PlanFigures& figures, const std::vector<int>& layers,
+                             const std::vector<StageTime>& stages);
   double slowest_optimizer(const PlanFigures& figures, const std::vector<int>& layers) const;
   double slowest_param_gather(const PlanFigures& figures, const std::vector<int>& layers);  // ZeRO-1/2
   void add_rates(Prediction& prediction) const;  // step time, tokens/s, MFU, hardware FLOPs

@@ -1,24 +1,101 @@
 #include "planner/device_time.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
 
 namespace strata {
 
-double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale) {
+namespace {
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+double round_up(double a, double step) { return ceil_div(a, step) * step; }
+
+double roofline(double compute_s, double bytes, const DeviceSpec& device) {
+  return device.op_overhead_s + std::max(compute_s, bytes / (device.memory_bandwidth_Bps * device.memory_efficiency));
+}
+
+double gemm_bytes(const GemmShape& s, DType dtype) {
+  return static_cast<double>(s.batch) * static_cast<double>(s.m * s.k + s.k * s.n + s.m * s.n) *
+         static_cast<double>(dtype_size(dtype));
+}
+
+double fused_attention_seconds(const AttentionShape& a, double flops, const DTypePerformance& perf) {
+  const AttentionEngine& engine = perf.attention;
+  const double units = perf.gemm.compute_units;
+  const double head_dim = static_cast<double>(a.head_dim);
+  const double padded = round_up(head_dim, static_cast<double>(engine.head_dim_step));
+  const double tiles = static_cast<double>(a.problems) * ceil_div(static_cast<double>(a.seq), static_cast<double>(engine.block_rows));
+  const double efficiency = a.backward ? engine.backward_efficiency : engine.forward_efficiency;
+  const double per_tile =
+      flops * (padded / head_dim) / tiles / (perf.matrix_flops / units * efficiency) + engine.tile_overhead_s;
+  return ceil_div(tiles, units) * per_tile;
+}
+
+// Megatron's unfused attention: scores = q k^T and context = p v as batched
+// GEMMs over every (batch row, head), the whole [s, s] square (no causal
+// skipping), and a fused scale-mask-softmax reading the scores and writing the
+// probabilities; backward: four GEMMs and the softmax's gradient (reading the
+// probabilities and their gradient, writing the scores' gradient).
+double unfused_attention_seconds(const AttentionShape& a, const DeviceSpec& device, DType dtype) {
   const DTypePerformance& perf = device.performance(dtype);
-  double flops = op.flops * scale;
-  double bytes = op.bytes * scale;
-  double arithmetic_Fps = perf.vector_flops;
+  const GemmShape scores{a.problems, a.seq, a.seq, a.head_dim};
+  const GemmShape context{a.problems, a.seq, a.head_dim, a.seq};
+  auto gemm = [&](const GemmShape& s) { return roofline(gemm_compute_seconds(s, perf), gemm_bytes(s, dtype), device); };
+  const double square =
+      static_cast<double>(a.problems) * static_cast<double>(a.seq * a.seq) * static_cast<double>(dtype_size(dtype));
+  if (!a.backward) return gemm(scores) + gemm(context) + roofline(0, 2 * square, device);
+  return gemm(scores) + 3 * gemm(context) + roofline(0, 3 * square, device);
+}
+
+}  // namespace
+
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& what) {
+  if (text == "fused") return AttentionKernel::Fused;
+  if (text == "unfused") return AttentionKernel::Unfused;
+  fail("{} must be fused or unfused, got '{}'", what, text);
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::Fused ? "fused" : "unfused";
+}
+
+double gemm_compute_seconds(const GemmShape& s, const DTypePerformance& perf) {
+  const GemmEngine& engine = perf.gemm;
+  STRATA_CHECK(!engine.tiles.empty(), "a GEMM engine without tiles");
+  const double units = engine.compute_units;
+  const double unit_peak = perf.matrix_flops / units * engine.alignment_efficiency(s.n, s.k);
+  const double k = round_up(static_cast<double>(s.k), static_cast<double>(engine.k_step));
+  double best = std::numeric_limits<double>::infinity();
+  for (const GemmTile& tile : engine.tiles) {
+    const double rows = static_cast<double>(tile.rows), columns = static_cast<double>(tile.columns);
+    const double tiles = static_cast<double>(s.batch) * ceil_div(static_cast<double>(s.m), rows) *
+                         ceil_div(static_cast<double>(s.n), columns);
+    const double per_tile = 2 * rows * columns * k / (unit_peak * tile.efficiency) + engine.tile_overhead_s;
+    best = std::min(best, ceil_div(tiles, units) * per_tile);
+  }
+  return best;
+}
+
+double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale, AttentionKernel attention) {
+  const DTypePerformance& perf = device.performance(dtype);
   if (op.kind != OpKind::Other && !(perf.matrix_flops > 0)) {
     fail("device '{}' has no matrix figures for {}: {} cannot be priced in it", device.name, dtype_name(dtype), op.op);
   }
-  if (op.kind == OpKind::Gemm) arithmetic_Fps = perf.matrix_flops * perf.gemm.at(flops);
-  if (op.kind == OpKind::Attention) {
-    arithmetic_Fps = perf.matrix_flops * perf.attention.at(flops / std::max(1.0, op.attention_problems));
+  double seconds = 0;
+  if (op.kind == OpKind::Gemm) {
+    GemmShape shape = op.gemm;
+    shape.m = static_cast<int64_t>(std::ceil(static_cast<double>(shape.m) * scale));
+    seconds = roofline(gemm_compute_seconds(shape, perf), op.bytes * scale, device);
+  } else if (op.kind == OpKind::Attention && attention == AttentionKernel::Unfused) {
+    seconds = unfused_attention_seconds(op.attention, device, dtype);
+  } else if (op.kind == OpKind::Attention) {
+    seconds = roofline(fused_attention_seconds(op.attention, op.flops, perf), op.bytes, device);
+  } else {
+    seconds = roofline(op.flops * scale / perf.vector_flops, op.bytes * scale, device);
   }
-  double compute_s = flops / arithmetic_Fps;
-  double memory_s = bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
-  double seconds = device.op_overhead_s + std::max(compute_s, memory_s);
   auto found = perf.op_efficiency.find(op.op);
   return found == perf.op_efficiency.end() ? seconds : seconds / found->second;
 }

@@ -1,14 +1,32 @@
 #pragma once
-// The time of one op on a device: a roofline of its arithmetic (matrix unit at
-// the efficiency its size reaches, for GEMMs and attention; vector unit for the
-// rest) against its memory traffic, plus the fixed cost of launching it,
-// divided by the op's measured (or described) efficiency relative to that.
+// The time of one op on a device. GEMMs: the output cut into the tiles the
+// library picks among, the tiles run in waves over the compute units, each
+// tile walking k in steps at its sustained fraction of the unit's peak plus a
+// fixed cost (so a dimension one element past a tile boundary costs a row of
+// tiles, and one tile past a full wave costs a wave); dimensions off the
+// engine's alignment run slower. Fused attention likewise, in tiles of query
+// rows per (batch row, head) with the head dim padded to the kernel's step;
+// unfused attention as its batched GEMMs and the softmax over the scores in
+// memory. Everything else: a roofline of vector arithmetic against memory
+// traffic. Each op pays the launch overhead, and is divided by its measured
+// (or described) efficiency relative to all this.
 #include "planner/hardware.h"
 #include "planner/workload.h"
 
 namespace strata {
 
+// How the run computes attention: one fused kernel (flash style, the scores
+// never stored), or Megatron's unfused path (batched GEMMs, the [s, s] scores
+// and probabilities in memory).
+enum class AttentionKernel { Fused, Unfused };
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& what);
+const char* attention_kernel_name(AttentionKernel kernel);
+
+// The arithmetic of a GEMM on the matrix engine, without launch or memory.
+double gemm_compute_seconds(const GemmShape& shape, const DTypePerformance& perf);
+
 // `scale` shrinks the op's work (sequence parallelism splits residual-stream ops).
-double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale = 1.0);
+double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale = 1.0,
+                  AttentionKernel attention = AttentionKernel::Fused);
 
 }  // namespace strata

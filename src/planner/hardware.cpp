@@ -14,33 +14,101 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kGB = 1e9;
 
-EfficiencyCurve read_curve(const TomlReader& fields, const std::string& key) {
-  EfficiencyCurve curve;
-  curve.points = fields.curve(key, "flops", "fraction");
-  if (curve.points.empty()) fields.fail_key(key, "must list at least one [flops, fraction] pair");
-  for (size_t i = 0; i < curve.points.size(); ++i) {
-    double fraction = curve.points[i].second;
-    if (!(fraction > 0 && fraction <= 1)) {
-      fields.fail_key(key, fmt::format("entry {}: fraction of peak must be in (0, 1], got {}", i, fraction));
-    }
+// Every figure of a device or link is `key = { value = ..., source = "..." }`:
+// a planner whose numbers cannot be traced cannot be trusted, so a bare value
+// is refused. Returns the reader of the inline table, its source checked.
+TomlReader sourced(const TomlReader& fields, const std::string& key) {
+  if (fields.has(key) && !fields.has_table(key)) {
+    fields.fail_key(key, "gives no source: write { value = ..., source = \"the datasheet, paper or measurement "
+                         "it comes from\" }");
   }
-  return curve;
+  TomlReader figure = fields.table(key);
+  figure.only({"value", "source"});
+  figure.non_empty_string("source");
+  return figure;
 }
 
+double positive(const TomlReader& fields, const std::string& key) { return sourced(fields, key).positive("value"); }
+double non_negative(const TomlReader& fields, const std::string& key) {
+  return sourced(fields, key).non_negative("value");
+}
+double fraction(const TomlReader& fields, const std::string& key) { return sourced(fields, key).fraction("value"); }
+int64_t count(const TomlReader& fields, const std::string& key) { return sourced(fields, key).integer("value", 1); }
+
+std::vector<GemmTile> read_tiles(const TomlReader& fields, const std::string& key) {
+  TomlReader figure = sourced(fields, key);
+  std::vector<GemmTile> tiles;
+  for (const std::vector<double>& row : figure.rows("value", {"rows", "columns", "efficiency"})) {
+    GemmTile tile{static_cast<int64_t>(row[0]), static_cast<int64_t>(row[1]), row[2]};
+    bool whole = tile.rows >= 1 && tile.columns >= 1 && static_cast<double>(tile.rows) == row[0] &&
+                 static_cast<double>(tile.columns) == row[1];
+    if (!whole) figure.fail_key("value", fmt::format("tile {}: rows and columns must be positive integers", tiles.size()));
+    if (!(tile.efficiency > 0 && tile.efficiency <= 1)) {
+      figure.fail_key("value", fmt::format("tile {}: efficiency must be in (0, 1], got {}", tiles.size(), row[2]));
+    }
+    tiles.push_back(tile);
+  }
+  if (tiles.empty()) figure.fail_key("value", "must list at least one [rows, columns, efficiency] tile");
+  return tiles;
+}
+
+std::vector<std::pair<int64_t, double>> read_alignment(const TomlReader& fields, const std::string& key) {
+  TomlReader figure = sourced(fields, key);
+  std::vector<std::pair<int64_t, double>> levels;
+  for (const std::vector<double>& row : figure.rows("value", {"elements", "efficiency"})) {
+    const auto elements = static_cast<int64_t>(row[0]);
+    if (elements < 1 || static_cast<double>(elements) != row[0]) {
+      figure.fail_key("value", fmt::format("entry {}: elements must be a positive integer", levels.size()));
+    }
+    if (!levels.empty() && (elements >= levels.back().first || levels.back().first % elements != 0)) {
+      figure.fail_key("value", fmt::format("entry {}: alignments must narrow, each dividing the one before",
+                                           levels.size()));
+    }
+    if (!(row[1] > 0 && row[1] <= 1)) {
+      figure.fail_key("value", fmt::format("entry {}: efficiency must be in (0, 1], got {}", levels.size(), row[1]));
+    }
+    levels.emplace_back(elements, row[1]);
+  }
+  if (levels.empty() || levels.back().first != 1) {
+    figure.fail_key("value", "must end with [1, efficiency] (every shape is aligned to one element)");
+  }
+  return levels;
+}
+
+const std::set<std::string> kEngineKeys = {
+    "matrix_tflops",        "compute_units",         "gemm_tiles",
+    "gemm_k_step",          "gemm_tile_overhead_us", "gemm_alignment",
+    "attention_efficiency", "attention_backward_efficiency",
+    "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us"};
+
 DTypePerformance read_dtype(const TomlReader& fields) {
-  fields.only({"matrix_tflops", "vector_tflops", "gemm_efficiency", "attention_efficiency", "op_efficiency"});
+  std::set<std::string> allowed = kEngineKeys;
+  allowed.insert({"vector_tflops", "op_efficiency"});
+  fields.only(allowed);
   DTypePerformance perf;
-  perf.vector_flops = fields.positive("vector_tflops") * 1e12;
+  perf.vector_flops = positive(fields, "vector_tflops") * 1e12;
   // A dtype only the vector units compute (f32 on an NPU whose matrix engine lacks it) has no matrix figures.
-  if (fields.has("matrix_tflops") || fields.has("gemm_efficiency") || fields.has("attention_efficiency")) {
-    perf.matrix_flops = fields.positive("matrix_tflops") * 1e12;
-    perf.gemm = read_curve(fields, "gemm_efficiency");
-    perf.attention = read_curve(fields, "attention_efficiency");
+  bool has_matrix = false;
+  for (const std::string& key : kEngineKeys) has_matrix = has_matrix || fields.has(key);
+  if (has_matrix) {
+    perf.matrix_flops = positive(fields, "matrix_tflops") * 1e12;
+    GemmEngine& gemm = perf.gemm;
+    gemm.compute_units = static_cast<int>(count(fields, "compute_units"));
+    gemm.tiles = read_tiles(fields, "gemm_tiles");
+    gemm.k_step = count(fields, "gemm_k_step");
+    gemm.tile_overhead_s = non_negative(fields, "gemm_tile_overhead_us") * 1e-6;
+    gemm.alignment = read_alignment(fields, "gemm_alignment");
+    AttentionEngine& attention = perf.attention;
+    attention.forward_efficiency = fraction(fields, "attention_efficiency");
+    attention.backward_efficiency = fraction(fields, "attention_backward_efficiency");
+    attention.block_rows = count(fields, "attention_block_rows");
+    attention.head_dim_step = count(fields, "attention_head_dim_step");
+    attention.tile_overhead_s = non_negative(fields, "attention_tile_overhead_us") * 1e-6;
   }
   TomlReader ops = fields.table("op_efficiency", false);
   for (const std::string& op : ops.keys()) {
     if (!OpRegistry::global().contains(op)) ops.fail_key(op, "is not an op");
-    perf.op_efficiency[op] = ops.positive(op);
+    perf.op_efficiency[op] = positive(ops, op);
   }
   return perf;
 }
@@ -48,20 +116,25 @@ DTypePerformance read_dtype(const TomlReader& fields) {
 DeviceSpec read_device(const TomlReader& fields) {
   const std::set<std::string> dtype_names = {"f64", "f32", "bf16", "f16"};
   std::set<std::string> allowed = {
-      "name", "memory_gib", "reserved_gib", "memory_bandwidth_gbps", "memory_efficiency", "op_overhead_us"};
+      "name",           "memory_gib",           "reserved_gib", "memory_bandwidth_gbps", "memory_efficiency",
+      "op_overhead_us", "comm_compute_slowdown"};
   allowed.insert(dtype_names.begin(), dtype_names.end());
   fields.only(allowed);
   DeviceSpec device;
   device.name = fields.non_empty_string("name");
-  device.memory_bytes = fields.positive("memory_gib") * kGiB;
-  device.reserved_bytes = fields.non_negative("reserved_gib") * kGiB;
+  device.memory_bytes = positive(fields, "memory_gib") * kGiB;
+  device.reserved_bytes = non_negative(fields, "reserved_gib") * kGiB;
   if (device.reserved_bytes >= device.memory_bytes) {
     fields.fail_range("reserved_gib", fmt::format("less than memory_gib ({})", device.memory_bytes / kGiB),
                       device.reserved_bytes / kGiB);
   }
-  device.memory_bandwidth_Bps = fields.positive("memory_bandwidth_gbps") * kGB;
-  device.memory_efficiency = fields.fraction("memory_efficiency");
-  device.op_overhead_s = fields.non_negative("op_overhead_us") * 1e-6;
+  device.memory_bandwidth_Bps = positive(fields, "memory_bandwidth_gbps") * kGB;
+  device.memory_efficiency = fraction(fields, "memory_efficiency");
+  device.op_overhead_s = non_negative(fields, "op_overhead_us") * 1e-6;
+  if (fields.has("comm_compute_slowdown")) {
+    device.comm_compute_slowdown = non_negative(fields, "comm_compute_slowdown");
+    if (device.comm_compute_slowdown >= 1) fields.fail_range("comm_compute_slowdown", "below 1", device.comm_compute_slowdown);
+  }
   for (const std::string& name : dtype_names) {
     if (fields.has(name)) device.dtypes[parse_dtype(name)] = read_dtype(fields.table(name));
   }
@@ -73,26 +146,18 @@ DeviceSpec read_device(const TomlReader& fields) {
 
 LinkSpec read_link(const TomlReader& fields, const std::string& bandwidth_key) {
   LinkSpec link;
-  link.bandwidth_Bps = fields.positive(bandwidth_key) * kGB;
-  link.latency_s = fields.non_negative("latency_us") * 1e-6;
+  link.bandwidth_Bps = positive(fields, bandwidth_key) * kGB;
+  link.latency_s = non_negative(fields, "latency_us") * 1e-6;
   return link;
 }
 
 }  // namespace
 
-double EfficiencyCurve::at(double flops) const {
-  STRATA_CHECK(!points.empty(), "empty efficiency curve");
-  if (flops <= points.front().first) return points.front().second;
-  if (flops >= points.back().first) return points.back().second;
-  for (size_t i = 1; i < points.size(); ++i) {
-    if (flops <= points[i].first) {
-      auto [x0, y0] = points[i - 1];
-      auto [x1, y1] = points[i];
-      double t = (std::log(flops) - std::log(x0)) / (std::log(x1) - std::log(x0));
-      return y0 + t * (y1 - y0);
-    }
+double GemmEngine::alignment_efficiency(int64_t n, int64_t k) const {
+  for (const auto& [elements, efficiency] : alignment) {
+    if (n % elements == 0 && k % elements == 0) return efficiency;
   }
-  return points.back().second;
+  return alignment.back().second;
 }
 
 const DTypePerformance& DeviceSpec::performance(DType dtype) const {
@@ -152,7 +217,7 @@ ClusterSpec read_cluster(const TomlReader& fields) {
   TomlReader inter = fields.table("inter_node", spec.nodes > 1);
   if (spec.nodes > 1 || inter.has("nic_bandwidth_gbps")) {
     inter.only({"nics_per_node", "nic_bandwidth_gbps", "latency_us"});
-    spec.nics_per_node = static_cast<int>(inter.integer("nics_per_node", 1));
+    spec.nics_per_node = static_cast<int>(count(inter, "nics_per_node"));
     spec.nic = read_link(inter, "nic_bandwidth_gbps");
   }
   spec.validate();

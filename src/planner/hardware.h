@@ -7,24 +7,37 @@
 //   name = "DGX A100 80GB"
 //   nodes = 1                       # integer >= 1
 //   devices_per_node = 8            # integer >= 1
-//   [device]
-//   name = "A100-SXM4-80GB"
-//   memory_gib = 80                 # capacity
+//   [device]                        # every figure from here on is { value = ..., source = "..." }:
+//   name = "A100-SXM4-80GB"         # the datasheet, paper or measurement it comes from (a bare
+//   memory_gib = 80                 # number is refused). Shown bare below for brevity.
 //   reserved_gib = 5                # never available to the model (runtime, allocator slack)
 //   memory_bandwidth_gbps = 2039    # GB/s
 //   memory_efficiency = 0.8         # fraction of that bandwidth element-wise kernels reach
 //   op_overhead_us = 4              # fixed cost of launching one kernel
+//   comm_compute_slowdown = 0.1     # optional: compute slows by this fraction beside a collective
 //   [device.bf16]                   # one table per dtype the device computes in: f32, bf16, f16, f64
-//   matrix_tflops = 312             # dense matrix-unit peak
-//   vector_tflops = 78              # non-matrix peak (element-wise arithmetic)
-//   gemm_efficiency = [[1e9, 0.3], [1e12, 0.8]]       # [FLOPs per call, fraction of matrix peak]
-//   attention_efficiency = [[1e7, 0.2], [1e9, 0.6]]   # fused attention, by FLOPs per (row, head)
+//   matrix_tflops = { value = 312, source = "A100 datasheet, dense" }   # dense matrix-unit peak
+//   vector_tflops = { value = 78, source = "..." }  # non-matrix peak (element-wise arithmetic)
+//   compute_units = { value = 108, source = "..." } # SMs (cores): tiles run in waves of this many
+//   gemm_tiles = { value = [[128, 256, 0.85], [128, 128, 0.8]], source = "..." }
+//                                   # output tiles [rows, columns, fraction of a unit's peak] the GEMM
+//                                   # library picks among (the fastest for each shape)
+//   gemm_k_step = { value = 64, source = "..." }    # the reduction dimension is consumed in steps of this
+//   gemm_tile_overhead_us = { value = 1, source = "..." }  # per tile and wave: prologue and epilogue
+//   gemm_alignment = { value = [[8, 1.0], [2, 0.4], [1, 0.2]], source = "..." }
+//                                   # [elements, efficiency] from the widest alignment down to 1: a GEMM
+//                                   # runs at the first whose alignment divides its n and k
+//   attention_efficiency = { value = 0.6, source = "..." }           # fused attention forward,
+//   attention_backward_efficiency = { value = 0.45, source = "..." } # backward: fraction of peak
+//   attention_block_rows = { value = 128, source = "..." }     # query rows per tile
+//   attention_head_dim_step = { value = 32, source = "..." }   # head dims padded to a multiple of this
+//   attention_tile_overhead_us = { value = 2, source = "..." }
 //                                   # a dtype only the vector units compute (the optimizer's f32 on an NPU
 //                                   # whose matrix engine lacks f32) lists vector_tflops alone: its
 //                                   # element-wise work is priced, but no plan computes in it
 //   [device.bf16.op_efficiency]     # optional, per op: the time the figures above predict over the real
 //                                   # time (default 1; above 1 when the data stays in cache)
-//   layernorm_backward = 0.5
+//   layernorm_backward = { value = 0.5, source = "..." }
 //   [intra_node]                    # device to device inside a node, one direction, all devices busy
 //   bandwidth_gbps = 240
 //   latency_us = 8
@@ -49,18 +62,45 @@
 
 namespace strata {
 
-// Fraction of peak reached as a function of the work in one call, linear in
-// log(FLOPs) between points and flat beyond the ends.
-struct EfficiencyCurve {
-  std::vector<std::pair<double, double>> points;  // (FLOPs per call, fraction), FLOPs increasing
-  double at(double flops) const;
+// One output tile a GEMM library computes per compute unit, and the fraction
+// of the unit's peak it sustains once its pipeline is full.
+struct GemmTile {
+  int64_t rows = 1;
+  int64_t columns = 1;
+  double efficiency = 1;
+};
+
+// How a matrix engine runs a GEMM (planner/device_time.h prices it): the
+// output is cut into tiles, the tiles run in waves of `compute_units`, each
+// tile walks k in steps; the library picks the tile that finishes first.
+struct GemmEngine {
+  int compute_units = 1;
+  std::vector<GemmTile> tiles;
+  int64_t k_step = 1;
+  double tile_overhead_s = 0;  // per tile in a wave: prologue, epilogue, the small-k regime
+  // (elements, efficiency) from the widest alignment down to 1: a GEMM runs at
+  // the efficiency of the first alignment that divides its n and k, the
+  // leading dimensions of row-major operands (m, the rows, is free: measured
+  // on an H200, an odd m costs nothing, an odd n or k 5 to 9 times).
+  std::vector<std::pair<int64_t, double>> alignment{{1, 1.0}};
+  double alignment_efficiency(int64_t n, int64_t k) const;
+};
+
+// Fused (flash-style) attention: tiles of `block_rows` query rows per (batch
+// row, head) run in waves; head dims are padded to the kernel's step.
+struct AttentionEngine {
+  double forward_efficiency = 1;   // fraction of matrix peak, long sequences
+  double backward_efficiency = 1;
+  int64_t block_rows = 1;
+  int64_t head_dim_step = 1;
+  double tile_overhead_s = 0;
 };
 
 struct DTypePerformance {
-  double matrix_flops = 0;                      // FLOP/s; 0: the vector units only (no GEMMs in this dtype)
-  double vector_flops = 0;                      // FLOP/s
-  EfficiencyCurve gemm;                         // by FLOPs per call
-  EfficiencyCurve attention;                    // by FLOPs per (batch row, head): sequence length and head size decide
+  double matrix_flops = 0;  // FLOP/s; 0: the vector units only (no GEMMs in this dtype)
+  double vector_flops = 0;  // FLOP/s
+  GemmEngine gemm;
+  AttentionEngine attention;
   std::map<std::string, double> op_efficiency;  // predicted time / real time, by op name; absent: 1
 };
 
@@ -71,6 +111,9 @@ struct DeviceSpec {
   double memory_bandwidth_Bps = 0;
   double memory_efficiency = 1;
   double op_overhead_s = 0;
+  // The fraction by which compute slows while a collective runs beside it
+  // (communication kernels take compute units and memory bandwidth).
+  double comm_compute_slowdown = 0;
   std::map<DType, DTypePerformance> dtypes;
 
   double usable_memory_bytes() const { return memory_bytes - reserved_bytes; }

@@ -7,7 +7,8 @@
 namespace strata {
 
 double TimeBreakdown::total() const {
-  return compute + recompute + tp_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm + param_gather +
+  return compute + recompute + tp_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm + overlap_slowdown +
+         param_gather +
          optimizer;
 }
 

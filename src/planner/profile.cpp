@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
+#include "planner/engine_fit.h"
 
 namespace strata {
 
@@ -48,23 +49,19 @@ std::vector<KernelSample> samples_of(const TomlReader& table, const std::string&
   return samples;
 }
 
-// Throughput relative to `peak` as a curve over the work `key` gives a sample;
-// samples of equal work are averaged.
-template <typename Key>
-EfficiencyCurve curve_of(const std::vector<KernelSample>& samples, double peak, const std::string& what, Key key) {
-  if (samples.empty()) fail("{}: no measurements", what);
-  std::vector<std::pair<double, double>> points;
-  for (const KernelSample& s : samples) points.emplace_back(key(s), std::min(1.0, s.flops / s.seconds / peak));
-  std::sort(points.begin(), points.end());
-  EfficiencyCurve curve;
-  for (size_t i = 0; i < points.size();) {
-    size_t j = i;
-    double sum = 0;
-    while (j < points.size() && points[j].first == points[i].first) sum += points[j++].second;
-    curve.points.emplace_back(points[i].first, sum / static_cast<double>(j - i));
-    i = j;
-  }
-  return curve;
+// The cpu backend's structure: a core is a compute unit; oneDNN's GEMM blocks
+// the output in 64 x 64 panels per thread and streams k in 16-element (one
+// AVX-512 register of f32) steps; the fused attention kernel works on blocks
+// of 64 query rows with head dims in 16-element steps.
+DTypePerformance cpu_engine_structure(int threads) {
+  DTypePerformance perf;
+  perf.gemm.compute_units = threads;
+  perf.gemm.tiles = {{64, 64, 1.0}};
+  perf.gemm.k_step = 16;
+  perf.gemm.alignment = {{16, 1.0}, {1, 1.0}};
+  perf.attention.block_rows = 64;
+  perf.attention.head_dim_step = 16;
+  return perf;
 }
 
 }  // namespace
@@ -200,16 +197,25 @@ void save_profile(const std::filesystem::path& path, const HardwareProfile& prof
   write_file_atomic(path, format_measured_cluster(profile));
 }
 
-DTypePerformance performance_of(const DTypeProfile& measured, const std::string& what) {
+DTypePerformance performance_of(const DTypeProfile& measured, int threads, double op_overhead_s,
+                                const std::string& what) {
   if (measured.gemm.empty()) fail("{}: no GEMM measurements", what);
-  DTypePerformance perf;
+  if (measured.attention.empty()) fail("{}: no attention measurements", what);
+  DTypePerformance perf = cpu_engine_structure(threads);
   for (const KernelSample& s : measured.gemm) perf.matrix_flops = std::max(perf.matrix_flops, s.flops / s.seconds);
   perf.vector_flops = measured.vector_flops;
-  perf.gemm = curve_of(measured.gemm, perf.matrix_flops, what + " GEMM", [](const KernelSample& s) { return s.flops; });
-  perf.attention = curve_of(measured.attention, perf.matrix_flops, what + " attention", [&](const KernelSample& s) {
+  std::vector<GemmMeasurement> gemms;
+  for (const KernelSample& s : measured.gemm) {
+    if (s.dims.size() != 5) fail("{}: GEMM sample dims must be m, n, k, trans_a, trans_b", what);
+    gemms.push_back({{1, s.dims[0], s.dims[1], s.dims[2]}, s.seconds});
+  }
+  fit_gemm_engine(perf, gemms, op_overhead_s);
+  std::vector<AttentionMeasurement> attention;
+  for (const KernelSample& s : measured.attention) {
     if (s.dims.size() != 4) fail("{}: attention sample dims must be batch, seq, width, heads", what);
-    return s.flops / static_cast<double>(s.dims[0] * s.dims[3]);
-  });
+    attention.push_back({{s.dims[0] * s.dims[3], s.dims[1], s.dims[2] / s.dims[3], false}, s.flops, s.seconds});
+  }
+  fit_attention_engine(perf, attention, op_overhead_s);
   perf.op_efficiency = measured.op_efficiency;
   return perf;
 }
@@ -235,7 +241,8 @@ ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, in
   device.memory_efficiency = 1.0;  // measured through the kernels themselves
   device.op_overhead_s = measured.op_overhead_s;
   for (const auto& [dtype, d] : measured.dtypes) {
-    DTypePerformance performance = performance_of(d, fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype)));
+    DTypePerformance performance = performance_of(d, threads, measured.op_overhead_s,
+                                                  fmt::format("{}: {} threads, {}", source, threads, dtype_name(dtype)));
     performance.matrix_flops *= share;
     performance.vector_flops *= share;
     device.dtypes[dtype] = std::move(performance);

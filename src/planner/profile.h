@@ -19,7 +19,9 @@ namespace strata {
 
 struct KernelSample {
   std::string op;             // matmul, attention
-  std::vector<int64_t> dims;  // matmul: m, n, k, trans_a, trans_b; attention: batch, seq, width, heads
+  // matmul: m, n, k as the matrix engine sees them (out [m, n] = [m, k] x [k, n]; a weight
+  // gradient's k is the rows it reduces over), trans_a, trans_b; attention: batch, seq, width, heads
+  std::vector<int64_t> dims;
   double flops = 0;           // per call, from the op's schema
   double seconds = 0;         // median per call
 };
@@ -71,10 +73,12 @@ HardwareProfile read_measured_cluster(const TomlReader& file);
 HardwareProfile load_profile(const std::filesystem::path& path);
 void save_profile(const std::filesystem::path& path, const HardwareProfile& profile);  // atomic
 
-// The device figures of one dtype: matrix peak = the fastest GEMM; efficiency
-// curves = measured throughput relative to it (GEMMs by FLOPs per call,
-// attention by FLOPs per (row, head)).
-DTypePerformance performance_of(const DTypeProfile& measured, const std::string& what);
+// The device figures of one dtype on `threads` cores: matrix peak = the
+// fastest GEMM; the GEMM and attention engines (hardware.h) with this CPU's
+// structure (a core per compute unit, the cpu backend's blocking), their
+// efficiencies and fixed costs fitted to the measured kernels (engine_fit.h).
+DTypePerformance performance_of(const DTypeProfile& measured, int threads, double op_overhead_s,
+                                const std::string& what);
 
 // This machine as a one-node cluster of `devices` devices of `threads` threads
 // each (a device per process); more than one device needs measured links.

@@ -222,7 +222,14 @@ OpWork op_work(const Graph& graph, int node_id) {
   const Node& node = graph.node(node_id);
   OpCost cost = graph.node_cost(node_id);
   const OpSchema& schema = OpRegistry::global().get(node.op);
-  OpWork work{node.op, node.label, schema.kind, cost.flops, cost.bytes, 0, false, false};
+  OpWork work{node.op, node.label, schema.kind, cost.flops, cost.bytes};
+  if (work.kind == OpKind::Gemm) {
+    // The output is [..., n] over m rows; its FLOPs are 2 m n k, plus at most an element-wise epilogue (a bias).
+    const Shape& out = graph.value(node.outputs.at(0)).meta.shape;
+    work.gemm.n = out.back();
+    work.gemm.m = shape_numel(out) / work.gemm.n;
+    work.gemm.k = static_cast<int64_t>(cost.flops / (2.0 * static_cast<double>(work.gemm.m * work.gemm.n)));
+  }
   if (work.kind == OpKind::Attention) {
     // Attention ops read the queries as input "qkv" [B, T, 3C] (packed) or "q" [B, T, H·D].
     auto query_input = std::find_if(schema.inputs.begin(), schema.inputs.end(),
@@ -230,8 +237,11 @@ OpWork op_work(const Graph& graph, int node_id) {
                        schema.inputs.begin();
     STRATA_CHECK(query_input < static_cast<std::ptrdiff_t>(schema.inputs.size()), "attention op {} reads no queries",
                  node.op);
-    int queries = node.inputs[static_cast<size_t>(query_input)];
-    work.attention_problems = static_cast<double>(graph.value(queries).meta.shape[0] * node.attrs.get_int("n_head"));
+    const std::string& name = schema.inputs[static_cast<size_t>(query_input)];
+    const Shape& queries = graph.value(node.inputs[static_cast<size_t>(query_input)]).meta.shape;
+    const int64_t heads = node.attrs.get_int("n_head");
+    const int64_t width = name == "qkv" ? queries[2] / 3 : queries[2];
+    work.attention = {queries[0] * heads, queries[1], width / heads, schema.differentiable == Differentiable::No};
   }
   return work;
 }
@@ -256,7 +266,7 @@ Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t 
   if (!model_family(config).tied_embedding(config).empty()) {
     TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
     OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
-    work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes, 0, false, false};
+    work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes};
     work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
   }
   return work;

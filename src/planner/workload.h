@@ -18,15 +18,31 @@
 
 namespace strata {
 
+// A GEMM-kind op as the matrix engine sees it: `batch` products of [m, k] by [k, n].
+struct GemmShape {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+};
+
+// An attention-kind op: independent (batch row, head) problems of `seq` query
+// rows each.
+struct AttentionShape {
+  int64_t problems = 0;
+  int64_t seq = 0;
+  int64_t head_dim = 0;
+  bool backward = false;
+};
+
 struct OpWork {
   std::string op;
   std::string label;
   OpKind kind = OpKind::Other;  // from the op's schema
   double flops = 0;
   double bytes = 0;
-  // Attention ops: independent (row, head) problems in the call, so that
-  // efficiency is looked up by the work of one of them.
-  double attention_problems = 0;
+  GemmShape gemm;            // kind Gemm only
+  AttentionShape attention;  // kind Attention only
   // Works on the residual stream, which tensor parallelism replicates and
   // sequence parallelism splits by sequence.
   bool residual_stream = false;

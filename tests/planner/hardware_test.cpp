@@ -4,8 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include "core/error.h"
 #include "planner/model_spec.h"
 #include "planner/search.h"
@@ -21,23 +19,31 @@ nodes = 2
 devices_per_node = 4
 [device]
 name = "d"
-memory_gib = 16
-reserved_gib = 1
-memory_bandwidth_gbps = 900
-memory_efficiency = 0.8
-op_overhead_us = 2
+memory_gib = { value = 16, source = "sheet" }
+reserved_gib = { value = 1, source = "sheet" }
+memory_bandwidth_gbps = { value = 900, source = "sheet" }
+memory_efficiency = { value = 0.8, source = "sheet" }
+op_overhead_us = { value = 2, source = "sheet" }
 [device.bf16]
-matrix_tflops = 100
-vector_tflops = 10
-gemm_efficiency = [[1e8, 0.25], [1e10, 0.75]]
-attention_efficiency = [[1e9, 0.5]]
+matrix_tflops = { value = 100, source = "sheet" }
+vector_tflops = { value = 10, source = "sheet" }
+compute_units = { value = 8, source = "sheet" }
+gemm_tiles = { value = [[128, 256, 1.0], [64, 64, 0.5]], source = "sheet" }
+gemm_k_step = { value = 32, source = "sheet" }
+gemm_tile_overhead_us = { value = 1, source = "sheet" }
+gemm_alignment = { value = [[8, 1.0], [2, 0.5], [1, 0.25]], source = "sheet" }
+attention_efficiency = { value = 0.5, source = "sheet" }
+attention_backward_efficiency = { value = 0.4, source = "sheet" }
+attention_block_rows = { value = 128, source = "sheet" }
+attention_head_dim_step = { value = 32, source = "sheet" }
+attention_tile_overhead_us = { value = 1, source = "sheet" }
 [intra_node]
-bandwidth_gbps = 100
-latency_us = 3
+bandwidth_gbps = { value = 100, source = "sheet" }
+latency_us = { value = 3, source = "sheet" }
 [inter_node]
-nics_per_node = 2
-nic_bandwidth_gbps = 12.5
-latency_us = 10
+nics_per_node = { value = 2, source = "sheet" }
+nic_bandwidth_gbps = { value = 12.5, source = "sheet" }
+latency_us = { value = 10, source = "sheet" }
 )";
 
 std::string replaced(const std::string& from, const std::string& to) {
@@ -71,25 +77,51 @@ TEST(PlannerHardware, ParsesUnitsOfADescription) {
   EXPECT_THROW(c.device.performance(DType::F32), Error);
 }
 
-TEST(PlannerHardware, EfficiencyIsLinearInLogFlopsAndFlatBeyondTheEnds) {
-  ClusterSpec c = parse_cluster(kValid, "ok.toml");
-  const EfficiencyCurve& gemm = c.device.performance(DType::BF16).gemm;
-  EXPECT_DOUBLE_EQ(gemm.at(1e6), 0.25);
-  EXPECT_DOUBLE_EQ(gemm.at(1e12), 0.75);
-  EXPECT_NEAR(gemm.at(1e9), 0.5, 1e-12);  // halfway in log10 between 1e8 and 1e10
-  EXPECT_NEAR(gemm.at(std::pow(10.0, 8.5)), 0.375, 1e-12);
+TEST(PlannerHardware, ReadsTheMatrixEngine) {
+  const ClusterSpec cluster = parse_cluster(kValid, "ok.toml");
+  const DTypePerformance& bf16 = cluster.device.performance(DType::BF16);
+  EXPECT_EQ(bf16.gemm.compute_units, 8);
+  ASSERT_EQ(bf16.gemm.tiles.size(), 2u);
+  EXPECT_EQ(bf16.gemm.tiles[0].rows, 128);
+  EXPECT_EQ(bf16.gemm.tiles[0].columns, 256);
+  EXPECT_DOUBLE_EQ(bf16.gemm.tiles[1].efficiency, 0.5);
+  EXPECT_EQ(bf16.gemm.k_step, 32);
+  EXPECT_DOUBLE_EQ(bf16.gemm.tile_overhead_s, 1e-6);
+  EXPECT_DOUBLE_EQ(bf16.gemm.alignment_efficiency(1024, 64), 1.0);
+  EXPECT_DOUBLE_EQ(bf16.gemm.alignment_efficiency(1022, 64), 0.5);
+  EXPECT_DOUBLE_EQ(bf16.gemm.alignment_efficiency(1024, 63), 0.25);
+  EXPECT_DOUBLE_EQ(bf16.attention.backward_efficiency, 0.4);
+  EXPECT_EQ(bf16.attention.head_dim_step, 32);
+}
+
+// Every figure names where it comes from: a bare number, a missing or empty source is refused.
+TEST(PlannerHardware, RefusesAFigureWithoutASource) {
+  expect_error(replaced(R"(memory_gib = { value = 16, source = "sheet" })", "memory_gib = 16"),
+               "key 'device.memory_gib' gives no source");
+  expect_error(replaced(R"(matrix_tflops = { value = 100, source = "sheet" })", "matrix_tflops = { value = 100 }"),
+               "missing key 'device.bf16.matrix_tflops.source'");
+  expect_error(replaced(R"(gemm_k_step = { value = 32, source = "sheet" })", R"(gemm_k_step = { value = 32, source = "" })"),
+               "device.bf16.gemm_k_step.source");
+  expect_error(replaced(R"(nic_bandwidth_gbps = { value = 12.5, source = "sheet" })", "nic_bandwidth_gbps = 12.5"),
+               "key 'inter_node.nic_bandwidth_gbps' gives no source");
 }
 
 TEST(PlannerHardware, RefusesNonsense) {
-  expect_error(replaced("latency_us = 3", "latency_us = 3\nspeed = 1"), "unknown key 'intra_node.speed'");
-  expect_error(replaced("memory_gib = 16\n", ""), "missing key 'device.memory_gib'");
-  expect_error(replaced("memory_gib = 16", "memory_gib = -16"), "'device.memory_gib' must be positive");
-  expect_error(replaced("reserved_gib = 1", "reserved_gib = 16"), "must be less than memory_gib");
-  expect_error(replaced("memory_efficiency = 0.8", "memory_efficiency = 1.5"), "must be in (0, 1]");
+  expect_error(replaced("[intra_node]", "[intra_node]\nspeed = 1"), "unknown key 'intra_node.speed'");
+  expect_error(replaced("memory_gib = { value = 16, source = \"sheet\" }\n", ""), "missing table [device.memory_gib]");
+  expect_error(replaced("value = 16,", "value = -16,"), "'device.memory_gib.value' must be positive");
+  expect_error(replaced("value = 1, source = \"sheet\" }\nmemory_bandwidth", "value = 16, source = \"sheet\" }\nmemory_bandwidth"),
+               "must be less than memory_gib");
+  expect_error(replaced("value = 0.8,", "value = 1.5,"), "must be in (0, 1]");
   expect_error(replaced("nodes = 2", "nodes = 0"), "'cluster.nodes' must be at least 1");
   expect_error(replaced("nodes = 2", "nodes = \"two\""), "'cluster.nodes' must be an integer");
-  expect_error(replaced("[[1e8, 0.25], [1e10, 0.75]]", "[[1e10, 0.25], [1e8, 0.75]]"), "must increase");
-  expect_error(replaced("[[1e8, 0.25], [1e10, 0.75]]", "[[1e8, 1.25]]"), "fraction of peak must be in (0, 1]");
+  expect_error(replaced("[[128, 256, 1.0], [64, 64, 0.5]]", "[[128, 256, 1.5]]"), "efficiency must be in (0, 1]");
+  expect_error(replaced("[[128, 256, 1.0], [64, 64, 0.5]]", "[[128.5, 256, 1.0]]"), "positive integers");
+  expect_error(replaced("[[128, 256, 1.0], [64, 64, 0.5]]", "[]"), "at least one");
+  expect_error(replaced("[[8, 1.0], [2, 0.5], [1, 0.25]]", "[[8, 1.0], [2, 0.5]]"), "must end with [1, efficiency]");
+  expect_error(replaced("[[8, 1.0], [2, 0.5], [1, 0.25]]", "[[8, 1.0], [3, 0.5], [1, 0.25]]"), "must narrow");
+  expect_error(replaced("value = 8, source = \"sheet\" }\ngemm_tiles", "value = 0, source = \"sheet\" }\ngemm_tiles"),
+               "device.bf16.compute_units.value");
   expect_error(replaced("[device.bf16]", "[device.bf17]"), "unknown key 'device.bf17'");
   std::string no_network = kValid;
   no_network = no_network.substr(0, no_network.find("[inter_node]"));
@@ -115,11 +147,12 @@ TEST(PlannerHardware, ShippedPresetsParse) {
 }
 
 TEST(PlannerHardware, AVectorOnlyDtypeHasNoMatrixFiguresAndTheyComeTogether) {
-  ClusterSpec vector_f32 = parse_cluster(std::string(kValid) + "[device.f32]\nvector_tflops = 5\n", "x.toml");
+  const std::string vector_only = "[device.f32]\nvector_tflops = { value = 5, source = \"sheet\" }\n";
+  ClusterSpec vector_f32 = parse_cluster(std::string(kValid) + vector_only, "x.toml");
   EXPECT_FALSE(vector_f32.device.computes(DType::F32));
   EXPECT_TRUE(vector_f32.device.computes(DType::BF16));
-  expect_error(std::string(kValid) + "[device.f32]\nvector_tflops = 5\ngemm_efficiency = [[1e8, 0.5]]\n",
-               "missing key 'device.f32.matrix_tflops'");
+  expect_error(std::string(kValid) + vector_only + "gemm_k_step = { value = 8, source = \"sheet\" }\n",
+               "missing table [device.f32.matrix_tflops]");
 }
 
 // Every shipped preset plans a model in its default dtype (bf16 where the matrix engine has it): the

@@ -8,7 +8,7 @@
 
 namespace strata::testing {
 
-// A made-up f32 device: 10 TFLOP/s matrix, 1 TFLOP/s vector, 100 GB/s memory.
+// A made-up f32 device: 10 TFLOP/s matrix on 4 units in 64 x 64 tiles, 1 TFLOP/s vector, 100 GB/s memory.
 inline ClusterSpec test_cluster(int nodes, int devices_per_node, double memory_gib, double nic_gbps = 10,
                                 double intra_gbps = 100) {
   std::string text = fmt::format(R"(
@@ -18,23 +18,31 @@ nodes = {}
 devices_per_node = {}
 [device]
 name = "unit"
-memory_gib = {}
-reserved_gib = 0
-memory_bandwidth_gbps = 100
-memory_efficiency = 1
-op_overhead_us = 0
+memory_gib = {{ value = {}, source = "test" }}
+reserved_gib = {{ value = 0, source = "test" }}
+memory_bandwidth_gbps = {{ value = 100, source = "test" }}
+memory_efficiency = {{ value = 1, source = "test" }}
+op_overhead_us = {{ value = 0, source = "test" }}
 [device.f32]
-matrix_tflops = 10
-vector_tflops = 1
-gemm_efficiency = [[1e6, 0.5], [1e9, 1.0]]
-attention_efficiency = [[1e4, 0.5]]
+matrix_tflops = {{ value = 10, source = "test" }}
+vector_tflops = {{ value = 1, source = "test" }}
+compute_units = {{ value = 4, source = "test" }}
+gemm_tiles = {{ value = [[64, 64, 1.0]], source = "test" }}
+gemm_k_step = {{ value = 1, source = "test" }}
+gemm_tile_overhead_us = {{ value = 0, source = "test" }}
+gemm_alignment = {{ value = [[1, 1.0]], source = "test" }}
+attention_efficiency = {{ value = 0.5, source = "test" }}
+attention_backward_efficiency = {{ value = 0.5, source = "test" }}
+attention_block_rows = {{ value = 64, source = "test" }}
+attention_head_dim_step = {{ value = 1, source = "test" }}
+attention_tile_overhead_us = {{ value = 0, source = "test" }}
 [intra_node]
-bandwidth_gbps = {}
-latency_us = 1
+bandwidth_gbps = {{ value = {}, source = "test" }}
+latency_us = {{ value = 1, source = "test" }}
 [inter_node]
-nics_per_node = 1
-nic_bandwidth_gbps = {}
-latency_us = 5
+nics_per_node = {{ value = 1, source = "test" }}
+nic_bandwidth_gbps = {{ value = {}, source = "test" }}
+latency_us = {{ value = 5, source = "test" }}
 )",
                                  nodes, devices_per_node, memory_gib, intra_gbps, nic_gbps);
   return parse_cluster(text, "test.toml");

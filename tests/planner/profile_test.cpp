@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/toml_reader.h"
 #include "planner/auto_plan.h"
+#include "planner/device_time.h"
 
 namespace strata {
 namespace {
@@ -24,10 +25,11 @@ HardwareProfile sample_profile() {
   t.memory_bandwidth_Bps = 20e9;
   t.op_overhead_s = 2e-6;
   DTypeProfile f32;
-  f32.gemm = {{"matmul", {64, 64, 64, 0, 0}, 1e6, 1e-4},           // 10 GFLOP/s
-              {"matmul", {512, 512, 512, 0, 0}, 1e8, 2e-3},        // 50 GFLOP/s: the peak
-              {"matmul", {512, 512, 512, 0, 1}, 1e8, 2.5e-3},      // 40 GFLOP/s, same size: averaged
-              {"matmul", {1024, 1024, 1024, 0, 0}, 1e9, 2.5e-2}};  // 40 GFLOP/s
+  // m, n, k with 2 m n k = the FLOPs
+  f32.gemm = {{"matmul", {50, 100, 100, 0, 0}, 1e6, 1e-4},           // 10 GFLOP/s
+              {"matmul", {500, 100, 1000, 0, 0}, 1e8, 2e-3},         // 50 GFLOP/s: the peak
+              {"matmul", {500, 100, 1000, 0, 1}, 1e8, 2.5e-3},       // 40 GFLOP/s, same size
+              {"matmul", {500, 1000, 1000, 0, 0}, 1e9, 2.5e-2}};     // 40 GFLOP/s
   f32.attention = {{"attention", {1, 64, 64, 2}, 1e7, 1e-3}};      // 10 GFLOP/s
   f32.vector_flops = 5e9;
   t.dtypes[DType::F32] = f32;
@@ -46,7 +48,7 @@ TEST(PlannerProfile, RoundTripsThroughItsClusterFile) {
   ASSERT_EQ(back.threads.size(), 1u);
   EXPECT_EQ(back.threads[0].dtypes.at(DType::F32).gemm.size(), 4u);
   EXPECT_DOUBLE_EQ(back.threads[0].dtypes.at(DType::F32).gemm[1].seconds, 2e-3);
-  EXPECT_EQ(back.threads[0].dtypes.at(DType::F32).gemm[2].dims, (std::vector<int64_t>{512, 512, 512, 0, 1}));
+  EXPECT_EQ(back.threads[0].dtypes.at(DType::F32).gemm[2].dims, (std::vector<int64_t>{500, 100, 1000, 0, 1}));
   EXPECT_DOUBLE_EQ(back.threads[0].dtypes.at(DType::F32).vector_flops, 5e9);
   EXPECT_DOUBLE_EQ(back.threads[0].memory_bandwidth_Bps, 20e9);
   EXPECT_DOUBLE_EQ(back.threads[0].op_overhead_s, 2e-6);
@@ -78,11 +80,13 @@ TEST(PlannerProfile, DerivesThisMachineAsACluster) {
   ClusterSpec one = cluster_from_profile(sample_profile(), 2, 1, "p.json");
   const DTypePerformance& perf = one.device.performance(DType::F32);
   EXPECT_DOUBLE_EQ(perf.matrix_flops, 50e9);
-  ASSERT_EQ(perf.gemm.points.size(), 3u);
-  EXPECT_DOUBLE_EQ(perf.gemm.points[0].second, 0.2);
-  EXPECT_DOUBLE_EQ(perf.gemm.points[1].second, 0.9);  // (1.0 + 0.8) / 2
-  EXPECT_DOUBLE_EQ(perf.gemm.points[2].second, 0.8);
-  EXPECT_DOUBLE_EQ(perf.attention.at(1e7), 0.2);
+  // The same engine model as every device: a core per compute unit, fitted to the measured kernels.
+  EXPECT_EQ(perf.gemm.compute_units, 2);
+  const double predicted = one.device.op_overhead_s + gemm_compute_seconds({1, 500, 1000, 1000}, perf);
+  EXPECT_NEAR(predicted / 2.5e-2, 1.0, 0.25);
+  EXPECT_LE(perf.gemm.tiles[0].efficiency, 1.0);
+  EXPECT_GT(perf.attention.forward_efficiency, 0.0);
+  EXPECT_DOUBLE_EQ(perf.attention.backward_efficiency, perf.attention.forward_efficiency);  // forward measured only
   EXPECT_DOUBLE_EQ(one.device.memory_bandwidth_Bps, 20e9);
   EXPECT_THROW(cluster_from_profile(sample_profile(), 1, 1, "p.json"), Error);  // 1 thread not measured
   EXPECT_THROW(cluster_from_profile(sample_profile(), 2, 2, "p.json"), Error);  // two processes need links
@@ -116,7 +120,7 @@ TEST(PlannerProfile, RefusesBrokenFilesNamingTheKey) {
             std::string::npos)
       << error_of(negative);
   std::string short_row = good;
-  short_row.replace(short_row.find("[ 64, 64, 64, 0, 0, "), std::string("[ 64, 64, 64, 0, 0, ").size(), "[ 64, 64, 0, 0, ");
+  short_row.replace(short_row.find("[ 50, 100, 100, 0, 0, "), std::string("[ 50, 100, 100, 0, 0, ").size(), "[ 50, 100, 0, 0, ");
   EXPECT_NE(error_of(short_row).find("measured.threads.2.f32.gemm' entry 0 must be [m, n, k, transpose_a, transpose_b, "
                                      "flops, seconds]"),
             std::string::npos)

@@ -152,7 +152,8 @@ TEST_F(TrainerTest, ModelFlopsUtilisationFollowsThePalmFormula) {
   const std::string f32 = "[device.f32]\nmatrix_tflops = ";
   const size_t at = text.find(f32);
   ASSERT_NE(at, std::string::npos);
-  text.replace(at + f32.size(), text.find('\n', at + f32.size()) - at - f32.size(), "1.0");
+  text.replace(at + f32.size(), text.find('\n', at + f32.size()) - at - f32.size(),
+               "{ value = 1.0, source = \"test\" }");
   const fs::path cluster = root() / "one_tflops.toml";
   std::ofstream(cluster) << text;
   Trainer trainer(config("mfu", {"parallel.cluster=" + cluster.string()}));

@@ -1,0 +1,120 @@
+#include "planner/device_fit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "planner/device_time.h"
+
+namespace strata {
+
+namespace {
+
+// The measurement script's sets of real transformer GEMMs (layers; unfused attention's batched
+// products): the planner prices these, so they weigh three times a constructed sweep in the fit.
+const char* const kLayerShapes = "a";
+const char* const kAttentionShapes = "f";
+
+double median(std::vector<double> values) {
+  STRATA_CHECK(!values.empty(), "median of nothing");
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double predict_gemm(const GemmShape& shape, const DeviceSpec& device, DType dtype) {
+  OpWork op{"matmul", "matmul", OpKind::Gemm, 2.0 * static_cast<double>(shape.batch * shape.m * shape.n * shape.k),
+            static_cast<double>(shape.batch * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) *
+                                static_cast<int64_t>(dtype_size(dtype)))};
+  op.gemm = shape;
+  return op_seconds(op, device, dtype);
+}
+
+double predict_attention(const AttentionMeasurement& a, const DeviceSpec& device, DType dtype) {
+  OpWork op{a.shape.backward ? "attention_backward" : "attention", "attention", OpKind::Attention, a.flops, 0};
+  op.attention = a.shape;
+  return op_seconds(op, device, dtype);
+}
+
+}  // namespace
+
+DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured, const DeviceFitOptions& options) {
+  DeviceFit fit;
+  fit.device = base;
+  DeviceSpec& device = fit.device;
+  const double host_bound = options.host_bound_floors * measured.launch_floor_s;
+  const double gemm_host_bound = options.host_bound_floors * std::max(measured.launch_floor_s, measured.gemm_floor_s);
+
+  for (auto& [dtype, gemms] : measured.gemm) {
+    if (!device.computes(dtype)) continue;
+    // Every sweep weighs the same in the fit, however many shapes it has.
+    std::map<std::string, double> per_set;
+    for (const MeasuredGemm& g : gemms) {
+      if (g.sample.seconds >= gemm_host_bound) ++per_set[g.set];
+    }
+    std::vector<GemmMeasurement> samples;
+    for (const MeasuredGemm& g : gemms) {
+      if (g.sample.seconds < gemm_host_bound) continue;
+      samples.push_back(g.sample);
+      samples.back().weight = (g.set == kLayerShapes ? 6.0 : g.set == kAttentionShapes ? 3.0 : 1.0) / per_set[g.set];
+    }
+    if (samples.empty()) fail("{}: every {} GEMM ran below the host's floor; nothing to fit", measured.source, dtype_name(dtype));
+    fit.gemm[dtype] = fit_gemm_engine(device.dtypes.at(dtype), samples, device.op_overhead_s);
+    fit.gemm_samples[dtype] = samples.size();
+  }
+  if (fit.gemm.empty()) fail("{}: no GEMMs in a dtype device '{}' computes", measured.source, base.name);
+
+  // Attention, measured in bf16: one backend, both passes.
+  std::vector<AttentionMeasurement> attention;
+  for (const MeasuredAttention& a : measured.attention) {
+    if (a.backend == options.attention_backend && a.sample.seconds >= host_bound) attention.push_back(a.sample);
+  }
+  if (attention.empty()) fail("{}: no attention measured with backend '{}'", measured.source, options.attention_backend);
+  if (!device.computes(DType::BF16)) fail("device '{}' has no bf16 matrix engine to fit attention to", base.name);
+  fit.attention = fit_attention_engine(device.dtypes.at(DType::BF16), attention, device.op_overhead_s);
+
+  // f16 runs on the same tensor cores as bf16: an unmeasured f16 takes bf16's fit.
+  if (device.computes(DType::F16) && !fit.gemm.count(DType::F16) && fit.gemm.count(DType::BF16)) {
+    const DTypePerformance& bf16 = device.dtypes.at(DType::BF16);
+    device.dtypes.at(DType::F16).gemm = bf16.gemm;
+    device.dtypes.at(DType::F16).attention = bf16.attention;
+  }
+
+  // Streaming element-wise kernels (copy, add) on large tensors: the share of the datasheet bandwidth they reach.
+  fit.memory_efficiency = device.memory_efficiency;
+  if (options.memory) {
+    std::vector<double> shares;
+    for (const MeasuredMemoryOp& op : measured.memory_ops) {
+      if ((op.op == "copy" || op.op == "add") && op.bytes >= 256e6) {
+        shares.push_back(std::min(1.0, op.bytes / op.seconds / device.memory_bandwidth_Bps));
+      }
+    }
+    if (shares.empty()) fail("{}: no large copy or add to fit the memory efficiency to", measured.source);
+    fit.memory_efficiency = device.memory_efficiency = median(shares);
+  }
+
+  for (const auto& [dtype, gemms] : measured.gemm) {
+    if (!device.computes(dtype)) continue;
+    for (const MeasuredGemm& g : gemms) {
+      const GemmShape& s = g.sample.shape;
+      fit.kernels.push_back({"gemm", g.set, fmt::format("{}x{}x{}x{}", s.batch, s.m, s.n, s.k), dtype,
+                             g.sample.seconds, predict_gemm(s, device, dtype), g.sample.seconds >= gemm_host_bound});
+    }
+  }
+  for (const MeasuredAttention& a : measured.attention) {
+    const AttentionShape& s = a.sample.shape;
+    fit.kernels.push_back({"attention", fmt::format("{} {}", a.backend, s.backward ? "backward" : "forward"),
+                           fmt::format("problems {} seq {} head_dim {}", s.problems, s.seq, s.head_dim), DType::BF16,
+                           a.sample.seconds, predict_attention(a.sample, device, DType::BF16),
+                           a.backend == options.attention_backend && a.sample.seconds >= host_bound});
+  }
+  for (const MeasuredMemoryOp& op : measured.memory_ops) {
+    double predicted =
+        device.op_overhead_s + op.bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
+    fit.kernels.push_back({"memory", op.op, fmt::format("{:.0f} elements", op.elements), op.dtype, op.seconds,
+                           predicted, false});
+  }
+  return fit;
+}
+
+}  // namespace strata
