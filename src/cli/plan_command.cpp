@@ -34,6 +34,7 @@ struct PlanArgs {
   std::string sp, recompute, schedule;
   std::string attention = "fused";
   double bucket_mb = 25;
+  std::string accumulate = "separate";
 };
 
 PlanLimits limits_of(const PlanArgs& args) {
@@ -75,6 +76,10 @@ void plan(const PlanArgs& args) {
                           dtype, cluster};
   problem.attention = parse_attention_kernel(args.attention, "--attention");
   problem.bucket_bytes = args.bucket_mb * 1024 * 1024;
+  if (args.accumulate != "separate" && args.accumulate != "fused") {
+    fail("--accumulate must be separate or fused, got '{}'", args.accumulate);
+  }
+  problem.fused_accumulation = args.accumulate == "fused";
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
   std::optional<Explanation> explanation;
@@ -134,6 +139,9 @@ void add_plan_command(CLI::App& app) {
                       "GEMMs and softmax, the scores in memory)");
   command->add_option("--bucket-mb", args->bucket_mb, "MiB of gradients per data-parallel collective (parallel.bucket_mb)")
       ->check(CLI::PositiveNumber);
+  command->add_option("--accumulate", args->accumulate,
+                      "How micro-batch gradients are summed: separate (a pass after each, as Strata's trainer) or "
+                      "fused (inside the weight-gradient GEMMs, as Megatron)");
   command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
       ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });

@@ -235,9 +235,10 @@ struct CostModel::PlanFigures {
 
 struct CostModel::StageTime {
   double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0;
+  double zero_slowdown = 0;  // compute slowed by the ZeRO-2/3 collectives running beside it
   double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
   double forward = 0;   // the forward pass with its collectives and half the transfers (the replay's forward)
-  double total() const { return compute + recompute + tp + p2p + zero + accumulate; }
+  double total() const { return compute + recompute + tp + p2p + zero + zero_slowdown + accumulate; }
 };
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
@@ -381,13 +382,21 @@ double CostModel::bucketed(const PlanFigures& figures, Collective op, double byt
   return seconds;
 }
 
-double CostModel::exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward,
-                                    double backward, double recompute) {
-  if (figures.d == 1 || figures.zero < 2) return 0.0;
-  double reduce = bucketed(figures, Collective::ReduceScatter, kF32, DType::F32, layers, params);
-  if (figures.zero < 3) return std::max(0.0, reduce - backward - recompute);
-  double gather = bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, layers, params);
-  return std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - recompute);
+CostModel::Overlap CostModel::exposed_zero_comm(const PlanFigures& figures, double layers, double params,
+                                                double forward, double backward, double recompute) {
+  Overlap result;
+  if (figures.d == 1 || figures.zero < 2) return result;
+  const double reduce = bucketed(figures, Collective::ReduceScatter, kF32, DType::F32, layers, params);
+  double busy = reduce;
+  if (figures.zero < 3) {
+    result.exposed = std::max(0.0, reduce - backward - recompute);
+  } else {
+    const double gather = bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, layers, params);
+    result.exposed = std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - recompute);
+    busy += 2 * gather;
+  }
+  result.slowdown = problem_.cluster.device.comm_compute_slowdown * std::max(0.0, busy - result.exposed);
+  return result;
 }
 
 CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage, int layers, double p2p) {
@@ -413,8 +422,13 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
   if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
   double params = stage_params(figures, stage, layers);
-  st.zero = exposed_zero_comm(figures, n, params, forward, backward, st.recompute);
-  st.accumulate = accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
+  const Overlap zero = exposed_zero_comm(figures, n, params, forward, backward, st.recompute);
+  st.zero = zero.exposed;
+  st.zero_slowdown = zero.slowdown;
+  // Megatron-style runtimes add each micro-batch's weight gradient inside its GEMM (beta = 1): no pass of its own.
+  st.accumulate = problem_.fused_accumulation
+                      ? 0.0
+                      : accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
   st.backward = backward + st.recompute + n * layer.tp_backward;
   return st;
 }
@@ -464,6 +478,7 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   time.tp_comm = m * bottleneck.tp;
   time.pp_comm = m * bottleneck.p2p;
   time.zero_comm = m * bottleneck.zero;
+  time.overlap_slowdown = m * bottleneck.zero_slowdown;
   time.grad_accumulation = m * bottleneck.accumulate;
   time.bubble = pipeline - m * t_max;
   return time;
@@ -638,7 +653,7 @@ Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) 
   prediction.schedule_replayed = timing == PipelineTiming::Replayed;
   const Overlap reduction = data_parallel_comm(figures, layers, stages);
   prediction.time.dp_comm = reduction.exposed;
-  prediction.time.overlap_slowdown = reduction.slowdown;
+  prediction.time.overlap_slowdown += reduction.slowdown;
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);
   add_rates(prediction);

@@ -44,6 +44,9 @@ struct PlanningProblem {
   ClusterSpec cluster;
   AttentionKernel attention = AttentionKernel::Fused;  // Strata's own kernels are fused
   double bucket_bytes = 25.0 * 1024 * 1024;            // gradients per data-parallel collective (parallel.bucket_mb)
+  // Gradients accumulated by the weight-gradient GEMMs themselves (Megatron's gradient-accumulation
+  // fusion) rather than by a pass of their own after each micro-batch (Strata's trainer).
+  bool fused_accumulation = false;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };
@@ -134,9 +137,10 @@ class CostModel {
   double in_flight(const PlanFigures& figures, int stage) const;  // micro-batches whose activations it keeps
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
-  // ZeRO-2/3 collectives of one micro-batch that the stage's compute does not hide.
-  double exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward, double backward,
-                           double recompute);
+  // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute
+  // they slow down by running beside it.
+  Overlap exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward, double backward,
+                            double recompute);
   // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head.
   double bucketed(const PlanFigures& figures, comm::Collective op, double bytes_per_param, DType dtype, double layers,
                   double params);

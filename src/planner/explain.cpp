@@ -53,7 +53,7 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
       {"pipeline bubble", t.bubble, ""},
       {"ZeRO-2/3 collectives not hidden", t.zero_comm, ""},
       {"data-parallel reduction exposed", t.dp_comm, "past the last backward pass"},
-      {"compute slowed by the overlapped reduction", t.overlap_slowdown, ""},
+      {"compute slowed by collectives beside it", t.overlap_slowdown, "data-parallel reduction, ZeRO"},
       {"weight all-gather (ZeRO-1/2)", t.param_gather, ""},
       {"gradient accumulation", t.grad_accumulation, ""},
       {"optimizer", t.optimizer, "clipping and AdamW"},

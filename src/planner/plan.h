@@ -38,7 +38,7 @@ struct TimeBreakdown {
   double grad_accumulation = 0;  // adding each micro-batch's gradients into the accumulators
   double bubble = 0;             // pipeline fill and drain
   double dp_comm = 0;            // gradient reduction not hidden behind the last backward pass
-  double overlap_slowdown = 0;   // compute slowed by the gradient reduction running beside it
+  double overlap_slowdown = 0;   // compute slowed by the data-parallel and ZeRO collectives running beside it
   double param_gather = 0;       // ZeRO-1/2 all-gather of the updated weights
   double optimizer = 0;          // clipping and AdamW
   double total() const;

@@ -26,7 +26,7 @@ constexpr Component kComponents[] = {
     {"grad_accumulation", "gradient accumulation", &TimeBreakdown::grad_accumulation},
     {"bubble", "pipeline bubble", &TimeBreakdown::bubble},
     {"dp_comm", "data-parallel gradient reduction", &TimeBreakdown::dp_comm},
-    {"overlap_slowdown", "compute slowed by the overlapped reduction", &TimeBreakdown::overlap_slowdown},
+    {"overlap_slowdown", "compute slowed by collectives beside it", &TimeBreakdown::overlap_slowdown},
     {"param_gather", "weight all-gather", &TimeBreakdown::param_gather},
     {"optimizer", "optimizer", &TimeBreakdown::optimizer},
 };
