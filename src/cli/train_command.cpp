@@ -38,8 +38,25 @@ std::string find_on_path(const std::string& program) {
 
 // `strata train ... --nproc N` on one host: runs the same command as N ranks
 // under mpirun (as torchrun --nproc-per-node does) and never returns.
+// What `strata train` does besides training: --profile, --trace FILE, --trace-steps A:B.
+struct Instrumentation {
+  bool profile = false;
+  std::string trace;
+  std::string trace_steps;
+};
+
+void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
+  if (instrumentation.profile) trainer.enable_profiling();
+  if (!instrumentation.trace.empty()) {
+    TraceOptions options =
+        instrumentation.trace_steps.empty() ? TraceOptions{} : parse_trace_steps(instrumentation.trace_steps);
+    options.path = instrumentation.trace;
+    trainer.enable_tracing(options);
+  }
+}
+
 [[noreturn]] void exec_under_mpirun(int ranks, const std::string& config, const std::vector<std::string>& overrides,
-                                    bool profile) {
+                                    const Instrumentation& instrumentation) {
   if (launched_by_mpirun()) fail("--nproc: this command already runs under mpirun; drop --nproc or mpirun");
   std::string mpirun = find_on_path("mpirun");
   if (mpirun.empty()) fail("--nproc needs mpirun on PATH (Debian: apt-get install openmpi-bin)");
@@ -50,7 +67,9 @@ std::string find_on_path(const std::string& program) {
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   args.insert(args.end(), {std::filesystem::read_symlink("/proc/self/exe").string(), "train", config});
   for (const std::string& assignment : overrides) args.insert(args.end(), {"--set", assignment});
-  if (profile) args.push_back("--profile");
+  if (instrumentation.profile) args.push_back("--profile");
+  if (!instrumentation.trace.empty()) args.insert(args.end(), {"--trace", instrumentation.trace});
+  if (!instrumentation.trace_steps.empty()) args.insert(args.end(), {"--trace-steps", instrumentation.trace_steps});
   std::string shown;
   for (const std::string& arg : args) shown += (shown.empty() ? "" : " ") + arg;
   fmt::print("launching: {}\n", shown);
@@ -64,7 +83,7 @@ std::string find_on_path(const std::string& program) {
 }
 
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.
-int train(const TrainConfig& given, bool profile) {
+int train(const TrainConfig& given, const Instrumentation& instrumentation) {
   if (!launched_by_mpirun()) {
     for (auto [key, degree] : {std::pair{"parallel.dp", given.dp}, std::pair{"parallel.tp", given.tp},
                                std::pair{"parallel.pp", given.pp}}) {
@@ -76,7 +95,7 @@ int train(const TrainConfig& given, bool profile) {
       }
     }
     Trainer trainer(given);
-    if (profile) trainer.enable_profiling();
+    instrument(trainer, instrumentation);
     return trainer.run();
   }
   comm::MpiSession mpi;
@@ -99,7 +118,7 @@ int train(const TrainConfig& given, bool profile) {
   Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data), world),
                   tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel(),
                   pp > 1 ? PipelineParallel(mesh.group(MeshDimension::Pipeline)) : PipelineParallel());
-  if (profile) trainer.enable_profiling();
+  instrument(trainer, instrumentation);
   return trainer.run();
 }
 
@@ -111,16 +130,28 @@ void add_train_command(CLI::App& app) {
   auto overrides = std::make_shared<std::vector<std::string>>();
   command->add_option("config", *config_path, "TOML config file")->required();
   command->add_option("--set", *overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
-  auto profile = std::make_shared<bool>(false);
-  command->add_flag("--profile", *profile, "Time every kernel and print the time per op type at the end");
+  auto instrumentation = std::make_shared<Instrumentation>();
+  command->add_flag("--profile", instrumentation->profile,
+                    "Time every kernel and print the time per op type at the end");
+  command->add_option("--trace", instrumentation->trace,
+                      "Write a Chrome trace-event timeline (Perfetto, chrome://tracing) of the traced steps to FILE "
+                      "(every rank's kernels, collectives, data, optimizer, checkpoint) and print a gap analysis "
+                      "per step");
+  command->add_option("--trace-steps", instrumentation->trace_steps,
+                      "With --trace: the steps A:B to trace, A to B-1 as metrics.jsonl numbers them (A: to the "
+                      "end; default: every step of the run)");
   auto nproc = std::make_shared<int>(0);
   command->add_option("--nproc", *nproc, "Run as N data-parallel ranks on this host (starts mpirun)")
       ->check(CLI::PositiveNumber);
-  command->callback([config_path, overrides, profile, nproc] {
+  command->callback([config_path, overrides, instrumentation, nproc] {
     TrainConfig config = load_train_config(*config_path, *overrides);  // bad configs fail before any launch
-    if (*nproc > 0) exec_under_mpirun(*nproc, *config_path, *overrides, *profile);
+    if (!instrumentation->trace_steps.empty()) {
+      if (instrumentation->trace.empty()) fail("--trace-steps needs --trace FILE");
+      parse_trace_steps(instrumentation->trace_steps);  // bad ranges fail before any launch
+    }
+    if (*nproc > 0) exec_under_mpirun(*nproc, *config_path, *overrides, *instrumentation);
     // As a process killed by the signal would report it (shells, schedulers): 128 + its number.
-    if (int signal = train(config, *profile); signal != 0) std::exit(128 + signal);
+    if (int signal = train(config, *instrumentation); signal != 0) std::exit(128 + signal);
   });
 }
 

@@ -91,12 +91,50 @@ void Engine::launch(const std::shared_ptr<Operation>& op) {
   now_ = Operation::Clock::now();
   op->last_progress_ = now_;
   op->last_poll_ = now_;
+  if (trace::Tracer* tracer = trace::active()) [[unlikely]] {
+    op->tracer_ = tracer;
+    op->trace_start_us_ = trace::now_us();
+    op->trace_lane_ = tracer->acquire_lane();
+  }
   op->body_.start();
   if (op->body_.done()) {
-    op->finished_ = true;
+    mark_finished(*op);
     return;
   }
   active_.push_back(op);
+}
+
+namespace {
+
+// A span's arguments: what the call moves, over which group, how.
+std::string trace_args(const OpLabel& label) {
+  std::string args = fmt::format(R"({{"group":"{}","group_rank":{},"group_size":{},"seq":{},"bytes":{})",
+                                 label.group ? *label.group : "?", label.group_rank, label.group_size,
+                                 label.sequence, label.bytes);
+  if (label.algorithm != Algorithm::Auto) args += fmt::format(R"(,"algorithm":"{}")", algorithm_name(label.algorithm));
+  if (label.bytes > 0) args += fmt::format(R"(,"dtype":"{}")", dtype_name(label.dtype));
+  if (label.reduce >= 0) args += fmt::format(R"(,"reduce":"{}")", reduce_op_name(static_cast<ReduceOp>(label.reduce)));
+  if (label.root >= 0) args += fmt::format(R"(,"root":{})", label.root);
+  if (label.peer >= 0) args += fmt::format(R"(,"peer":{})", label.peer);
+  return args + "}";
+}
+
+// Blocking on peers (point to point, barriers) is idle time; on a collective, exposed communication.
+const char* wait_category(const OpLabel& label) {
+  const std::string_view kind = label.kind;
+  return kind == "send" || kind == "recv" || kind == "barrier" ? "idle" : "comm";
+}
+
+}  // namespace
+
+void Engine::mark_finished(Operation& op) {
+  op.finished_ = true;
+  if (!op.tracer_) [[likely]] return;
+  trace::Tracer* tracer = std::exchange(op.tracer_, nullptr);
+  if (trace::installed() != tracer) return;  // the tracer is gone
+  tracer->add(op.label_.kind, "comm_flight", op.trace_start_us_, trace::now_us() - op.trace_start_us_,
+              trace::kLaneTid0 + op.trace_lane_, trace_args(op.label_));
+  tracer->release_lane(op.trace_lane_);
 }
 
 void Engine::finish(Operation& op) {
@@ -119,7 +157,7 @@ bool Engine::advance(Operation& op, Operation::Clock::time_point now) {
   op.last_progress_ = now;
   std::coroutine_handle<> resume_point = std::exchange(op.resume_point_, {});
   resume_point.resume();
-  if (op.body_.done()) op.finished_ = true;
+  if (op.body_.done()) mark_finished(op);
   return true;
 }
 
@@ -144,6 +182,11 @@ bool Engine::test(Operation& op) {
 }
 
 void Engine::wait(Operation& op) {
+  trace::Span span(op.label_.kind, wait_category(op.label_));
+  if (span) [[unlikely]] {
+    span.set_name(std::string(op.label_.kind) + " wait");
+    span.set_args(trace_args(op.label_));
+  }
   int idle_polls = 0;
   auto idle_since = now_;
   std::chrono::microseconds sleep = kShortestSleep;

@@ -23,6 +23,7 @@
 #include "comm/collective.h"
 #include "comm/task.h"
 #include "core/dtype.h"
+#include "core/trace.h"
 
 namespace strata::comm {
 
@@ -99,6 +100,10 @@ class Operation {
   Clock::time_point last_progress_{};
   Clock::time_point last_poll_{};
   bool finished_ = false;
+  // Tracing (core/trace.h): the tracer recording when the operation started, its start and lane.
+  trace::Tracer* tracer_ = nullptr;
+  double trace_start_us_ = 0;
+  int trace_lane_ = -1;
 };
 
 // The process's operations in flight. Not thread-safe: use from one thread.
@@ -118,6 +123,7 @@ class Engine {
 
  private:
   bool advance(Operation& op, Operation::Clock::time_point now);
+  static void mark_finished(Operation& op);  // and, when traced, its span in flight
   bool progress_all();  // true when some operation moved
   static void finish(Operation& op);
   std::vector<std::shared_ptr<Operation>> active_;

@@ -2,6 +2,11 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/trace.h"
+
 namespace strata {
 
 CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const std::set<int>& kept)
@@ -80,15 +85,51 @@ void CompiledGraph::run_nodes(int slot_index, int begin, int end, const NodeHook
   prepare(slot);
   STRATA_CHECK(begin >= 0 && begin <= end && end <= graph_.num_nodes(), "nodes [{}, {}) of a graph of {}", begin, end,
                graph_.num_nodes());
+  trace::Span run_span(trace_name_, "graph");
+  trace::Tracer* const tracer = run_span.tracer();
+  int tid = 0;
+  if (tracer) [[unlikely]] {
+    run_span.set_args(fmt::format(R"({{"slot":{},"nodes":[{},{}]}})", slot_index, begin, end));
+    tid = tracer->thread_id();
+    if (trace_args_.empty()) make_trace_args();
+  }
   for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     const Node& node = graph_.nodes()[i];
     auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const double trace_start = tracer ? trace::now_us() : 0.0;
     dispatcher_.execute(choices_[i], slot.node_inputs[i], slot.node_outputs[i], node.attrs);
+    if (tracer) [[unlikely]] {
+      tracer->add(node.op, "kernel", trace_start, trace::now_us() - trace_start, tid, trace_args_[i]);
+    }
     if (profiling_) {
       timings_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++timings_[i].calls;
     }
     if (after_node) after_node(static_cast<int>(i));
+  }
+}
+
+void CompiledGraph::make_trace_args() {
+  trace_args_.clear();
+  auto shapes = [&](const std::vector<int>& values) {
+    nlohmann::json list = nlohmann::json::array();
+    for (int value : values) list.push_back(shape_str(graph_.value(value).meta.shape));
+    return list;
+  };
+  for (int id = 0; id < graph_.num_nodes(); ++id) {
+    const Node& node = graph_.node(id);
+    const KernelChoice& choice = choices_[static_cast<size_t>(id)];
+    const OpCost cost = graph_.node_cost(id);
+    nlohmann::json args = {{"label", node.label},
+                           {"node", id},
+                           {"graph", trace_name_},
+                           {"dtype", dtype_name(choice.dtype)},
+                           {"route", route_name(choice.route)},
+                           {"inputs", shapes(node.inputs)},
+                           {"outputs", shapes(node.outputs)},
+                           {"flops", cost.flops},
+                           {"bytes", cost.bytes}};
+    trace_args_.push_back(args.dump());
   }
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "graph/memory_plan.h"
@@ -47,6 +48,9 @@ class CompiledGraph {
   const std::vector<KernelChoice>& kernel_choices() const { return choices_; }  // per node
   void enable_profiling(bool enabled) { profiling_ = enabled; }
   const std::vector<NodeTiming>& timings() const { return timings_; }
+  // While a tracer records (core/trace.h), each run_nodes is a "graph" span named `name` and
+  // each node a "kernel" span (op type; label, shapes, dtype, FLOPs and bytes in its args).
+  void set_trace_name(std::string name) { trace_name_ = std::move(name); }
 
  private:
   struct Slot {
@@ -57,6 +61,7 @@ class CompiledGraph {
   };
   Slot make_slot() const;
   void prepare(Slot& slot) const;
+  void make_trace_args();
 
   const Graph& graph_;
   Dispatcher& dispatcher_;
@@ -65,6 +70,8 @@ class CompiledGraph {
   std::vector<KernelChoice> choices_;
   bool profiling_ = false;
   std::vector<NodeTiming> timings_;
+  std::string trace_name_ = "graph";
+  std::vector<std::string> trace_args_;  // per node, made at the first traced run
 };
 
 }  // namespace strata

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/trace.h"
+
 namespace strata {
 
 FallbackPolicy parse_fallback_policy(const std::string& text) {
@@ -79,6 +81,14 @@ DType Dispatcher::selecting_dtype(const OpSchema& schema, const Tensors& inputs)
 }
 
 void Dispatcher::run(const std::string& op, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  // An eager op (outside a compiled graph: the optimizer's, gradient bookkeeping) is a kernel span too.
+  trace::Span span(op, "kernel");
+  if (span) [[unlikely]] {
+    std::string shapes;
+    for (const Tensor& tensor : inputs) shapes += fmt::format("{}\"{}\"", shapes.empty() ? "" : ",", shape_str(tensor.shape()));
+    span.set_args(fmt::format(R"({{"eager":true,"dtype":"{}","inputs":[{}]}})",
+                              inputs.empty() ? "" : dtype_name(inputs.front().dtype()), shapes));
+  }
   const OpSchema& schema = OpRegistry::global().get(op);
   Metas expected = OpRegistry::global().infer(op, metas_of(inputs), attrs);
   STRATA_CHECK(expected == metas_of(outputs), "op '{}' given outputs of the wrong shape or dtype", op);

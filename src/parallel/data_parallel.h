@@ -41,6 +41,7 @@ class DataParallel {
   // Over every rank of the job: `mine` combined by `op` (in f32: small integers exactly).
   double over_world(double mine, comm::ReduceOp op);
   int world_rank() const { return world_ ? world_->rank() : 0; }
+  int world_size() const { return world_ ? world_->size() : 1; }
 
   // Rank r of D takes the contiguous block [r*n/D, (r+1)*n/D) of a step's n
   // micro-batches: a single process running them in order reads the same

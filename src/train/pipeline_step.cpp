@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "ops/collective_group.h"
 
 #include "train/trainer.h"
@@ -43,8 +45,11 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
   STRATA_CHECK(count == static_cast<int64_t>(step_tokens_.size()), "a pipeline step of {} micro-batches, made for {}",
                count, step_tokens_.size());
   // Every stage reads the step's windows up front, so the data position is the same on all.
-  for (int64_t micro = 0; micro < count; ++micro) {
-    train_loader_->next(step_tokens_[static_cast<size_t>(micro)], step_targets_[static_cast<size_t>(micro)]);
+  {
+    trace::Span span("load batches", "data");
+    for (int64_t micro = 0; micro < count; ++micro) {
+      train_loader_->next(step_tokens_[static_cast<size_t>(micro)], step_targets_[static_cast<size_t>(micro)]);
+    }
   }
   // Per chunk: slots are taken by a micro-batch's receive or forward and given back after its
   // backward and the send of its gradient.
@@ -82,6 +87,8 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
     const size_t micro = static_cast<size_t>(action.micro_batch);
     // The schedule's transfers are the graph's stage-boundary nodes, run when it says.
     auto run_node = [&](int node) { graph.run_nodes(slot, node, node + 1); };
+    trace::Span span(pipeline_op_name(action.op), "trainer");
+    if (span) span.set_args(fmt::format(R"({{"micro_batch":{},"chunk":{},"slot":{}}})", action.micro_batch, action.chunk, slot));
     switch (action.op) {
       case PipelineOp::ReceiveActivation:
         pipeline_wait_s_ += timed([&] { run_node(boundary.receive); });
@@ -119,7 +126,11 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
         break;
     }
   }
-  pipeline_wait_s_ += collective_group("pp").finish_sends();
+  {
+    trace::Span span("finish sends", "trainer");
+    pipeline_wait_s_ += collective_group("pp").finish_sends();
+  }
+  trace::Span span("losses from the last stage", "trainer");
   return pipeline_.from_last_stage(losses);
 }
 

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include <fmt/core.h>
@@ -18,6 +20,8 @@
 #include "backends/backends.h"
 #include "ckpt/hf_weights.h"
 #include "core/file_io.h"
+#include "core/json_file.h"
+#include "core/trace_analysis.h"
 #include "data/corpus.h"
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
@@ -302,6 +306,8 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     ModelChunk& chunk = chunks_[c];
     chunk.train_graph = std::make_unique<CompiledGraph>(chunk.train_model.graph, *dispatcher_, kept_values(chunk.train_model));
     chunk.eval_graph = std::make_unique<CompiledGraph>(chunk.eval_model.graph, *dispatcher_, kept_values(chunk.eval_model));
+    chunk.train_graph->set_trace_name(chunks_.size() > 1 ? fmt::format("train graph (chunk {})", c) : "train graph");
+    chunk.eval_graph->set_trace_name(chunks_.size() > 1 ? fmt::format("eval graph (chunk {})", c) : "eval graph");
     chunk.node_offset = nodes;
     nodes += chunk.train_model.graph.num_nodes();
   }
@@ -458,12 +464,16 @@ void Trainer::sum_tied_gradients() {
 
 double Trainer::run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                                 const CompiledGraph::NodeHook& after_node) {
-  loader.next(tokens_, targets_);
+  {
+    trace::Span span("load batch", "data");
+    loader.next(tokens_, targets_);
+  }
   graph.run(after_node);
   return graph.tensor(model.loss).item();
 }
 
 void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool accumulate) {
+  trace::Span span("collect_gradient", "kernel");
   const GradientEntry& entry = entries_[entry_index];
   STRATA_CHECK(entry.chunk == active_chunk_, "gradient of '{}' collected from chunk {}",
                specs_[held_[entry.param]].name, active_chunk_);
@@ -477,6 +487,9 @@ void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool acc
 }
 
 StepMetrics Trainer::step() {
+  if (tracer_) tracer_->set_recording(trace_options_.includes(completed_steps_ + 1));
+  trace::Span step_span("step", "step");
+  if (step_span) step_span.set_args(fmt::format(R"({{"step":{}}})", completed_steps_ + 1));
   auto start = std::chrono::steady_clock::now();
   const int64_t micro_batches = config_.accumulation_steps();
   const double loss_scale = scaler_.scale();
@@ -490,6 +503,8 @@ StepMetrics Trainer::step() {
   } else {
     for (int64_t micro = 0; micro < share.count; ++micro) {
       const bool first = micro == 0, last = micro + 1 == share.count;
+      trace::Span span("micro-batch", "trainer");
+      if (span) span.set_args(fmt::format(R"({{"micro_batch":{}}})", share.first + micro));
       losses.push_back(run_micro_batch(*chunks_.front().train_graph, chunks_.front().train_model, *train_loader_,
                                        [&](int node) {
         grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
@@ -499,21 +514,30 @@ StepMetrics Trainer::step() {
     }
   }
   train_loader_->skip(micro_batches - share.first - share.count);
-  const double comm_wait_s = grad_sync_->finish();
-  // The LM head's copy joins the embedding's gradient once, after both are summed over ranks.
-  for (size_t h = 0; h < head_copy_grads_.size(); ++h) {
-    Tensor& target = range_grads_[head_copy_targets_[h]];
-    dispatcher_->run("add", {target, head_copy_grads_[h]}, {target});
+  double comm_wait_s = 0;
+  {
+    trace::Span span("gradient sync", "trainer");
+    comm_wait_s = grad_sync_->finish();
+    // The LM head's copy joins the embedding's gradient once, after both are summed over ranks.
+    for (size_t h = 0; h < head_copy_grads_.size(); ++h) {
+      Tensor& target = range_grads_[head_copy_targets_[h]];
+      dispatcher_->run("add", {target, head_copy_grads_[h]}, {target});
+    }
+    sum_tied_gradients();
   }
-  sum_tied_gradients();
   double loss_sum = 0;
-  for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
+  {
+    trace::Span span("gather losses", "trainer");
+    for (double loss : parallel_.gather(losses, micro_batches)) loss_sum += loss;
+  }
   StepMetrics metrics;
   metrics.step = completed_steps_ + 1;
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
   if (pipeline_.degree() > 1) metrics.pipeline_wait_s = pipeline_wait_s_;
+  // Unscaling, the norm, clipping, the update and ZeRO's all-gather of the updated parameters.
+  std::optional<trace::Span> optimizer_span(std::in_place, "optimizer", "optimizer");
   if (loss_scale != 1.0) {
     for (Tensor& grad : range_grads_) dispatcher_->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
   }
@@ -540,6 +564,7 @@ StepMetrics Trainer::step() {
     }
     print(fmt::format("step {}: skipped, {}\n", metrics.step, metrics.skip_reason));
   }
+  optimizer_span.reset();
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t tokens = config_.global_batch * config_.model.block_size;
@@ -570,6 +595,7 @@ std::string Trainer::first_nonfinite_gradient() {
 }
 
 double Trainer::validation_loss() {
+  trace::Span span("validation", "validation");
   MicroBatchShare share = parallel_.share(config_.val_batches);
   val_loader_->seek({});
   val_loader_->skip(share.first);
@@ -603,6 +629,7 @@ nlohmann::json Trainer::layout_json() const {
 }
 
 void Trainer::save_checkpoint() {
+  trace::Span span("checkpoint save", "checkpoint");
   // Whole moments of this rank's shards: under ZeRO each rank contributes its share (the others'
   // elements are zero, so the sums are exact copies).
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
@@ -772,7 +799,10 @@ int Trainer::run() {
     metrics.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log) log->record(metrics, completed_steps_ - first_step);
     // Every rank learns of a signal any rank got, so all stop after the same step.
-    stopped_by = parallel_.agree_on_stop(StopSignals::received());
+    {
+      trace::Span span("agree on stop", "trainer");
+      stopped_by = parallel_.agree_on_stop(StopSignals::received());
+    }
     exiting = completed_steps_ == config_.exit_at_step;
     if (last || exiting || stopped_by != 0 ||
         (config_.checkpoint_every > 0 && completed_steps_ % config_.checkpoint_every == 0)) {
@@ -790,6 +820,8 @@ int Trainer::run() {
                       strsignal(stopped_by), completed_steps_,
                       (run_dir / checkpoint_dir_name(completed_steps_)).string()));
   }
+  std::string trace_report;
+  if (tracer_) trace_report = trace_summary(finish_trace());  // every rank takes part
   std::vector<double> peak_rss_mib = parallel_.gather({peak_rss_mib_of_this_process()}, parallel_.degree());
   if (!log) return stopped_by;  // the reporting rank prints the summaries
   log->finish();
@@ -815,7 +847,106 @@ int Trainer::run() {
   }
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
+  fmt::print("{}", trace_report);
   return stopped_by;
+}
+
+TraceOptions parse_trace_steps(const std::string& text) {
+  auto number = [&](std::string_view part) {
+    int64_t value = 0;
+    auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || error != std::errc() || end != part.data() + part.size()) {
+      fail("--trace-steps '{}': expected A:B (steps A to B-1, numbered from 1 as in metrics.jsonl), A: or A", text);
+    }
+    return value;
+  };
+  TraceOptions options;
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    options.first_step = number(text);
+    options.end_step = options.first_step + 1;
+  } else {
+    const std::string_view view(text);
+    options.first_step = colon == 0 ? 1 : number(view.substr(0, colon));
+    options.end_step = colon + 1 == text.size() ? 0 : number(view.substr(colon + 1));
+  }
+  if (options.first_step < 1) fail("--trace-steps '{}': steps are numbered from 1", text);
+  if (options.end_step != 0 && options.end_step <= options.first_step) {
+    fail("--trace-steps '{}': B must be after A (A:B traces steps A to B-1)", text);
+  }
+  return options;
+}
+
+void Trainer::enable_tracing(TraceOptions options) {
+  if (options.path.empty()) fail("--trace: give the file to write the timeline to");
+  trace_options_ = std::move(options);
+  tracer_ = std::make_unique<trace::Tracer>(parallel_.world_rank());
+  tracer_->install();  // recording starts with the first traced step
+}
+
+nlohmann::json Trainer::finish_trace() {
+  if (!tracer_) return {};
+  tracer_->set_recording(false);
+  const int rank = parallel_.world_rank(), ranks = parallel_.world_size();
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  // A common instant right after a barrier over the world: lines up ranks on hosts whose clocks differ.
+  parallel_.all_succeeded(true);
+  const double sync_us = trace::now_us();
+  nlohmann::json mine = tracer_->to_json({{"rank", rank},
+                                          {"host", host},
+                                          {"clock_sync_us", sync_us},
+                                          {"steps", fmt::format("{}:{}", trace_options_.first_step,
+                                                                trace_options_.end_step == 0
+                                                                    ? std::string()
+                                                                    : std::to_string(trace_options_.end_step))}});
+  tracer_.reset();  // uninstalled: nothing records from here on
+  const std::string& path = trace_options_.path;
+  auto part_path = [&](int r) { return trace::sibling_path(path, fmt::format(".rank{}.json", r)); };
+  // Every rank but the first writes its part beside the trace (the run directory's rule: a
+  // filesystem every rank sees); the first merges them once every rank has written.
+  std::string problem;
+  if (!parallel_.reports()) {
+    try {
+      write_file_atomic(part_path(rank), mine.dump());
+    } catch (const std::exception& error) {
+      problem = error.what();
+    }
+    if (!problem.empty()) fmt::print(stderr, "trace: rank {} could not write its part: {}\n", rank, problem);
+  }
+  const bool every_part = parallel_.all_succeeded(problem.empty());
+  if (!parallel_.reports()) return {};
+  if (!every_part) {
+    fmt::print(stderr, "trace: not written: a rank could not write its part of '{}' (its message says why)\n", path);
+    return {};
+  }
+  std::vector<nlohmann::json> parts;
+  parts.push_back(std::move(mine));
+  for (int r = 1; r < ranks; ++r) parts.push_back(read_json_file(part_path(r)));
+  nlohmann::json merged = trace::merge_traces(parts);
+  write_file_atomic(path, merged.dump());
+  for (int r = 1; r < ranks; ++r) std::filesystem::remove(part_path(r));
+  return merged;
+}
+
+std::string Trainer::trace_summary(const nlohmann::json& merged) const {
+  if (merged.is_null()) return "";
+  const std::vector<trace::StepGaps> steps = trace::analyse_steps(merged);
+  const std::string gaps_path = trace::sibling_path(trace_options_.path, ".gaps.json");
+  write_file_atomic(gaps_path, trace::gaps_to_json(steps).dump(2));
+  size_t spans = 0;
+  std::set<int> ranks;
+  for (const nlohmann::json& event : merged["traceEvents"]) {
+    spans += event.value("ph", "") == "X";
+    ranks.insert(event.value("pid", 0));
+  }
+  std::set<int64_t> traced;
+  for (const trace::StepGaps& gaps : steps) traced.insert(gaps.step);
+  return fmt::format("trace: {} ({} spans, {} rank(s), steps {}; open in https://ui.perfetto.dev or "
+                     "chrome://tracing); gap analysis also in {}\n{}",
+                     trace_options_.path, spans, ranks.size(),
+                     traced.empty() ? std::string("none") : fmt::format("{}-{}", *traced.begin(), *traced.rbegin()),
+                     gaps_path, trace::format_gap_analysis(steps));
 }
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 
 #include "ckpt/training_checkpoint.h"
 #include "core/file_lock.h"
+#include "core/trace.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
 #include "model/model_graph.h"
@@ -29,6 +30,18 @@
 
 namespace strata {
 
+// `strata train --trace FILE [--trace-steps A:B]`: the profiler timeline of steps [first, end)
+// (numbered as metrics.jsonl numbers them, from 1; end 0: to the end of the run), with what runs
+// after each traced step (validation, checkpoint save).
+struct TraceOptions {
+  std::string path;
+  int64_t first_step = 1;
+  int64_t end_step = 0;
+  bool includes(int64_t step) const { return step >= first_step && (end_step == 0 || step < end_step); }
+};
+// "A:B" (inclusive-exclusive), "A:" (from A to the end) or "A" (step A alone); errors name the flag.
+TraceOptions parse_trace_steps(const std::string& text);
+
 class Trainer {
  public:
   // `parallel` spreads each step's micro-batches over data-parallel ranks,
@@ -48,6 +61,12 @@ class Trainer {
   void save_checkpoint();
   // Times every kernel of the training graph; run() then prints where the time went.
   void enable_profiling() { chunks_.front().train_graph->enable_profiling(true); profiling_ = true; }
+
+  // Records a Chrome trace-event timeline (core/trace.h) of the steps `options` names; run()
+  // writes it (rank 0 merging every rank's part) and prints the gap analysis of each traced step.
+  void enable_tracing(TraceOptions options);
+  // Writes the trace now (run() does it at its end); returns the merged trace on the reporting rank.
+  nlohmann::json finish_trace();
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
@@ -75,8 +94,13 @@ class Trainer {
   void bind_inputs();  // params, data and pipeline buffers of both graphs
   void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
   void print(const std::string& text) const;  // on the reporting rank only
+  std::string trace_summary(const nlohmann::json& merged) const;  // writes the gaps file; the text to print
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
   double model_flops_per_token() const;
+
+  // First, so that it outlives every communication handle the members below may still hold.
+  std::unique_ptr<trace::Tracer> tracer_;
+  TraceOptions trace_options_;
 
   TrainConfig config_;
   DataParallel parallel_;

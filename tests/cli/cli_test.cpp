@@ -125,6 +125,29 @@ TEST_F(CliTest, BadOverrideIsNamed) {
   EXPECT_THAT(result.output, HasSubstr("model.n_head"));
 }
 
+TEST_F(CliTest, TraceWritesATimelineAndBadTraceStepsAreNamed) {
+  std::string config = prepared_config();
+  StrataRun orphan = run_strata("train " + config + " --trace-steps 1:2");
+  EXPECT_EQ(orphan.exit_code, 1);
+  EXPECT_THAT(orphan.output, HasSubstr("--trace-steps needs --trace FILE"));
+  const fs::path file = dir_ / "timeline.json";
+  StrataRun backwards = run_strata("train " + config + " --trace " + file.string() + " --trace-steps 3:1");
+  EXPECT_EQ(backwards.exit_code, 1);
+  EXPECT_THAT(backwards.output, HasSubstr("--trace-steps '3:1'"));
+  EXPECT_FALSE(fs::exists(dir_ / "run"));  // refused before training
+
+  StrataRun traced = run_strata("train " + config + " --trace " + file.string() + " --trace-steps 2:");
+  EXPECT_EQ(traced.exit_code, 0) << traced.output;
+  EXPECT_THAT(traced.output, HasSubstr("gap analysis"));
+  EXPECT_THAT(traced.output, HasSubstr("top ops by compute time"));
+  std::ifstream in(file);
+  nlohmann::json trace = nlohmann::json::parse(in);
+  int steps = 0;
+  for (const nlohmann::json& event : trace["traceEvents"]) steps += event.value("cat", "") == "step";
+  EXPECT_EQ(steps, 1);  // step 2 of 2
+  EXPECT_TRUE(fs::exists(dir_ / "timeline.gaps.json"));
+}
+
 TEST_F(CliTest, TrainsSamplesAndKeepsCheckpointsOnBadInput) {
   std::string config = prepared_config();
   StrataRun trained = run_strata("train " + config);
