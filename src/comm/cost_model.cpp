@@ -96,7 +96,16 @@ class Schedule {
   std::vector<int> leaving_, entering_;
 };
 
-constexpr double kWireFloat = 4.0;  // reducing phases carry fp32 partial sums
+constexpr double kWireFloat = 4.0;  // Strata's reducing phases carry fp32 partial sums
+
+// Bytes per element a reducing phase sends, and per element it combines in a pass of its own.
+struct Reducing {
+  double wire;
+  double combine;
+};
+Reducing reducing(const ModelOptions& options, double width) {
+  return options.fused_reduction ? Reducing{width, 0.0} : Reducing{kWireFloat, kWireFloat};
+}
 
 Flows ring_flows(int ranks) {
   Flows flows;
@@ -160,14 +169,14 @@ double range(const std::vector<double>& starts, int lo, int hi) {
 }
 
 // Recursive halving: distance pof2/2 first; each rank sends the half it does not keep.
-void halving_steps(Schedule& schedule, const Fold& fold, const std::vector<double>& starts) {
+void halving_steps(Schedule& schedule, const Fold& fold, const std::vector<double>& starts, const Reducing& r) {
   for (int size = fold.pof2; size > 1; size /= 2) {
     int half = size / 2;
     double largest = 0.0;
     for (int lo = 0; lo < fold.pof2; lo += size) {
       largest = std::max({largest, range(starts, lo, lo + half), range(starts, lo + half, lo + size)});
     }
-    schedule.step(exchange_flows(fold, half), largest * kWireFloat, largest * kWireFloat);
+    schedule.step(exchange_flows(fold, half), largest * r.wire, largest * r.combine);
   }
 }
 
@@ -188,32 +197,33 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
   int p = topology.ranks();
   Schedule schedule(topology);
   Fold fold(p);
+  const Reducing r = reducing(options, width);
   switch (algorithm) {
     case Algorithm::Ring: {
       double block = count / p;
       Flows flows = ring_flows(p);
-      schedule.step(flows, block * kWireFloat, block * kWireFloat, p - 1);
+      schedule.step(flows, block * r.wire, block * r.combine, p - 1);
       schedule.step(flows, block * width, 0.0, p - 1);
       break;
     }
     case Algorithm::RecursiveDoubling:
-      schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
+      schedule.step(fold_flows(fold, true), count * r.wire, count * r.combine);
       for (int mask = 1; mask < fold.pof2; mask *= 2) {
-        schedule.step(exchange_flows(fold, mask), count * kWireFloat, count * kWireFloat);
+        schedule.step(exchange_flows(fold, mask), count * r.wire, count * r.combine);
       }
       schedule.step(fold_flows(fold, false), count * width, 0.0);
       break;
     case Algorithm::RecursiveHalvingDoubling: {
       std::vector<double> starts = even_ranges(count, fold.pof2);
-      schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
-      halving_steps(schedule, fold, starts);
+      schedule.step(fold_flows(fold, true), count * r.wire, count * r.combine);
+      halving_steps(schedule, fold, starts, r);
       doubling_steps(schedule, fold, starts, width);
       schedule.step(fold_flows(fold, false), count * width, 0.0);
       break;
     }
     case Algorithm::BinomialTree:
       for (int mask = 1; mask < p; mask *= 2) {
-        schedule.step(binomial_flows(p, mask, true), count * kWireFloat, count * kWireFloat);
+        schedule.step(binomial_flows(p, mask, true), count * r.wire, count * r.combine);
       }
       for (int mask = 1; mask < p; mask *= 2) schedule.step(binomial_flows(p, mask, false), count * width, 0.0);
       break;
@@ -222,7 +232,7 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       // one combine) and sums the p copies (p - 1 combines), all fp32.
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
-      cost.transfer_s = count * kWireFloat * p / topology.reduce_Bps;
+      cost.transfer_s = count * kWireFloat * p / topology.reduce_Bps;  // a CPU engine's, always fp32
       return cost;
     }
     case Algorithm::DirectRead: {
@@ -230,7 +240,8 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       // with its own; ranks meet twice (enter, done reading).
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
-      cost.transfer_s = (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);
+      cost.transfer_s =
+          (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::Hierarchical: {
@@ -239,7 +250,7 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       double part = count / local;
       Flows flows = ring_flows(local);
       Schedule intra(node);
-      intra.step(flows, part * kWireFloat, part * kWireFloat, local - 1);
+      intra.step(flows, part * r.wire, part * r.combine, local - 1);
       intra.step(flows, part * width, 0.0, local - 1);
       CallShape column_shape{Collective::AllReduce, part * width, shape.dtype};
       TopologyDesc column = column_topology(topology);
@@ -264,14 +275,15 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
   Schedule schedule(topology);
   Fold fold(p);
   double block = count / p;
+  const Reducing r = reducing(options, width);
   switch (shape.op) {
     case Collective::ReduceScatter:
       if (algorithm == Algorithm::Ring) {
-        schedule.step(ring_flows(p), block * kWireFloat, block * kWireFloat, p - 1);
+        schedule.step(ring_flows(p), block * r.wire, block * r.combine, p - 1);
       } else {
-        schedule.step(fold_flows(fold, true), count * kWireFloat, count * kWireFloat);
-        halving_steps(schedule, fold, block_ranges(fold, block));
-        schedule.step(fold_flows(fold, false), block * kWireFloat, 0.0);
+        schedule.step(fold_flows(fold, true), count * r.wire, count * r.combine);
+        halving_steps(schedule, fold, block_ranges(fold, block), r);
+        schedule.step(fold_flows(fold, false), block * r.wire, 0.0);
       }
       break;
     case Collective::AllGather:

@@ -78,6 +78,11 @@ inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};
   size_t chunk_bytes = kDefaultChunkBytes;  // pipelined ring broadcast sends chunks of this size
+  // How reducing phases work. Strata's engine (false) sends fp32 partial sums
+  // and combines them in a pass of its own; device libraries such as NCCL and
+  // HCCL (true) send the data's dtype and combine as they copy, so a reduction
+  // costs its transfers alone.
+  bool fused_reduction = false;
 
   const Calibration& of(Algorithm algorithm) const {
     return calibration[static_cast<size_t>(algorithm)];
@@ -87,7 +92,8 @@ struct ModelOptions {
 
 // One call: `bytes` is nccl-tests' size (the whole buffer for all_reduce and
 // broadcast, the whole input of reduce_scatter, the whole output of
-// all_gather). Reducing phases move fp32 partial sums whatever the dtype.
+// all_gather). Reducing phases move fp32 partial sums whatever the dtype,
+// unless ModelOptions::fused_reduction.
 struct CallShape {
   Collective op = Collective::AllReduce;
   double bytes = 0.0;

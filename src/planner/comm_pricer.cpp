@@ -53,7 +53,9 @@ double CommPricer::collective(comm::Collective op, double bytes, int size, int s
   auto found = cache_.find(key);
   if (found != cache_.end()) return found->second;
   comm::CallShape shape{op, bytes, dtype};
-  double seconds = comm::choose_algorithm(shape, group_topology(size, stride)).predicted_s;
+  comm::ModelOptions options;
+  options.fused_reduction = cluster_.collectives != "strata";
+  double seconds = comm::choose_algorithm(shape, group_topology(size, stride), options).predicted_s;
   cache_.emplace(key, seconds);
   return seconds;
 }

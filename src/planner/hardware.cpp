@@ -202,10 +202,16 @@ ClusterSpec read_cluster(const TomlReader& fields) {
   ClusterSpec spec;
   spec.source = source;
   TomlReader cluster = fields.table("cluster");
-  cluster.only({"name", "nodes", "devices_per_node"});
+  cluster.only({"name", "nodes", "devices_per_node", "collectives"});
   spec.name = cluster.non_empty_string("name");
   spec.nodes = static_cast<int>(cluster.integer("nodes", 1));
   spec.devices_per_node = static_cast<int>(cluster.integer("devices_per_node", 1));
+  if (cluster.has("collectives")) {
+    spec.collectives = cluster.non_empty_string("collectives");
+    if (spec.collectives != "strata" && spec.collectives != "nccl" && spec.collectives != "hccl") {
+      cluster.fail_key("collectives", fmt::format("must be strata, nccl or hccl, got '{}'", spec.collectives));
+    }
+  }
 
   spec.device = read_device(fields.table("device"));
 

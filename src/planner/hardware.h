@@ -7,6 +7,9 @@
 //   name = "DGX A100 80GB"
 //   nodes = 1                       # integer >= 1
 //   devices_per_node = 8            # integer >= 1
+//   collectives = "nccl"            # optional: who runs the collectives; "strata" (default: this engine,
+//                                   # fp32 partial sums combined in a pass of their own), "nccl" or "hccl"
+//                                   # (the data's dtype on the wire, combined as it is copied)
 //   [device]                        # every figure from here on is { value = ..., source = "..." }:
 //   name = "A100-SXM4-80GB"         # the datasheet, paper or measurement it comes from (a bare
 //   memory_gib = 80                 # number is refused). Shown bare below for brevity.
@@ -132,6 +135,7 @@ struct ClusterSpec {
   std::string source;  // the file (or profile) it came from, for messages
   int nodes = 1;
   int devices_per_node = 1;
+  std::string collectives = "strata";  // strata, nccl or hccl
   DeviceSpec device;
   LinkSpec intra_node;  // per device
   LinkSpec nic;         // per network port

@@ -77,6 +77,17 @@ TEST(PlannerHardware, ParsesUnitsOfADescription) {
   EXPECT_THROW(c.device.performance(DType::F32), Error);
 }
 
+TEST(PlannerHardware, NamesWhoRunsTheCollectives) {
+  EXPECT_EQ(parse_cluster(kValid, "ok.toml").collectives, "strata");  // the default: this engine
+  EXPECT_EQ(parse_cluster(replaced("devices_per_node = 4", "devices_per_node = 4\ncollectives = \"nccl\""), "ok.toml")
+                .collectives,
+            "nccl");
+  expect_error(replaced("devices_per_node = 4", "devices_per_node = 4\ncollectives = \"gloo\""),
+               "'cluster.collectives' must be strata, nccl or hccl");
+  EXPECT_EQ(load_cluster(testing::preset_path("dgx-h100")).collectives, "nccl");
+  EXPECT_EQ(load_cluster(testing::preset_path("ascend-910b")).collectives, "hccl");
+}
+
 TEST(PlannerHardware, ReadsTheMatrixEngine) {
   const ClusterSpec cluster = parse_cluster(kValid, "ok.toml");
   const DTypePerformance& bf16 = cluster.device.performance(DType::BF16);
@@ -130,7 +141,8 @@ TEST(PlannerHardware, RefusesNonsense) {
 }
 
 TEST(PlannerHardware, ShippedPresetsParse) {
-  for (const char* name : {"dgx-a100-80gb", "dgx-h100", "ascend-910b", "this-machine"}) {
+  for (const char* name :
+       {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "grand-teton-h100", "ascend-910b", "this-machine"}) {
     ClusterSpec c = load_cluster(testing::preset_path(name));
     EXPECT_GE(c.devices(), 2) << name;
     EXPECT_FALSE(c.device.dtypes.empty()) << name;
@@ -158,7 +170,8 @@ TEST(PlannerHardware, AVectorOnlyDtypeHasNoMatrixFiguresAndTheyComeTogether) {
 // Every shipped preset plans a model in its default dtype (bf16 where the matrix engine has it): the
 // optimizer's f32 element-wise work is priced on every device, the Ascend's vector units included.
 TEST(PlannerHardware, EveryShippedPresetPlansAModel) {
-  for (const char* name : {"dgx-a100-80gb", "dgx-h100", "ascend-910b", "this-machine"}) {
+  for (const char* name :
+       {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "grand-teton-h100", "ascend-910b", "this-machine"}) {
     ClusterSpec cluster = load_cluster(testing::preset_path(name));
     DType dtype = cluster.device.computes(DType::BF16) ? DType::BF16 : DType::F32;
     CostModel model(PlanningProblem{"gpt2-small", model_preset("gpt2-small").config, 64, 1024, dtype, cluster});

@@ -252,3 +252,34 @@ TEST(CostModel, ValidationNamesTheProblem) {
 
 }  // namespace
 }  // namespace strata::comm
+
+namespace strata::comm {
+namespace {
+
+// A device library (NCCL, HCCL) sends the data's dtype and combines as it copies: a bf16 ring
+// reduce-scatter costs what a bf16 ring all-gather of the same buffer costs, and an all-reduce the
+// two of them; Strata's own engine sends fp32 partial sums and combines in a pass of its own.
+TEST(CostModel, FusedReductionsSendTheDataDtypeAndCostTheirTransfersAlone) {
+  const double bytes = 1 << 24;
+  TopologyDesc topology;
+  topology.nodes = 1;
+  topology.ranks_per_node = 8;
+  topology.intra = {2e-6, 10e9};
+  topology.inter = topology.intra;
+  topology.reduce_Bps = 8e9;
+  ModelOptions device_library;
+  device_library.fused_reduction = true;
+  auto cost = [&](Collective op, const ModelOptions& options) {
+    return predict_seconds({op, bytes, DType::BF16}, Algorithm::Ring, topology, options);
+  };
+  const double gather = cost(Collective::AllGather, device_library);
+  EXPECT_NEAR(cost(Collective::ReduceScatter, device_library), gather, 1e-12);
+  EXPECT_NEAR(cost(Collective::AllReduce, device_library), 2 * gather, 1e-12);
+  // Strata's engine: twice the bytes on the wire (fp32 sums of bf16 data) plus the combining pass.
+  const double p = 8, f = (p - 1) / p;
+  EXPECT_NEAR(cost(Collective::ReduceScatter, ModelOptions{}), (p - 1) * 2e-6 + f * bytes * 2 / 10e9 + f * bytes * 2 / 8e9,
+              1e-12);
+}
+
+}  // namespace
+}  // namespace strata::comm

@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""Planner validation: `strata plan`'s predicted step time against published training runs.
+
+For every row of bench/planner/published/*.csv (README.md there describes the columns) this
+writes the model as a [model] TOML, maps the device to a cluster preset, asks
+`strata plan ... --json --top 1` for exactly the published layout and compares plans[0].step_s
+with measured_iteration_s. Rows the planner cannot express are skipped (and listed, with the
+reason); layouts the planner refuses (memory, invalid) are listed as rejected. Neither counts in
+the error figures.
+
+Figures: per row the error pred/meas - 1; per source and overall the mean absolute error (MAE,
+mean |pred/meas - 1|) and the Spearman rank correlation of predicted vs measured within groups of
+runs of the same model on the same device (source + model + device, groups of >= 3 rows; average
+ranks for ties), per group and the mean over groups.
+
+Usage: validate.py [--csv FILE...] [--rows ID,ID,...] [--max-mae PCT | --max-mae-file FILE]
+                   [--strict] [--json OUT] [--strata PATH] [--keep DIR]
+Exit status: 0; 1 when the overall MAE exceeds --max-mae (or no row could be evaluated then), or
+with --strict a selected row was rejected / failed; 2 on bad arguments or input.
+Python 3 standard library only.
+"""
+import argparse
+import csv
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PUBLISHED = os.path.join(REPO, "bench", "planner", "published")
+GPUS_PER_NODE = 8
+
+# device column -> cluster preset (all 8 devices per node).
+DEVICE_PRESETS = [
+    (lambda d: d == "a100-80gb", "configs/clusters/dgx-a100-80gb.toml"),
+    (lambda d: d == "a100-40gb", "configs/clusters/dgx-a100-40gb.toml"),
+    (lambda d: d == "h100-sxm", "configs/clusters/dgx-h100.toml"),
+    (lambda d: d.startswith("other: H100 96GB") or d.startswith("other: H100 94GB"),
+     "configs/clusters/grand-teton-h100.toml"),
+]
+
+# Fields the planner needs; an empty cell or 'unknown' means the source does not give it.
+REQUIRED = ["micro_batch", "recompute", "zero", "attention", "virtual_stages", "sp", "dtype"]
+DTYPES = {"bf16": "bf16", "fp16": "f16"}
+
+# Breakdown terms shown in the table (plans[0].time_s keys), in this order; the rest are summed as 'other'.
+TERMS = [("compute", "compute"), ("recompute", "recomp"), ("tp_comm", "tp"), ("pp_comm", "pp"),
+         ("bubble", "bubble"), ("dp_comm", "dp"), ("zero_comm", "zero"), ("param_gather", "gather")]
+
+
+def fail_usage(message):
+    print(f"validate.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def preset_for(device):
+    for match, preset in DEVICE_PRESETS:
+        if match(device):
+            return preset
+    return None
+
+
+def unknown(value):
+    return value is None or value.strip() == "" or value.strip().lower() == "unknown"
+
+
+def skip_reasons(row):
+    """Why the planner cannot express this row ([] when it can)."""
+    reasons = []
+    cp = row.get("cp", "").strip()
+    if cp and cp != "1":
+        reasons.append(f"context parallelism cp={cp} (the planner has none)")
+    if row.get("dtype", "").strip() == "fp8":
+        reasons.append("dtype fp8 (float8 linears are not modelled)")
+    missing = [f for f in REQUIRED if unknown(row.get(f))]
+    if missing:
+        reasons.append("not given: " + ", ".join(missing))
+    dtype = row.get("dtype", "").strip()
+    if not unknown(dtype) and dtype != "fp8" and dtype not in DTYPES:
+        reasons.append(f"dtype {dtype} has no planner dtype")
+    if preset_for(row.get("device", "").strip()) is None:
+        reasons.append(f"no cluster preset for device '{row.get('device', '')}'")
+    gpus = int(row["gpus"])
+    if gpus % GPUS_PER_NODE != 0:
+        reasons.append(f"{gpus} GPUs are not whole {GPUS_PER_NODE}-GPU nodes")
+    if row.get("gpus_per_node", "8").strip() not in ("", str(GPUS_PER_NODE)):
+        reasons.append(f"gpus_per_node {row['gpus_per_node']} (presets have {GPUS_PER_NODE})")
+    if unknown(row.get("measured_iteration_s")):
+        reasons.append("no measured iteration time")
+    family = row.get("family", "").strip()
+    if family not in ("gpt", "llama"):
+        reasons.append(f"family '{family}' has no planner family")
+    elif family == "gpt" and row["n_kv_head"].strip() not in ("", row["n_head"].strip()):
+        reasons.append("gpt row with grouped-query attention (gpt2 family has none)")
+    return reasons
+
+
+def model_toml(row):
+    """The [model] table for a row, and notes on approximations."""
+    notes = []
+    hidden, ffn = int(row["hidden"]), int(row["ffn_hidden"])
+    lines = ["[model]"]
+    if row["family"] == "gpt":
+        # gpt2 family: GeLU MLP of intermediate_size (default 4*n_embd), LayerNorm, learned positions, tied head.
+        lines.append('family = "gpt2"')
+        if ffn != 4 * hidden:
+            notes.append(f"ffn_hidden {ffn} != 4*hidden {4 * hidden}: intermediate_size set")
+    else:
+        lines.append('family = "llama"')
+    lines += [f"n_layer = {int(row['n_layer'])}", f"n_head = {int(row['n_head'])}", f"n_embd = {hidden}",
+              f"vocab_size = {int(row['vocab'])}", f"block_size = {int(row['seq'])}",
+              f"intermediate_size = {ffn}"]
+    if row["family"] == "llama":
+        lines.append(f"n_kv_head = {int(row['n_kv_head'])}")
+        # Llama 3 (the only llama family here) has an untied output head; rope settings stay default.
+        lines.append("tie_word_embeddings = false")
+    return "\n".join(lines) + "\n", notes
+
+
+def plan_command(strata, row, model_path):
+    preset = os.path.join(REPO, preset_for(row["device"].strip()))
+    pp = int(row["pp"])
+    cmd = [strata, "plan", model_path, preset,
+           "--nodes", str(int(row["gpus"]) // GPUS_PER_NODE),
+           "--dp", row["dp"].strip(), "--tp", row["tp"].strip(), "--pp", str(pp),
+           "--micro-batch", row["micro_batch"].strip(), "--global-batch", row["global_batch"].strip(),
+           "--seq", row["seq"].strip(), "--dtype", DTYPES[row["dtype"].strip()],
+           "--zero", row["zero"].strip(), "--recompute", row["recompute"].strip(),
+           "--sp", "on" if row["sp"].strip() == "1" else "off"]
+    if pp > 1:
+        v = int(row["virtual_stages"])
+        if v > 1:
+            cmd += ["--schedule", "interleaved", "--virtual-stages", str(v)]
+        else:
+            cmd += ["--schedule", "1f1b"]
+    cmd += ["--attention", row["attention"].strip()]
+    # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion).
+    if row.get("framework", "").strip().startswith("megatron"):
+        cmd += ["--accumulate", "fused"]
+    cmd += ["--json", "--top", "1"]
+    return cmd
+
+
+def rejection_reason(result):
+    parts = []
+    for r in result.get("rejected", []):
+        text = f"{r.get('reason', '?')} (e.g. {r.get('example', '?')})"
+        details = r.get("details") or []
+        if details:
+            text += ": " + details[0]
+        parts.append(text)
+    return "; ".join(parts) or "no plan and no reason given"
+
+
+def evaluate(strata, row, work):
+    """Runs the planner for one expressible row; returns a result dict."""
+    out = {"id": row["id"], "source": row["source"], "model": row["model"], "device": row["device"],
+           "measured_s": float(row["measured_iteration_s"])}
+    text, notes = model_toml(row)
+    out["notes"] = notes
+    model_path = os.path.join(work, row["id"] + ".toml")
+    with open(model_path, "w") as f:
+        f.write(text)
+    cmd = plan_command(strata, row, model_path)
+    out["command"] = " ".join(cmd)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        message = (proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}").splitlines()
+        out["status"] = "rejected"
+        out["reason"] = f"strata plan failed: {message[-1] if message else ''}"
+        return out
+    try:
+        result = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        out["status"] = "error"
+        out["reason"] = f"strata plan printed no JSON ({e})"
+        return out
+    plans = result.get("plans") or []
+    if not plans:
+        out["status"] = "rejected"
+        out["reason"] = rejection_reason(result)
+        return out
+    plan = plans[0]
+    out["status"] = "ok"
+    out["predicted_s"] = float(plan["step_s"])
+    out["error"] = out["predicted_s"] / out["measured_s"] - 1
+    out["time_s"] = plan.get("time_s", {})
+    out["plan"] = plan.get("plan", {}).get("description", "")
+    out["mfu"] = plan.get("mfu")
+    peak = plan.get("memory_bytes", {}).get("peak")
+    cap = plan.get("memory_bytes", {}).get("capacity")
+    if peak is not None and cap:
+        out["memory_gib"] = [peak / 2**30, cap / 2**30]
+    return out
+
+
+def ranks(values):
+    """1-based ranks, ties get the average of the ranks they span."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    r = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(xs, ys):
+    """Pearson correlation of the (tie-averaged) ranks; None when either side is constant."""
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(xs)
+    mx, my = sum(rx) / n, sum(ry) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def mae(results):
+    errors = [abs(r["error"]) for r in results]
+    return 100 * sum(errors) / len(errors) if errors else None
+
+
+def group_spearman(results):
+    groups = {}
+    for r in results:
+        groups.setdefault((r["source"], r["model"], r["device"]), []).append(r)
+    out = []
+    for (source, model, device), members in sorted(groups.items()):
+        if len(members) < 3:
+            continue
+        rho = spearman([m["predicted_s"] for m in members], [m["measured_s"] for m in members])
+        out.append({"source": source, "model": model, "device": device, "n": len(members), "spearman": rho,
+                    "ids": [m["id"] for m in members]})
+    return out
+
+
+def summary(results, rows_total, skipped, rejected):
+    groups = group_spearman(results)
+    rhos = [g["spearman"] for g in groups if g["spearman"] is not None]
+    return {"rows": rows_total, "evaluated": len(results), "skipped": skipped, "rejected": rejected,
+            "mae_pct": mae(results), "groups": groups,
+            "mean_spearman": sum(rhos) / len(rhos) if rhos else None}
+
+
+def fmt(value, spec, none="-"):
+    return none if value is None else format(value, spec)
+
+
+def read_max_mae_file(path):
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    return float(line)
+    except (OSError, ValueError) as e:
+        fail_usage(f"--max-mae-file {path}: {e}")
+    fail_usage(f"--max-mae-file {path}: no number in it")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", nargs="+", metavar="FILE",
+                    help="published CSVs (default: bench/planner/published/*.csv)")
+    ap.add_argument("--rows", help="comma-separated row ids to evaluate (default: all)")
+    limit = ap.add_mutually_exclusive_group()
+    limit.add_argument("--max-mae", type=float, metavar="PCT", help="exit 1 if the overall MAE (%%) exceeds PCT")
+    limit.add_argument("--max-mae-file", metavar="FILE", help="read --max-mae from FILE (one number)")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 if a selected, expressible row is rejected by the planner or fails")
+    ap.add_argument("--json", metavar="OUT", help="write every figure to OUT")
+    ap.add_argument("--strata", default=os.environ.get("STRATA", os.path.join(REPO, "build", "bin", "strata")),
+                    help="the strata binary (default: $STRATA, else build/bin/strata)")
+    ap.add_argument("--keep", metavar="DIR", help="write the model TOMLs to DIR and keep them")
+    args = ap.parse_args()
+
+    max_mae = args.max_mae
+    if args.max_mae_file:
+        max_mae = read_max_mae_file(args.max_mae_file)
+    if not (os.path.isfile(args.strata) and os.access(args.strata, os.X_OK)):
+        fail_usage(f"no strata binary at {args.strata} (build it, or set STRATA / --strata)")
+
+    files = args.csv or sorted(glob.glob(os.path.join(PUBLISHED, "*.csv")))
+    if not files:
+        fail_usage("no CSV files")
+    rows = []
+    for path in files:
+        try:
+            with open(path, newline="") as f:
+                rows += list(csv.DictReader(f))
+        except OSError as e:
+            fail_usage(str(e))
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        fail_usage("duplicate row ids: " + ", ".join(sorted({i for i in ids if ids.count(i) > 1})))
+    if args.rows:
+        wanted = [i.strip() for i in args.rows.split(",") if i.strip()]
+        unknown_ids = [i for i in wanted if i not in set(ids)]
+        if unknown_ids:
+            fail_usage("unknown row ids: " + ", ".join(unknown_ids))
+        rows = [r for r in rows if r["id"] in set(wanted)]
+
+    work_ctx = None
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        work = args.keep
+    else:
+        work_ctx = tempfile.TemporaryDirectory(prefix="strata-validate-")
+        work = work_ctx.name
+
+    records = []
+    for row in rows:
+        reasons = skip_reasons(row)
+        if reasons:
+            records.append({"id": row["id"], "source": row["source"], "model": row["model"],
+                            "device": row["device"], "status": "skipped", "reason": "; ".join(reasons)})
+            continue
+        records.append(evaluate(args.strata, row, work))
+    if work_ctx:
+        work_ctx.cleanup()
+
+    ok = [r for r in records if r["status"] == "ok"]
+    # ---- the table
+    head = f"{'id':<56} {'meas s':>8} {'pred s':>8} {'err %':>7}  " + " ".join(f"{t:>7}" for _, t in TERMS) + \
+        f" {'other':>7}"
+    print("Predicted vs measured iteration time (strata plan, the published layout fixed); terms in seconds")
+    print(head)
+    print("-" * len(head))
+    for r in ok:
+        ts = r["time_s"]
+        shown = [ts.get(k) for k, _ in TERMS]
+        other = sum(v for k, v in ts.items() if k not in dict(TERMS))
+        print(f"{r['id']:<56} {r['measured_s']:>8.3f} {r['predicted_s']:>8.3f} {100 * r['error']:>+7.1f}  " +
+              " ".join(fmt(v, ">7.3f", f"{'-':>7}") for v in shown) + f" {other:>7.3f}")
+    notes = [(r["id"], n) for r in ok for n in r.get("notes", [])]
+    if notes:
+        print("\nnotes:")
+        for i, n in notes:
+            print(f"  {i}: {n}")
+
+    rejected = [r for r in records if r["status"] in ("rejected", "error")]
+    if rejected:
+        print(f"\nrejected by the planner ({len(rejected)}; not in the figures):")
+        for r in rejected:
+            print(f"  {r['id']}: {r['status']}: {r['reason']}")
+    skipped = [r for r in records if r["status"] == "skipped"]
+    if skipped:
+        print(f"\nskipped, not expressible ({len(skipped)}):")
+        for r in skipped:
+            print(f"  {r['id']}: {r['reason']}")
+
+    # ---- figures
+    sources = sorted({r["source"] for r in records})
+    per_source = {}
+    for s in sources:
+        mine = [r for r in records if r["source"] == s]
+        per_source[s] = summary([r for r in mine if r["status"] == "ok"], len(mine),
+                                sum(r["status"] == "skipped" for r in mine),
+                                sum(r["status"] in ("rejected", "error") for r in mine))
+    overall = summary(ok, len(records), len(skipped), len(rejected))
+
+    print("\nper source: rows (evaluated/skipped/rejected), MAE of iteration time, mean Spearman over groups")
+    print(f"  {'source':<18} {'rows':>5} {'eval':>5} {'skip':>5} {'rej':>5} {'MAE %':>7} {'Spearman':>9}")
+    for s, f in list(per_source.items()) + [("overall", overall)]:
+        print(f"  {s:<18} {f['rows']:>5} {f['evaluated']:>5} {f['skipped']:>5} {f['rejected']:>5} "
+              f"{fmt(f['mae_pct'], '>7.1f', f'{chr(45):>7}')} {fmt(f['mean_spearman'], '>9.2f', f'{chr(45):>9}')}")
+    print("\nSpearman rank correlation within groups (source + model + device, >= 3 evaluated rows):")
+    if not overall["groups"]:
+        print("  (no group with 3 or more evaluated rows)")
+    for g in overall["groups"]:
+        print(f"  {g['source']:<16} {g['model']:<40} {g['device'][:24]:<24} n={g['n']:<3} "
+              f"rho={fmt(g['spearman'], '+.2f', 'undefined (constant)')}")
+
+    status = 0
+    if max_mae is not None:
+        if overall["mae_pct"] is None:
+            print(f"\nFAIL: no row evaluated, cannot check MAE <= {max_mae:g}%")
+            status = 1
+        elif overall["mae_pct"] > max_mae:
+            print(f"\nFAIL: overall MAE {overall['mae_pct']:.1f}% exceeds {max_mae:g}%")
+            status = 1
+        else:
+            print(f"\nOK: overall MAE {overall['mae_pct']:.1f}% <= {max_mae:g}%")
+    if args.strict and rejected:
+        print(f"FAIL (--strict): {len(rejected)} selected row(s) rejected or failed")
+        status = 1
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"strata": args.strata, "csv": files, "max_mae_pct": max_mae, "rows": records,
+                       "per_source": per_source, "overall": overall}, f, indent=1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
