@@ -10,8 +10,8 @@ namespace strata {
 
 namespace {
 
-const std::vector<std::unique_ptr<Backend>>& all_backends() {
-  static const std::vector<std::unique_ptr<Backend>> backends = [] {
+std::vector<std::unique_ptr<Backend>>& all_backends() {
+  static std::vector<std::unique_ptr<Backend>> backends = [] {
     std::vector<std::unique_ptr<Backend>> built;
     built.push_back(std::make_unique<Backend>("ref"));
     register_ref_kernels(*built.back());
@@ -35,6 +35,13 @@ std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const auto& backend : all_backends()) names.push_back(backend->name());
   return names;
+}
+
+void register_backend(std::unique_ptr<Backend> backend) {
+  for (const auto& known : all_backends()) {
+    if (known->name() == backend->name()) fail("a backend named '{}' is already registered", backend->name());
+  }
+  all_backends().push_back(std::move(backend));
 }
 
 std::unique_ptr<Dispatcher> make_dispatcher(const std::string& name, FallbackPolicy policy) {

@@ -15,5 +15,6 @@ void add_fit_device_command(CLI::App& app);
 void add_ops_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
 
 }  // namespace strata::cli

@@ -2,7 +2,9 @@
 // requested dtype it says how a backend runs it — its own kernel, the op's
 // decomposition into other ops (listed, with their own routes), or the `ref`
 // fallback — by asking the same dispatcher that runs training, so the report
-// cannot disagree with what a job would do.
+// cannot disagree with what a job would do. Given a CONFIG.toml it reports that
+// job's training step instead, op by op with its FLOP share, and a verdict
+// (train/op_coverage.h).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -13,6 +15,8 @@
 
 #include "backends/backends.h"
 #include "cli/commands.h"
+#include "graph/autocast.h"
+#include "train/op_coverage.h"
 
 namespace strata::cli {
 namespace {
@@ -21,6 +25,9 @@ struct OpsArgs {
   std::string backend = "cpu";
   std::vector<std::string> dtypes{"f64", "f32", "bf16", "f16"};
   bool json = false;
+  std::string config;     // a job: its training step's ops instead of the registry's
+  std::string precision;  // with a config: precision.compute
+  std::vector<std::string> overrides;
 };
 
 constexpr std::string_view kMissing = "missing";
@@ -165,17 +172,53 @@ void print_json(const Report& report) {
   fmt::print("{}\n", document.dump(2));
 }
 
+// The config's training step: --backend and --precision override ops.backend and precision.compute.
+void run_config_report(const OpsArgs& args, bool backend_given) {
+  std::vector<std::string> overrides = args.overrides;
+  if (backend_given) overrides.push_back("ops.backend=" + args.backend);
+  TrainConfig config = load_train_config(args.config, overrides);
+  if (!args.precision.empty()) {
+    config.precision = std::string(dtype_name(parse_precision_mode(args.precision, "--precision")));
+  }
+  get_backend(config.backend);  // an unknown name fails here, listing the known ones
+  ConfigCoverage coverage = config_op_coverage(config);
+  if (args.json) {
+    nlohmann::json document = coverage_json(coverage);
+    document["config"] = args.config;
+    fmt::print("{}\n", document.dump(2));
+  } else {
+    fmt::print("{}", coverage_text(coverage));
+  }
+}
+
 }  // namespace
 
 void add_ops_command(CLI::App& app) {
-  auto* command = app.add_subcommand("ops", "Show how a backend runs every op: native, decomposed or ref fallback");
+  auto* command = app.add_subcommand(
+      "ops",
+      "Show how a backend runs every op: native, emulated (computed in a wider type), decomposed or ref fallback; "
+      "given CONFIG.toml, every op of that job's training step with its FLOP share, and a verdict");
   auto args = std::make_shared<OpsArgs>();
-  command->add_option("--backend", args->backend, "Backend to report on")->capture_default_str();
-  command->add_option("--dtype", args->dtypes, "Comma-separated dtypes (f64, f32, bf16, f16)")
-      ->delimiter(',')
-      ->capture_default_str();
+  command->add_option("config", args->config,
+                      "A training config: report its training step (the trainer's graph, one process) instead");
+  auto* backend =
+      command->add_option("--backend", args->backend, "Backend to report on (with a config: overrides ops.backend)")
+          ->capture_default_str();
+  auto* dtypes = command->add_option("--dtype", args->dtypes, "Comma-separated dtypes (f64, f32, bf16, f16)")
+                     ->delimiter(',')
+                     ->capture_default_str();
+  auto* precision = command->add_option("--precision", args->precision,
+                                        "With a config: precision.compute (f32, bf16, f16) instead of the config's");
+  auto* set = command->add_option("--set", args->overrides, "With a config: override a config key (key=value; repeatable)")
+                  ->allow_extra_args(false);
   command->add_flag("--json", args->json, "Print the report as JSON");
-  command->callback([args] {
+  command->callback([args, backend, dtypes, precision, set] {
+    if (!args->config.empty()) {
+      if (dtypes->count() > 0) fail("--dtype is for the registry-wide table; with a config give --precision");
+      run_config_report(*args, backend->count() > 0);
+      return;
+    }
+    if (precision->count() > 0 || set->count() > 0) fail("--precision and --set need a CONFIG.toml");
     Report report = build_report(*args);
     if (args->json) {
       print_json(report);

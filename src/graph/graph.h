@@ -44,6 +44,8 @@ class Graph {
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   const std::vector<Node>& nodes() const { return nodes_; }
   int find_value(const std::string& name) const;  // throws naming the value
+  // Passes give a value that stands for another (a fused op's output) the other's name.
+  void rename_value(int id, std::string name) { values_.at(static_cast<size_t>(id)).name = std::move(name); }
 
   OpCost node_cost(int node_id) const;
   OpCost total_cost() const;

@@ -26,6 +26,11 @@ void GraphRewriter::set(int source_value, int target_value) {
   STRATA_CHECK(target_.value(target_value).meta == source_.value(source_value).meta,
                "graph rewrite: '{}' replaced by a value of another shape or dtype", source_.value(source_value).name);
   map_.at(static_cast<size_t>(source_value)) = target_value;
+  // A value a pass made to stand for another (a fused op's output) takes its name, so a value keeps
+  // its identity through every pass (strata compare matches tensors by it).
+  if (target_.value(target_value).kind == ValueKind::Intermediate) {
+    target_.rename_value(target_value, source_.value(source_value).name);
+  }
 }
 
 void GraphRewriter::set_resized(int source_value, int target_value) {

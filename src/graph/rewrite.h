@@ -24,7 +24,7 @@ class GraphRewriter {
   // New id of a source value; fails if the pass has not produced it yet.
   int map(int source_value) const;
   bool is_mapped(int source_value) const;
-  // Records that `target_value` now stands for `source_value`.
+  // Records that `target_value` now stands for `source_value`; an intermediate takes its name.
   void set(int source_value, int target_value);
   // The same for a value of another shape: passes that change shapes (a
   // tensor-parallel rank holds a shard of each split value).

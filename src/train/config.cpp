@@ -1,5 +1,6 @@
 #include "train/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -8,8 +9,10 @@
 #include <type_traits>
 #include <variant>
 
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
+#include "backends/backends.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
@@ -98,8 +101,10 @@ std::map<std::string, std::set<std::string>> keys_by_section(const std::vector<F
   return sections;
 }
 
-void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std::set<std::string>>& sections) {
-  std::set<std::string> names;
+// `others`: tables the file may hold for other commands, read (strictly) by them.
+void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std::set<std::string>>& sections,
+                         const std::set<std::string>& others = {}) {
+  std::set<std::string> names = others;
   for (const auto& [section, keys] : sections) names.insert(section);
   root.only(names);
   for (const auto& [section, keys] : sections) root.table(section, false).only(keys);
@@ -239,7 +244,9 @@ void TrainConfig::validate() const {
   if (recompute != "none" && recompute != "selective" && recompute != "full") {
     fail("key 'train.recompute' must be \"none\", \"selective\" or \"full\", got \"{}\"", recompute);
   }
-  if (backend != "ref" && backend != "cpu") fail("key 'ops.backend' must be \"ref\" or \"cpu\", got \"{}\"", backend);
+  if (const std::vector<std::string> known = backend_names(); std::find(known.begin(), known.end(), backend) == known.end()) {
+    fail("key 'ops.backend' must be one of {}, got \"{}\"", fmt::format("\"{}\"", fmt::join(known, "\", \"")), backend);
+  }
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
@@ -264,7 +271,7 @@ TrainConfig parse_train_config(const std::string& toml_text, const std::string& 
   TrainConfig config;
   std::vector<Field> known = fields(config);
   std::map<std::string, std::set<std::string>> sections = keys_by_section(known);
-  reject_unknown_keys(from_file, sections);
+  reject_unknown_keys(from_file, sections, {"compare"});  // `strata compare`'s tolerances (src/compare/)
   reject_unknown_keys(from_set, sections);
   std::set<std::string> given;
   for (const Field& field : known) {

@@ -100,19 +100,6 @@ TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
   return config;
 }
 
-// Builds the model's graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
-ModelGraph build_model(const TrainConfig& config, bool training, const RankLayout& layout) {
-  ModelBuildOptions options = model_build_options(config, training);
-  options.separate_head_copy = true;
-  if (layout.tp.degree > 1 || layout.part.parts() > 1) {
-    const ModelFamily& family = model_family(config.model);
-    options.parallelize = [layout, plan = family.sharding_plan(),
-                           prefix = std::string(family.layer_prefix())](const Graph& forward) {
-      return parallelize_forward(forward, plan, prefix, layout);
-    };
-  }
-  return build_model_graph(config.model, config.batch_size, config.model.block_size, training, options);
-}
 
 // The [model] keys whose values differ, "model.n_embd = 64 there, 32 here": every key of
 // model_fields, the list ModelConfig's equality covers.
@@ -140,6 +127,20 @@ std::vector<T> held_of(const std::vector<T>& all, const std::vector<size_t>& hel
 }
 
 }  // namespace
+
+// Builds the model's graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
+ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout) {
+  ModelBuildOptions options = model_build_options(config, training);
+  options.separate_head_copy = true;
+  if (layout.tp.degree > 1 || layout.part.parts() > 1) {
+    const ModelFamily& family = model_family(config.model);
+    options.parallelize = [layout, plan = family.sharding_plan(),
+                           prefix = std::string(family.layer_prefix())](const Graph& forward) {
+      return parallelize_forward(forward, plan, prefix, layout);
+    };
+  }
+  return build_model_graph(config.model, config.batch_size, config.model.block_size, training, options);
+}
 
 Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tensor, PipelineParallel pipeline)
     : config_(fits_in_memory(std::move(config), parallel)),
@@ -196,7 +197,8 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   layers_per_stage_ = split;
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split, chunks}};
-    chunks_.push_back({build_model(config_, /*training=*/true, layout), build_model(config_, /*training=*/false, layout)});
+    chunks_.push_back({build_rank_model(config_, /*training=*/true, layout),
+                       build_rank_model(config_, /*training=*/false, layout)});
   }
   // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
   // and the gradients it collects: one per parameter, plus the LM head's copy of the tied embedding
@@ -335,6 +337,13 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   } else {
     initialise_parameters();
   }
+}
+
+void Trainer::observe_nodes(NodeObserver observer) {
+  if (observer && chunks_.size() * static_cast<size_t>(pipeline_.degree() * tensor_.degree()) != 1) {
+    fail("observing the training graph's nodes needs the whole model in one process (parallel.tp = parallel.pp = 1)");
+  }
+  node_observer_ = std::move(observer);
 }
 
 void Trainer::bind_inputs() {
@@ -510,6 +519,7 @@ StepMetrics Trainer::step() {
         grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
           collect_gradient(parameter, destination, accumulate);
         });
+        if (node_observer_) node_observer_(*chunks_.front().train_graph, node);
       }));
     }
   }

@@ -3,6 +3,7 @@
 // once, runs its share of each step's micro-batches (parallel/) through the
 // compiled graph on the configured backend, accumulates and combines
 // gradients, clips, steps AdamW, validates, logs and checkpoints.
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -42,6 +43,11 @@ struct TraceOptions {
 // "A:B" (inclusive-exclusive), "A:" (from A to the end) or "A" (step A alone); errors name the flag.
 TraceOptions parse_trace_steps(const std::string& text);
 
+// The model's graph as the trainer builds it for a rank of `layout` (the default: one process
+// running the whole model): precision policy, recomputation, fusion, the LM head's own copy
+// of a tied embedding.
+ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout = {});
+
 class Trainer {
  public:
   // `parallel` spreads each step's micro-batches over data-parallel ranks,
@@ -67,6 +73,14 @@ class Trainer {
   void enable_tracing(TraceOptions options);
   // Writes the trace now (run() does it at its end); returns the merged trace on the reporting rank.
   nlohmann::json finish_trace();
+
+  // Called after every node the training graph runs (one process; `strata compare` reads each
+  // node's outputs there, before the memory plan reuses their bytes), until reset with {}.
+  using NodeObserver = std::function<void(const CompiledGraph& graph, int node)>;
+  void observe_nodes(NodeObserver observer);
+  const ModelGraph& train_model() const { return chunks_.front().train_model; }
+  // What the backward pass is seeded with this step: loss scale / micro-batches per step.
+  double backward_seed() const { return loss_seed_.item(); }
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
@@ -168,6 +182,7 @@ class Trainer {
   std::unique_ptr<TokenLoader> val_loader_;
   int64_t completed_steps_ = 0;
   bool profiling_ = false;
+  NodeObserver node_observer_;
 };
 
 }  // namespace strata

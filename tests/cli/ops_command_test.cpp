@@ -2,17 +2,26 @@
 // every cell must agree with what the backends actually register, recomputed
 // here from the kernel tables and schemas: a kernel on the backend is native,
 // else an op with a decomposition is decomposed (into the ops its schema
-// lists), else a `ref` kernel is the ref fallback.
+// lists), else a `ref` kernel is the ref fallback. Given a config, the job's
+// training step: every op the trainer's graph and optimizer run, FLOP shares
+// summing to one, and the verdict.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <set>
 #include <sstream>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/backends.h"
+#include "model/family.h"
 #include "run_strata.h"
+#include "train/op_coverage.h"
+#include "train/trainer.h"
 
 namespace strata {
 namespace {
@@ -124,6 +133,172 @@ TEST(OpsCommand, ReadsTheConfigsSpellingOfADtype) {
   EXPECT_EQ(config_spelling.exit_code, 0) << config_spelling.output;
   EXPECT_EQ(config_spelling.output, dtype_spelling.output);
   EXPECT_THAT(config_spelling.output, Not(HasSubstr("fp16")));
+}
+
+// Given a config: the job's training step op by op (train/op_coverage.h), and a verdict.
+std::string config_path(const std::string& name) { return std::string(STRATA_SOURCE_DIR) + "/configs/" + name; }
+
+ConfigCoverage coverage_of(const std::string& name, const std::string& backend, const std::string& precision) {
+  TrainConfig config = load_train_config(config_path(name), {"ops.backend=" + backend});
+  config.precision = precision;
+  return config_op_coverage(config);
+}
+
+double share_sum(const ConfigCoverage& coverage) {
+  return std::accumulate(coverage.rows.begin(), coverage.rows.end(), 0.0,
+                         [](double sum, const CoverageRow& row) { return sum + row.share; });
+}
+
+// Every node of the trainer's graph once per micro-batch, and AdamW once per parameter.
+void check_counts(const ConfigCoverage& coverage, const TrainConfig& config) {
+  const ModelGraph model = build_rank_model(config, /*training=*/true);
+  std::map<std::string, int64_t> nodes;
+  for (const Node& node : model.graph.nodes()) nodes[node.op] += coverage.micro_batches;
+  std::map<std::string, int64_t> counted;
+  for (const CoverageRow& row : coverage.rows) counted[row.op] += row.count;
+  for (const auto& [op, count] : nodes) {
+    if (op != "add") {
+      EXPECT_EQ(counted[op], count) << op;
+    }
+  }
+  EXPECT_EQ(counted["adamw"], static_cast<int64_t>(model_param_specs(config.model).size()));
+  EXPECT_GE(coverage.micro_batches, 2);  // so that the accumulation adds are counted too
+  EXPECT_GT(counted["add"], nodes["add"]);
+}
+
+TEST(OpsCommand, DefaultConfigOnCpuInF32IsAQuickSwitch) {
+  ConfigCoverage coverage = coverage_of("default.toml", "cpu", "f32");
+  EXPECT_TRUE(coverage.quick_switch()) << coverage_verdict(coverage);
+  EXPECT_NEAR(share_sum(coverage), 1.0, 1e-9);
+  ASSERT_FALSE(coverage.rows.empty());
+  EXPECT_THAT(coverage.rows.front().op, ::testing::AnyOf("matmul", "linear"));  // the largest share first
+  for (size_t i = 1; i < coverage.rows.size(); ++i) EXPECT_GE(coverage.rows[i - 1].share, coverage.rows[i].share);
+  for (const CoverageRow& row : coverage.rows) EXPECT_EQ(row.route, Route::Native) << row.op;
+  check_counts(coverage, load_train_config(config_path("default.toml"), {}));
+  EXPECT_THAT(coverage_verdict(coverage), HasSubstr("quick switch"));
+
+  StrataRun text = run_strata("ops " + config_path("default.toml") + " --backend cpu --precision f32");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("verdict: quick switch"));
+  StrataRun json = run_strata("ops " + config_path("default.toml") + " --backend cpu --precision fp32 --json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json report = nlohmann::json::parse(json.output);
+  EXPECT_EQ(report["verdict"]["quick_switch"], true);
+  EXPECT_EQ(report["precision"], "f32");
+  EXPECT_EQ(report["ops"].size(), coverage.rows.size());
+  double sum = 0;
+  for (const nlohmann::json& row : report["ops"]) sum += row["share"].get<double>();
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+}
+
+// The cpu backend has no f16 arithmetic: its f16 kernels compute in f32 (emulated), so an f16
+// job needs work, and the verdict names the ops with their share of the step.
+TEST(OpsCommand, F16OnCpuNeedsWorkNamingTheOps) {
+  ConfigCoverage coverage = coverage_of("default.toml", "cpu", "f16");
+  ASSERT_FALSE(coverage.quick_switch());
+  EXPECT_NEAR(share_sum(coverage), 1.0, 1e-9);
+  const Backend& cpu = get_backend("cpu");
+  ASSERT_TRUE(cpu.is_emulated("matmul", DType::F16));
+  auto matmul = std::find_if(coverage.gaps.begin(), coverage.gaps.end(), [](const CoverageGap& gap) {
+    return gap.op == "matmul" && gap.dtype == DType::F16;
+  });
+  ASSERT_NE(matmul, coverage.gaps.end());
+  EXPECT_EQ(matmul->route, Route::Emulated);
+  EXPECT_GT(matmul->share, 0.5);
+  for (const CoverageGap& gap : coverage.gaps) EXPECT_NE(gap.route, Route::Native);
+  // f32 ops of the policy (layernorm, the loss, AdamW) stay native.
+  for (const CoverageRow& row : coverage.rows) {
+    if (row.dtype == DType::F32) {
+      EXPECT_EQ(row.route, Route::Native) << row.op;
+    }
+  }
+  std::string verdict = coverage_verdict(coverage);
+  EXPECT_THAT(verdict, HasSubstr("needs work"));
+  EXPECT_THAT(verdict, HasSubstr(fmt::format("matmul f16 {:.2f}% (", 100 * matmul->share)));
+  EXPECT_THAT(verdict, HasSubstr("emulated"));
+
+  StrataRun json = run_strata("ops " + config_path("default.toml") + " --precision f16 --json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json report = nlohmann::json::parse(json.output);
+  EXPECT_EQ(report["verdict"]["quick_switch"], false);
+  EXPECT_EQ(report["verdict"]["needs_work"].size(), coverage.gaps.size());
+  EXPECT_EQ(report["verdict"]["needs_work"][0]["op"], coverage.gaps.front().op);
+  StrataRun text = run_strata("ops " + config_path("default.toml") + " --precision f16");
+  EXPECT_THAT(text.output, HasSubstr("verdict: needs work"));
+  EXPECT_THAT(text.output, HasSubstr("matmul f16"));
+}
+
+// A backend without the fused attention kernels (they decompose) and without gelu (the ref
+// fallback): the rows and the verdict say so, with what the decomposition runs.
+TEST(OpsCommand, DecomposedAndRefFallbackOpsAreNamed) {
+  const Backend& cpu = get_backend("cpu");
+  auto partial = std::make_unique<Backend>("cpu_without_attention_and_gelu");
+  for (const auto& [op, dtype] : cpu.kernels()) {
+    if (op == "attention" || op == "attention_backward" || op == "gelu") continue;
+    if (cpu.is_emulated(op, dtype)) {
+      partial->add_emulated_kernel(op, dtype, *cpu.find(op, dtype));
+    } else {
+      partial->add_kernel(op, dtype, *cpu.find(op, dtype));
+    }
+  }
+  register_backend(std::move(partial));
+  ConfigCoverage coverage = coverage_of("default.toml", "cpu_without_attention_and_gelu", "f32");
+  ASSERT_FALSE(coverage.quick_switch());
+  EXPECT_NEAR(share_sum(coverage), 1.0, 1e-9);
+  std::map<std::string, Route> routes;
+  for (const CoverageGap& gap : coverage.gaps) routes[gap.op] = gap.route;
+  EXPECT_EQ(routes, (std::map<std::string, Route>{{"attention", Route::Decomposed},
+                                                  {"attention_backward", Route::Decomposed},
+                                                  {"gelu", Route::Reference}}));
+  const std::vector<std::string>& parts = OpRegistry::global().get("attention").decomposes_into;
+  ASSERT_FALSE(parts.empty());
+  std::string verdict = coverage_verdict(coverage);
+  EXPECT_THAT(verdict, HasSubstr("decomposed: attention_backward f32"));
+  EXPECT_THAT(verdict, HasSubstr("attention f32"));
+  EXPECT_THAT(verdict, HasSubstr("into " + parts[0]));
+  EXPECT_THAT(verdict, HasSubstr("ref fallback: gelu f32"));
+  nlohmann::json report = coverage_json(coverage);
+  for (const nlohmann::json& row : report["ops"]) {
+    if (row["op"] == "attention") {
+      EXPECT_EQ(row["route"], "decomposed");
+      EXPECT_EQ(row["into"][0]["op"], parts[0]);
+    }
+  }
+  EXPECT_THAT(coverage_text(coverage), HasSubstr("decomposed into " + parts[0]));
+}
+
+TEST(OpsCommand, LlamaConfigIsCovered) {
+  for (const char* precision : {"f32", "bf16"}) {
+    ConfigCoverage coverage = coverage_of("llama_small.toml", "cpu", precision);
+    EXPECT_EQ(coverage.family, "llama");
+    EXPECT_NEAR(share_sum(coverage), 1.0, 1e-9) << precision;
+    std::set<std::string> ops;
+    for (const CoverageRow& row : coverage.rows) ops.insert(row.op);
+    for (const char* op : {"rms_norm", "rope", "swiglu", "grouped_attention", "grouped_attention_backward"}) {
+      EXPECT_TRUE(ops.count(op) || ops.count(std::string("add_") + op)) << op << " " << precision;
+    }
+  }
+  TrainConfig config = load_train_config(config_path("llama_small.toml"), {});
+  check_counts(config_op_coverage(config), config);
+  StrataRun text = run_strata("ops " + config_path("llama_small.toml") + " --backend ref");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("backend 'ref'"));
+  EXPECT_THAT(text.output, HasSubstr("verdict: "));
+}
+
+TEST(OpsCommand, ConfigArgumentsAreChecked) {
+  StrataRun dtype = run_strata("ops " + config_path("default.toml") + " --dtype f32");
+  EXPECT_NE(dtype.exit_code, 0);
+  EXPECT_THAT(dtype.output, HasSubstr("--precision"));
+  StrataRun precision = run_strata("ops --precision bf16");
+  EXPECT_NE(precision.exit_code, 0);
+  EXPECT_THAT(precision.output, HasSubstr("CONFIG.toml"));
+  StrataRun bad = run_strata("ops " + config_path("default.toml") + " --precision f33");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("f33"));
+  StrataRun backend = run_strata("ops " + config_path("default.toml") + " --backend nosuch");
+  EXPECT_NE(backend.exit_code, 0);
+  EXPECT_THAT(backend.output, HasSubstr("nosuch"));
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(TrainConfig, ReadsKeysAndOverrides) {
 
 TEST(TrainConfig, UnknownKeyIsNamed) {
   EXPECT_THAT(error_of(std::string(kValid) + "[optim]\nlearning_rate = 1\n"),
-              HasSubstr("job.toml: unknown key 'optim' (expected one of: checkpoint, data, model, ops, parallel, "
+              HasSubstr("job.toml: unknown key 'optim' (expected one of: checkpoint, compare, data, model, ops, parallel, "
                         "precision, train)"));
   EXPECT_THAT(error_of(kValid, {"train.lrr=1"}),
               HasSubstr("--set: unknown key 'train.lrr' (expected one of: adam_eps, batch_size,"));

@@ -1,0 +1,57 @@
+#pragma once
+// One side of `strata compare`: the trainer's own first step on a config (its
+// initialisation, checkpoint or model.init_from, and its first batch), with
+// every tensor of the first micro-batch's forward and backward graph copied
+// out as its node makes it (before the memory plan reuses the bytes), under a
+// name that survives graph passes; then, if asked, more steps' loss, gradient
+// norm and parameters.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "train/config.h"
+
+namespace strata {
+
+// Pseudo op types of the tensors that no graph node makes (tolerance groups key on them too).
+inline constexpr const char* kParamGradOp = "param_grad";    // a parameter's whole gradient
+inline constexpr const char* kStepLossOp = "step_loss";      // a step's mean loss
+inline constexpr const char* kStepGradNormOp = "step_grad_norm";
+inline constexpr const char* kStepParamOp = "step_param";    // a parameter after a step
+
+struct CapturedTensor {
+  // "<node label>.<forward|backward>.<output>" (the output as the op's schema names it: y, out,
+  // dx, ...; a fused op's outputs keep the names of the values they stand for; a name met again,
+  // as recomputation's clones are, gets "#2", "#3"), "<parameter>.grad", "step<N>.loss",
+  // "step<N>.grad_norm", "step<N>.<parameter>".
+  std::string name;
+  std::string op;  // the node's op type, or one of the pseudo op types above
+  DType dtype = DType::F32;  // as the run stored it
+  // The narrowest floating dtype on its way: its own and that of everything it was computed from (an
+  // f32 LayerNorm of bf16 matmuls' outputs carries bf16 error). Tolerances key on it.
+  DType precision = DType::F32;
+  Tensor tensor;   // a copy (a parameter gradient: f64, the seed divided out)
+  double factor = 1;  // multiplies the tensor before comparing: the backward pass's seed is divided out
+  std::vector<std::string> inputs;  // what its op read: captured names, or graph inputs' and params' own
+};
+using CaptureSink = std::function<void(CapturedTensor&&)>;
+
+struct CapturedRun {
+  Tensor tokens, targets;  // the first micro-batch
+  // With CaptureOptions::initial_parameters: by name, before the first step.
+  std::vector<std::pair<std::string, Tensor>> initial_parameters;
+};
+
+struct CaptureOptions {
+  int64_t steps = 0;  // 0: the first step's graph only; N: also N steps' loss, gradient norm and parameters
+  bool initial_parameters = false;
+};
+
+// Runs in this process (parallel.tp = parallel.pp = 1 and one rank), writing nothing: no checkpoint
+// and no metrics.
+CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options, const CaptureSink& sink);
+
+}  // namespace strata

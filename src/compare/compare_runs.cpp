@@ -1,0 +1,106 @@
+#include "compare/compare_runs.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/toml_reader.h"
+#include "model/family.h"
+#include "train/config.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> joined(const std::vector<std::string>& common, const std::vector<std::string>& side) {
+  std::vector<std::string> all = common;
+  all.insert(all.end(), side.begin(), side.end());
+  return all;
+}
+
+std::string describe_side(const std::vector<std::string>& overrides) {
+  return overrides.empty() ? "the config as it is" : fmt::format("{}", fmt::join(overrides, " "));
+}
+
+ToleranceTable tolerances_of(const std::string& config_path) {
+  ToleranceTable table;
+  table.apply(TomlReader::parse(read_text_file(config_path), config_path).table("compare", false));
+  return table;
+}
+
+std::string batch_text(const TrainConfig& config) {
+  return fmt::format("{} x {} tokens, the first of the {} micro-batches of the step the config trains next{}",
+                     config.batch_size, config.model.block_size, config.accumulation_steps(),
+                     config.resume ? " (after the newest checkpoint in checkpoint.dir, if any)" : "");
+}
+
+bool same_tokens(const Tensor& dumped, const Tensor& ours) {
+  if (dumped.shape() != ours.shape()) return false;
+  const Tensor a = dumped.to(DType::I64), b = ours.to(DType::I64);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (a.data<int64_t>()[i] != b.data<int64_t>()[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CompareOutcome compare_runs(const CompareRequest& request) {
+  if (!request.golden.empty() && !request.a.empty()) fail("--a does not go with --golden: the dump is side a");
+  if (request.steps < 0) fail("--steps must be at least 0, got {}", request.steps);
+  const TrainConfig config_b = load_train_config(request.config, joined(request.common, request.b));
+  Comparator comparator(tolerances_of(request.config), request.golden.empty());
+  CompareOutcome outcome;
+  outcome.header.candidate = describe_side(joined(request.common, request.b));
+  outcome.header.batch = batch_text(config_b);
+  const CaptureOptions options{.steps = request.steps};
+  Tensor golden_tokens, golden_targets;
+  if (request.golden.empty()) {
+    const TrainConfig config_a = load_train_config(request.config, joined(request.common, request.a));
+    outcome.header.baseline = describe_side(joined(request.common, request.a));
+    capture_run(config_a, options, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });
+  } else {
+    if (request.steps > 0) fail("--steps does not go with --golden: a dump holds one step's tensors");
+    outcome.header.baseline = "golden dump " + request.golden;
+    const SafetensorsReader dump(request.golden);
+    for (const auto& [name, entry] : dump.entries()) {
+      if (name == kGoldenTokens || name == kGoldenTargets) continue;
+      comparator.add_baseline({name, "golden", entry.dtype, entry.dtype, dump.load(name), 1.0, {}});
+    }
+    if (!dump.contains(kGoldenTokens) || !dump.contains(kGoldenTargets)) {
+      fail("{}: a golden dump holds the batch it ran ('{}' and '{}')", request.golden, kGoldenTokens, kGoldenTargets);
+    }
+    golden_tokens = dump.load(kGoldenTokens);
+    golden_targets = dump.load(kGoldenTargets);
+  }
+  const CapturedRun run =
+      capture_run(config_b, options, [&](CapturedTensor&& tensor) { comparator.add_candidate(std::move(tensor)); });
+  if (golden_tokens.defined() && (!same_tokens(golden_tokens, run.tokens) || !same_tokens(golden_targets, run.targets))) {
+    fail("{}: the dump ran another batch than this config's first one (make it from the batch.safetensors "
+         "`strata compare --golden-inputs` writes)",
+         request.golden);
+  }
+  outcome.comparison = std::move(comparator).finish();
+  return outcome;
+}
+
+void write_golden_inputs(const CompareRequest& request, const fs::path& out) {
+  const TrainConfig config = load_train_config(request.config, joined(request.common, request.b));
+  std::error_code error;
+  fs::create_directories(out, error);
+  if (error) fail("cannot create '{}': {}", out.string(), error.message());
+  const CapturedRun run = capture_run(config, {.initial_parameters = true}, [](CapturedTensor&&) {});
+  TensorMap parameters;
+  for (const auto& [name, tensor] : run.initial_parameters) parameters[name] = tensor;
+  write_safetensors(out / "model.safetensors", parameters, {{"format", "pt"}});
+  write_file_atomic(out / "config.json", model_family(config.model).to_hf_config(config.model).dump(2) + "\n");
+  write_safetensors(out / "batch.safetensors", {{kGoldenTokens, run.tokens}, {kGoldenTargets, run.targets}});
+}
+
+}  // namespace strata

@@ -1,0 +1,264 @@
+// `strata compare`'s parts against independent figures, and whole comparisons of a tiny GPT-2:
+// ref against cpu, a backend whose gelu is deliberately perturbed, f32 against bf16, fused against
+// unfused.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/backends.h"
+#include "compare/compare_runs.h"
+#include "compare/metrics.h"
+#include "compare/tolerance.h"
+#include "support/error_text.h"
+#include "support/test_files.h"
+#include "support/tiny_compare_config.h"
+
+namespace strata {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::error_of;
+
+Tensor tensor_of(const std::vector<double>& values) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::F64);
+  std::copy(values.begin(), values.end(), t.data<double>());
+  return t;
+}
+
+TEST(CompareMetrics, MatchHandComputedFigures) {
+  const std::vector<double> a{1, -2, 0, 4}, b{1.002, -2, 1e-6, 4};
+  const TensorMetrics m = compare_tensors(tensor_of(a), tensor_of(b));
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) dot += a[i] * b[i], na += a[i] * a[i], nb += b[i] * b[i];
+  EXPECT_NEAR(m.cosine, dot / std::sqrt(na * nb), 1e-15);
+  EXPECT_NEAR(m.max_abs, 0.002, 1e-15);
+  EXPECT_NEAR(m.max_rel, 1e-6 / kRelativeEpsilon, 1e-3);  // the zero of a divides by the epsilon
+  EXPECT_NEAR(m.rmse, std::sqrt((0.002 * 0.002 + 1e-12) / 4), 1e-15);
+  EXPECT_DOUBLE_EQ(m.within_1e3, 0.5);  // -2 and 4 exact; 1.002 is 2e-3 off, the zero infinitely
+  EXPECT_DOUBLE_EQ(m.scale, 4);
+  EXPECT_EQ(m.nonfinite_mismatches, 0);
+}
+
+TEST(CompareMetrics, EdgeCases) {
+  EXPECT_TRUE(std::isnan(compare_tensors(tensor_of({3}), tensor_of({3})).cosine));  // one element: no cosine
+  EXPECT_DOUBLE_EQ(compare_tensors(tensor_of({0, 0}), tensor_of({0, 0})).cosine, 1);
+  EXPECT_DOUBLE_EQ(compare_tensors(tensor_of({0, 0}), tensor_of({1, 0})).cosine, 0);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(compare_tensors(tensor_of({inf, 1}), tensor_of({inf, 1})).nonfinite_mismatches, 0);
+  EXPECT_EQ(compare_tensors(tensor_of({inf, 1, 2}), tensor_of({nan, 1, inf})).nonfinite_mismatches, 2);
+  // Factors scale each side before comparing (the backward seed divided out).
+  EXPECT_DOUBLE_EQ(compare_tensors(tensor_of({1, 2}), tensor_of({4, 8}), 1, 0.25).max_abs, 0);
+}
+
+ToleranceTable table_from(const std::string& text) {
+  ToleranceTable table;
+  table.apply(TomlReader::parse(text, "t.toml").table("compare", false));
+  return table;
+}
+
+TEST(CompareTolerances, GroupsByOpAndNarrowerDtypeAndOverridesInherit) {
+  EXPECT_EQ(judged_dtype(DType::F32, DType::BF16), DType::BF16);
+  EXPECT_EQ(judged_dtype(DType::F64, DType::F32), DType::F32);
+  EXPECT_EQ(judged_dtype(DType::F16, DType::BF16), DType::BF16);
+  const ToleranceTable defaults;
+  EXPECT_EQ(defaults.lookup("matmul", DType::F32).name, "f32");
+  EXPECT_EQ(defaults.lookup("step_param", DType::F32).name, "f32.step_param");
+  const ToleranceTable table = table_from("[compare.bf16]\nrtol = 0.2\n[compare.bf16.matmul]\nmin_cosine = 0.995\n");
+  const ToleranceTable::Group matmul = table.lookup("matmul", DType::BF16);
+  EXPECT_EQ(matmul.name, "bf16.matmul");
+  EXPECT_DOUBLE_EQ(matmul.tolerance.min_cosine, 0.995);
+  EXPECT_DOUBLE_EQ(matmul.tolerance.rtol, 0.2);
+  EXPECT_DOUBLE_EQ(matmul.tolerance.atol, defaults.lookup("gelu", DType::BF16).tolerance.atol);
+  EXPECT_DOUBLE_EQ(table.lookup("gelu", DType::BF16).tolerance.rtol, 0.2);
+  EXPECT_EQ(table.lookup("gelu", DType::F32).tolerance.rtol, defaults.lookup("gelu", DType::F32).tolerance.rtol);
+}
+
+TEST(CompareTolerances, UnknownKeysAndBadValuesAreErrorsNamingThem) {
+  EXPECT_THAT(error_of([] { table_from("[compare.f8]\nrtol = 1\n"); }), HasSubstr("unknown key 'compare.f8'"));
+  EXPECT_THAT(error_of([] { table_from("[compare.f32.gemm]\nrtol = 1\n"); }), HasSubstr("unknown key 'compare.f32.gemm'"));
+  EXPECT_THAT(error_of([] { table_from("[compare.f32.matmul]\nrtool = 1\n"); }),
+              HasSubstr("unknown key 'compare.f32.matmul.rtool'"));
+  EXPECT_THAT(error_of([] { table_from("[compare.f32]\nrtol = -1\n"); }), HasSubstr("key 'compare.f32.rtol'"));
+  EXPECT_THAT(error_of([] { table_from("[compare.f32]\nmin_cosine = 2\n"); }), HasSubstr("key 'compare.f32.min_cosine'"));
+}
+
+TEST(CompareTolerances, PassAndMargin) {
+  const Tolerance tolerance{.min_cosine = 0.99, .rtol = 0.01, .atol = 0};
+  TensorMetrics m{.count = 4, .cosine = 0.995, .max_abs = 0.05, .scale = 10};
+  EXPECT_TRUE(tolerance.passes(m));
+  EXPECT_DOUBLE_EQ(tolerance.margin(m), 0.5);
+  m.max_abs = 0.2;
+  EXPECT_FALSE(tolerance.passes(m));
+  m.max_abs = 0;
+  m.nonfinite_mismatches = 1;
+  EXPECT_FALSE(tolerance.passes(m));
+}
+
+CapturedTensor captured(const std::string& name, std::vector<double> values, std::vector<std::string> inputs) {
+  return {name, "op", DType::F32, DType::F32, tensor_of(values), 1.0, std::move(inputs)};
+}
+
+// The blame reads through a tensor only the candidate has (a cast) to the nearest compared one, and
+// skips a failing tensor whose input fails.
+TEST(CompareFirstDivergence, BlamesTheEarliestFailureWhoseInputsPass) {
+  Comparator comparator{ToleranceTable(), true};
+  comparator.add_baseline(captured("x", {1, 2}, {}));
+  comparator.add_baseline(captured("y", {3, 4}, {}));
+  comparator.add_baseline(captured("z", {5, 6}, {}));
+  comparator.add_candidate(captured("x", {1, 2}, {"weight"}));
+  comparator.add_candidate(captured("x.cast", {1, 2}, {"x"}));
+  comparator.add_candidate(captured("y", {3, 5}, {"x.cast"}));
+  comparator.add_candidate(captured("z", {5, 7}, {"y", "weight"}));
+  const Comparison comparison = std::move(comparator).finish();
+  ASSERT_TRUE(comparison.failed());
+  ASSERT_TRUE(comparison.first_divergence);
+  std::vector<std::string> statuses;
+  for (const ComparedTensor& t : comparison.tensors) statuses.push_back(t.name + " " + std::string(status_name(t.status)));
+  EXPECT_THAT(statuses, ElementsAre("x pass", "x.cast only b", "y FAIL", "z FAIL"));
+  EXPECT_EQ(comparison.tensors[comparison.first_divergence->tensor].name, "y");
+  ASSERT_EQ(comparison.first_divergence->inputs.size(), 1u);
+  EXPECT_EQ(comparison.tensors[comparison.first_divergence->inputs[0]].name, "x");
+}
+
+TEST(CompareFirstDivergence, ShapeMismatchesFailAndBaselineOnlyTensorsAreListed) {
+  Comparator comparator{ToleranceTable(), false};
+  comparator.add_baseline(captured("a", {1, 2}, {}));
+  comparator.add_baseline(captured("gone", {1}, {}));
+  comparator.add_candidate(captured("a", {1, 2, 3}, {}));
+  comparator.add_candidate(captured("unlisted", {1}, {}));  // not listed without report_candidate_only
+  const Comparison comparison = std::move(comparator).finish();
+  ASSERT_EQ(comparison.tensors.size(), 2u);
+  EXPECT_EQ(comparison.tensors[0].status, TensorStatus::ShapeMismatch);
+  EXPECT_EQ(comparison.tensors[1].status, TensorStatus::OnlyBaseline);
+  EXPECT_TRUE(comparison.failed());
+}
+
+// ---------------------------------------------------------------- whole runs
+
+class CompareRunsTest : public ::testing::Test {
+ protected:
+  CompareRequest request(std::vector<std::string> a, std::vector<std::string> b, const std::string& extra = "") {
+    return {.config = testing::write_tiny_compare_job(dir_.path(), extra).string(), .a = std::move(a), .b = std::move(b)};
+  }
+  static const ComparedTensor* find(const Comparison& comparison, const std::string& name) {
+    for (const ComparedTensor& t : comparison.tensors) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  }
+  static std::string first_divergence(const Comparison& comparison) {
+    return comparison.first_divergence ? comparison.tensors[comparison.first_divergence->tensor].name : "(none)";
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(CompareRunsTest, RefAgainstCpuPassesInF32) {
+  CompareRequest both = request({"ops.backend=ref"}, {"ops.backend=cpu"});
+  both.steps = 2;
+  const Comparison comparison = compare_runs(both).comparison;
+  EXPECT_FALSE(comparison.failed()) << first_divergence(comparison);
+  int gradients = 0;
+  for (const ComparedTensor& t : comparison.tensors) {
+    EXPECT_EQ(t.status, TensorStatus::Pass) << t.name;
+    EXPECT_EQ(t.group.substr(0, 3), "f32") << t.name;
+    gradients += t.op == kParamGradOp;
+  }
+  EXPECT_EQ(gradients, 2 + 12 * 2 + 2);  // wte, wpe, 12 per block, ln_f: every parameter, the tied one once
+  for (const char* name : {"wte.forward.out", "transformer.h.1.mlp.residual.forward.out", "lm_head.forward.out",
+                           "loss.forward.loss", "transformer.wte.weight.grad", "step2.loss", "step2.grad_norm",
+                           "step2.transformer.h.0.attn.c_attn.weight"}) {
+    EXPECT_NE(find(comparison, name), nullptr) << name;
+  }
+}
+
+// A backend identical to cpu but for gelu, whose outputs it perturbs by up to 0.1%: registered here
+// only, under its own name.
+void register_noisy_gelu_backend() {
+  static const bool registered = [] {
+    const Backend& cpu = get_backend("cpu");
+    auto noisy = std::make_unique<Backend>("noisy_gelu");
+    for (const auto& [op, dtype] : cpu.kernels()) {
+      if (op == "gelu" && dtype == DType::F32) continue;
+      if (cpu.is_emulated(op, dtype)) {
+        noisy->add_emulated_kernel(op, dtype, *cpu.find(op, dtype));
+      } else {
+        noisy->add_kernel(op, dtype, *cpu.find(op, dtype));
+      }
+    }
+    noisy->add_kernel("gelu", DType::F32, [gelu = *cpu.find("gelu", DType::F32)](const Tensors& inputs,
+                                                                                  const Tensors& outputs,
+                                                                                  const Attrs& attrs) {
+      gelu(inputs, outputs, attrs);
+      float* y = outputs[0].data<float>();
+      for (int64_t i = 0; i < outputs[0].numel(); ++i) y[i] *= 1.0f + 1e-3f * static_cast<float>(i % 7 - 3) / 3.0f;
+    });
+    register_backend(std::move(noisy));
+    return true;
+  }();
+  (void)registered;
+}
+
+TEST_F(CompareRunsTest, APerturbedKernelIsTheFirstDivergentOp) {
+  register_noisy_gelu_backend();
+  const Comparison comparison = compare_runs(request({}, {"ops.backend=noisy_gelu"})).comparison;
+  ASSERT_TRUE(comparison.failed());
+  ASSERT_TRUE(comparison.first_divergence);
+  const ComparedTensor& blamed = comparison.tensors[comparison.first_divergence->tensor];
+  EXPECT_EQ(blamed.name, "transformer.h.0.mlp.gelu.forward.y");
+  EXPECT_EQ(blamed.op, "gelu");
+  std::vector<std::string> inputs;
+  for (size_t input : comparison.first_divergence->inputs) {
+    inputs.push_back(comparison.tensors[input].name);
+    EXPECT_EQ(comparison.tensors[input].status, TensorStatus::Pass);
+  }
+  EXPECT_THAT(inputs, ElementsAre("transformer.h.0.mlp.c_fc.forward.y"));
+  // Everything before it in the forward pass agrees.
+  for (size_t i = 0; i < comparison.first_divergence->tensor; ++i) {
+    EXPECT_EQ(comparison.tensors[i].status, TensorStatus::Pass) << comparison.tensors[i].name;
+  }
+}
+
+// Mixed precision is judged in the dtype each tensor was computed through: bf16 tensors pass the
+// bf16 group's tolerance, and fail when [compare.bf16] is made as tight as f32's.
+TEST_F(CompareRunsTest, Bf16AgainstF32PassesItsGroupButNotF32Tolerances) {
+  const Comparison loose = compare_runs(request({}, {"precision.compute=bf16"})).comparison;
+  EXPECT_FALSE(loose.failed()) << first_divergence(loose);
+  const ComparedTensor* c_attn = find(loose, "transformer.h.0.attn.c_attn.forward.y");
+  ASSERT_NE(c_attn, nullptr);
+  EXPECT_EQ(c_attn->group, "bf16");
+  EXPECT_EQ(c_attn->dtype_b, DType::BF16);
+  // An f32 LayerNorm fed by bf16 matmuls carries their error: judged as bf16 too.
+  const ComparedTensor* ln_2 = find(loose, "transformer.h.0.ln_2.forward.y");
+  ASSERT_NE(ln_2, nullptr);
+  EXPECT_EQ(ln_2->dtype_b, DType::F32);
+  EXPECT_EQ(ln_2->group, "bf16");
+  // What the first bf16 op reads has seen no bf16 op yet: f32, and exact.
+  EXPECT_EQ(find(loose, "transformer.h.0.ln_1.forward.y")->group, "f32");
+
+  const ToleranceTable::Group f32 = ToleranceTable().lookup("matmul", DType::F32);
+  const std::string tight = fmt::format("[compare.bf16]\nmin_cosine = {}\nrtol = {}\natol = {}\n",
+                                        f32.tolerance.min_cosine, f32.tolerance.rtol, f32.tolerance.atol);
+  const Comparison strict = compare_runs(request({}, {"precision.compute=bf16"}, tight)).comparison;
+  EXPECT_TRUE(strict.failed());
+  EXPECT_EQ(first_divergence(strict), "transformer.h.0.attn.c_attn.forward.y");  // the first op in bf16
+}
+
+// Fused ops' outputs keep the names of the values they stand for: the residual sums and norms a
+// fused add+LayerNorm makes are compared with the unfused graph's.
+TEST_F(CompareRunsTest, FusedAndUnfusedGraphsShareTheirTensorsNames) {
+  const Comparison comparison = compare_runs(request({"ops.fuse=false"}, {"ops.fuse=true"})).comparison;
+  EXPECT_FALSE(comparison.failed()) << first_divergence(comparison);
+  for (const char* name : {"transformer.h.0.mlp.residual.forward.out", "transformer.h.1.ln_1.forward.y"}) {
+    const ComparedTensor* t = find(comparison, name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->status, TensorStatus::Pass) << name;
+    EXPECT_EQ(t->op, "add_layernorm") << name;
+  }
+}
+
+}  // namespace
+}  // namespace strata
