@@ -656,7 +656,9 @@ void Trainer::save_checkpoint() {
   state.seed = config_.seed;
   state.train_loader = train_loader_->position();
   state.optimizer_updates = optimizer_updates_;
-  state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
+  // Only a dynamic (fp16) scale is state: a run without one saves none, so an fp16 run resumed from
+  // its checkpoint starts from its own initial scale rather than from 1.
+  if (scaler_.dynamic()) state.loss_scale = LossScaleState{scaler_.scale(), scaler_.finite_steps()};
   state.layout = layout_json();
   // Every rank writes the pieces it holds; rank 0 (which owns the run directory) commits.
   const auto start = std::chrono::steady_clock::now();
@@ -692,7 +694,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   train_loader_->seek(state.train_loader);
   completed_steps_ = state.step;
   optimizer_updates_ = state.optimizer_updates;
-  if (state.loss_scale) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
+  if (state.loss_scale && scaler_.dynamic()) scaler_.restore(state.loss_scale->scale, state.loss_scale->finite_steps);
   // Every rank reads its own boxes at once: the job's rate is all their bytes over the slowest.
   const double all_mib = parallel_.over_world(bytes / (1 << 20), comm::ReduceOp::Sum);
   const double slowest = parallel_.over_world(seconds, comm::ReduceOp::Max);

@@ -26,6 +26,21 @@ class PrecisionTest : public testing::TinyTrainingTest {
 // overflow in the fp16 casts: each such step is skipped with the parameters
 // untouched and the scale multiplied by the backoff, until the scale fits;
 // then steps apply and the loss falls.
+// A checkpoint of an f32 run holds no loss scale: resuming it in fp16 starts from the configured
+// scale (a scale of 1 would let fp16 gradients underflow).
+TEST_F(PrecisionTest, Fp16ResumedFromAnF32CheckpointStartsFromItsOwnScale) {
+  {
+    Trainer f32(config("switch"));
+    f32.step();
+    f32.save_checkpoint();
+  }
+  Trainer fp16(config("switch", {"precision.compute=fp16", "precision.loss_scale=256"}));
+  EXPECT_EQ(fp16.completed_steps(), 1);
+  const StepMetrics metrics = fp16.step();
+  ASSERT_TRUE(metrics.loss_scale.has_value());
+  EXPECT_DOUBLE_EQ(*metrics.loss_scale, 256);
+}
+
 TEST_F(PrecisionTest, Fp16OverflowStepIsSkippedAndTheScaleBacksOff) {
   Trainer trainer(config("fp16", {"precision.compute=fp16", "precision.loss_scale=1e12", "precision.backoff=0.001",
                                   "train.steps=10"}));
