@@ -42,25 +42,16 @@ struct Cell {
   std::vector<Part> parts;  // for a decomposed op: the ops it runs
 };
 
-// nullopt when the dispatcher finds no way to run (op, dtype).
-std::optional<Route> route_of(Dispatcher& dispatcher, const std::string& op, DType dtype) {
-  try {
-    return dispatcher.resolve(op, dtype).route;
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 std::string route_text(const std::optional<Route>& route) {
   return route ? std::string(route_name(*route)) : std::string(kMissing);
 }
 
 Cell cell_of(Dispatcher& dispatcher, const std::string& op, DType dtype) {
-  std::optional<Route> route = route_of(dispatcher, op, dtype);
+  std::optional<Route> route = dispatcher.route_if_any(op, dtype);
   Cell cell{route_text(route), {}};
   if (route == Route::Decomposed) {
     for (const std::string& part : OpRegistry::global().get(op).decomposes_into) {
-      cell.parts.push_back({part, route_text(route_of(dispatcher, part, dtype))});
+      cell.parts.push_back({part, route_text(dispatcher.route_if_any(part, dtype))});
     }
   }
   return cell;

@@ -80,6 +80,14 @@ DType Dispatcher::selecting_dtype(const OpSchema& schema, const Tensors& inputs)
   return inputs[schema.dtype_input].dtype();
 }
 
+std::optional<Route> Dispatcher::route_if_any(const std::string& op, DType dtype) {
+  try {
+    return resolve(op, dtype).route;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 void Dispatcher::run(const std::string& op, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
   // An eager op (outside a compiled graph: the optimizer's, gradient bookkeeping) is a kernel span too.
   trace::Span span(op, "kernel");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -46,6 +47,8 @@ class Dispatcher {
   // Decides the route for (op, dtype); throws under FallbackPolicy::Error
   // when the route is not native, and warns once per (op, dtype) under Warn.
   KernelChoice resolve(const std::string& op, DType dtype);
+  // The route resolve would take, or nullopt when it finds none (reports ask without failing).
+  std::optional<Route> route_if_any(const std::string& op, DType dtype);
 
   // Runs a resolved op; outputs are preallocated. Counts non-native runs.
   void execute(const KernelChoice& choice, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);

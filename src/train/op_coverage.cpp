@@ -16,15 +16,6 @@ namespace strata {
 
 namespace {
 
-// nullopt when the dispatcher finds no way to run (op, dtype).
-std::optional<Route> route_of(Dispatcher& dispatcher, const std::string& op, DType dtype) {
-  try {
-    return dispatcher.resolve(op, dtype).route;
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 std::string route_text(const std::optional<Route>& route) {
   return route ? std::string(route_name(*route)) : std::string("missing");
 }
@@ -73,7 +64,7 @@ class Tally {
       row.route = route;
       if (route == Route::Decomposed) {
         for (const std::string& part : schema.decomposes_into) {
-          row.parts.push_back({part, route_of(dispatcher_, part, dtype)});
+          row.parts.push_back({part, dispatcher_.route_if_any(part, dtype)});
         }
       }
     }
