@@ -120,25 +120,30 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
   return *found->second;
 }
 
+double CostModel::op_time(const OpWork& op, int sequence_split) const {
+  return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
+                    problem_.attention);
+}
+
+double CostModel::call_time(const CommWork& call) {
+  return pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+}
+
 const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   auto key = std::make_tuple(micro_batch, tp, sp);
   auto found = costs_.find(key);
   if (found != costs_.end()) return found->second;
   const Workload& work = workload(micro_batch, tp);
   const DeviceSpec& device = problem_.cluster.device;
-  const double split = sp ? tp : 1;
+  const int split = sp ? tp : 1;
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
     for (const OpWork& op : segment.forward) {
-      double seconds =
-          op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0, problem_.attention);
+      double seconds = op_time(op, split);
       cost.forward += seconds;
       if (op.selective_recompute) cost.selective += seconds;
     }
-    for (const OpWork& op : segment.backward) {
-      cost.backward +=
-          op_seconds(op, device, problem_.dtype, op.residual_stream ? 1.0 / split : 1.0, problem_.attention);
-    }
+    for (const OpWork& op : segment.backward) cost.backward += op_time(op, split);
     return cost;
   };
   Costs result;
@@ -150,7 +155,7 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   const ModelComm comm = model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype);
   auto price = [&](const std::vector<CommWork>& calls) {
     double seconds = 0;
-    for (const CommWork& call : calls) seconds += pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+    for (const CommWork& call : calls) seconds += call_time(call);
     return seconds;
   };
   for (auto [segment, calls] : {std::pair{&result.embedding, &comm.embedding}, {&result.layer, &comm.layer},
@@ -591,15 +596,13 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   const int stage = result.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const double split = plan.sp ? plan.tp : 1;
-  const DeviceSpec& device = problem_.cluster.device;
+  const int split = plan.sp ? plan.tp : 1;
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
       ClassTime& entry = result.compute[op.kind];
-      const double scale = op.residual_stream ? 1.0 / split : 1.0;
-      entry.seconds += times * op_seconds(op, device, problem_.dtype, scale, problem_.attention);
-      entry.flops += times * op.flops * scale;
+      entry.seconds += times * op_time(op, split);
+      entry.flops += times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
     }
   };
   const Workload& work = figures.work;
@@ -619,23 +622,21 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     if (figures.p == 1 && work.tied_gradient_sum.flops > 0) add({work.tied_gradient_sum}, m, false);
   }
   const ModelComm comm = model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype);
-  auto price = [&](const SegmentComm& calls, double times) {
-    for (const auto* list : {&calls.forward, &calls.backward}) {
-      for (const CommWork& call : *list) {
-        result.tp_comm[call.pattern] +=
-            times * pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
-      }
-    }
-    if (plan.recompute == RecomputeMode::Full && &calls == &comm.layer) {
-      for (const CommWork& call : calls.forward) {
-        result.tp_comm[call.pattern] +=
-            times * pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
-      }
-    }
+  auto price = [&](const std::vector<CommWork>& calls, double times) {
+    for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
   };
-  price(comm.layer, m * layers);
-  if (stage == 0) price(comm.embedding, m);
-  if (stage == figures.p - 1) price(comm.head, m);
+  // Full recomputation runs the layer's forward collectives again.
+  const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
+  price(comm.layer.forward, layer_forwards * m * layers);
+  price(comm.layer.backward, m * layers);
+  if (stage == 0) {
+    price(comm.embedding.forward, m);
+    price(comm.embedding.backward, m);
+  }
+  if (stage == figures.p - 1) {
+    price(comm.head.forward, m);
+    price(comm.head.backward, m);
+  }
   return result;
 }
 

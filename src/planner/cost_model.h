@@ -30,6 +30,7 @@
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
 #include "planner/hardware.h"
+#include "planner/model_comm.h"
 #include "planner/plan.h"
 #include "planner/workload.h"
 
@@ -103,6 +104,9 @@ class CostModel {
     double boundary_bytes = 0;  // what a stage boundary sends per micro-batch, each way
   };
   const Costs& costs(int64_t micro_batch, int tp, bool sp);
+  // One op's seconds (a residual-stream op split by sequence parallelism), and one collective's.
+  double op_time(const OpWork& op, int sequence_split) const;
+  double call_time(const CommWork& call);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
 

@@ -22,14 +22,6 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-double predict_gemm(const GemmShape& shape, const DeviceSpec& device, DType dtype) {
-  OpWork op{"matmul", "matmul", OpKind::Gemm, 2.0 * static_cast<double>(shape.batch * shape.m * shape.n * shape.k),
-            static_cast<double>(shape.batch * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) *
-                                static_cast<int64_t>(dtype_size(dtype)))};
-  op.gemm = shape;
-  return op_seconds(op, device, dtype);
-}
-
 double predict_attention(const AttentionMeasurement& a, const DeviceSpec& device, DType dtype) {
   OpWork op{a.shape.backward ? "attention_backward" : "attention", "attention", OpKind::Attention, a.flops, 0};
   op.attention = a.shape;
@@ -98,7 +90,7 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
     for (const MeasuredGemm& g : gemms) {
       const GemmShape& s = g.sample.shape;
       fit.kernels.push_back({"gemm", g.set, fmt::format("{}x{}x{}x{}", s.batch, s.m, s.n, s.k), dtype,
-                             g.sample.seconds, predict_gemm(s, device, dtype), g.sample.seconds >= gemm_host_bound});
+                             g.sample.seconds, gemm_seconds(s, device, dtype), g.sample.seconds >= gemm_host_bound});
     }
   }
   for (const MeasuredAttention& a : measured.attention) {

@@ -22,32 +22,18 @@ double gemm_bytes(const GemmShape& s, DType dtype) {
          static_cast<double>(dtype_size(dtype));
 }
 
-double fused_attention_seconds(const AttentionShape& a, double flops, const DTypePerformance& perf) {
-  const AttentionEngine& engine = perf.attention;
-  const double units = perf.gemm.compute_units;
-  const double head_dim = static_cast<double>(a.head_dim);
-  const double padded = round_up(head_dim, static_cast<double>(engine.head_dim_step));
-  const double tiles = static_cast<double>(a.problems) * ceil_div(static_cast<double>(a.seq), static_cast<double>(engine.block_rows));
-  const double efficiency = a.backward ? engine.backward_efficiency : engine.forward_efficiency;
-  const double per_tile =
-      flops * (padded / head_dim) / tiles / (perf.matrix_flops / units * efficiency) + engine.tile_overhead_s;
-  return ceil_div(tiles, units) * per_tile;
-}
-
 // Megatron's unfused attention: scores = q k^T and context = p v as batched
 // GEMMs over every (batch row, head), the whole [s, s] square (no causal
 // skipping), and a fused scale-mask-softmax reading the scores and writing the
 // probabilities; backward: four GEMMs and the softmax's gradient (reading the
 // probabilities and their gradient, writing the scores' gradient).
 double unfused_attention_seconds(const AttentionShape& a, const DeviceSpec& device, DType dtype) {
-  const DTypePerformance& perf = device.performance(dtype);
-  const GemmShape scores{a.problems, a.seq, a.seq, a.head_dim};
-  const GemmShape context{a.problems, a.seq, a.head_dim, a.seq};
-  auto gemm = [&](const GemmShape& s) { return roofline(gemm_compute_seconds(s, perf), gemm_bytes(s, dtype), device); };
+  const double scores = gemm_seconds({a.problems, a.seq, a.seq, a.head_dim}, device, dtype);
+  const double context = gemm_seconds({a.problems, a.seq, a.head_dim, a.seq}, device, dtype);
   const double square =
       static_cast<double>(a.problems) * static_cast<double>(a.seq * a.seq) * static_cast<double>(dtype_size(dtype));
-  if (!a.backward) return gemm(scores) + gemm(context) + roofline(0, 2 * square, device);
-  return gemm(scores) + 3 * gemm(context) + roofline(0, 3 * square, device);
+  if (!a.backward) return scores + context + roofline(0, 2 * square, device);
+  return scores + 3 * context + roofline(0, 3 * square, device);
 }
 
 }  // namespace
@@ -79,6 +65,22 @@ double gemm_compute_seconds(const GemmShape& s, const DTypePerformance& perf) {
   return best;
 }
 
+double fused_attention_compute_seconds(const AttentionShape& a, double flops, const DTypePerformance& perf) {
+  const AttentionEngine& engine = perf.attention;
+  const double units = perf.gemm.compute_units;
+  const double head_dim = static_cast<double>(a.head_dim);
+  const double padded = round_up(head_dim, static_cast<double>(engine.head_dim_step));
+  const double tiles = static_cast<double>(a.problems) * ceil_div(static_cast<double>(a.seq), static_cast<double>(engine.block_rows));
+  const double efficiency = a.backward ? engine.backward_efficiency : engine.forward_efficiency;
+  const double per_tile =
+      flops * (padded / head_dim) / tiles / (perf.matrix_flops / units * efficiency) + engine.tile_overhead_s;
+  return ceil_div(tiles, units) * per_tile;
+}
+
+double gemm_seconds(const GemmShape& shape, const DeviceSpec& device, DType dtype) {
+  return roofline(gemm_compute_seconds(shape, device.performance(dtype)), gemm_bytes(shape, dtype), device);
+}
+
 double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale, AttentionKernel attention) {
   const DTypePerformance& perf = device.performance(dtype);
   if (op.kind != OpKind::Other && !(perf.matrix_flops > 0)) {
@@ -92,7 +94,7 @@ double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, doubl
   } else if (op.kind == OpKind::Attention && attention == AttentionKernel::Unfused) {
     seconds = unfused_attention_seconds(op.attention, device, dtype);
   } else if (op.kind == OpKind::Attention) {
-    seconds = roofline(fused_attention_seconds(op.attention, op.flops, perf), op.bytes, device);
+    seconds = roofline(fused_attention_compute_seconds(op.attention, op.flops, perf), op.bytes, device);
   } else {
     seconds = roofline(op.flops * scale / perf.vector_flops, op.bytes * scale, device);
   }

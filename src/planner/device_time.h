@@ -24,6 +24,10 @@ const char* attention_kernel_name(AttentionKernel kernel);
 
 // The arithmetic of a GEMM on the matrix engine, without launch or memory.
 double gemm_compute_seconds(const GemmShape& shape, const DTypePerformance& perf);
+// A GEMM's whole time: launch, then its arithmetic or its operands' memory traffic, whichever is longer.
+double gemm_seconds(const GemmShape& shape, const DeviceSpec& device, DType dtype);
+// The arithmetic of fused attention doing `flops` (as the op's schema counts them) on the matrix engine.
+double fused_attention_compute_seconds(const AttentionShape& shape, double flops, const DTypePerformance& perf);
 
 // `scale` shrinks the op's work (sequence parallelism splits residual-stream ops).
 double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale = 1.0,

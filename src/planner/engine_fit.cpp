@@ -161,16 +161,8 @@ FitQuality fit_attention_engine(DTypePerformance& perf, const std::vector<Attent
   for (const AttentionMeasurement& s : samples) seconds.push_back(s.seconds);
   check_samples(seconds, "an attention");
   AttentionEngine& engine = perf.attention;
-  DeviceSpec device;
-  device.name = "fit";
-  device.memory_bandwidth_Bps = std::numeric_limits<double>::infinity();
-  device.op_overhead_s = launch_s;
-  device.dtypes[DType::F32] = perf;
   std::function<double(const AttentionMeasurement&)> predict = [&](const AttentionMeasurement& s) {
-    device.dtypes[DType::F32].attention = engine;
-    OpWork op{"attention", "attention", OpKind::Attention, s.flops, 0};
-    op.attention = s.shape;
-    return op_seconds(op, device, DType::F32);
+    return launch_s + fused_attention_compute_seconds(s.shape, s.flops, perf);
   };
   std::vector<AttentionMeasurement> forward, backward;
   for (const AttentionMeasurement& s : samples) (s.shape.backward ? backward : forward).push_back(s);

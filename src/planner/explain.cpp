@@ -114,12 +114,6 @@ double priced_again(const PlanningProblem& problem, const ParallelPlan& plan) {
   return model.evaluate(plan, CostModel::PipelineTiming::Replayed).step_s;
 }
 
-std::string seconds_text(double seconds) {
-  if (seconds >= 1.0) return fmt::format("{:.3f} s", seconds);
-  if (seconds >= 1e-3) return fmt::format("{:.2f} ms", seconds * 1e3);
-  return fmt::format("{:.1f} us", seconds * 1e6);
-}
-
 }  // namespace
 
 Explanation explain_plans(CostModel& model, const Prediction& winner, const Prediction* runner_up) {

@@ -31,13 +31,6 @@ constexpr Component kComponents[] = {
     {"optimizer", "optimizer", &TimeBreakdown::optimizer},
 };
 
-std::string seconds_text(double seconds) {
-  double magnitude = std::fabs(seconds);
-  if (magnitude >= 1.0) return fmt::format("{:.3f} s", seconds);
-  if (magnitude >= 1e-3) return fmt::format("{:.2f} ms", seconds * 1e3);
-  return fmt::format("{:.1f} us", seconds * 1e6);
-}
-
 std::string rate_text(double per_second) {
   if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
   if (per_second >= 1e3) return fmt::format("{:.1f}k", per_second / 1e3);
@@ -67,6 +60,13 @@ std::vector<double> stage_peaks(const Prediction& prediction) {
 }
 
 }  // namespace
+
+std::string seconds_text(double seconds) {
+  double magnitude = std::fabs(seconds);
+  if (magnitude >= 1.0) return fmt::format("{:.3f} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.2f} ms", seconds * 1e3);
+  return fmt::format("{:.1f} us", seconds * 1e6);
+}
 
 std::vector<std::string> explain_difference(const Prediction& winner, const Prediction& other) {
   std::vector<std::pair<double, std::string>> deltas;

@@ -14,6 +14,9 @@ namespace strata {
 // phrases such as "+0.21 s tensor-parallel collectives".
 std::vector<std::string> explain_difference(const Prediction& winner, const Prediction& other);
 
+// "15.260 s", "434.62 ms", "3.1 us".
+std::string seconds_text(double seconds);
+
 nlohmann::json plan_json(const ParallelPlan& plan);
 nlohmann::json prediction_json(const Prediction& prediction);
 nlohmann::json problem_json(const PlanningProblem& problem);
