@@ -17,6 +17,8 @@ packages=(
   libopenmpi-dev openmpi-bin libhwloc-dev
   iproute2  # the two-"host" data-parallel test (network namespaces)
   python3-torch python3-numpy
+  python3-matplotlib  # strata report's plots
+  chromium  # the report test renders the page in headless Chromium
   bible-kjv bible-kjv-text
 )
 missing=()

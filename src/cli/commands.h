@@ -16,5 +16,6 @@ void add_ops_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace strata::cli

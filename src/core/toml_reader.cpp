@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <optional>
+#include <sstream>
 
 #include <fmt/ranges.h>
 
@@ -39,6 +40,29 @@ std::optional<double> as_number(const toml::node& node) {
 }
 
 }  // namespace
+
+namespace {
+
+void collect_leaf_texts(const toml::table& table, const std::string& prefix, std::map<std::string, std::string>& out) {
+  for (const auto& [key, node] : table) {
+    const std::string dotted = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+    if (const toml::table* inner = node.as_table()) {
+      collect_leaf_texts(*inner, dotted, out);
+      continue;
+    }
+    std::ostringstream text;
+    node.visit([&](const auto& leaf) { text << toml::toml_formatter(leaf, toml::format_flags::none); });
+    out[dotted] = text.str();
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> TomlReader::leaf_texts() const {
+  std::map<std::string, std::string> texts;
+  collect_leaf_texts(*table_, prefix_, texts);
+  return texts;
+}
 
 TomlReader TomlReader::parse(std::string_view text, const std::string& source) {
   try {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -33,6 +34,9 @@ class TomlReader {
   bool has(const std::string& key) const;
   bool has_table(const std::string& key) const;  // present and a table
   std::vector<std::string> keys() const;
+  // Every value below this table (inner tables walked), under its full dotted key, as TOML text:
+  // {"model.n_layer": "4", "ops.backend": "'cpu'"}. For showing what two configs set differently.
+  std::map<std::string, std::string> leaf_texts() const;
 
   std::string string(const std::string& key) const;
   std::string non_empty_string(const std::string& key) const;

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "data/bpe_model.h"
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 #include "data/normalizer.h"
 #include "data/utf8.h"
 

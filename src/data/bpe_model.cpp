@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 #include "data/utf8.h"
 
 namespace strata {

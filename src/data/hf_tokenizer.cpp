@@ -10,7 +10,7 @@
 #include "data/added_tokens.h"
 #include "data/bpe_model.h"
 #include "data/byte_level.h"
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 #include "data/normalizer.h"
 #include "data/pre_tokenizer.h"
 #include "data/utf8.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 
 namespace strata {
 

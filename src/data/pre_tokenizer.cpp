@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "data/byte_level.h"
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 #include "data/unicode_regex.h"
 
 namespace strata {

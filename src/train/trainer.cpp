@@ -26,6 +26,7 @@
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
 #include "model/family.h"
+#include "train/ops_record.h"
 #include "train/stop_signals.h"
 
 namespace strata {
@@ -851,12 +852,16 @@ int Trainer::run() {
     fmt::print("measured {:.4f} s/step (median of {} steps after the first){}; peak memory {:.0f} MiB per rank\n",
                step_s, step_seconds.size() - 1, versus, *std::max_element(peak_rss_mib.begin(), peak_rss_mib.end()));
   }
+  std::vector<OpProfileRow> profile;
+  int64_t profiled_runs = 0;
   if (profiling_) {
     const std::vector<NodeTiming>& timings = chunks_.front().train_graph->timings();
-    int64_t runs = timings.empty() ? 0 : timings.front().calls;
-    fmt::print("training graph, kernel time per op over {} runs (the first pays first-touch costs):\n{}", runs,
-               format_op_profile(profile_by_op(chunks_.front().train_model.graph, timings), runs));
+    profiled_runs = timings.empty() ? 0 : timings.front().calls;
+    profile = profile_by_op(chunks_.front().train_model.graph, timings);
+    fmt::print("training graph, kernel time per op over {} runs (the first pays first-touch costs):\n{}",
+               profiled_runs, format_op_profile(profile, profiled_runs));
   }
+  write_ops_record(run_dir, config_op_coverage(config_), dispatcher_->records(), profile, profiled_runs);
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
   fmt::print("{}", trace_report);

@@ -1,4 +1,4 @@
-#include "data/json_fields.h"
+#include "core/json_fields.h"
 
 #include "core/error.h"
 #include "core/json_file.h"
@@ -25,6 +25,12 @@ std::string json_string(const nlohmann::json& object, std::string_view key, std:
   const nlohmann::json& value = json_required(object, key, where);
   if (!value.is_string()) fail("{} is {}, expected a string", json_member(where, key), json_excerpt(value));
   return value.get<std::string>();
+}
+
+double json_number(const nlohmann::json& object, std::string_view key, std::string_view where) {
+  const nlohmann::json& value = json_required(object, key, where);
+  if (!value.is_number()) fail("{} is {}, expected a number", json_member(where, key), json_excerpt(value));
+  return value.get<double>();
 }
 
 bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback, std::string_view where) {

@@ -1,5 +1,5 @@
 #pragma once
-// Typed reads of tokenizer.json and tokenizer_config.json fields. `where`
+// Typed reads of an untrusted JSON object's members (tokenizer.json, run records). `where`
 // names the object read, as "'FILE'" or "'FILE': KEY.PATH", so every error
 // names the file and the key at fault ("'t.json': model.merges[3] is 7, ...").
 #include <string>
@@ -20,6 +20,9 @@ std::string json_string(const nlohmann::json& object, std::string_view key, std:
 
 // object[key] as a bool; missing or null gives `fallback`, as HuggingFace's defaults do.
 bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback, std::string_view where);
+
+// object[key] as a finite number (integers accepted).
+double json_number(const nlohmann::json& object, std::string_view key, std::string_view where);
 
 // Fails unless `value` is an object, naming it.
 void expect_json_object(const nlohmann::json& value, std::string_view where);
