@@ -800,8 +800,15 @@ int Trainer::run() {
          config_.exit_at_step, completed_steps_);
   }
   bool exiting = false;
+  bool peak_doubted = false;
   while (completed_steps_ < config_.steps && !exiting) {
     StepMetrics metrics = step();
+    if (metrics.mfu && *metrics.mfu > 1 && !peak_doubted) {
+      peak_doubted = true;  // a utilisation above 100% means the described peak is wrong, not the run
+      print(fmt::format("warning: MFU {:.0f}% at step {}: this run beats the {} ({:.3g} TFLOP/s), so that figure "
+                        "is too low for this machine; `strata calibrate` measures one to use as parallel.cluster\n",
+                        100 * *metrics.mfu, metrics.step, peak_.source, peak_.flops / 1e12));
+    }
     if (metrics.comm_wait_s) comm_waits.push_back(*metrics.comm_wait_s);
     if (metrics.pipeline_wait_s) pipeline_waits.push_back(*metrics.pipeline_wait_s);
     step_seconds.push_back(static_cast<double>(config_.global_batch * config_.model.block_size) / metrics.tokens_per_s);

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -73,6 +74,13 @@ TEST_F(TrainerTest, RunWritesMetricsConfigAndCheckpoint) {
   }
   EXPECT_EQ(lines, 6);
   EXPECT_EQ(with_val, 2);
+  // The end-of-run op summary: the step's ops on cpu, all native in f32.
+  auto ops = nlohmann::json::parse(std::ifstream(run / "ops.json"));
+  EXPECT_EQ(ops.at("coverage").at("backend"), "cpu");
+  EXPECT_TRUE(ops.at("coverage").at("verdict").at("quick_switch").get<bool>());
+  EXPECT_FALSE(ops.at("coverage").at("ops").empty());
+  EXPECT_TRUE(ops.at("ran_not_native").empty());
+  EXPECT_FALSE(ops.contains("kernel_profile"));  // not profiled
   // The saved config reproduces the run's settings.
   TrainConfig saved = load_train_config((run / "config.toml").string(), {});
   EXPECT_EQ(saved.model.n_embd, 32);
@@ -144,24 +152,41 @@ TEST_F(TrainerTest, AutoPlanChoosesTheMicroBatchAndRecordsPredictionAndMeasureme
   EXPECT_NE(text.find("micro_batch"), std::string::npos) << text.substr(0, 400);
 }
 
-// MFU against a described device of 1 TFLOP/s: PaLM's model FLOPs, 6 N + 12 L C T per token.
-TEST_F(TrainerTest, ModelFlopsUtilisationFollowsThePalmFormula) {
-  // The this-machine preset with its f32 matrix peak set to 1 TFLOP/s.
+// The this-machine preset with its f32 matrix peak set to `tflops`, written under the run root.
+fs::path cluster_with_f32_peak(const fs::path& dir, const std::string& tflops) {
   std::ifstream preset(fs::path(STRATA_SOURCE_DIR) / "configs" / "clusters" / "this-machine.toml");
   std::string text((std::istreambuf_iterator<char>(preset)), std::istreambuf_iterator<char>());
   const std::string f32 = "[device.f32]\nmatrix_tflops = ";
   const size_t at = text.find(f32);
-  ASSERT_NE(at, std::string::npos);
+  EXPECT_NE(at, std::string::npos);
   text.replace(at + f32.size(), text.find('\n', at + f32.size()) - at - f32.size(),
-               "{ value = 1.0, source = \"test\" }");
-  const fs::path cluster = root() / "one_tflops.toml";
+               "{ value = " + tflops + ", source = \"test\" }");
+  const fs::path cluster = dir / ("f32_peak_" + tflops + ".toml");
   std::ofstream(cluster) << text;
-  Trainer trainer(config("mfu", {"parallel.cluster=" + cluster.string()}));
+  return cluster;
+}
+
+// MFU against a described device of 1 TFLOP/s: PaLM's model FLOPs, 6 N + 12 L C T per token.
+TEST_F(TrainerTest, ModelFlopsUtilisationFollowsThePalmFormula) {
+  Trainer trainer(config("mfu", {"parallel.cluster=" + cluster_with_f32_peak(root(), "1.0").string()}));
   const StepMetrics metrics = trainer.step();
   const double params = static_cast<double>(trainer.params().count());
   const double per_token = 6 * params + 12.0 * 2 * 32 * 16;  // n_layer 2, n_embd 32, block_size 16
   ASSERT_TRUE(metrics.mfu.has_value());
   EXPECT_NEAR(*metrics.mfu, per_token * metrics.tokens_per_s / 1e12, 1e-12);
+}
+
+// A peak the run beats (1 kFLOP/s) is the description's error: said once, with the remedy.
+TEST_F(TrainerTest, UtilisationAboveOneBlamesTheDescribedPeakOnce) {
+  Trainer trainer(config("mfu_above_one", {"parallel.cluster=" + cluster_with_f32_peak(root(), "1e-9").string()}));
+  ::testing::internal::CaptureStdout();
+  trainer.run();
+  std::fflush(stdout);
+  const std::string output = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(output, HasSubstr("warning: MFU"));
+  EXPECT_THAT(output, HasSubstr("at step 1: this run beats the this machine (2-core x86) f32 peak of 1 device(s) "
+                                "(1e-09 TFLOP/s), so that figure is too low for this machine; `strata calibrate`"));
+  EXPECT_EQ(output.find("warning: MFU"), output.rfind("warning: MFU"));
 }
 
 TEST_F(TrainerTest, AutoPlanNeedsACluster) {
