@@ -93,6 +93,11 @@ def plots_section(document):
             parts.append(f'<p class="note">{esc(plot["note"])}</p>')
         else:
             parts.append(plot_svg(plot, runs))
+            for series in plot["series"]:
+                if "thinned_from" in series:
+                    parts.append(f'<p class="note">{esc(runs[series["run"]]["label"])}: {series["thinned_from"]} '
+                                 f'steps drawn as {len(series["steps"])} points, the lowest and highest value of '
+                                 "each equal run of steps</p>")
         parts.append("</figure>")
     return "".join(parts)
 

@@ -10,6 +10,7 @@
 #include "core/json_fields.h"
 #include "core/json_file.h"
 #include "report/config_diff.h"
+#include "report/decimate.h"
 
 namespace strata {
 
@@ -52,7 +53,10 @@ nlohmann::json plots(const std::vector<RunRecord>& runs) {
     for (size_t run = 0; run < runs.size(); ++run) {
       auto found = runs[run].metrics.find(kind.field);
       if (found == runs[run].metrics.end()) continue;
-      series.push_back({{"run", run}, {"steps", found->second.steps}, {"values", numbers_or_null(found->second.values)}});
+      const MetricSeries drawn = thin_for_drawing(found->second);
+      nlohmann::json line{{"run", run}, {"steps", drawn.steps}, {"values", numbers_or_null(drawn.values)}};
+      if (drawn.steps.size() < found->second.steps.size()) line["thinned_from"] = found->second.steps.size();
+      series.push_back(std::move(line));
     }
     if (series.empty() && kind.when_absent == nullptr) continue;
     nlohmann::json plot{{"id", kind.field},       {"title", kind.title},   {"y_label", kind.y_label},

@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "report/config_diff.h"
+#include "report/decimate.h"
 #include "report/report_document.h"
 #include "report/run_record.h"
 #include "support/error_text.h"
@@ -175,6 +177,31 @@ TEST(ReportDocument, DamagedOpsRecordNamesTheKey) {
 TEST(ReportDocument, LabelsAreDirectoryNamesUnlessTwoShareOne) {
   EXPECT_THAT(run_labels({"runs/cuda", "runs/cpu/"}), ElementsAre("cuda", "cpu"));
   EXPECT_THAT(run_labels({"x/run", "y/run"}), ElementsAre("x/run", "y/run"));
+}
+
+// A million-step run's loss: thinned to the limit, every bucket's extremes kept, so the spike and
+// the global minimum are drawn; a short series is drawn whole.
+TEST(ThinForDrawing, KeepsEachBucketsLowestAndHighest) {
+  MetricSeries long_run;
+  for (int64_t step = 1; step <= 1000000; ++step) {
+    long_run.steps.push_back(step);
+    long_run.values.push_back(step == 777777 ? 50.0 : 10.0 - 1e-5 * static_cast<double>(step % 1000));
+  }
+  long_run.values[123456] = std::nan("");
+  const MetricSeries drawn = thin_for_drawing(long_run, 1000);
+  EXPECT_LE(drawn.steps.size(), 1000u);
+  EXPECT_GE(drawn.steps.size(), 990u);
+  EXPECT_TRUE(std::is_sorted(drawn.steps.begin(), drawn.steps.end()));
+  EXPECT_EQ(std::adjacent_find(drawn.steps.begin(), drawn.steps.end()), drawn.steps.end());
+  EXPECT_NE(std::find(drawn.steps.begin(), drawn.steps.end(), 777777), drawn.steps.end());  // the spike
+  EXPECT_EQ(*std::max_element(drawn.values.begin(), drawn.values.end()), 50.0);
+  EXPECT_EQ(*std::min_element(drawn.values.begin(), drawn.values.end()), 10.0 - 1e-5 * 999);
+  EXPECT_TRUE(std::none_of(drawn.values.begin(), drawn.values.end(), [](double v) { return std::isnan(v); }));
+
+  MetricSeries short_run{{1, 2, 3}, {3.0, std::nan(""), 1.0}};
+  const MetricSeries whole = thin_for_drawing(short_run, 1000);
+  EXPECT_THAT(whole.steps, ElementsAre(1, 2, 3));
+  EXPECT_TRUE(std::isnan(whole.values[1]));
 }
 
 }  // namespace
