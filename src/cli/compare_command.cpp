@@ -5,10 +5,13 @@
 #include <memory>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/mpirun.h"
 #include "compare/compare_runs.h"
 #include "core/file_io.h"
+#include "core/subprocess.h"
 
 namespace strata::cli {
 
@@ -16,6 +19,23 @@ namespace {
 
 // The exit status when a tensor fails (1 is an error, as for every command).
 constexpr int kComparisonFailed = 3;
+
+// A side under a parallel layout: `strata train` as `ranks` processes (mpirun past one), its output
+// kept and shown only when it fails.
+void launch_train(int ranks, const std::vector<std::string>& train_args) {
+  if (launched_by_mpirun()) {
+    fail("strata compare starts the ranks of a side with a parallel layout itself: run it without mpirun");
+  }
+  std::vector<std::string> command = train_args;
+  command.insert(command.begin(), this_executable());
+  if (ranks > 1) command = mpirun_command(ranks, train_args);
+  fmt::print("running a side: {}\n", fmt::join(command, " "));
+  std::fflush(stdout);
+  const ProcessOutcome run = run_process(command, /*capture_stderr=*/true);
+  if (run.exit_status == 0) return;
+  const size_t tail = run.output.size() > 4000 ? run.output.size() - 4000 : 0;
+  fail("a side's run failed (exit status {}); the end of its output:\n{}", run.exit_status, run.output.substr(tail));
+}
 
 struct CompareArgs {
   CompareRequest request;
@@ -31,7 +51,9 @@ void run_compare(const CompareArgs& args) {
                args.golden_inputs, args.request.config);
     return;
   }
-  const CompareOutcome outcome = compare_runs(args.request);
+  CompareRequest request = args.request;
+  request.launch_train = launch_train;
+  const CompareOutcome outcome = compare_runs(request);
   fmt::print("{}", comparison_table(outcome.comparison, outcome.header, args.every_tensor));
   if (!args.json.empty()) write_file_atomic(args.json, comparison_json(outcome.comparison, outcome.header).dump(1) + "\n");
   if (!args.csv.empty()) write_file_atomic(args.csv, comparison_csv(outcome.comparison));
@@ -54,7 +76,9 @@ void add_compare_command(CLI::App& app) {
   command->add_option("--a", args->request.a, "Override a config key on side a, the baseline (repeatable)");
   command->add_option("--b", args->request.b, "Override a config key on side b, the candidate (repeatable)");
   command->add_option("--steps", args->request.steps,
-                      "Also train N steps on both sides and compare each step's loss, gradient norm and parameters");
+                      "Also train N steps on both sides and compare each step's loss, gradient norm and parameters (required "
+                      "when a side sets parallel.dp, tp or pp: such sides run as ranks of strata train and are compared "
+                      "step by step)");
   command->add_option("--golden", args->request.golden,
                       "A tools/torch_dump.py dump (safetensors) to compare side b with, in place of side a");
   command->add_option("--golden-inputs", args->golden_inputs,

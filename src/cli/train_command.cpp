@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/mpirun.h"
 #include "comm/mpi_session.h"
 #include "parallel/device_mesh.h"
 #include "parallel/group_collectives.h"
@@ -18,23 +19,6 @@
 namespace strata::cli {
 
 namespace {
-
-// mpirun (OpenMPI) exports this to every rank it starts.
-bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
-
-std::string find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return "";
-}
 
 // `strata train ... --nproc N` on one host: runs the same command as N ranks
 // under mpirun (as torchrun --nproc-per-node does) and never returns.
@@ -58,18 +42,14 @@ void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
 [[noreturn]] void exec_under_mpirun(int ranks, const std::string& config, const std::vector<std::string>& overrides,
                                     const Instrumentation& instrumentation) {
   if (launched_by_mpirun()) fail("--nproc: this command already runs under mpirun; drop --nproc or mpirun");
-  std::string mpirun = find_on_path("mpirun");
-  if (mpirun.empty()) fail("--nproc needs mpirun on PATH (Debian: apt-get install openmpi-bin)");
-  std::vector<std::string> args{mpirun, "-np", std::to_string(ranks)};
-  // Threads of a rank must not be pinned to one core (OpenMPI binds to a core by default).
-  args.insert(args.end(), {"--bind-to", "none"});
-  if (ranks > static_cast<int>(std::thread::hardware_concurrency())) args.push_back("--oversubscribe");
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  args.insert(args.end(), {std::filesystem::read_symlink("/proc/self/exe").string(), "train", config});
-  for (const std::string& assignment : overrides) args.insert(args.end(), {"--set", assignment});
-  if (instrumentation.profile) args.push_back("--profile");
-  if (!instrumentation.trace.empty()) args.insert(args.end(), {"--trace", instrumentation.trace});
-  if (!instrumentation.trace_steps.empty()) args.insert(args.end(), {"--trace-steps", instrumentation.trace_steps});
+  std::vector<std::string> strata_args{"train", config};
+  for (const std::string& assignment : overrides) strata_args.insert(strata_args.end(), {"--set", assignment});
+  if (instrumentation.profile) strata_args.push_back("--profile");
+  if (!instrumentation.trace.empty()) strata_args.insert(strata_args.end(), {"--trace", instrumentation.trace});
+  if (!instrumentation.trace_steps.empty()) {
+    strata_args.insert(strata_args.end(), {"--trace-steps", instrumentation.trace_steps});
+  }
+  std::vector<std::string> args = mpirun_command(ranks, strata_args);
   std::string shown;
   for (const std::string& arg : args) shown += (shown.empty() ? "" : " ") + arg;
   fmt::print("launching: {}\n", shown);
@@ -78,8 +58,8 @@ void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   unblock_stop_signals();  // mpirun must take Ctrl-C and SIGTERM itself (exec keeps the mask)
-  ::execv(mpirun.c_str(), argv.data());
-  fail("--nproc: could not start {}: {}", mpirun, std::strerror(errno));
+  ::execv(args[0].c_str(), argv.data());
+  fail("--nproc: could not start {}: {}", args[0], std::strerror(errno));
 }
 
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.

@@ -49,12 +49,50 @@ bool same_tokens(const Tensor& dumped, const Tensor& ours) {
   return true;
 }
 
+std::string layout_text(const TrainConfig& config) {
+  return fmt::format("dp={} tp={} pp={}{}{}", std::max<int64_t>(config.dp, 1), config.tp, config.pp,
+                     config.zero > 0 ? fmt::format(" zero={}", config.zero) : "", config.sp ? " sp" : "");
+}
+
+// Both sides run by `strata train` under their layouts, compared after each step.
+CompareOutcome compare_layouts(const CompareRequest& request, const TrainConfig& config_a, const TrainConfig& config_b) {
+  const int side_ranks = std::max(layout_ranks(config_a), layout_ranks(config_b));
+  if (!request.golden.empty()) {
+    fail("--golden compares one process's graph tensors, but side b runs {} ranks ({}): drop the parallel layout",
+         side_ranks, layout_text(config_b));
+  }
+  if (request.steps < 1) {
+    fail("a side runs a parallel layout (a: {}, b: {}): layouts are compared step by step (loss, gradient norm and "
+         "every parameter after each step, assembled whole from checkpoints), so give --steps N",
+         layout_text(config_a), layout_text(config_b));
+  }
+  STRATA_CHECK(static_cast<bool>(request.launch_train), "no way to launch a side's run");
+  Comparator comparator(tolerances_of(request.config), /*report_candidate_only=*/true);
+  CompareOutcome outcome;
+  outcome.header.baseline = describe_side(joined(request.common, request.a)) + " (" + layout_text(config_a) + ")";
+  outcome.header.candidate = describe_side(joined(request.common, request.b)) + " (" + layout_text(config_b) + ")";
+  outcome.header.batch = fmt::format(
+      "{} step(s) of {} rows x {} tokens{}, each side run by strata train under its layout; compared after each step: "
+      "loss, gradient norm and every parameter (assembled whole from the side's checkpoint), not the graph's tensors",
+      request.steps, config_b.global_batch, config_b.model.block_size,
+      config_b.resume ? " from the newest checkpoint in checkpoint.dir, if any" : "");
+  const TemporaryDirectory work("strata-compare");
+  capture_layout_steps(request.config, joined(request.common, request.a), config_a, request.steps, work.path() / "a",
+                       request.launch_train, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });
+  capture_layout_steps(request.config, joined(request.common, request.b), config_b, request.steps, work.path() / "b",
+                       request.launch_train, [&](CapturedTensor&& tensor) { comparator.add_candidate(std::move(tensor)); });
+  outcome.comparison = std::move(comparator).finish();
+  return outcome;
+}
+
 }  // namespace
 
 CompareOutcome compare_runs(const CompareRequest& request) {
   if (!request.golden.empty() && !request.a.empty()) fail("--a does not go with --golden: the dump is side a");
   if (request.steps < 0) fail("--steps must be at least 0, got {}", request.steps);
   const TrainConfig config_b = load_train_config(request.config, joined(request.common, request.b));
+  const TrainConfig config_a = load_train_config(request.config, joined(request.common, request.a));
+  if (layout_ranks(config_a) > 1 || layout_ranks(config_b) > 1) return compare_layouts(request, config_a, config_b);
   Comparator comparator(tolerances_of(request.config), request.golden.empty());
   CompareOutcome outcome;
   outcome.header.candidate = describe_side(joined(request.common, request.b));
@@ -62,7 +100,6 @@ CompareOutcome compare_runs(const CompareRequest& request) {
   const CaptureOptions options{.steps = request.steps};
   Tensor golden_tokens, golden_targets;
   if (request.golden.empty()) {
-    const TrainConfig config_a = load_train_config(request.config, joined(request.common, request.a));
     outcome.header.baseline = describe_side(joined(request.common, request.a));
     capture_run(config_a, options, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });
   } else {

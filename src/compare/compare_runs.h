@@ -1,13 +1,16 @@
 #pragma once
 // `strata compare`: two runs of one config, each with its own overrides (side
 // a the baseline, side b the candidate), or side b against a golden dump
-// (tools/torch_dump.py), compared tensor by tensor.
+// (tools/torch_dump.py), compared tensor by tensor. When either side uses a
+// parallel layout, both run as `strata train` does (layout_runs.h) and are
+// compared step by step: loss, gradient norm and every whole parameter.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "compare/comparison.h"
+#include "compare/layout_runs.h"
 #include "compare/report.h"
 
 namespace strata {
@@ -18,6 +21,7 @@ struct CompareRequest {
   std::vector<std::string> a, b;    // of one side
   int64_t steps = 0;                // also compare this many steps' loss, gradient norm and parameters
   std::string golden;               // a golden dump replacing side a
+  TrainLauncher launch_train;       // runs the sides that use a parallel layout (layout_runs.h)
 };
 
 struct CompareOutcome {

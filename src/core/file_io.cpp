@@ -192,6 +192,14 @@ fs::path create_unique_directory(const fs::path& parent, std::string_view prefix
   }
 }
 
+TemporaryDirectory::TemporaryDirectory(std::string_view prefix)
+    : path_(create_unique_directory(fs::temp_directory_path(), prefix)) {}
+
+TemporaryDirectory::~TemporaryDirectory() {
+  std::error_code ignored;  // a destructor cannot fail: what is left costs only space
+  fs::remove_all(path_, ignored);
+}
+
 std::string read_text_file(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot read '{}': {}", path.string(), errno_text(errno));

@@ -60,6 +60,20 @@ void fsync_directory(const std::filesystem::path& directory);
 // from the umask) and returns its path.
 std::filesystem::path create_unique_directory(const std::filesystem::path& parent, std::string_view prefix);
 
+// A new directory under the system's temporary directory (create_unique_directory), removed with
+// its contents when this goes out of scope, whatever happened: scratch space of one command.
+class TemporaryDirectory {
+ public:
+  explicit TemporaryDirectory(std::string_view prefix);
+  ~TemporaryDirectory();
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 std::string read_text_file(const std::filesystem::path& path);
 
 // A whole file mapped read-only; an empty file maps to an empty span.

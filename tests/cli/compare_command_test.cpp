@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/run_strata.h"
@@ -40,6 +42,49 @@ TEST(CompareCommand, AFailingTensorExitsThreeWithTheFirstDivergenceAtTheTop) {
   EXPECT_NE(first, std::string::npos) << run.output;
   EXPECT_LT(first, run.output.find("tensors that fail"));
   EXPECT_THAT(run.output, HasSubstr("result: FAIL"));
+}
+
+// Layouts: each side runs as ranks of strata train; tensor, data and pipeline parallelism reproduce one
+// process (and each other) step by step within the f32 step groups.
+TEST(CompareCommand, LayoutsAreComparedStepByStep) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  auto run = run_strata("compare " + config + " --b parallel.tp=2 --steps 2 --json " + (dir / "tp.json").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("the config as it is (dp=1 tp=1 pp=1)"));
+  EXPECT_THAT(run.output, HasSubstr("parallel.tp=2 (dp=1 tp=2 pp=1)"));
+  const nlohmann::json json = nlohmann::json::parse(testing::read_bytes(dir / "tp.json"));
+  EXPECT_EQ(json.at("result"), "pass");
+  std::set<std::string> names;
+  for (const nlohmann::json& tensor : json.at("tensors")) names.insert(tensor.at("name").get<std::string>());
+  for (const char* name : {"step1.loss", "step2.grad_norm", "step2.transformer.h.0.attn.c_attn.weight",
+                           "step2.transformer.h.1.mlp.c_proj.bias", "step2.transformer.wte.weight"}) {
+    EXPECT_EQ(names.count(name), 1u) << name;
+  }
+  EXPECT_EQ(names.size(), 2u * (2 + 2 * 12 + 4));  // per step: loss, norm, 12 per block, wte, wpe, ln_f w and b
+
+  run = run_strata("compare " + config + " --a parallel.dp=2 --a parallel.zero=1 --b parallel.pp=2 --steps 2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("(dp=2 tp=1 pp=1 zero=1)"));
+  EXPECT_THAT(run.output, HasSubstr("result: pass"));
+}
+
+TEST(CompareCommand, ALayoutThatTrainsDifferentlyFailsAtTheFirstStepItChanges) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const auto run = run_strata("compare " + config + " --b parallel.tp=2 --b train.lr=3.3e-3 --steps 2");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  // The first step's loss and gradient norm come before its update; the parameters after it differ.
+  EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: step1.transformer."));
+}
+
+TEST(CompareCommand, LayoutsNeedSteps) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const auto run = run_strata("compare " + config + " --b parallel.tp=2");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("layouts are compared step by step"));
+  EXPECT_THAT(run.output, HasSubstr("give --steps N"));
 }
 
 TEST(CompareCommand, ErrorsNameTheKey) {

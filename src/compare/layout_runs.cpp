@@ -1,0 +1,98 @@
+#include "compare/layout_runs.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/training_checkpoint.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/json_file.h"
+#include "model/parameters.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Tensor scalar(double value) {
+  Tensor tensor = Tensor::empty({}, DType::F64);
+  tensor.data<double>()[0] = value;
+  return tensor;
+}
+
+struct StepFigures {
+  double loss = 0;
+  double grad_norm = 0;
+};
+
+std::map<int64_t, StepFigures> read_step_figures(const fs::path& metrics) {
+  std::map<int64_t, StepFigures> figures;
+  std::istringstream lines(read_text_file(metrics));
+  int64_t number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json record = parse_json(line, fmt::format("{}:{}", metrics.string(), ++number));
+    // An infinite gradient norm (a skipped fp16 step) is written as null: compared as NaN.
+    auto figure = [&](const char* key) {
+      return record.at(key).is_null() ? std::nan("") : record.at(key).get<double>();
+    };
+    figures[record.at("step").get<int64_t>()] = {figure("loss"), figure("grad_norm")};
+  }
+  return figures;
+}
+
+// Where the side starts: a copy of the newest checkpoint of checkpoint.dir when the config resumes
+// from one (its step), else nothing (step 0: the seed or model.init_from).
+int64_t copy_starting_checkpoint(const TrainConfig& config, const fs::path& work) {
+  if (!config.resume || !has_checkpoints(config.run_dir)) return 0;
+  const fs::path newest = resolve_checkpoint(config.run_dir);
+  const int64_t step = read_training_checkpoint(Checkpoint(newest)).step;
+  fs::copy(newest, work / newest.filename(), fs::copy_options::recursive);
+  write_file_atomic(work / kLatestPointer, newest.filename().string() + "\n");
+  return step;
+}
+
+}  // namespace
+
+int layout_ranks(const TrainConfig& config) {
+  return static_cast<int>(std::max<int64_t>(config.dp, 1) * config.tp * config.pp);
+}
+
+void capture_layout_steps(const std::string& config_path, const std::vector<std::string>& overrides,
+                          const TrainConfig& config, int64_t steps, const fs::path& work,
+                          const TrainLauncher& launch, const CaptureSink& sink) {
+  fs::create_directories(work);
+  const int64_t first = copy_starting_checkpoint(config, work);
+  std::vector<std::string> args{"train", config_path};
+  std::vector<std::string> assignments = overrides;
+  // A checkpoint after every step, all kept; no validation (it changes nothing compared).
+  assignments.insert(assignments.end(), {"checkpoint.dir=" + work.string(), "checkpoint.every=1", "checkpoint.keep=0",
+                                         "checkpoint.resume=true", fmt::format("train.steps={}", first + steps),
+                                         "train.val_every=0", "train.exit_at_step=0"});
+  for (const std::string& assignment : assignments) args.insert(args.end(), {"--set", assignment});
+  launch(layout_ranks(config), args);
+
+  const std::map<int64_t, StepFigures> figures = read_step_figures(work / "metrics.jsonl");
+  const DType precision = config.precision_policy().low;
+  for (int64_t k = 1; k <= steps; ++k) {
+    const int64_t step = first + k;
+    auto found = figures.find(step);
+    if (found == figures.end()) fail("{}: the side's run recorded no step {}", (work / "metrics.jsonl").string(), step);
+    const std::string prefix = fmt::format("step{}.", k);
+    sink({prefix + "loss", kStepLossOp, DType::F64, precision, scalar(found->second.loss), 1.0, {}});
+    sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(found->second.grad_norm), 1.0, {}});
+    ParameterSet parameters(model_param_specs(config.model));
+    load_training_parameters(Checkpoint(resolve_checkpoint(work / checkpoint_dir_name(step))), parameters);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const Tensor& param = parameters.tensor(i);
+      sink({prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(), 1.0, {}});
+    }
+  }
+}
+
+}  // namespace strata
