@@ -137,9 +137,13 @@ def plan_command(strata, row, model_path):
         else:
             cmd += ["--schedule", "1f1b"]
     cmd += ["--attention", row["attention"].strip()]
-    # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion).
+    # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion)
+    # and drops out attention probabilities and residual branches (its defaults, 0.1 each).
     if row.get("framework", "").strip().startswith("megatron"):
-        cmd += ["--accumulate", "fused"]
+        cmd += ["--accumulate", "fused", "--dropout", "on"]
+    # torchtitan's selective recomputation is its per-op policy (selective_ac_option = "op", the default).
+    if row.get("framework", "").strip().startswith("torchtitan"):
+        cmd += ["--selective", "alternate-gemms"]
     cmd += ["--json", "--top", "1"]
     return cmd
 

@@ -34,7 +34,7 @@ std::string this_executable() { return std::filesystem::read_symlink("/proc/self
 
 std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& strata_args) {
   const std::string mpirun = find_on_path("mpirun");
-  if (mpirun.empty()) fail("running {} ranks needs mpirun on PATH (Debian: apt-get install openmpi-bin)", ranks);
+  if (mpirun.empty()) fail("starting {} ranks needs mpirun on PATH (Debian: apt-get install openmpi-bin)", ranks);
   std::vector<std::string> command{mpirun, "-np", std::to_string(ranks)};
   // Threads of a rank must not be pinned to one core (OpenMPI binds to a core by default).
   command.insert(command.end(), {"--bind-to", "none"});

@@ -35,6 +35,8 @@ struct PlanArgs {
   std::string attention = "fused";
   double bucket_mb = 25;
   std::string accumulate = "separate";
+  std::string selective = "attention";
+  std::string dropout = "off";
 };
 
 PlanLimits limits_of(const PlanArgs& args) {
@@ -80,6 +82,9 @@ void plan(const PlanArgs& args) {
     fail("--accumulate must be separate or fused, got '{}'", args.accumulate);
   }
   problem.fused_accumulation = args.accumulate == "fused";
+  problem.selective = parse_selective_policy(args.selective, "--selective");
+  if (args.dropout != "on" && args.dropout != "off") fail("--dropout must be on or off, got '{}'", args.dropout);
+  problem.dropout = args.dropout == "on";
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
   std::optional<Explanation> explanation;
@@ -142,6 +147,13 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--accumulate", args->accumulate,
                       "How micro-batch gradients are summed: separate (a pass after each, as Strata's trainer) or "
                       "fused (inside the weight-gradient GEMMs, as Megatron)");
+  command->add_option("--selective", args->selective,
+                      "What selective recomputation redoes: attention (the attention core, as Strata's trainer and "
+                      "Megatron) or alternate-gemms (all but attention and every other GEMM, torchtitan's per-op "
+                      "policy)");
+  command->add_option("--dropout", args->dropout,
+                      "on: the run drops out attention probabilities and residual branches as Megatron-LM does "
+                      "(priced as their memory traffic); off (default): none, as Strata's trainer");
   command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
       ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "ops/schema.h"
 #include "planner/device_time.h"
+#include "planner/dropout_work.h"
+#include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
 
 namespace strata {
@@ -113,8 +115,12 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
   auto key = std::make_pair(micro_batch, tp);
   auto found = workloads_.find(key);
   if (found == workloads_.end()) {
-    auto built =
-        std::make_unique<Workload>(build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype));
+    auto built = std::make_unique<Workload>(
+        build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype, problem_.selective));
+    if (problem_.dropout) {
+      add_dropout(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype,
+                  problem_.attention == AttentionKernel::Unfused, problem_.selective);
+    }
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
@@ -337,7 +343,8 @@ MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, i
   mem.activations = in_flight(figures, stage) * saved + temporaries;
   mem.staging =
       (zero <= 1 ? params : work.layer.params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
-  mem.buffers = zero == 3 ? 2 * work.layer.params * figures.width : 0.0;
+  // ZeRO-3 gathers two layers at a time (fsdp_schedule.h) and keeps the root unit (embedding, head) gathered.
+  mem.buffers = zero == 3 ? (2 * work.layer.params + params - layers * work.layer.params) * figures.width : 0.0;
   mem.peak =
       mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
   mem.capacity = problem_.cluster.device.usable_memory_bytes();
@@ -378,30 +385,60 @@ void CostModel::rebalance_by_memory(const PlanFigures& figures, std::vector<int>
   }
 }
 
-double CostModel::bucketed(const PlanFigures& figures, Collective op, double bytes_per_param, DType dtype,
-                           double layers, double params) {
-  double seconds =
-      layers * pricer_.collective(op, bytes_per_param * figures.work.layer.params, figures.d, figures.t, dtype);
-  double ends = params - layers * figures.work.layer.params;
-  if (ends > 0) seconds += pricer_.collective(op, bytes_per_param * ends, figures.d, figures.t, dtype);
-  return seconds;
+double CostModel::data_parallel_collective(const PlanFigures& figures, Collective op, double bytes_per_param,
+                                           DType dtype, double params) {
+  return params > 0 ? pricer_.collective(op, bytes_per_param * params, figures.d, figures.t, dtype) : 0.0;
 }
 
-CostModel::Overlap CostModel::exposed_zero_comm(const PlanFigures& figures, double layers, double params,
-                                                double forward, double backward, double recompute) {
+double CostModel::bucketed(const PlanFigures& figures, Collective op, double bytes_per_param, DType dtype,
+                           double layers, double params) {
+  const double layer_params = figures.work.layer.params;
+  return layers * data_parallel_collective(figures, op, bytes_per_param, dtype, layer_params) +
+         data_parallel_collective(figures, op, bytes_per_param, dtype, params - layers * layer_params);
+}
+
+CostModel::Overlap CostModel::exposed_zero_comm(const PlanFigures& figures, int stage, int layers,
+                                                const StageTime& time) {
   Overlap result;
   if (figures.d == 1 || figures.zero < 2) return result;
-  const double reduce = bucketed(figures, Collective::ReduceScatter, kF32, DType::F32, layers, params);
-  double busy = reduce;
-  if (figures.zero < 3) {
-    result.exposed = std::max(0.0, reduce - backward - recompute);
+  const double params = stage_params(figures, stage, layers);
+  double busy = 0;
+  if (figures.zero == 2) {
+    busy = bucketed(figures, Collective::ReduceScatter, kF32, DType::F32, layers, params);
+    result.exposed = std::max(0.0, busy - time.backward);
   } else {
-    const double gather = bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, layers, params);
-    result.exposed = std::max(0.0, gather - forward) + std::max(0.0, gather + reduce - backward - recompute);
-    busy += 2 * gather;
+    const FsdpExposure fsdp = fsdp_exposure(fsdp_stage(figures, stage, layers, params));
+    result.exposed = fsdp.exposed;
+    busy = fsdp.busy;
   }
   result.slowdown = problem_.cluster.device.comm_compute_slowdown * std::max(0.0, busy - result.exposed);
   return result;
+}
+
+FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layers, double params) {
+  const Costs& cost = figures.cost;
+  const double layer_params = figures.work.layer.params;
+  FsdpStage fsdp;
+  fsdp.layers = layers;
+  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward;
+  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + figures.layer_recompute;
+  fsdp.layer_gather =
+      data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, layer_params);
+  fsdp.layer_reduce = data_parallel_collective(figures, Collective::ReduceScatter, kF32, DType::F32, layer_params);
+  if (stage == 0) {
+    fsdp.embedding_forward = cost.embedding.forward + cost.embedding.tp_forward;
+    fsdp.embedding_backward = cost.embedding.backward + cost.embedding.tp_backward;
+  }
+  if (stage == figures.p - 1) {
+    fsdp.head_forward = cost.head.forward + cost.head.tp_forward;
+    fsdp.head_backward =
+        cost.head.backward + cost.head.tp_backward + (figures.p == 1 ? cost.tied_gradient_sum : 0.0);
+  }
+  const double root_params = params - layers * layer_params;
+  fsdp.root_gather =
+      data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, root_params);
+  fsdp.root_reduce = data_parallel_collective(figures, Collective::ReduceScatter, kF32, DType::F32, root_params);
+  return fsdp;
 }
 
 CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage, int layers, double p2p) {
@@ -426,15 +463,15 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   st.forward = forward + n * layer.tp_forward + p2p / 2;
   if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
   if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
-  double params = stage_params(figures, stage, layers);
-  const Overlap zero = exposed_zero_comm(figures, n, params, forward, backward, st.recompute);
+  st.backward = backward + st.recompute + n * layer.tp_backward;
+  const Overlap zero = exposed_zero_comm(figures, stage, layers, st);
   st.zero = zero.exposed;
   st.zero_slowdown = zero.slowdown;
   // Megatron-style runtimes add each micro-batch's weight gradient inside its GEMM (beta = 1): no pass of its own.
+  const double params = stage_params(figures, stage, layers);
   st.accumulate = problem_.fused_accumulation
                       ? 0.0
                       : accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
-  st.backward = backward + st.recompute + n * layer.tp_backward;
   return st;
 }
 

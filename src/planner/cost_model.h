@@ -4,8 +4,9 @@
 // Time: per micro-batch and pipeline stage, the roofline time of every op of
 // its layers (plus the embedding on the first stage, the head on the last),
 // the tensor/sequence-parallel collectives, the transfers to the neighbouring
-// stages, ZeRO-2/3 collectives not hidden behind compute, and adding the
-// micro-batch's gradients to the accumulators. A pipeline of stage times t_i
+// stages, ZeRO-2/3 collectives not hidden behind compute (ZeRO-3 unit by unit
+// as FSDP runs it, fsdp_schedule.h), and adding the micro-batch's gradients to
+// the accumulators. A pipeline of stage times t_i
 // and m micro-batches takes (m - 1) max t_i + sum t_i (GPipe and 1F1B), or
 // m max t_i + (sum t_i - max t_i) / v with v interleaved chunks. Then the
 // data-parallel gradient reduction is charged for the part the last backward
@@ -29,6 +30,7 @@
 
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
+#include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
 #include "planner/model_comm.h"
 #include "planner/plan.h"
@@ -48,6 +50,8 @@ struct PlanningProblem {
   // Gradients accumulated by the weight-gradient GEMMs themselves (Megatron's gradient-accumulation
   // fusion) rather than by a pass of their own after each micro-batch (Strata's trainer).
   bool fused_accumulation = false;
+  SelectivePolicy selective = SelectivePolicy::AttentionCore;  // what selective recomputation redoes
+  bool dropout = false;  // Megatron's attention and residual dropout (dropout_work.h); Strata's trainer has none
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };
@@ -142,9 +146,13 @@ class CostModel {
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute
-  // they slow down by running beside it.
-  Overlap exposed_zero_comm(const PlanFigures& figures, double layers, double params, double forward, double backward,
-                            double recompute);
+  // they slow down by running beside it. ZeRO-2 reduce-scatters beside the backward pass; ZeRO-3 runs
+  // as FSDP does, unit by unit (fsdp_schedule.h).
+  Overlap exposed_zero_comm(const PlanFigures& figures, int stage, int layers, const StageTime& time);
+  FsdpStage fsdp_stage(const PlanFigures& figures, int stage, int layers, double params);
+  // One collective over the data-parallel group of `params` parameters' bytes (none for none).
+  double data_parallel_collective(const PlanFigures& figures, comm::Collective op, double bytes_per_param,
+                                  DType dtype, double params);
   // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head.
   double bucketed(const PlanFigures& figures, comm::Collective op, double bytes_per_param, DType dtype, double layers,
                   double params);

@@ -23,8 +23,6 @@ bool on_residual_stream(const std::string& label) {
   return stream.count(base) != 0;
 }
 
-bool selectively_recomputed(const std::string& op) { return OpRegistry::global().get(op).recomputed_selectively; }
-
 struct SegmentGraph {
   Graph graph;
   int forward_nodes = 0;
@@ -33,6 +31,23 @@ struct SegmentGraph {
   int seed = -1;                    // the gradient arriving from the next segment
   bool recomputable = false;        // a transformer layer (the only segment recomputation applies to)
 };
+
+// Per forward node, whether selective recomputation redoes it under `policy`.
+std::vector<bool> selectively_recomputed(const SegmentGraph& segment, SelectivePolicy policy) {
+  std::vector<bool> redone(static_cast<size_t>(segment.forward_nodes), false);
+  if (!segment.recomputable) return redone;
+  int gemms = 0;
+  for (int id = 0; id < segment.forward_nodes; ++id) {
+    const OpSchema& schema = OpRegistry::global().get(segment.graph.node(id).op);
+    if (policy == SelectivePolicy::AttentionCore) {
+      redone[static_cast<size_t>(id)] = schema.recomputed_selectively;
+    } else {
+      const bool kept_gemm = schema.kind == OpKind::Gemm && gemms++ % 2 == 0;
+      redone[static_cast<size_t>(id)] = !kept_gemm && schema.kind != OpKind::Attention;
+    }
+  }
+  return redone;
+}
 
 void add_bytes(ActivationBytes& total, const Value& value) {
   double bytes = static_cast<double>(value.meta.nbytes());
@@ -56,17 +71,18 @@ std::set<int> read_by_backward(const SegmentGraph& segment) {
 
 // Under selective recomputation a value made by a recomputed op is not kept;
 // the op's own inputs are, so that it can run again.
-std::set<int> kept_under_selective(const SegmentGraph& segment, std::set<int> kept) {
+std::set<int> kept_under_selective(const SegmentGraph& segment, const std::vector<bool>& redone, std::set<int> kept) {
   const Graph& g = segment.graph;
   bool changed = true;
   while (changed) {
     changed = false;
     for (int value : std::set<int>(kept)) {
       int producer = g.value(value).producer;
-      if (producer < 0 || !selectively_recomputed(g.node(producer).op)) continue;
+      if (producer < 0 || producer >= segment.forward_nodes || !redone[static_cast<size_t>(producer)]) continue;
       kept.erase(value);
       for (int input : g.node(producer).inputs) {
-        if (!segment.params.count(input)) kept.insert(input);
+        // Parameters, and inputs every layer shares (the rotary positions), are not this layer's to keep.
+        if (g.value(input).producer >= 0 || segment.activation_inputs.count(input)) kept.insert(input);
       }
       changed = true;
     }
@@ -110,15 +126,16 @@ ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
   return best;
 }
 
-SegmentWork summarise(const SegmentGraph& segment) {
+SegmentWork summarise(const SegmentGraph& segment, SelectivePolicy policy) {
   const Graph& g = segment.graph;
+  const std::vector<bool> redone = selectively_recomputed(segment, policy);
   SegmentWork work;
   for (int id = 0; id < g.num_nodes(); ++id) {
     const Node& node = g.node(id);
     bool forward = id < segment.forward_nodes;
     OpWork op = op_work(g, id);
     op.residual_stream = on_residual_stream(node.label);
-    op.selective_recompute = forward && segment.recomputable && selectively_recomputed(node.op);
+    op.selective_recompute = forward && redone[static_cast<size_t>(id)];
     (forward ? work.forward : work.backward).push_back(std::move(op));
   }
   for (int param : segment.params) work.params += static_cast<double>(shape_numel(g.value(param).meta.shape));
@@ -131,7 +148,15 @@ SegmentWork summarise(const SegmentGraph& segment) {
   };
   work.saved[static_cast<size_t>(RecomputeMode::None)] = total(kept);
   if (segment.recomputable) {
-    work.saved[static_cast<size_t>(RecomputeMode::Selective)] = total(kept_under_selective(segment, kept));
+    std::set<int> selective_kept = kept_under_selective(segment, redone, kept);
+    if (policy == SelectivePolicy::AlternateGemms) {
+      // PyTorch's selective checkpointing caches every output of the ops its policy saves, read later or not.
+      for (int id = 0; id < segment.forward_nodes; ++id) {
+        if (redone[static_cast<size_t>(id)]) continue;
+        for (int output : g.node(id).outputs) selective_kept.insert(output);
+      }
+    }
+    work.saved[static_cast<size_t>(RecomputeMode::Selective)] = total(selective_kept);
     work.saved[static_cast<size_t>(RecomputeMode::Full)] = total(segment.activation_inputs);
   } else {
     work.saved[static_cast<size_t>(RecomputeMode::Selective)] = work.saved[0];
@@ -170,7 +195,7 @@ GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
 }
 
 // One transformer block, with this device's shard of every tensor-parallel weight.
-SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
+SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype, SelectivePolicy selective) {
   SegmentGraph seg;
   seg.recomputable = true;
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
@@ -178,7 +203,7 @@ SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType
   int positions = seg.graph.add_input("positions", {{s}, DType::I32});
   GraphEmitter emit = segment_emitter(seg, dtype);
   finish(seg, model_family(c).block(emit, c, x, positions, "", tp));
-  return summarise(seg);
+  return summarise(seg, selective);
 }
 
 SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
@@ -187,7 +212,7 @@ SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, D
   int positions = add_activation(seg, "positions", {s}, DType::I32);
   GraphEmitter emit = segment_emitter(seg, dtype);
   finish(seg, model_family(c).embed(emit, c, tokens, positions, tp));
-  return summarise(seg);
+  return summarise(seg, SelectivePolicy::AttentionCore);
 }
 
 // A tied LM head reads the embedding's weights; they are counted with the embedding.
@@ -199,7 +224,7 @@ SegmentWork head_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType 
   const ModelFamily& family = model_family(c);
   int logits = family.lm_head(emit, c, family.final_norm(emit, c, x), tp);
   finish(seg, emit.op("cross_entropy", {logits, targets}, {}, "loss"));
-  SegmentWork work = summarise(seg);
+  SegmentWork work = summarise(seg, SelectivePolicy::AttentionCore);
   if (!family.tied_embedding(c).empty()) work.params -= static_cast<double>(vocab_shard(c, tp) * c.n_embd);
   return work;
 }
@@ -246,7 +271,14 @@ OpWork op_work(const Graph& graph, int node_id) {
   return work;
 }
 
-Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype) {
+SelectivePolicy parse_selective_policy(std::string_view text, std::string_view key) {
+  if (text == "attention") return SelectivePolicy::AttentionCore;
+  if (text == "alternate-gemms") return SelectivePolicy::AlternateGemms;
+  fail("{} must be attention or alternate-gemms, got '{}'", key, text);
+}
+
+Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype,
+                        SelectivePolicy selective) {
   config.validate();
   if (tp < 1 || config.n_head % tp != 0 || config.kv_heads() % tp != 0) {
     fail("tensor-parallel degree {} must divide model.n_head ({}) and the key/value heads ({})", tp, config.n_head,
@@ -261,7 +293,7 @@ Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t 
   work.tp = tp;
   work.dtype = dtype;
   work.embedding = embedding_work(config, micro_batch, seq, tp, dtype);
-  work.layer = layer_work(config, micro_batch, seq, tp, dtype);
+  work.layer = layer_work(config, micro_batch, seq, tp, dtype, selective);
   work.head = head_work(config, micro_batch, seq, tp, dtype);
   if (!model_family(config).tied_embedding(config).empty()) {
     TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};

@@ -9,6 +9,7 @@
 // activations from the graph itself.
 #include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -35,6 +36,14 @@ struct AttentionShape {
   bool backward = false;
 };
 
+// Which forward ops of a layer selective recomputation redoes in backward.
+enum class SelectivePolicy {
+  AttentionCore,   // the ops whose schema says recomputed_selectively (Megatron's policy; Strata's trainer)
+  AlternateGemms,  // torchtitan's per-op policy: keep attention's outputs and those of the layer's 1st, 3rd, ...
+                   // GEMM, redo every other op
+};
+SelectivePolicy parse_selective_policy(std::string_view text, std::string_view key);  // errors name `key`
+
 struct OpWork {
   std::string op;
   std::string label;
@@ -46,8 +55,7 @@ struct OpWork {
   // Works on the residual stream, which tensor parallelism replicates and
   // sequence parallelism splits by sequence.
   bool residual_stream = false;
-  // A forward op redone in backward under selective recomputation (the ops
-  // whose schema says so, as the trainer's recomputation pass re-runs them).
+  // A forward op redone in backward under selective recomputation (by the workload's SelectivePolicy).
   bool selective_recompute = false;
 };
 
@@ -92,6 +100,7 @@ struct Workload {
 // Per-device work of `config` at `micro_batch` rows of `seq` tokens under
 // tensor parallelism `tp`, which must divide the heads; a vocabulary shard
 // holds ceil(vocab_size / tp) rows.
-Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype);
+Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype,
+                        SelectivePolicy selective = SelectivePolicy::AttentionCore);
 
 }  // namespace strata
