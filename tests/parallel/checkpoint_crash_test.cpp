@@ -102,9 +102,12 @@ TEST_F(CheckpointCrash, KillingARankAtRandomMomentsNeverBreaksLatestOrEarlierChe
     SCOPED_TRACE("trial " + std::to_string(trial));
     const size_t lines_before = lines_in(run / "metrics.jsonl");
     const pid_t job = spawn(command);
-    // Wait for a step past the resume, then a random moment within the next few steps.
+    // Wait for a step past the resume (and, the first time, for the first checkpoint: a step's metrics
+    // line comes before its save, and a kill before any save leaves nothing to check), then a random
+    // moment within the next few steps.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (lines_in(run / "metrics.jsonl") <= lines_before && std::chrono::steady_clock::now() < deadline) {
+    while ((lines_in(run / "metrics.jsonl") <= lines_before || !fs::exists(run / "latest")) &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 60000)(random)));
