@@ -234,18 +234,20 @@ TEST(CpuBf16, AttentionForwardAndBackwardMatchRef) {
       {2, 67, 3, 64, 1.0f}, {1, 130, 2, 80, 1.0f}, {2, 129, 2, 64, 3.0f},
       {1, 5, 4, 24, 3.0f},  {3, 1, 2, 80, 1.0f},   {2, 70, 2, 7, 1.0f},
   };
-  for (const AttentionCase& c : cases) {
-    std::string what = "attention B=" + std::to_string(c.batch) + " T=" + std::to_string(c.seq) +
-                       " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.head_dim);
-    int64_t width = c.heads * c.head_dim;
-    Attrs attrs{{"n_head", c.heads}};
-    Tensor qkv = random_bf16({c.batch, c.seq, 3 * width}, 100 + c.seq, c.scale);
-    check_outputs("attention", {qkv}, attrs, {rounded_probs_tol(c.head_dim, 2), 3e-5}, what);
-    Tensors forward = run_on("ref", "attention", {qkv}, attrs);
-    Tensor dout = random_bf16({c.batch, c.seq, width}, 300 + c.seq);
-    check_outputs("attention_backward", {dout, qkv, forward[0], forward[1]}, attrs,
-                  {rounded_probs_tol(c.head_dim, 6)}, what + " backward");
-  }
+  for_each_bf16_attention_path([&](const std::string& path) {
+    for (const AttentionCase& c : cases) {
+      std::string what = "attention B=" + std::to_string(c.batch) + " T=" + std::to_string(c.seq) +
+                         " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.head_dim) + " on " + path;
+      int64_t width = c.heads * c.head_dim;
+      Attrs attrs{{"n_head", c.heads}};
+      Tensor qkv = random_bf16({c.batch, c.seq, 3 * width}, 100 + c.seq, c.scale);
+      check_outputs("attention", {qkv}, attrs, {rounded_probs_tol(c.head_dim, 2), 3e-5}, what);
+      Tensors forward = run_on("ref", "attention", {qkv}, attrs);
+      Tensor dout = random_bf16({c.batch, c.seq, width}, 300 + c.seq);
+      check_outputs("attention_backward", {dout, qkv, forward[0], forward[1]}, attrs,
+                    {rounded_probs_tol(c.head_dim, 6)}, what + " backward");
+    }
+  });
 }
 
 TEST(CpuBf16, CachedAttentionMatchesRef) {

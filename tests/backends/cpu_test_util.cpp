@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cpu/amx_tiles.h"
 #include "core/rng.h"
 
 namespace strata::testing {
@@ -93,6 +94,13 @@ void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double fact
   Tensor scaled_in_place = a.clone();
   dispatcher("cpu").run("scale", {scaled_in_place}, {scaled_in_place}, {{"factor", factor}});
   expect_identical(scaled_in_place, scaled, what + " scale in place");
+}
+
+void for_each_bf16_attention_path(const std::function<void(const std::string& path)>& check) {
+  if (cpu::runs_on_amx_tiles()) check("AMX tiles");
+  cpu::set_amx_tiles_allowed(false);
+  check("AVX-512 BF16");
+  cpu::set_amx_tiles_allowed(true);
 }
 
 }  // namespace strata::testing

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the cpu-vs-ref tests: random f32 inputs, running an op on a
 // backend (no fallbacks allowed), and comparisons.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,10 @@ void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double fact
 // runs cpu again and requires the same bits. Returns the cpu outputs.
 Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,
                           const std::string& what);
+
+// Runs `check` once per path of the bf16 attention kernels this CPU offers:
+// AMX tiles where it has them, then the AVX-512 BF16 dot products (forced);
+// `path` names the one running.
+void for_each_bf16_attention_path(const std::function<void(const std::string& path)>& check);
 
 }  // namespace strata::testing

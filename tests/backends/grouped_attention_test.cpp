@@ -15,6 +15,7 @@
 // measured worst f32 1.3e-5 forward and 2.5e-5 backward (peaked, KV = 2);
 // bf16 0.85 ulp forward and 2.6 ulps backward (KV = 2, D = 80).
 #include <algorithm>
+#include <functional>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -49,6 +50,12 @@ Attrs grouped_attrs(const Case& c) { return {{"n_head", c.heads}, {"n_kv_head", 
 struct Tolerances {
   double out, lse, grads;
 };
+
+// Runs `check` on every path the kernels of `dtype` take on this CPU.
+void for_each_path(DType dtype, const std::function<void(const std::string& path)>& check) {
+  if (dtype == DType::BF16) return for_each_bf16_attention_path(check);
+  check("f32 tiles");
+}
 
 Tolerances tolerances(DType dtype, int64_t head_dim) {
   if (dtype == DType::F32) return {3e-5, 3e-5, 1e-4};
@@ -90,48 +97,52 @@ class CpuGroupedAttention : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CpuGroupedAttention, ForwardAndBackwardMatchRef) {
   DType dtype = GetParam();
-  for (const Case& c : kCases) {
-    std::string what = label(c, dtype);
-    Tolerances tol = tolerances(dtype, c.head_dim);
-    Attrs attrs = grouped_attrs(c);
-    Tensor q = random_f32({c.batch, c.seq, c.heads * c.head_dim}, 100 + c.seq, c.scale).to(dtype);
-    Tensor k = random_f32({c.batch, c.seq, c.kv_heads * c.head_dim}, 200 + c.seq, c.scale).to(dtype);
-    Tensor v = random_f32({c.batch, c.seq, c.kv_heads * c.head_dim}, 300 + c.seq).to(dtype);
-    check_outputs("grouped_attention", {q, k, v}, attrs, {tol.out, tol.lse}, what);
-    Tensors forward = run_on("ref", "grouped_attention", {q, k, v}, attrs);
-    Tensor dout = random_f32(q.shape(), 400 + c.seq).to(dtype);
-    Tensors inputs{dout, q, k, v, forward[0], forward[1]};
-    Tensors cpu = run_on("cpu", "grouped_attention_backward", inputs, attrs);
-    expect_close(side_by_side(cpu), side_by_side(run_on("ref", "grouped_attention_backward", inputs, attrs)),
-                 tol.grads, what + " grouped_attention_backward");
-    Tensors again = run_on("cpu", "grouped_attention_backward", inputs, attrs);
-    for (size_t i = 0; i < 3; ++i) expect_identical(cpu[i], again[i], what + " gradient " + std::to_string(i));
-  }
+  for_each_path(dtype, [&](const std::string& path) {
+    for (const Case& c : kCases) {
+      std::string what = label(c, dtype) + " on " + path;
+      Tolerances tol = tolerances(dtype, c.head_dim);
+      Attrs attrs = grouped_attrs(c);
+      Tensor q = random_f32({c.batch, c.seq, c.heads * c.head_dim}, 100 + c.seq, c.scale).to(dtype);
+      Tensor k = random_f32({c.batch, c.seq, c.kv_heads * c.head_dim}, 200 + c.seq, c.scale).to(dtype);
+      Tensor v = random_f32({c.batch, c.seq, c.kv_heads * c.head_dim}, 300 + c.seq).to(dtype);
+      check_outputs("grouped_attention", {q, k, v}, attrs, {tol.out, tol.lse}, what);
+      Tensors forward = run_on("ref", "grouped_attention", {q, k, v}, attrs);
+      Tensor dout = random_f32(q.shape(), 400 + c.seq).to(dtype);
+      Tensors inputs{dout, q, k, v, forward[0], forward[1]};
+      Tensors cpu = run_on("cpu", "grouped_attention_backward", inputs, attrs);
+      expect_close(side_by_side(cpu), side_by_side(run_on("ref", "grouped_attention_backward", inputs, attrs)),
+                   tol.grads, what + " grouped_attention_backward");
+      Tensors again = run_on("cpu", "grouped_attention_backward", inputs, attrs);
+      for (size_t i = 0; i < 3; ++i) expect_identical(cpu[i], again[i], what + " gradient " + std::to_string(i));
+    }
+  });
 }
 
 // One kv head per query head: the cpu grouped op reads q, k and v where the
 // packed op reads the thirds of qkv, and must give the same bits.
 TEST_P(CpuGroupedAttention, OneKvHeadPerQueryHeadIsPackedAttention) {
   DType dtype = GetParam();
-  for (int64_t head_dim : {64, 80}) {
-    const int64_t batch = 2, seq = 130, heads = 3, width = heads * head_dim;
-    std::string what = std::string(dtype_name(dtype)) + " D=" + std::to_string(head_dim);
-    Tensor qkv = random_f32({batch, seq, 3 * width}, 7, 2.0f).to(dtype);
-    Tensor q = qkv.narrow(2, 0, width).clone(), k = qkv.narrow(2, width, width).clone();
-    Tensor v = qkv.narrow(2, 2 * width, width).clone();
-    Tensor dout = random_f32({batch, seq, width}, 8).to(dtype);
-    Attrs packed{{"n_head", heads}}, grouped{{"n_head", heads}, {"n_kv_head", heads}};
-    Tensors attention = run_on("cpu", "attention", {qkv}, packed);
-    Tensors grouped_out = run_on("cpu", "grouped_attention", {q, k, v}, grouped);
-    expect_identical(grouped_out[0], attention[0], what + " out");
-    expect_identical(grouped_out[1], attention[1], what + " lse");
-    Tensor dqkv = run_on("cpu", "attention_backward", {dout, qkv, attention[0], attention[1]}, packed)[0];
-    Tensors grads = run_on("cpu", "grouped_attention_backward", {dout, q, k, v, attention[0], attention[1]}, grouped);
-    for (int64_t part = 0; part < 3; ++part) {
-      expect_identical(grads[static_cast<size_t>(part)], dqkv.narrow(2, part * width, width).clone(),
-                       what + " gradient " + std::to_string(part));
+  for_each_path(dtype, [&](const std::string& path) {
+    for (int64_t head_dim : {64, 80}) {
+      const int64_t batch = 2, seq = 130, heads = 3, width = heads * head_dim;
+      std::string what = std::string(dtype_name(dtype)) + " D=" + std::to_string(head_dim) + " on " + path;
+      Tensor qkv = random_f32({batch, seq, 3 * width}, 7, 2.0f).to(dtype);
+      Tensor q = qkv.narrow(2, 0, width).clone(), k = qkv.narrow(2, width, width).clone();
+      Tensor v = qkv.narrow(2, 2 * width, width).clone();
+      Tensor dout = random_f32({batch, seq, width}, 8).to(dtype);
+      Attrs packed{{"n_head", heads}}, grouped{{"n_head", heads}, {"n_kv_head", heads}};
+      Tensors attention = run_on("cpu", "attention", {qkv}, packed);
+      Tensors grouped_out = run_on("cpu", "grouped_attention", {q, k, v}, grouped);
+      expect_identical(grouped_out[0], attention[0], what + " out");
+      expect_identical(grouped_out[1], attention[1], what + " lse");
+      Tensor dqkv = run_on("cpu", "attention_backward", {dout, qkv, attention[0], attention[1]}, packed)[0];
+      Tensors grads = run_on("cpu", "grouped_attention_backward", {dout, q, k, v, attention[0], attention[1]}, grouped);
+      for (int64_t part = 0; part < 3; ++part) {
+        expect_identical(grads[static_cast<size_t>(part)], dqkv.narrow(2, part * width, width).clone(),
+                         what + " gradient " + std::to_string(part));
+      }
     }
-  }
+  });
 }
 
 // Decoding steps (one query, a partial key tile) and a prompt, over caches

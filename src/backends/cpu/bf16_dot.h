@@ -23,20 +23,14 @@ inline bool has_bf16_dot() {
   return supported;
 }
 
-// a[r, p], the pair of row r at depth pair p, is data[r * row_stride + p * pair_stride].
-struct PairsA {
-  const uint32_t* data;
-  int64_t row_stride;
-  int64_t pair_stride;
-};
-
-// c[4, 16 * kVectors] (+)= a[4, pairs] b[pairs, 16 * kVectors], where row p
-// of b is 16 * kVectors pairs starting at b + p * ldb; held in registers
-// across the depth, f32 accumulation.
+// c[4, 16 * kVectors] (+)= a[4, pairs] b[pairs, 16 * kVectors], where row r
+// of a is `pairs` pairs starting at a + r * lda and row p of b is
+// 16 * kVectors pairs starting at b + p * ldb; held in registers across the
+// depth, f32 accumulation.
 template <int kVectors>
-STRATA_BF16_DOT __attribute__((always_inline)) inline void dot_block(int64_t pairs, PairsA a, const uint32_t* b,
-                                                                     int64_t ldb, float* c, int64_t ldc,
-                                                                     bool accumulate) {
+STRATA_BF16_DOT __attribute__((always_inline)) inline void dot_block(int64_t pairs, const uint32_t* a, int64_t lda,
+                                                                     const uint32_t* b, int64_t ldb, float* c,
+                                                                     int64_t ldc, bool accumulate) {
   __m512 acc[4][kVectors];
   for (int r = 0; r < 4; ++r) {
     for (int v = 0; v < kVectors; ++v) acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
@@ -45,7 +39,7 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline void dot_block(int64_t pai
     __m512bh bv[kVectors];
     for (int v = 0; v < kVectors; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * v);
     for (int r = 0; r < 4; ++r) {
-      auto av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a.data[r * a.row_stride + p * a.pair_stride]));
+      auto av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * lda + p]));
       for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
@@ -54,21 +48,28 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline void dot_block(int64_t pai
   }
 }
 
-// The same for any number of 16-column vectors, in blocks of at most five
-// (4 x 5 accumulators fill the registers with room for the operands).
-STRATA_BF16_DOT __attribute__((always_inline)) inline void dot_strip(int64_t vectors, int64_t pairs, PairsA a,
-                                                                     const uint32_t* b, int64_t ldb, float* c,
-                                                                     int64_t ldc, bool accumulate) {
-  for (; vectors > 5; vectors -= 4, b += 64, c += 64) dot_block<4>(pairs, a, b, ldb, c, ldc, accumulate);
-  switch (vectors) {
-    case 5: dot_block<5>(pairs, a, b, ldb, c, ldc, accumulate); break;
-    case 4: dot_block<4>(pairs, a, b, ldb, c, ldc, accumulate); break;
-    case 3: dot_block<3>(pairs, a, b, ldb, c, ldc, accumulate); break;
-    case 2: dot_block<2>(pairs, a, b, ldb, c, ldc, accumulate); break;
-    case 1: dot_block<1>(pairs, a, b, ldb, c, ldc, accumulate); break;
-    default: break;
+// The attention kernels' products (amx_tiles.h states the contract) on these
+// instructions, in strips of 4 rows, for CPUs without AMX tiles.
+struct DotStrips {
+  static constexpr int64_t kRows = 4;
+  static constexpr int64_t kDepthPairs = 1;
+
+  // Blocks of at most five vectors (4 x 5 accumulators fill the registers
+  // with room for the operands).
+  STRATA_BF16_DOT __attribute__((always_inline)) void product(int64_t blocks, int64_t pairs, const uint32_t* a,
+                                                              int64_t lda, const uint32_t* b, int64_t ldb, float* c,
+                                                              int64_t ldc, bool accumulate) const {
+    for (; blocks > 5; blocks -= 4, b += 64, c += 64) dot_block<4>(pairs, a, lda, b, ldb, c, ldc, accumulate);
+    switch (blocks) {
+      case 5: dot_block<5>(pairs, a, lda, b, ldb, c, ldc, accumulate); break;
+      case 4: dot_block<4>(pairs, a, lda, b, ldb, c, ldc, accumulate); break;
+      case 3: dot_block<3>(pairs, a, lda, b, ldb, c, ldc, accumulate); break;
+      case 2: dot_block<2>(pairs, a, lda, b, ldb, c, ldc, accumulate); break;
+      case 1: dot_block<1>(pairs, a, lda, b, ldb, c, ldc, accumulate); break;
+      default: break;
+    }
   }
-}
+};
 
 // e^x, simd.h's exp_approx on 16 lanes (same polynomial and range).
 STRATA_BF16_DOT __attribute__((always_inline)) inline __m512 exp16(__m512 x) {
@@ -96,8 +97,8 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline void store_bf16x16(uint32_
 }
 
 // Rows a and b (16 columns) rounded to bf16 and interleaved into 16 pairs
-// (a[j], b[j]): a tile stored as pairs along its rows, for reading it
-// transposed as the left operand of dot_block.
+// (a[j], b[j]): a tile stored as pairs of rows, the right operand of a
+// product over its rows.
 STRATA_BF16_DOT __attribute__((always_inline)) inline void store_bf16_pairs(uint32_t* out, __m512 a, __m512 b) {
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                               22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -113,50 +114,49 @@ inline __mmask16 first_lanes(int64_t count) {
 }
 
 // Packing one head (rows of `dim` bf16, `stride` apart, `seq` of them) for
-// dot_block, zero-padded to `rows` rows (a multiple of 2); dim is even.
+// the products, zero-padded to `rows` rows (a multiple of 2); dim is even.
 
-// As pairs along each row: out[i][p], rows x dim / 2.
+// As `pairs` pairs along each row (dim / 2 of them, then zeros): out[i][p].
 STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
-                                      uint32_t* out) {
-  const int64_t pairs = dim / 2;
-  for (int64_t i = 0; i < rows; ++i) {
-    if (i < seq) {
-      std::memcpy(out + i * pairs, x + i * stride, static_cast<size_t>(dim) * sizeof(bf16));
-    } else {
-      std::memset(out + i * pairs, 0, static_cast<size_t>(pairs) * sizeof(uint32_t));
-    }
-  }
+                                      int64_t pairs, uint32_t* out) {
+  const auto row_bytes = static_cast<size_t>(dim) * sizeof(bf16);
+  std::memset(out, 0, static_cast<size_t>(rows * pairs) * sizeof(uint32_t));
+  for (int64_t i = 0; i < seq; ++i) std::memcpy(out + i * pairs, x + i * stride, row_bytes);
 }
 
-// Transposed, as pairs along each row: out[p][i], dim / 2 x rows.
-STRATA_BF16_DOT inline void pack_rows_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim,
-                                                 int64_t rows, uint32_t* out) {
-  const int64_t pairs = dim / 2;
-  for (int64_t i = 0; i < rows; ++i) {
+// Transposed, as pairs along each row: out[p][i], `pairs` x rows (zero past
+// dim / 2).
+STRATA_BF16_DOT inline void pack_rows_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
+                                                 int64_t pairs, uint32_t* out) {
+  std::memset(out, 0, static_cast<size_t>(pairs * rows) * sizeof(uint32_t));
+  for (int64_t i = 0; i < seq; ++i) {
     const bf16* row = x + i * stride;
-    for (int64_t p = 0; p < pairs; ++p) {
-      uint32_t pair = 0;
-      if (i < seq) std::memcpy(&pair, row + 2 * p, sizeof(pair));
-      out[p * rows + i] = pair;
-    }
+    for (int64_t p = 0; p < dim / 2; ++p) std::memcpy(out + p * rows + i, row + 2 * p, sizeof(uint32_t));
   }
 }
 
-// As pairs of rows: out[i][d] = (x[2i][d], x[2i + 1][d]), rows / 2 x
+// The pair of rows 2i, 2i + 1 at column d (zero past seq and dim).
+inline uint32_t row_pair(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t i, int64_t d) {
+  if (d >= dim) return 0;
+  uint32_t low = i < seq ? x[i * stride + d].bits : 0u;
+  uint32_t high = i + 1 < seq ? x[(i + 1) * stride + d].bits : 0u;
+  return low | high << 16;
+}
+
+// As pairs of rows: out[i / 2][d] = (x[i][d], x[i + 1][d]), rows / 2 x
 // padded_dim (a multiple of 16).
 STRATA_BF16_DOT inline void pack_row_pairs(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
                                            int64_t padded_dim, uint32_t* out) {
   for (int64_t i = 0; i < rows; i += 2) {
-    uint32_t* out_row = out + i / 2 * padded_dim;
-    const bf16* even = x + i * stride;
-    const bf16* odd = even + stride;
-    int64_t even_dim = i < seq ? dim : 0, odd_dim = i + 1 < seq ? dim : 0;
-#pragma omp simd
-    for (int64_t d = 0; d < padded_dim; ++d) {
-      uint32_t low = d < even_dim ? even[d].bits : 0u;
-      uint32_t high = d < odd_dim ? odd[d].bits : 0u;
-      out_row[d] = low | high << 16;
-    }
+    for (int64_t d = 0; d < padded_dim; ++d) out[i / 2 * padded_dim + d] = row_pair(x, stride, seq, dim, i, d);
+  }
+}
+
+// The same transposed: out[d][i / 2], padded_dim x rows / 2.
+STRATA_BF16_DOT inline void pack_row_pairs_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim,
+                                                      int64_t rows, int64_t padded_dim, uint32_t* out) {
+  for (int64_t d = 0; d < padded_dim; ++d) {
+    for (int64_t i = 0; i < rows; i += 2) out[d * (rows / 2) + i / 2] = row_pair(x, stride, seq, dim, i, d);
   }
 }
 

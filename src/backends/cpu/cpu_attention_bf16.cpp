@@ -1,6 +1,7 @@
-// Causal attention forward on bf16 with the CPU's bf16 dot products
-// (bf16_dot.h), for `attention` and `grouped_attention` (attention_kernels.h
-// describes the operands), the flash-attention walk of cpu_attention.cpp:
+// Causal attention forward on bf16 with the CPU's bf16 products (AMX tiles,
+// amx_tiles.h, where present, else AVX-512 BF16 dot products, bf16_dot.h),
+// for `attention` and `grouped_attention` (attention_kernels.h describes the
+// operands), the flash-attention walk of cpu_attention.cpp:
 // one task per (batch, head, tile of queries) walks the keys a tile at a time
 // with an online softmax, so the T x T scores never exist. Q K^T multiplies the bf16
 // inputs as they are, exactly, in f32; the softmax runs in f32; the
@@ -9,13 +10,15 @@
 // probabilities, so out is an exact weighted mean of the rows of V; lse adds
 // the unrounded ones, so the backward recomputes exactly the softmax here.
 // A parallel pass first packs every query head and every kv head (once, however
-// many query heads read it) into the layouts dot_block reads.
+// many query heads read it) into the layouts the products read.
 // Each task writes only its own rows: results do not depend on scheduling.
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/amx_tiles.h"
 #include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/convert.h"
+#include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 
 // GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined_* inside
@@ -30,9 +33,10 @@ constexpr int64_t kTile = 64;  // queries per task and keys per step
 // The running maximum starts finite so that padding rows never compute inf - inf.
 constexpr float kNoScore = -1e30f;
 
-// One packed head: q as pairs along rows [rows][dim / 2], k transposed
-// [dim / 2][rows], v as pairs of rows [rows / 2][padded_dim]; rows is the
-// sequence rounded up to whole tiles, padding zero.
+// One packed head: q as pairs along rows [rows][pairs], k transposed
+// [pairs][rows], v as pairs of rows [rows / 2][padded_dim]; rows is the
+// sequence rounded up to whole tiles, pairs dim / 2 rounded up to the
+// products' depth step, padding zero.
 struct PackedHead {
   uint32_t* q;
   uint32_t* k_t;
@@ -40,16 +44,19 @@ struct PackedHead {
 };
 
 struct Geometry {
-  int64_t seq, rows, dim, padded_dim;
+  int64_t seq, rows, dim, pairs, padded_dim;
   float scale;
 };
 
-// Queries [first, first + count) of one head, count <= kTile; writes out
-// rows (stride out_stride) and lse.
-STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int64_t first, int64_t count,
-                                     bf16* out, int64_t out_stride, float* lse) {
-  const int64_t pairs = g.dim / 2, pd = g.padded_dim;
-  const int64_t count4 = (count + 3) / 4 * 4;
+// Queries [first, first + count) of one head, count <= kTile, in strips of
+// Products::kRows; writes out rows (stride out_stride) and lse.
+template <typename Products>
+STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t first, int64_t count, bf16* out,
+                                 int64_t out_stride, float* lse) {
+  const Products products;
+  constexpr int64_t kRows = Products::kRows;
+  const int64_t pd = g.padded_dim;
+  const int64_t strip_rows = round_up(count, kRows);
   float* scores = thread_scratch<float>(0, static_cast<size_t>(kTile * kTile));
   auto* probs = thread_scratch<uint32_t>(1, static_cast<size_t>(kTile * kTile / 2));  // bf16 [kTile][kTile]
   float* acc = thread_scratch<float>(2, static_cast<size_t>(kTile * pd));
@@ -57,7 +64,7 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
   float* row_max = stats;
   float* row_sum = stats + kTile;          // of the f32 probabilities, for lse
   float* rounded_sum = stats + 2 * kTile;  // of the bf16 ones, for out
-  std::fill_n(acc, count4 * pd, 0.0f);
+  std::fill_n(acc, strip_rows * pd, 0.0f);
   std::fill_n(row_max, kTile, kNoScore);
   std::fill_n(row_sum, 2 * kTile, 0.0f);
 
@@ -65,14 +72,18 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
   for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
     const int64_t nk = std::min(kTile, keys - k0);
     const int64_t key_vectors = (nk + 15) / 16;
-    for (int64_t r0 = 0; r0 < count4; r0 += 4) {
-      // The block's last query sees keys up to first + r0 + 3: later
+    for (int64_t r0 = 0; r0 < strip_rows; r0 += kRows) {
+      // The strip's last query sees keys up to first + r0 + kRows - 1: later
       // 16-key vectors are all masked and skipped.
-      const int64_t vectors = std::min(key_vectors, (first + r0 + 4 - k0 + 15) / 16);
-      dot_strip(vectors, pairs, PairsA{h.q + (first + r0) * pairs, pairs, 1}, h.k_t + k0, g.rows,
-                scores + r0 * kTile, kTile, false);
-      // Online softmax along each row; P rows in bf16 up to the block's depth.
-      for (int64_t r = r0; r < r0 + 4; ++r) {
+      const int64_t vectors = std::min(key_vectors, (first + r0 + kRows - k0 + 15) / 16);
+      products.product(vectors, g.pairs, h.q + (first + r0) * g.pairs, g.pairs, h.k_t + k0, g.rows, scores + r0 * kTile,
+                       kTile, false);
+      // P V's depth: the keys the strip sees, in whole depth steps; P is 0
+      // past each row's last key, up to the end of the depth.
+      const int64_t depth_pairs = round_up((std::min(nk, first + r0 + kRows - k0) + 1) / 2, Products::kDepthPairs);
+      const int64_t p_vectors = (2 * depth_pairs + 15) / 16;
+      // Online softmax along each row; P rows in bf16.
+      for (int64_t r = r0; r < r0 + kRows; ++r) {
         const int64_t visible = r < count ? std::min(nk, first + r + 1 - k0) : 0;
         const float* s = scores + r * kTile;
         uint32_t* p_row = probs + r * kTile / 2;
@@ -84,7 +95,7 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
         const float new_max = _mm512_reduce_max_ps(tile_max);
         const float alpha = exp16(_mm512_set1_ps(row_max[r] - new_max))[0];
         __m512 sum = _mm512_setzero_ps(), sum_rounded = _mm512_setzero_ps();
-        for (int64_t v = 0; v < vectors; ++v) {
+        for (int64_t v = 0; v < p_vectors; ++v) {
           __m512 shifted = _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), _mm512_set1_ps(g.scale),
                                            _mm512_set1_ps(new_max));
           __m512 p = _mm512_maskz_mov_ps(first_lanes(visible - 16 * v), exp16(shifted));
@@ -104,10 +115,8 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
           }
         }
       }
-      // out += P V over the keys the block sees (P is 0 past each row's last).
-      const int64_t depth = std::min(nk, first + r0 + 4 - k0);
-      dot_strip(pd / 16, (depth + 1) / 2, PairsA{probs + r0 * kTile / 2, kTile / 2, 1}, h.v + k0 / 2 * pd, pd,
-                acc + r0 * pd, pd, true);
+      products.product(pd / 16, depth_pairs, probs + r0 * kTile / 2, kTile / 2, h.v + k0 / 2 * pd, pd, acc + r0 * pd,
+                       pd, true);
     }
   }
 
@@ -125,22 +134,25 @@ STRATA_BF16_DOT void attend_tile_dot(const PackedHead& h, const Geometry& g, int
 STRATA_BF16_DOT void pack_head(const ForwardOperands<bf16, bf16>& op, const Geometry& g, int64_t b, int64_t h,
                                const PackedHead& packed) {
   const HeadGroups& hg = op.groups;
-  pack_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, packed.q);
+  pack_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, g.pairs, packed.q);
   if (h % hg.group() != 0) return;
   const int64_t kv = hg.kv_head(h);
-  pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, packed.k_t);
+  pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, g.pairs, packed.k_t);
   pack_row_pairs(op.v.head(b, kv, g.dim), op.v.row_stride, g.seq, g.dim, g.rows, g.padded_dim, packed.v);
 }
 
-}  // namespace
-
-void attention_forward_bf16_dot(const ForwardOperands<bf16, bf16>& op) {
+template <typename Products>
+void forward_with(const ForwardOperands<bf16, bf16>& op) {
   const HeadGroups& hg = op.groups;
   const int64_t seq = op.queries, dim = hg.head_dim;
-  const Geometry g{.seq = seq, .rows = (seq + kTile - 1) / kTile * kTile, .dim = dim,
-                   .padded_dim = (dim + 15) / 16 * 16, .scale = hg.scale()};
+  const Geometry g{.seq = seq,
+                   .rows = round_up(seq, kTile),
+                   .dim = dim,
+                   .pairs = round_up(dim / 2, Products::kDepthPairs),
+                   .padded_dim = round_up(dim, 16),
+                   .scale = hg.scale()};
   const int64_t heads_total = hg.batch * hg.heads;
-  const int64_t q_size = g.rows * dim / 2, v_size = g.rows / 2 * g.padded_dim;
+  const int64_t q_size = g.rows * g.pairs, v_size = g.rows / 2 * g.padded_dim;
   const int64_t kv_size = q_size + v_size;  // k_t, then v
   const int64_t kv_total = hg.batch * hg.kv_heads;
   auto* packed = call_scratch<uint32_t>(0, static_cast<size_t>(heads_total * q_size + kv_total * kv_size));
@@ -162,10 +174,17 @@ void attention_forward_bf16_dot(const ForwardOperands<bf16, bf16>& op) {
       int64_t tile = tiles - 1 - item / heads_total;
       int64_t head = item % heads_total;
       int64_t b = head / hg.heads, h = head % hg.heads, first = tile * kTile;
-      attend_tile_dot(head_of(head), g, first, std::min(kTile, seq - first), op.out.head(b, h, dim),
-                      op.out.row_stride, op.lse + head * seq);
+      attend_tile<Products>(head_of(head), g, first, std::min(kTile, seq - first), op.out.head(b, h, dim),
+                            op.out.row_stride, op.lse + head * seq);
     }
   }
+}
+
+}  // namespace
+
+void attention_forward_bf16_dot(const ForwardOperands<bf16, bf16>& op) {
+  if (runs_on_amx_tiles()) return forward_with<AmxTiles>(op);
+  forward_with<DotStrips>(op);
 }
 
 }  // namespace strata::cpu
