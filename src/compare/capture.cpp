@@ -143,6 +143,17 @@ Tensor scalar(double value) {
 
 }  // namespace
 
+void capture_step_figures(int64_t step, double loss, double grad_norm, const ParameterSet& parameters,
+                          DType precision, const CaptureSink& sink) {
+  const std::string prefix = fmt::format("step{}.", step);
+  sink({prefix + "loss", kStepLossOp, DType::F64, precision, scalar(loss), 1.0, {}});
+  sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(grad_norm), 1.0, {}});
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor& param = parameters.tensor(i);
+    sink({prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(), 1.0, {}});
+  }
+}
+
 CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options, const CaptureSink& sink) {
   if (config.dp > 1 || config.tp > 1 || config.pp > 1) {
     fail("strata compare runs each side in one process: parallel.dp, parallel.tp and parallel.pp must be 1 (got {}, "
@@ -166,14 +177,7 @@ CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options
     const StepMetrics metrics = trainer.step();
     if (step == 1) trainer.observe_nodes({});
     if (options.steps == 0) break;
-    const std::string prefix = fmt::format("step{}.", step);
-    const DType precision = capture.narrowest();
-    sink({prefix + "loss", kStepLossOp, DType::F64, precision, scalar(metrics.loss), 1.0, {}});
-    sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(metrics.grad_norm), 1.0, {}});
-    for (size_t i = 0; i < trainer.params().size(); ++i) {
-      const Tensor& param = trainer.params().tensor(i);
-      sink({prefix + trainer.params().spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(), 1.0, {}});
-    }
+    capture_step_figures(step, metrics.loss, metrics.grad_norm, trainer.params(), capture.narrowest(), sink);
   }
   return run;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/parameters.h"
 #include "train/config.h"
 
 namespace strata {
@@ -49,6 +50,11 @@ struct CaptureOptions {
   int64_t steps = 0;  // 0: the first step's graph only; N: also N steps' loss, gradient norm and parameters
   bool initial_parameters = false;
 };
+
+// "step<step>.loss", "step<step>.grad_norm" and "step<step>.<parameter>" for every parameter, judged
+// in `precision` (the narrowest dtype the step computed in).
+void capture_step_figures(int64_t step, double loss, double grad_norm, const ParameterSet& parameters,
+                          DType precision, const CaptureSink& sink);
 
 // Runs in this process (parallel.tp = parallel.pp = 1 and one rank), writing nothing: no checkpoint
 // and no metrics.

@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Tensor scalar(double value) {
-  Tensor tensor = Tensor::empty({}, DType::F64);
-  tensor.data<double>()[0] = value;
-  return tensor;
-}
-
 struct StepFigures {
   double loss = 0;
   double grad_norm = 0;
@@ -83,15 +77,9 @@ void capture_layout_steps(const std::string& config_path, const std::vector<std:
     const int64_t step = first + k;
     auto found = figures.find(step);
     if (found == figures.end()) fail("{}: the side's run recorded no step {}", (work / "metrics.jsonl").string(), step);
-    const std::string prefix = fmt::format("step{}.", k);
-    sink({prefix + "loss", kStepLossOp, DType::F64, precision, scalar(found->second.loss), 1.0, {}});
-    sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(found->second.grad_norm), 1.0, {}});
     ParameterSet parameters(model_param_specs(config.model));
     load_training_parameters(Checkpoint(resolve_checkpoint(work / checkpoint_dir_name(step))), parameters);
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      const Tensor& param = parameters.tensor(i);
-      sink({prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(), 1.0, {}});
-    }
+    capture_step_figures(k, found->second.loss, found->second.grad_norm, parameters, precision, sink);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/json_file.h"
+#include "core/median.h"
 #include "report/config_diff.h"
 #include "report/decimate.h"
 
@@ -95,17 +96,14 @@ std::optional<double> lowest(const RunRecord& run, const std::string& field) {
   return best;
 }
 
-// The median after the first recorded step, which pays first-touch costs (as strata train reports it).
+// As strata train reports its step time: the median after the first recorded step.
 std::optional<double> median_throughput(const RunRecord& run) {
   auto found = run.metrics.find("tokens_per_s");
   if (found == run.metrics.end()) return std::nullopt;
-  std::vector<double> values(found->second.values.begin() + (found->second.values.size() > 1 ? 1 : 0),
-                             found->second.values.end());
-  std::erase_if(values, [](double value) { return !std::isfinite(value); });
-  if (values.empty()) return std::nullopt;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+  std::vector<double> values = found->second.values;
+  std::erase_if(values, [](double value) { return !std::isfinite(value); });  // null in an untrusted file
+  if (values.size() <= 1) return values.empty() ? std::nullopt : std::optional(values.front());
+  return median_after_first(values);
 }
 
 std::string figure(const std::optional<double>& value, const char* format = "{:.4f}") {

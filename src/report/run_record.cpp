@@ -1,6 +1,6 @@
 #include "report/run_record.h"
 
-#include <cmath>
+#include <algorithm>
 #include <limits>
 #include <sstream>
 

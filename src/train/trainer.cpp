@@ -21,6 +21,7 @@
 #include "ckpt/hf_weights.h"
 #include "core/file_io.h"
 #include "core/json_file.h"
+#include "core/median.h"
 #include "core/trace_analysis.h"
 #include "data/corpus.h"
 #include "data/token_shard.h"
@@ -54,12 +55,6 @@ AdamWSettings adamw_settings(const TrainConfig& config) {
 LossScaleSettings loss_scale_settings(const TrainConfig& config) {
   return {config.precision_policy().low == DType::F16, config.loss_scale, config.loss_scale_growth_interval, config.loss_scale_growth,
           config.loss_scale_backoff};
-}
-
-double median_after_first(const std::vector<double>& values) {
-  std::vector<double> steady(values.begin() + 1, values.end());
-  std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
-  return steady[steady.size() / 2];
 }
 
 // Peak resident memory of this process so far (Linux reports KiB).

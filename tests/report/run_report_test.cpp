@@ -138,6 +138,9 @@ TEST(ReportDocument, OneSeriesPerRunWithEveryStep) {
   }
   EXPECT_THROW(plot_named(document, "comm_wait_s"), std::runtime_error);  // no run waited on peers
   EXPECT_EQ(document["runs"][0]["skipped_steps"], nlohmann::json({3}));
+  // Steps 2-4 ran at 70, 66 and 74 tokens/s: their median, as strata train reports step time.
+  EXPECT_EQ(document["runs"][0]["summary"][7], nlohmann::json({"tokens/s (median after the first step)", "70"}));
+  EXPECT_EQ(document["runs"][1]["summary"][7], nlohmann::json({"tokens/s (median after the first step)", "9"}));
   EXPECT_EQ(document["planner"][0]["missing"], "no plan.json (a run of an older Strata)");
 
   const nlohmann::json alone = report_document({read_run(temp / "b")}, {"b"});
