@@ -141,9 +141,17 @@ def plan_command(strata, row, model_path):
     # and drops out attention probabilities and residual branches (its defaults, 0.1 each).
     if row.get("framework", "").strip().startswith("megatron"):
         cmd += ["--accumulate", "fused", "--dropout", "on"]
+    # Megatron (its f/g operators before fused QKV and fc1 GEMMs) and torchtitan (PrepareModuleInput on the attention
+    # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
+    if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
+        cmd += ["--tp-input", "shared"]
     # torchtitan's selective recomputation is its per-op policy (selective_ac_option = "op", the default).
     if row.get("framework", "").strip().startswith("torchtitan"):
         cmd += ["--selective", "alternate-gemms"]
+    # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU
+    # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
+    if (row.get("compile") or "").strip() == "0":
+        cmd += ["--eager", "on"]
     cmd += ["--json", "--top", "1"]
     return cmd
 

@@ -37,6 +37,8 @@ struct PlanArgs {
   std::string accumulate = "separate";
   std::string selective = "attention";
   std::string dropout = "off";
+  std::string eager = "off";
+  std::string tp_input = "per-linear";
 };
 
 PlanLimits limits_of(const PlanArgs& args) {
@@ -85,6 +87,12 @@ void plan(const PlanArgs& args) {
   problem.selective = parse_selective_policy(args.selective, "--selective");
   if (args.dropout != "on" && args.dropout != "off") fail("--dropout must be on or off, got '{}'", args.dropout);
   problem.dropout = args.dropout == "on";
+  if (args.eager != "on" && args.eager != "off") fail("--eager must be on or off, got '{}'", args.eager);
+  problem.eager = args.eager == "on";
+  if (args.tp_input != "per-linear" && args.tp_input != "shared") {
+    fail("--tp-input must be per-linear or shared, got '{}'", args.tp_input);
+  }
+  problem.tp_input = args.tp_input == "shared" ? TensorParallelInput::Shared : TensorParallelInput::PerLinear;
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
   std::optional<Explanation> explanation;
@@ -154,6 +162,13 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--dropout", args->dropout,
                       "on: the run drops out attention probabilities and residual branches as Megatron-LM does "
                       "(priced as their memory traffic); off (default): none, as Strata's trainer");
+  command->add_option("--eager", args->eager,
+                      "on: the run is eager PyTorch on torchtitan's Llama, whose RMSNorm, rotary embedding and SwiGLU "
+                      "run op by op (priced as the extra memory traffic); off (default): one fused kernel each, as "
+                      "Strata's graph and torch.compile");
+  command->add_option("--tp-input", args->tp_input,
+                      "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
+                      "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");
   command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
       ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });

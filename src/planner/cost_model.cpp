@@ -10,6 +10,7 @@
 #include "ops/schema.h"
 #include "planner/device_time.h"
 #include "planner/dropout_work.h"
+#include "planner/eager_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
 
@@ -121,6 +122,9 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
       add_dropout(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype,
                   problem_.attention == AttentionKernel::Unfused, problem_.selective);
     }
+    if (problem_.eager) {
+      add_eager_elementwise(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype);
+    }
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
@@ -158,7 +162,8 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   result.head = segment_cost(work.head);
   result.tied_gradient_sum = op_seconds(work.tied_gradient_sum, device, problem_.dtype);
   // The collectives and the stage boundary as the runtime's graph has them (model_comm.h).
-  const ModelComm comm = model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype);
+  const ModelComm comm =
+      model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype, problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls) {
     double seconds = 0;
     for (const CommWork& call : calls) seconds += call_time(call);
@@ -658,7 +663,8 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     add(work.head.backward, m, false);
     if (figures.p == 1 && work.tied_gradient_sum.flops > 0) add({work.tied_gradient_sum}, m, false);
   }
-  const ModelComm comm = model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype);
+  const ModelComm comm =
+      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype, problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls, double times) {
     for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
   };

@@ -52,6 +52,11 @@ struct PlanningProblem {
   bool fused_accumulation = false;
   SelectivePolicy selective = SelectivePolicy::AttentionCore;  // what selective recomputation redoes
   bool dropout = false;  // Megatron's attention and residual dropout (dropout_work.h); Strata's trainer has none
+  // Eager PyTorch running torchtitan's Llama: RMSNorm, rotary embedding and SwiGLU as PyTorch's op by op
+  // decompositions (eager_work.h) rather than the one fused kernel each that Strata's graph and torch.compile run.
+  bool eager = false;
+  // How the runtime enters the tensor-parallel region when several linears read one value (model_comm.h).
+  TensorParallelInput tp_input = TensorParallelInput::PerLinear;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };

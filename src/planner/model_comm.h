@@ -37,9 +37,18 @@ struct ModelComm {
   double boundary_bytes = 0;
 };
 
+// How the runtime enters the tensor-parallel region when several linears read one value (a Llama's q, k and v
+// projections; its gate and up projections). PerLinear: each linear its own entry, as Strata's runtime does
+// (an all-gather each under sequence parallelism, a backward all-reduce each without). Shared: one entry for
+// all of them, as Megatron-LM's f/g operators before its fused QKV and fc1 GEMMs (Korthikanti et al. 2022,
+// Fig. 5) and torchtitan's PrepareModuleInput on the attention and feed-forward blocks do: the forward call
+// once, and backward the linears' partial input gradients summed on the device before one conjugate call.
+enum class TensorParallelInput { PerLinear, Shared };
+
 // What a tensor-parallel degree `tp` (with sequence parallelism when `sp`)
 // makes one device send for a micro-batch of `micro_batch` rows of `seq`
 // tokens in `dtype`, and what a stage boundary carries.
-ModelComm model_comm(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype);
+ModelComm model_comm(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, bool sp, DType dtype,
+                     TensorParallelInput input = TensorParallelInput::PerLinear);
 
 }  // namespace strata

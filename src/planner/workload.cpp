@@ -13,13 +13,16 @@ namespace strata {
 
 namespace {
 
-// The forward labels whose values and ops live on the residual stream.
+// The forward labels whose values and ops live on the residual stream: GPT-2's, then a Llama's (its norms, its
+// attention's residual add, its final norm; the MLP's residual add has GPT-2's label).
 bool on_residual_stream(const std::string& label) {
   if (label == "attn.c_proj.grad_bias" || label == "mlp.c_proj.grad_bias") return true;
   std::string base = label.substr(0, label.find(':'));
   base = base.substr(0, base.find(".grad_"));
-  static const std::set<std::string> stream = {"x",    "d_loss", "tokens",        "targets",      "embed",
-                                               "ln_1", "ln_2",   "attn.residual", "mlp.residual", "transformer.ln_f"};
+  static const std::set<std::string> stream = {
+      "x",    "d_loss", "tokens",          "targets",          "embed",
+      "ln_1", "ln_2",   "attn.residual",   "mlp.residual",     "transformer.ln_f",
+      "input_layernorm", "post_attention_layernorm", "self_attn.residual", "model.norm"};
   return stream.count(base) != 0;
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "planner/model_comm.h"
+#include "planner/model_spec.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
@@ -51,6 +52,52 @@ TEST(ModelComm, TensorParallelLayersCommunicateAsMegatronDoes) {
                                                       {{CommPattern::AllReduce, h * 4.0}, 6}}));
   EXPECT_EQ(split.boundary_bytes, activation / 2);
   EXPECT_TRUE(model_comm(config, b, s, 1, false, DType::F32).layer.forward.empty());
+}
+
+// A Llama's q, k and v projections read one normalized value, and its gate and up projections another. Strata's
+// runtime enters the tensor-parallel region per linear (an all-gather each under sequence parallelism, a backward
+// all-reduce each without); Megatron and torchtitan enter once per block, which gives Megatron's pattern above:
+// two entries and two exits a layer each way, plus the replicated norm weights' gradient sums.
+TEST(ModelComm, SharedTensorParallelInputEntersOncePerBlock) {
+  ModelConfig config = model_preset("llama3-8b").config;
+  config.n_layer = 4;
+  config.n_head = 4;
+  config.n_kv_head = 2;
+  config.n_embd = 32;
+  config.intermediate_size = 48;
+  config.vocab_size = 4099;
+  config.block_size = 16;
+  const int64_t b = 2, s = 16, h = 32;
+  const double activation = static_cast<double>(b * s * h) * 4, norm_weight = h * 4.0;
+  const auto shared = TensorParallelInput::Shared;
+
+  const ModelComm split = model_comm(config, b, s, 2, /*sp=*/true, DType::F32);
+  EXPECT_EQ(counts(split.layer.forward, 2), (Counts{{{CommPattern::AllGather, activation}, 5},
+                                                     {{CommPattern::ReduceScatter, activation}, 2}}));
+  const ModelComm split_shared = model_comm(config, b, s, 2, /*sp=*/true, DType::F32, shared);
+  EXPECT_EQ(counts(split_shared.layer.forward, 2), (Counts{{{CommPattern::AllGather, activation}, 2},
+                                                            {{CommPattern::ReduceScatter, activation}, 2}}));
+  EXPECT_EQ(counts(split_shared.layer.backward, 2), (Counts{{{CommPattern::AllGather, activation}, 2},
+                                                             {{CommPattern::ReduceScatter, activation}, 2},
+                                                             {{CommPattern::AllReduce, norm_weight}, 2}}));
+
+  const ModelComm plain = model_comm(config, b, s, 2, /*sp=*/false, DType::F32);
+  EXPECT_EQ(counts(plain.layer.backward, 2), (Counts{{{CommPattern::AllReduce, activation}, 5}}));
+  const ModelComm plain_shared = model_comm(config, b, s, 2, /*sp=*/false, DType::F32, shared);
+  EXPECT_EQ(counts(plain_shared.layer.forward, 2), (Counts{{{CommPattern::AllReduce, activation}, 2}}));
+  EXPECT_EQ(counts(plain_shared.layer.backward, 2), (Counts{{{CommPattern::AllReduce, activation}, 2}}));
+}
+
+// GPT-2's fused c_attn and its c_fc are one linear per value already: sharing changes nothing.
+TEST(ModelComm, SharedInputLeavesGpt2AsItIs) {
+  const ModelConfig config = testing::gpt2_config(4, 4, 32, 4099, 16);
+  for (bool sp : {false, true}) {
+    const ModelComm own = model_comm(config, 2, 16, 2, sp, DType::F32);
+    const ModelComm shared = model_comm(config, 2, 16, 2, sp, DType::F32, TensorParallelInput::Shared);
+    EXPECT_EQ(counts(shared.layer.forward, 2), counts(own.layer.forward, 2));
+    EXPECT_EQ(counts(shared.layer.backward, 2), counts(own.layer.backward, 2));
+    EXPECT_EQ(counts(shared.head.backward, 2), counts(own.head.backward, 2));
+  }
 }
 
 }  // namespace
