@@ -76,9 +76,9 @@ void add_compare_command(CLI::App& app) {
   command->add_option("--a", args->request.a, "Override a config key on side a, the baseline (repeatable)");
   command->add_option("--b", args->request.b, "Override a config key on side b, the candidate (repeatable)");
   command->add_option("--steps", args->request.steps,
-                      "Also train N steps on both sides and compare each step's loss, gradient norm and parameters (required "
-                      "when a side sets parallel.dp, tp or pp: such sides run as ranks of strata train and are compared "
-                      "step by step)");
+                      "Also train N steps on both sides and compare each step's loss, gradient norm and parameters (a "
+                      "side that sets parallel.dp, tp or pp runs as ranks of strata train; its graph tensors are put "
+                      "back together whole)");
   command->add_option("--golden", args->request.golden,
                       "A tools/torch_dump.py dump (safetensors) to compare side b with, in place of side a");
   command->add_option("--golden-inputs", args->golden_inputs,

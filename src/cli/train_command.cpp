@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/mpirun.h"
 #include "comm/mpi_session.h"
+#include "compare/rank_dump.h"
 #include "parallel/device_mesh.h"
 #include "parallel/group_collectives.h"
 #include "train/stop_signals.h"
@@ -27,6 +28,7 @@ struct Instrumentation {
   bool profile = false;
   std::string trace;
   std::string trace_steps;
+  std::string capture_graph;  // strata compare's: the first micro-batch's graph tensors, per rank
 };
 
 void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
@@ -39,6 +41,16 @@ void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
   }
 }
 
+// Runs the trainer, with --capture-graph writing this rank's graph tensors after the run.
+int run_instrumented(Trainer& trainer, const TrainConfig& config, const Instrumentation& instrumentation) {
+  instrument(trainer, instrumentation);
+  if (instrumentation.capture_graph.empty()) return trainer.run();
+  RankGraphDump dump(trainer, config, instrumentation.capture_graph);
+  const int signal = trainer.run();
+  dump.write();
+  return signal;
+}
+
 [[noreturn]] void exec_under_mpirun(int ranks, const std::string& config, const std::vector<std::string>& overrides,
                                     const Instrumentation& instrumentation) {
   if (launched_by_mpirun()) fail("--nproc: this command already runs under mpirun; drop --nproc or mpirun");
@@ -48,6 +60,9 @@ void instrument(Trainer& trainer, const Instrumentation& instrumentation) {
   if (!instrumentation.trace.empty()) strata_args.insert(strata_args.end(), {"--trace", instrumentation.trace});
   if (!instrumentation.trace_steps.empty()) {
     strata_args.insert(strata_args.end(), {"--trace-steps", instrumentation.trace_steps});
+  }
+  if (!instrumentation.capture_graph.empty()) {
+    strata_args.insert(strata_args.end(), {"--capture-graph", instrumentation.capture_graph});
   }
   std::vector<std::string> args = mpirun_command(ranks, strata_args);
   std::string shown;
@@ -75,8 +90,7 @@ int train(const TrainConfig& given, const Instrumentation& instrumentation) {
       }
     }
     Trainer trainer(given);
-    instrument(trainer, instrumentation);
-    return trainer.run();
+    return run_instrumented(trainer, given, instrumentation);
   }
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
@@ -98,8 +112,7 @@ int train(const TrainConfig& given, const Instrumentation& instrumentation) {
   Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data), world),
                   tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel(),
                   pp > 1 ? PipelineParallel(mesh.group(MeshDimension::Pipeline)) : PipelineParallel());
-  instrument(trainer, instrumentation);
-  return trainer.run();
+  return run_instrumented(trainer, config, instrumentation);
 }
 
 }  // namespace
@@ -120,6 +133,9 @@ void add_train_command(CLI::App& app) {
   command->add_option("--trace-steps", instrumentation->trace_steps,
                       "With --trace: the steps A:B to trace, A to B-1 as metrics.jsonl numbers them (A: to the "
                       "end; default: every step of the run)");
+  command->add_option("--capture-graph", instrumentation->capture_graph,
+                      "Write every graph tensor of the first step's first micro-batch to DIR, one file per "
+                      "tensor-parallel and pipeline rank (what strata compare runs a parallel layout with)");
   auto nproc = std::make_shared<int>(0);
   command->add_option("--nproc", *nproc, "Run as N data-parallel ranks on this host (starts mpirun)")
       ->check(CLI::PositiveNumber);

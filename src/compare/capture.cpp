@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/family.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -30,111 +32,6 @@ DType narrower(DType a, DType b) {
   return rank(a) <= rank(b) ? a : b;
 }
 
-// Names the first micro-batch's node outputs as the observer sees them; gives parameter gradients
-// once every use's part of them is made (a tied embedding's two).
-class GraphCapture {
- public:
-  GraphCapture(const Trainer& trainer, const ModelConfig& model, const CaptureSink& sink) : sink_(sink) {
-    const ModelGraph& graph = trainer.train_model();
-    first_backward_ = graph.first_backward_node;
-    const std::vector<ParamSpec> specs = model_param_specs(model);
-    const std::string tied = model_family(model).tied_embedding(model);
-    for (size_t i = 0; i < graph.params.size(); ++i) {
-      const std::string& param = specs[i].name;
-      std::vector<int> uses{graph.params[i]};
-      if (param == tied && graph.head_copy >= 0) uses.push_back(graph.head_copy);
-      for (int use : uses) {
-        gradient_of_[graph.grads.of.at(use)] = param;
-        ++pending_[param].parts;
-      }
-    }
-    tokens_ = graph.tokens;
-    targets_ = graph.targets;
-  }
-
-  void after_node(const CompiledGraph& compiled, int node_id, double seed, CapturedRun& run) {
-    if (done_) return;
-    const Graph& graph = compiled.graph();
-    if (!run.tokens.defined()) {
-      run.tokens = compiled.tensor(tokens_).clone();
-      run.targets = compiled.tensor(targets_).clone();
-    }
-    const Node& node = graph.node(node_id);
-    const bool backward = node_id >= first_backward_;
-    std::vector<std::string> inputs;
-    DType read = DType::F64;
-    for (int input : node.inputs) {
-      auto found = names_.find(input);
-      inputs.push_back(found != names_.end() ? found->second : graph.value(input).name);
-      read = narrower(read, precision_of(graph, input));
-    }
-    std::vector<CapturedTensor> gradients;  // parameters' whole gradients completed here, given after the outputs
-    for (int output : node.outputs) {
-      std::string name = node_output_name(graph.value(output).name, backward);
-      if (const int seen = ++occurrences_[name]; seen > 1) name += fmt::format("#{}", seen);
-      names_[output] = name;
-      const DType dtype = graph.value(output).meta.dtype;
-      precision_[output] = narrower(read, dtype);
-      narrowest_ = narrower(narrowest_, precision_[output]);
-      CapturedTensor captured{name,   node.op, dtype, precision_[output], compiled.tensor(output).clone(),
-                              backward ? 1.0 / seed : 1.0, inputs};
-      if (const auto gradient = gradient_of_.find(output); gradient != gradient_of_.end()) {
-        add_gradient_part(gradient->second, captured, gradients);
-      }
-      sink_(std::move(captured));
-    }
-    for (CapturedTensor& gradient : gradients) sink_(std::move(gradient));
-    if (node_id + 1 == graph.num_nodes()) done_ = true;
-  }
-
-  // The narrowest dtype the captured graph computed in: what steps' figures carry.
-  DType narrowest() const { return narrowest_; }
-
- private:
-  struct PendingGradient {
-    int parts = 0;
-    Tensor sum;  // f64, the seed divided out
-    DType dtype = DType::F32;
-    DType precision = DType::F64;
-    std::vector<std::string> inputs;
-  };
-
-  DType precision_of(const Graph& graph, int value) const {
-    auto found = precision_.find(value);
-    return found != precision_.end() ? found->second : graph.value(value).meta.dtype;
-  }
-
-  void add_gradient_part(const std::string& param, const CapturedTensor& part, std::vector<CapturedTensor>& completed) {
-    PendingGradient& pending = pending_.at(param);
-    Tensor wide = part.tensor.to(DType::F64);
-    double* values = wide.data<double>();
-    for (int64_t i = 0; i < wide.numel(); ++i) values[i] *= part.factor;
-    if (pending.sum.defined()) {
-      double* sum = pending.sum.data<double>();
-      for (int64_t i = 0; i < wide.numel(); ++i) sum[i] += values[i];
-    } else {
-      pending.sum = wide;
-      pending.dtype = part.dtype;
-    }
-    pending.inputs.push_back(part.name);
-    pending.precision = narrower(pending.precision, part.precision);
-    if (--pending.parts == 0) {
-      completed.push_back({param + ".grad", kParamGradOp, pending.dtype, pending.precision, pending.sum, 1.0, pending.inputs});
-    }
-  }
-
-  const CaptureSink& sink_;
-  int first_backward_ = 0;
-  int tokens_ = -1, targets_ = -1;
-  bool done_ = false;
-  DType narrowest_ = DType::F64;
-  std::map<int, std::string> names_;
-  std::map<int, DType> precision_;
-  std::map<std::string, int> occurrences_;
-  std::map<int, std::string> gradient_of_;
-  std::map<std::string, PendingGradient> pending_;
-};
-
 Tensor scalar(double value) {
   Tensor tensor = Tensor::empty({}, DType::F64);
   tensor.data<double>()[0] = value;
@@ -142,6 +39,101 @@ Tensor scalar(double value) {
 }
 
 }  // namespace
+
+GraphCapture::GraphCapture(const ModelGraph& model, const ModelConfig& config, CaptureSink sink)
+    : sink_(std::move(sink)), first_backward_(model.first_backward_node), record_(&model.layouts) {
+  const std::vector<ParamSpec> specs = model_param_specs(config);
+  const std::string tied = model_family(config).tied_embedding(config);
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const std::string& param = specs[i].name;
+    std::vector<int> uses;
+    if (model.params[i] >= 0) uses.push_back(model.params[i]);
+    if (param == tied && model.head_copy >= 0) uses.push_back(model.head_copy);
+    for (int use : uses) {
+      gradient_of_[model.grads.of.at(use)] = param;
+      ++pending_[param].parts;
+      pending_[param].use = model.graph.value(use).name;  // the head's copy, in a part without the embedding
+    }
+  }
+}
+
+std::string GraphCapture::whole_model_name(const std::string& value_name) const {
+  const size_t colon = value_name.rfind(':');
+  if (colon == std::string::npos) return value_name;
+  auto found = record_->gradient_labels.find(value_name.substr(0, colon));
+  return found == record_->gradient_labels.end() ? value_name : found->second + value_name.substr(colon);
+}
+
+bool GraphCapture::laid_out(const std::string& name, const Shape& shape, ValueLayout& layout) const {
+  if (record_->empty()) {
+    layout = ValueLayout{};
+    layout.shape = shape;
+    return true;
+  }
+  auto found = record_->values.find(name);
+  if (found == record_->values.end() || found->second.shape != shape) return false;
+  layout = found->second;
+  return true;
+}
+
+void GraphCapture::after_node(const Trainer::ObservedNode& observed, double seed) {
+  const Graph& graph = observed.model.graph;
+  const Node& node = graph.node(observed.node);
+  const bool backward = observed.node >= first_backward_;
+  std::vector<std::string> inputs;
+  DType read = DType::F64;
+  for (int input : node.inputs) {
+    auto found = names_.find(input);
+    inputs.push_back(found != names_.end() ? found->second : graph.value(input).name);
+    read = narrower(read, precision_of(graph, input));
+  }
+  std::vector<CapturedTensor> gradients;  // parameters' whole gradients completed here, given after the outputs
+  for (int output : node.outputs) {
+    const Value& value = graph.value(output);
+    std::string name = node_output_name(whole_model_name(value.name), backward);
+    if (const int seen = ++occurrences_[name]; seen > 1) name += fmt::format("#{}", seen);
+    names_[output] = name;
+    precision_[output] = narrower(read, value.meta.dtype);
+    narrowest_ = narrower(narrowest_, precision_[output]);
+    CapturedTensor captured{name, node.op, value.meta.dtype, precision_[output], Tensor(), backward ? 1.0 / seed : 1.0,
+                            inputs};
+    const auto gradient = gradient_of_.find(output);
+    const bool given = laid_out(value.name, value.meta.shape, captured.layout);
+    if (!given && gradient == gradient_of_.end()) continue;
+    captured.tensor = observed.graph.tensor(observed.slot, output).clone();
+    if (gradient != gradient_of_.end()) add_gradient_part(gradient->second, captured, gradients);
+    if (given) sink_(std::move(captured));
+  }
+  for (CapturedTensor& gradient : gradients) sink_(std::move(gradient));
+}
+
+DType GraphCapture::precision_of(const Graph& graph, int value) const {
+  auto found = precision_.find(value);
+  return found != precision_.end() ? found->second : graph.value(value).meta.dtype;
+}
+
+void GraphCapture::add_gradient_part(const std::string& param, const CapturedTensor& part,
+                                     std::vector<CapturedTensor>& completed) {
+  PendingGradient& pending = pending_.at(param);
+  Tensor wide = part.tensor.to(DType::F64);
+  double* values = wide.data<double>();
+  for (int64_t i = 0; i < wide.numel(); ++i) values[i] *= part.factor;
+  if (pending.sum.defined()) {
+    double* sum = pending.sum.data<double>();
+    for (int64_t i = 0; i < wide.numel(); ++i) sum[i] += values[i];
+  } else {
+    pending.sum = wide;
+    pending.dtype = part.dtype;
+  }
+  pending.inputs.push_back(part.name);
+  pending.precision = narrower(pending.precision, part.precision);
+  if (--pending.parts == 0) {
+    CapturedTensor whole{param + ".grad", kParamGradOp, pending.dtype, pending.precision, pending.sum, 1.0, pending.inputs};
+    if (!record_->empty()) whole.layout = record_->values.at(pending.use);
+    whole.layout.shape = whole.tensor.shape();
+    completed.push_back(std::move(whole));
+  }
+}
 
 void capture_step_figures(int64_t step, double loss, double grad_norm, const ParameterSet& parameters,
                           DType precision, const CaptureSink& sink) {
@@ -168,16 +160,21 @@ CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options
       run.initial_parameters.emplace_back(trainer.params().spec(i).name, trainer.params().tensor(i).clone());
     }
   }
-  GraphCapture capture(trainer, config.model, sink);
-  trainer.observe_nodes([&](const CompiledGraph& graph, int node) {
-    capture.after_node(graph, node, trainer.backward_seed(), run);
-  });
+  std::optional<GraphCapture> capture;  // of the one model part, once the trainer shows it
+  auto observe = [&](const Trainer::ObservedNode& observed) {
+    if (!capture) {
+      capture.emplace(observed.model, config.model, sink);
+      run.tokens = observed.graph.tensor(observed.model.tokens).clone();
+      run.targets = observed.graph.tensor(observed.model.targets).clone();
+    }
+    capture->after_node(observed, trainer.backward_seed());
+  };
+  trainer.observe_first_micro_batch(observe);
   const int64_t steps = std::max<int64_t>(options.steps, 1);
   for (int64_t step = 1; step <= steps; ++step) {
     const StepMetrics metrics = trainer.step();
-    if (step == 1) trainer.observe_nodes({});
     if (options.steps == 0) break;
-    capture_step_figures(step, metrics.loss, metrics.grad_norm, trainer.params(), capture.narrowest(), sink);
+    capture_step_figures(step, metrics.loss, metrics.grad_norm, trainer.params(), capture->narrowest(), sink);
   }
   return run;
 }

@@ -7,12 +7,15 @@
 // norm and parameters.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/parameters.h"
+#include "model/value_layout.h"
+#include "train/trainer.h"
 #include "train/config.h"
 
 namespace strata {
@@ -37,6 +40,8 @@ struct CapturedTensor {
   Tensor tensor;   // a copy (a parameter gradient: f64, the seed divided out)
   double factor = 1;  // multiplies the tensor before comparing: the backward pass's seed is divided out
   std::vector<std::string> inputs;  // what its op read: captured names, or graph inputs' and params' own
+  // Under tensor parallelism: how this rank's tensor stands to the whole model's (whole otherwise).
+  ValueLayout layout;
 };
 using CaptureSink = std::function<void(CapturedTensor&&)>;
 
@@ -49,6 +54,44 @@ struct CapturedRun {
 struct CaptureOptions {
   int64_t steps = 0;  // 0: the first step's graph only; N: also N steps' loss, gradient norm and parameters
   bool initial_parameters = false;
+};
+
+// Names and copies a model part's tensors as the trainer's node observer sees them, giving each
+// parameter's gradient once every use of it in the part has made its term (a tied embedding's two).
+// Under tensor parallelism only the values the record lays out are given (with their layout): the
+// pass's own collectives stand for no value of the whole model.
+class GraphCapture {
+ public:
+  GraphCapture(const ModelGraph& model, const ModelConfig& config, CaptureSink sink);
+  void after_node(const Trainer::ObservedNode& observed, double seed);
+  // The narrowest dtype the captured graph computed in: what steps' figures carry.
+  DType narrowest() const { return narrowest_; }
+
+ private:
+  struct PendingGradient {
+    int parts = 0;
+    Tensor sum;  // f64, the seed divided out
+    DType dtype = DType::F32;
+    DType precision = DType::F64;
+    std::vector<std::string> inputs;
+    std::string use;  // the name of a param value standing for it here (its layout is the gradient's)
+  };
+  DType precision_of(const Graph& graph, int value) const;
+  void add_gradient_part(const std::string& param, const CapturedTensor& part, std::vector<CapturedTensor>& completed);
+  // The name the whole model's graph gives a value (the record's gradient labels).
+  std::string whole_model_name(const std::string& value_name) const;
+  // Whether and how the value named `name` of `shape` is given (the whole model's values only).
+  bool laid_out(const std::string& name, const Shape& shape, ValueLayout& layout) const;
+
+  CaptureSink sink_;
+  int first_backward_ = 0;
+  const LayoutRecord* record_;
+  DType narrowest_ = DType::F64;
+  std::map<int, std::string> names_;
+  std::map<int, DType> precision_;
+  std::map<std::string, int> occurrences_;
+  std::map<int, std::string> gradient_of_;
+  std::map<std::string, PendingGradient> pending_;
 };
 
 // "step<step>.loss", "step<step>.grad_norm" and "step<step>.<parameter>" for every parameter, judged

@@ -61,21 +61,18 @@ CompareOutcome compare_layouts(const CompareRequest& request, const TrainConfig&
     fail("--golden compares one process's graph tensors, but side b runs {} ranks ({}): drop the parallel layout",
          side_ranks, layout_text(config_b));
   }
-  if (request.steps < 1) {
-    fail("a side runs a parallel layout (a: {}, b: {}): layouts are compared step by step (loss, gradient norm and "
-         "every parameter after each step, assembled whole from checkpoints), so give --steps N",
-         layout_text(config_a), layout_text(config_b));
-  }
   STRATA_CHECK(static_cast<bool>(request.launch_train), "no way to launch a side's run");
   Comparator comparator(tolerances_of(request.config), /*report_candidate_only=*/true);
   CompareOutcome outcome;
   outcome.header.baseline = describe_side(joined(request.common, request.a)) + " (" + layout_text(config_a) + ")";
   outcome.header.candidate = describe_side(joined(request.common, request.b)) + " (" + layout_text(config_b) + ")";
   outcome.header.batch = fmt::format(
-      "{} step(s) of {} rows x {} tokens{}, each side run by strata train under its layout; compared after each step: "
-      "loss, gradient norm and every parameter (assembled whole from the side's checkpoint), not the graph's tensors",
-      request.steps, config_b.global_batch, config_b.model.block_size,
-      config_b.resume ? " from the newest checkpoint in checkpoint.dir, if any" : "");
+      "{}, each side run by strata train under its layout, its ranks' tensors put back together whole{}",
+      batch_text(config_b),
+      request.steps > 0 ? fmt::format("; then {} step(s), compared after each: loss, gradient norm and every parameter "
+                                      "(assembled whole from the side's checkpoint)",
+                                      request.steps)
+                        : "");
   const TemporaryDirectory work("strata-compare");
   capture_layout_steps(request.config, joined(request.common, request.a), config_a, request.steps, work.path() / "a",
                        request.launch_train, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });

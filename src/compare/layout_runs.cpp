@@ -1,5 +1,6 @@
 #include "compare/layout_runs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/training_checkpoint.h"
+#include "compare/rank_dump.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_file.h"
@@ -62,14 +64,17 @@ void capture_layout_steps(const std::string& config_path, const std::vector<std:
                           const TrainLauncher& launch, const CaptureSink& sink) {
   fs::create_directories(work);
   const int64_t first = copy_starting_checkpoint(config, work);
-  std::vector<std::string> args{"train", config_path};
+  const fs::path graph = work / "graph";
+  std::vector<std::string> args{"train", config_path, "--capture-graph", graph.string()};
   std::vector<std::string> assignments = overrides;
   // A checkpoint after every step, all kept; no validation (it changes nothing compared).
   assignments.insert(assignments.end(), {"checkpoint.dir=" + work.string(), "checkpoint.every=1", "checkpoint.keep=0",
-                                         "checkpoint.resume=true", fmt::format("train.steps={}", first + steps),
+                                         "checkpoint.resume=true", fmt::format("train.steps={}", first + std::max<int64_t>(steps, 1)),
                                          "train.val_every=0", "train.exit_at_step=0"});
   for (const std::string& assignment : assignments) args.insert(args.end(), {"--set", assignment});
   launch(layout_ranks(config), args);
+  assemble_rank_dumps(graph, sink);
+  if (steps == 0) return;
 
   const std::map<int64_t, StepFigures> figures = read_step_figures(work / "metrics.jsonl");
   const DType precision = config.precision_policy().low;

@@ -6,7 +6,7 @@
 
 namespace strata {
 
-Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt) {
+Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt, GradientOrigins* origins) {
   Gradients result;
   result.seed = graph.add_input("d_loss", graph.value(loss).meta);
   std::map<int, int> grad_of{{loss, result.seed}};
@@ -38,12 +38,14 @@ Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt) {
     for (size_t i = 0; i < input_grads.size(); ++i) {
       int input = node.inputs[i];
       if (input_grads[i] == kNoGradient || !needed.count(input)) continue;
+      if (origins) origins->emplace(input_grads[i], GradientOrigin{id, static_cast<int>(i)});
       auto existing = grad_of.find(input);
       if (existing == grad_of.end()) {
         grad_of[input] = input_grads[i];
       } else {  // a value used several times: gradients add up
         existing->second = graph.apply1("add", {existing->second, input_grads[i]}, {},
                                         graph.value(input).name + ".grad_sum");
+        if (origins) origins->emplace(existing->second, GradientOrigin{id, static_cast<int>(i)});
       }
     }
   }

@@ -99,11 +99,15 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
   building_head = true;
   model.logits = family.lm_head(emit, config, normed, 1);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
+  ValueLayouts layouts;
+  GradientLabels gradient_labels;
   if (options.parallelize) {
     ParallelForward part = options.parallelize(model.graph);
     adopt(model, std::move(part.rewritten));
     model.received = part.received;
     model.sent = part.sent;
+    layouts = std::move(part.layouts);
+    gradient_labels = std::move(part.gradient_labels);
   }
   if (training) {
     model.first_backward_node = g.num_nodes();
@@ -113,7 +117,12 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
     }
     if (model.head_copy >= 0) wrt.push_back(model.head_copy);
     if (model.received >= 0) wrt.push_back(model.received);
-    model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt);
+    GradientOrigins origins;
+    model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt, &origins);
+    if (!layouts.empty()) {
+      model.layouts = record_layouts(g, layouts, origins, model.first_backward_node);
+      model.layouts.gradient_labels = std::move(gradient_labels);
+    }
     if (options.recompute != RecomputeMode::None) {
       adopt(model, recompute_activations(model.graph, model.first_backward_node, options.recompute,
                                          segment_by_label_prefix(std::string(family.layer_prefix()))));

@@ -17,6 +17,7 @@
 #include "model/model_config.h"
 #include "model/parameters.h"
 #include "model/sharding_plan.h"
+#include "model/value_layout.h"
 
 namespace strata {
 
@@ -50,6 +51,9 @@ struct ModelGraph {
   // otherwise, in parts without the head, and in untied models), bound to the same tensor as the
   // embedding's.
   int head_copy = -1;
+  // Under tensor parallelism: how this rank's values, forward and backward, stand to the whole
+  // model's of the same name (empty otherwise: every value is whole).
+  LayoutRecord layouts;
 };
 
 // A forward graph rewritten by the parallel runtime: tensor parallelism
@@ -60,6 +64,8 @@ struct ParallelForward {
   GraphRewriter::Result rewritten;
   int received = -1;  // a new input of the rewritten graph
   int sent = -1;
+  ValueLayouts layouts;  // tensor parallelism's, by value id of the rewritten graph
+  GradientLabels gradient_labels;
 };
 
 struct ModelBuildOptions {

@@ -6,11 +6,21 @@ ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& pl
                                     const RankLayout& layout) {
   const bool split_layers = layout.tp.degree > 1, cut = layout.part.parts() > 1;
   STRATA_CHECK(split_layers || cut, "parallelize_forward without tensor or pipeline parallelism");
-  if (!cut) return {parallelize_tensors(forward, plan, layout.tp)};
+  if (!cut) {
+    TensorParallelForward split = parallelize_tensors(forward, plan, layout.tp);
+    return {.rewritten = std::move(split.rewritten), .layouts = std::move(split.layouts),
+            .gradient_labels = std::move(split.gradient_labels)};
+  }
   if (!split_layers) return cut_pipeline_part(forward, layout.part, layer_prefix);
-  GraphRewriter::Result split = parallelize_tensors(forward, plan, layout.tp);
-  ParallelForward part = cut_pipeline_part(split.graph, layout.part, layer_prefix);
-  part.rewritten = chain_rewrites(std::move(split), std::move(part.rewritten));
+  TensorParallelForward split = parallelize_tensors(forward, plan, layout.tp);
+  ParallelForward part = cut_pipeline_part(split.rewritten.graph, layout.part, layer_prefix);
+  // The part's values: those of the split graph it kept.
+  for (const auto& [value, value_layout] : split.layouts) {
+    const int kept = part.rewritten.value_map.at(static_cast<size_t>(value));
+    if (kept >= 0) part.layouts[kept] = value_layout;
+  }
+  part.gradient_labels = std::move(split.gradient_labels);
+  part.rewritten = chain_rewrites(std::move(split.rewritten), std::move(part.rewritten));
   return part;
 }
 

@@ -33,6 +33,17 @@ int64_t ParameterShard::first_row() const {
   return split() ? rank_ * full_[0] / degree_ : 0;
 }
 
+ValueLayout ParameterShard::layout() const {
+  ValueLayout layout;
+  layout.shape = shape_;
+  if (split()) {
+    layout.kind = ValueLayout::Kind::Split;
+    layout.dim = static_cast<int64_t>(dim_);
+    layout.parts = parts_;
+  }
+  return layout;
+}
+
 std::vector<ParameterShard::Box> ParameterShard::boxes() const {
   if (!split()) return {{whole_box(full_), std::vector<int64_t>(full_.size(), 0)}};
   const int64_t part = full_[dim_] / parts_, piece = shape_[dim_] / parts_;

@@ -1,8 +1,10 @@
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
+#include "ops/schema.h"
 #include "ops/vocab_shard.h"
 
 namespace strata {
@@ -30,14 +32,18 @@ class TensorParallelPass {
         }) {
     for (int id = 0; id < forward.num_values(); ++id) {
       const Value& value = forward.value(id);
-      if (value.kind == ValueKind::Param) placement_[id] = placement_of(shards_.at(value.name));
+      if (value.kind != ValueKind::Param) continue;
+      const ParameterShard& shard = shards_.at(value.name);
+      placement_[id] = placement_of(shard);
+      parts_[id] = shard.layout().parts;
+      layouts_[rewriter_.map(id)] = shard.layout();
     }
   }
 
-  GraphRewriter::Result run() && {
+  TensorParallelForward run() && {
     const Graph& source = rewriter_.source();
     for (int id = 0; id < source.num_nodes(); ++id) place_node(id);
-    return std::move(rewriter_).finish();
+    return {std::move(rewriter_).finish(), std::move(layouts_), std::move(gradient_labels_)};
   }
 
  private:
@@ -68,12 +74,47 @@ class TensorParallelPass {
   Graph& target() { return rewriter_.target(); }
   const Node& node(int id) const { return rewriter_.source().node(id); }
 
-  // Maps the node's outputs to `outputs`, each with placement `where`.
-  void produce(const Node& n, const std::vector<int>& outputs, Placement where) {
+  // Maps the node's outputs to `outputs`, each with placement `where` (split values: of `parts`
+  // fused parts, c_attn's q, k and v), and gives them the whole model's names.
+  void produce(const Node& n, const std::vector<int>& outputs, Placement where, int64_t parts = 1) {
     for (size_t i = 0; i < outputs.size(); ++i) {
-      rewriter_.set_resized(n.outputs[i], outputs[i]);
-      placement_[n.outputs[i]] = where;
+      const int source = n.outputs[i], made = outputs[i];
+      rewriter_.set_resized(source, made);
+      placement_[source] = where;
+      parts_[source] = parts;
+      target().rename_value(made, rewriter_.source().value(source).name);
+      ValueLayout& layout = layouts_[made] = ValueLayout{};  // made for the source value, whatever made it
+      layout.shape = target().value(made).meta.shape;
+      if (where == Placement::Replicated) continue;
+      const Shape& whole = rewriter_.source().value(source).meta.shape;
+      layout.kind = ValueLayout::Kind::Split;
+      layout.dim = static_cast<int64_t>(std::mismatch(whole.begin(), whole.end(), layout.shape.begin()).first - whole.begin());
+      STRATA_CHECK(layout.dim < static_cast<int64_t>(whole.size()), "tensor parallelism: split value '{}' of whole shape {}",
+                   target().value(made).name, shape_str(whole));
+      layout.parts = parts;
     }
+  }
+
+  int64_t parts_of(int source_value) const {
+    auto found = parts_.find(source_value);
+    return found == parts_.end() ? 1 : found->second;
+  }
+
+  // A value the pass makes for its collectives: laid out as `kind` (along the sequence when split),
+  // standing for no value of the whole model.
+  int own_value(int value, ValueLayout::Kind kind) {
+    ValueLayout& layout = layouts_[value];
+    layout.kind = kind;
+    layout.shape = target().value(value).meta.shape;
+    if (kind == ValueLayout::Kind::Split) layout.dim = sequence_axis(layout.shape);
+    layout.of_whole_model = false;
+    return value;
+  }
+
+  // A rank's term of a value, which a reduction sums: named apart from the sum, which takes the name.
+  int partial(int value) {
+    target().rename_value(value, target().value(value).name + ".partial");
+    return own_value(value, ValueLayout::Kind::Partial);
   }
 
   [[noreturn]] void refuse(const Node& n, const std::string& why) const {
@@ -124,21 +165,24 @@ class TensorParallelPass {
     if (auto table = logits_table_.find(n.inputs[0]); table != logits_table_.end()) {
       logits_table_[n.outputs[0]] = table->second;  // cast logits
     }
-    produce(n, target().apply(n.op, inputs_of(n), n.attrs, n.label), where);
+    produce(n, target().apply(n.op, inputs_of(n), n.attrs, n.label), where, parts_of(n.inputs[0]));
   }
 
   int copy_to_group(int value, const std::string& label) {
-    return target().apply1("copy_to_group", {value}, group_attrs(), label + ".copy_to_tp");
+    return own_value(target().apply1("copy_to_group", {value}, group_attrs(), label + ".copy_to_tp"),
+                     ValueLayout::Kind::Whole);
   }
 
   int all_reduce(int value, const std::string& label) {
-    return target().apply1("all_reduce", {value}, group_attrs(), label + ".all_reduce_tp");
+    return own_value(target().apply1("all_reduce", {value}, group_attrs(), label + ".all_reduce_tp"),
+                     ValueLayout::Kind::Whole);
   }
 
   // Entering a split layer: the whole input on every rank (copied in, or gathered along the sequence).
   int enter_split(int source_value, int value, const std::string& label) {
     if (placement(source_value) != Placement::SplitSequence) return copy_to_group(value, label);
-    return target().apply1("all_gather", {value}, sequence_attrs(value), label + ".all_gather_tp");
+    return own_value(target().apply1("all_gather", {value}, sequence_attrs(value), label + ".all_gather_tp"),
+                     ValueLayout::Kind::Whole);
   }
 
   // Leaving a split layer: the sum of the ranks' partial values, whole or this rank's block of the sequence.
@@ -150,7 +194,8 @@ class TensorParallelPass {
       fail("sequence parallelism: node '{}' has a sequence of {}, which parallel.tp = {} does not divide", label,
            length, tp_.degree);
     }
-    return {target().apply1("reduce_scatter", {partial}, sequence_attrs(partial), label + ".reduce_scatter_tp"),
+    return {own_value(target().apply1("reduce_scatter", {partial}, sequence_attrs(partial), label + ".reduce_scatter_tp"),
+                      ValueLayout::Kind::Split),
             Placement::SplitSequence};
   }
 
@@ -183,7 +228,9 @@ class TensorParallelPass {
       if (param_behind(source_input) >= 0) {
         inputs[i] = copy_to_group(inputs[i], n.label);
       } else {
-        inputs[i] = target().apply1("split_to_group", {inputs[i]}, sequence_attrs(inputs[i]), n.label + ".split_tp");
+        inputs[i] = own_value(
+            target().apply1("split_to_group", {inputs[i]}, sequence_attrs(inputs[i]), n.label + ".split_tp"),
+            ValueLayout::Kind::Split);
       }
     }
     produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::SplitSequence);
@@ -196,18 +243,26 @@ class TensorParallelPass {
     if (placement(n.inputs[2]) != Placement::SplitColumns) refuse(n, "is column-parallel but its bias is not");
     std::vector<int> inputs = inputs_of(n);
     inputs[0] = enter_split(n.inputs[0], inputs[0], n.label);
-    produce(n, target().apply("linear", inputs, n.attrs, n.label), Placement::SplitColumns);
+    produce(n, target().apply("linear", inputs, n.attrs, n.label), Placement::SplitColumns, parts_of(n.inputs[1]));
   }
 
   void row_linear(const Node& n) {
     if (placement(n.inputs[0]) != Placement::SplitColumns) refuse(n, "is row-parallel but its input is not split");
     if (placement(n.inputs[2]) != Placement::Replicated) refuse(n, "is row-parallel but its bias is split");
     std::vector<int> inputs = inputs_of(n);
-    int partial = target().apply1("matmul", {inputs[0], inputs[1]}, {{"trans_a", false}, {"trans_b", false}}, n.label);
+    int partial = this->partial(
+        target().apply1("matmul", {inputs[0], inputs[1]}, {{"trans_a", false}, {"trans_b", false}}, n.label));
     // The bias joins after the sum, so it is added once, not once per rank.
     auto [sum, where] = leave_split(partial, n.label);
     int bias = where == Placement::SplitSequence ? copy_to_group(inputs[2], n.label + ".bias") : inputs[2];
     produce(n, {target().apply1("add", {sum, bias}, {}, n.label + ".bias")}, where);
+    // Gradients are labelled "<node>.grad_<input>": the matmul's and the add's inputs stand for the linear's.
+    const OpRegistry& ops = OpRegistry::global();
+    const std::vector<std::string>& linear = ops.get(n.op).inputs;
+    const std::vector<std::string>& matmul = ops.get("matmul").inputs;
+    const std::vector<std::string>& add = ops.get("add").inputs;
+    for (size_t i = 0; i < 2; ++i) gradient_labels_[n.label + ".grad_" + matmul[i]] = n.label + ".grad_" + linear[i];
+    gradient_labels_[n.label + ".bias.grad_" + add[1]] = n.label + ".grad_" + linear[2];
   }
 
   // An nn.Linear-layout projection, x W^T with W [out, in] split by output rows.
@@ -220,7 +275,7 @@ class TensorParallelPass {
     }
     std::vector<int> inputs = inputs_of(n);
     inputs[0] = enter_split(n.inputs[0], inputs[0], n.label);
-    produce(n, target().apply("matmul", inputs, n.attrs, n.label), Placement::SplitColumns);
+    produce(n, target().apply("matmul", inputs, n.attrs, n.label), Placement::SplitColumns, parts_of(n.inputs[1]));
   }
 
   // x W^T with W [out, in] split by input columns: partial products, summed over the ranks.
@@ -229,7 +284,7 @@ class TensorParallelPass {
       refuse(n, "multiplies by a row-parallel weight other than as x W^T");
     }
     if (placement(n.inputs[0]) != Placement::SplitColumns) refuse(n, "is row-parallel but its input is not split");
-    int partial = target().apply1("matmul", inputs_of(n), n.attrs, n.label);
+    int partial = this->partial(target().apply1("matmul", inputs_of(n), n.attrs, n.label));
     auto [sum, where] = leave_split(partial, n.label);
     produce(n, {sum}, where);
   }
@@ -265,7 +320,7 @@ class TensorParallelPass {
   void vocab_embedding(const Node& n) {
     Attrs attrs = n.attrs;
     set_vocab_shard(attrs, vocab_of(vocab_table(n.inputs[0])));
-    int partial = target().apply1("embedding", inputs_of(n), attrs, n.label);
+    int partial = this->partial(target().apply1("embedding", inputs_of(n), attrs, n.label));
     auto [sum, where] = leave_split(partial, n.label);
     produce(n, {sum}, where);
   }
@@ -296,12 +351,14 @@ class TensorParallelPass {
   GraphRewriter rewriter_;
   std::map<int, Placement> placement_;  // of source values; absent: replicated
   std::map<int, int> logits_table_;     // vocabulary-split logits -> the table that made them
+  std::map<int, int64_t> parts_;        // of split source values: their fused parts (absent: 1)
+  ValueLayouts layouts_;                // of target values
+  std::map<std::string, std::string> gradient_labels_;
 };
 
 }  // namespace
 
-GraphRewriter::Result parallelize_tensors(const Graph& forward, const ShardingPlan& plan,
-                                          const TensorParallelRank& tp) {
+TensorParallelForward parallelize_tensors(const Graph& forward, const ShardingPlan& plan, const TensorParallelRank& tp) {
   return TensorParallelPass(forward, plan, tp).run();
 }
 

@@ -33,6 +33,7 @@
 #include "graph/rewrite.h"
 #include "model/parameters.h"
 #include "model/sharding_plan.h"
+#include "model/value_layout.h"
 
 namespace strata {
 
@@ -60,6 +61,7 @@ class ParameterShard {
   bool split() const { return style_ != ShardStyle::Replicated && degree_ > 1; }
   ShardStyle style() const { return style_; }
   int64_t first_row() const;  // the first vocabulary row held (VocabParallel)
+  ValueLayout layout() const;  // how the shard stands to the whole parameter
 
   // Where the shard lies in the full parameter: one box per fused part (the
   // whole, for a parameter not split), each with its offsets in the shard.
@@ -91,8 +93,15 @@ std::vector<ParameterShard> parameter_shards(const std::vector<ParamSpec>& specs
 std::vector<ParamSpec> shard_specs(std::vector<ParamSpec> specs, const std::vector<ParameterShard>& shards);
 
 // The pass. `forward` is a whole model's forward graph (params named as in the
-// plan); fails, naming the node, on an op the pass cannot place.
-GraphRewriter::Result parallelize_tensors(const Graph& forward, const ShardingPlan& plan,
-                                          const TensorParallelRank& tp);
+// plan); fails, naming the node, on an op the pass cannot place. The values that
+// stand for the whole model's take their names; the layout of each value made is
+// recorded (model/value_layout.h), the partial sums a reduction reads being named
+// "<value>.partial".
+struct TensorParallelForward {
+  GraphRewriter::Result rewritten;
+  ValueLayouts layouts;
+  GradientLabels gradient_labels;  // where an op the pass replaced makes gradients under other labels
+};
+TensorParallelForward parallelize_tensors(const Graph& forward, const ShardingPlan& plan, const TensorParallelRank& tp);
 
 }  // namespace strata

@@ -87,6 +87,10 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
     const size_t micro = static_cast<size_t>(action.micro_batch);
     // The schedule's transfers are the graph's stage-boundary nodes, run when it says.
     auto run_node = [&](int node) { graph.run_nodes(slot, node, node + 1); };
+    const int part = action.chunk * pipeline_.degree() + pipeline_.stage();
+    auto observe = [&](int node) {
+      if (node_observer_ && action.micro_batch == 0) node_observer_({graph, model, slot, part, node});
+    };
     trace::Span span(pipeline_op_name(action.op), "trainer");
     if (span) span.set_args(fmt::format(R"({{"micro_batch":{},"chunk":{},"slot":{}}})", action.micro_batch, action.chunk, slot));
     switch (action.op) {
@@ -99,7 +103,7 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
       case PipelineOp::Forward:
         if (model.tokens >= 0) graph.tensor(slot, model.tokens).copy_from(step_tokens_[micro]);
         if (model.targets >= 0) graph.tensor(slot, model.targets).copy_from(step_targets_[micro]);
-        run_nodes_between(graph, slot, 0, model.first_backward_node, {boundary.receive, boundary.send});
+        run_nodes_between(graph, slot, 0, model.first_backward_node, {boundary.receive, boundary.send}, observe);
         if (model.loss >= 0) losses[micro] = graph.tensor(slot, model.loss).item();
         break;
       case PipelineOp::SendActivation:
@@ -115,6 +119,7 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
                                                    [&](size_t parameter, Tensor& destination, bool accumulate) {
                                                      collect_gradient(parameter, destination, accumulate);
                                                    });
+                            observe(node);
                           });
         active_chunk_ = active_slot_ = 0;
         if (model.received < 0) release(action.chunk, action.micro_batch);  // nothing to send back

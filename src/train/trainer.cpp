@@ -335,13 +335,6 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   }
 }
 
-void Trainer::observe_nodes(NodeObserver observer) {
-  if (observer && chunks_.size() * static_cast<size_t>(pipeline_.degree() * tensor_.degree()) != 1) {
-    fail("observing the training graph's nodes needs the whole model in one process (parallel.tp = parallel.pp = 1)");
-  }
-  node_observer_ = std::move(observer);
-}
-
 void Trainer::bind_inputs() {
   const int64_t batch = config_.batch_size, seq = config_.model.block_size;
   tokens_ = Tensor::empty({batch, seq}, DType::I32);
@@ -515,11 +508,12 @@ StepMetrics Trainer::step() {
         grad_sync_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
           collect_gradient(parameter, destination, accumulate);
         });
-        if (node_observer_) node_observer_(*chunks_.front().train_graph, node);
+        if (node_observer_ && first) node_observer_({*chunks_.front().train_graph, chunks_.front().train_model, 0, 0, node});
       }));
     }
   }
   train_loader_->skip(micro_batches - share.first - share.count);
+  node_observer_ = {};
   double comm_wait_s = 0;
   {
     trace::Span span("gradient sync", "trainer");

@@ -74,13 +74,24 @@ class Trainer {
   // Writes the trace now (run() does it at its end); returns the merged trace on the reporting rank.
   nlohmann::json finish_trace();
 
-  // Called after every node the training graph runs (one process; `strata compare` reads each
-  // node's outputs there, before the memory plan reuses their bytes), until reset with {}.
-  using NodeObserver = std::function<void(const CompiledGraph& graph, int node)>;
-  void observe_nodes(NodeObserver observer);
-  const ModelGraph& train_model() const { return chunks_.front().train_model; }
+  // Called after every node of the first micro-batch this rank runs in the next step, on each
+  // model part it runs (`strata compare` reads each node's outputs there, before the memory plan
+  // reuses their bytes); cleared when that step ends.
+  struct ObservedNode {
+    const CompiledGraph& graph;
+    const ModelGraph& model;
+    int slot = 0;  // of `graph`: where the micro-batch's tensors are
+    int part = 0;  // the model part (pipeline parts in model order; 0 for the whole model)
+    int node = 0;
+  };
+  using NodeObserver = std::function<void(const ObservedNode& observed)>;
+  void observe_first_micro_batch(NodeObserver observer) { node_observer_ = std::move(observer); }
   // What the backward pass is seeded with this step: loss scale / micro-batches per step.
   double backward_seed() const { return loss_seed_.item(); }
+  // Where this rank sits in the layout.
+  int data_parallel_rank() const { return parallel_.rank(); }
+  int pipeline_stage() const { return pipeline_.stage(); }
+  TensorParallelRank tensor_parallel_rank() const { return tensor_.graph_rank(); }
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -61,7 +63,8 @@ TEST(CompareCommand, LayoutsAreComparedStepByStep) {
                            "step2.transformer.h.1.mlp.c_proj.bias", "step2.transformer.wte.weight"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 2u * (2 + 2 * 12 + 4));  // per step: loss, norm, 12 per block, wte, wpe, ln_f w and b
+  const auto steps = std::count_if(names.begin(), names.end(), [](const std::string& name) { return name.starts_with("step"); });
+  EXPECT_EQ(steps, 2 * (2 + 2 * 12 + 4));  // per step: loss, norm, 12 per block, wte, wpe, ln_f w and b
 
   run = run_strata("compare " + config + " --a parallel.dp=2 --a parallel.zero=1 --b parallel.pp=2 --steps 2");
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -78,13 +81,56 @@ TEST(CompareCommand, ALayoutThatTrainsDifferentlyFailsAtTheFirstStepItChanges) {
   EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: step1.transformer."));
 }
 
-TEST(CompareCommand, LayoutsNeedSteps) {
+// Every tensor of a layout's graph, each rank's piece put back whole, against one process's: the
+// same names (the forward and backward tensors, every parameter's gradient), all within the f32
+// groups, under tensor parallelism (c_attn's fused q | k | v split by heads, the vocabulary-split
+// logits and embedding, partial gradients summed), with sequence parallelism, and with the layers
+// over pipeline stages as well (the tied embedding's gradient summed over the first and last).
+std::map<std::string, std::string> statuses(const std::filesystem::path& json_file) {
+  std::map<std::string, std::string> by_name;
+  const nlohmann::json comparison = nlohmann::json::parse(testing::read_bytes(json_file));
+  for (const nlohmann::json& tensor : comparison.at("tensors")) {
+    by_name[tensor.at("name").get<std::string>()] = tensor.at("status").get<std::string>();
+  }
+  return by_name;
+}
+
+TEST(CompareCommand, LayoutsCompareEveryGraphTensorPutBackTogether) {
   testing::TempDir dir;
   const std::string config = testing::write_tiny_compare_job(dir.path()).string();
-  const auto run = run_strata("compare " + config + " --b parallel.tp=2");
-  EXPECT_EQ(run.exit_code, 1);
-  EXPECT_THAT(run.output, HasSubstr("layouts are compared step by step"));
-  EXPECT_THAT(run.output, HasSubstr("give --steps N"));
+  auto run = run_strata("compare " + config + " --all --json " + (dir / "one.json").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::map<std::string, std::string> one = statuses(dir / "one.json");
+  for (const char* name : {"transformer.h.0.attn.c_attn.forward.y", "loss.grad_logits.backward.dlogits",
+                           "transformer.h.1.attn.c_proj.grad_x.backward.out", "transformer.wte.weight.grad"}) {
+    EXPECT_EQ(one.count(name), 1u) << name;
+  }
+  run = run_strata("compare " + config + " --b parallel.tp=2 --all --json " + (dir / "tp.json").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("its ranks' tensors put back together whole"));
+  const std::map<std::string, std::string> tp = statuses(dir / "tp.json");
+  EXPECT_EQ(tp.size(), one.size());
+  for (const auto& [name, status] : one) EXPECT_EQ(tp.count(name) ? tp.at(name) : "absent", "pass") << name;
+
+  run = run_strata("compare " + config + " --a parallel.tp=2 --a parallel.sp=true --b parallel.tp=2 --b parallel.pp=2 "
+                   "--all --json " + (dir / "mesh.json").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const std::map<std::string, std::string> mesh = statuses(dir / "mesh.json");
+  for (const char* name : {"transformer.h.0.attn.c_attn.forward.y", "loss.grad_logits.backward.dlogits",
+                           "transformer.h.1.attn.grad_qkv.backward.dqkv", "transformer.wte.weight.grad",
+                           "transformer.h.0.ln_1.weight.grad"}) {
+    EXPECT_EQ(mesh.count(name) ? mesh.at(name) : "absent", "pass") << name;
+  }
+}
+
+// A layout's first divergent op is found among its assembled tensors as in one process.
+TEST(CompareCommand, ALayoutsFirstDivergenceIsItsFirstFailingOp) {
+  testing::TempDir dir;
+  const std::string config =
+      testing::write_tiny_compare_job(dir.path(), "[compare.bf16]\nmin_cosine = 0.999999\nrtol = 1e-4\n").string();
+  const auto run = run_strata("compare " + config + " --b parallel.tp=2 --b precision.compute=bf16");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: transformer.h.0.attn.c_attn.forward.y (linear)"));
 }
 
 TEST(CompareCommand, ErrorsNameTheKey) {

@@ -85,7 +85,9 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
         ModelBuildOptions options{.dtype = dtype, .fuse = fuse};
         const ModelGraph one = build_model_graph(config, kBatch, kSeq, true, options);
         options.parallelize = [&](const Graph& forward) {
-          return ParallelForward{parallelize_tensors(forward, model_family("gpt2").sharding_plan(), rank)};
+          TensorParallelForward split = parallelize_tensors(forward, model_family("gpt2").sharding_plan(), rank);
+          return ParallelForward{.rewritten = std::move(split.rewritten), .layouts = std::move(split.layouts),
+                                 .gradient_labels = std::move(split.gradient_labels)};
         };
         const ModelGraph split = build_model_graph(config, kBatch, kSeq, true, options);
         std::vector<Tensor> whole_params, shard_params;
