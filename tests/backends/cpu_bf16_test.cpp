@@ -142,6 +142,24 @@ TEST(CpuBf16, MatmulMatchesRefOnOddShapes) {
                 {kBf16Tol}, "weight gradient over 2001 rows");
 }
 
+// The LM head's shapes, which bf16_gemm.cpp runs in pieces: k of 16384 or
+// more (and 8 times m and n) summed in f32 chunks of 4096, the last one
+// partial; a^T with 16384 or more output rows in blocks of 2048, the last one
+// partial. Still one rounding per output, so the same tolerance.
+TEST(CpuBf16, MatmulMatchesRefWhenSplitIntoPieces) {
+  check_outputs("matmul", {random_bf16({5, 20001}, 30), random_bf16({20001, 7}, 31)}, gemm_attrs(false, false),
+                {kBf16Tol}, "k = 20001 in chunks");
+  check_outputs("matmul", {random_bf16({2, 3, 16411}, 32), random_bf16({9, 16411}, 33)}, gemm_attrs(false, true),
+                {kBf16Tol}, "[2,3,16411] x [9,16411]^T in chunks");
+  check_outputs("matmul", {random_bf16({17000, 6}, 34), random_bf16({17000, 5}, 35)}, gemm_attrs(true, false),
+                {kBf16Tol}, "a^T summed over 17000 rows in chunks");
+  check_outputs("matmul", {random_bf16({2, 19, 16411}, 36), random_bf16({2, 19, 5}, 37)}, gemm_attrs(true, false),
+                {kBf16Tol}, "16411 output rows of a^T in blocks");
+  // Small x, so that the bias is as large as the product and must be there.
+  check_outputs("linear", {random_bf16({4, 16400}, 38, 1.0f / 64), random_bf16({16400, 6}, 39), random_bf16({6}, 40)},
+                {}, {kBf16Tol}, "linear with bias, k = 16400 in chunks");
+}
+
 TEST(CpuBf16, MatmulOfNoInnerTermsIsZero) {
   Tensor out =
       run_on("cpu", "matmul", {random_bf16({3, 0}, 13), random_bf16({0, 4}, 14)}, gemm_attrs(false, false))[0];

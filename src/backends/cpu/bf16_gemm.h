@@ -5,7 +5,10 @@
 // with A, B as in gemm.h (a^T when trans_a, b^T when trans_b), bias optional
 // (nullptr), each output rounded once. Primitives are created once per shape,
 // transposes, bias and thread count and kept; results are bit-identical for a
-// given thread count.
+// given thread count. Two shapes of the LM head run in fixed pieces (see
+// bf16_gemm.cpp): k at least 16384 and 8 times m and n is summed in chunks of
+// 4096 into f32 before the one rounding, and a^T with m at least 16384 runs in
+// blocks of 2048 output rows.
 #include <cstdint>
 
 #include "core/dtype.h"
