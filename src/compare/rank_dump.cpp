@@ -114,11 +114,6 @@ void RankGraphDump::write() const {
 
 namespace {
 
-// One name's tensors from every rank that has it.
-struct Pieces {
-  std::vector<std::pair<int, DumpedTensor>> by_rank;  // (tensor-parallel rank, what it captured)
-};
-
 DumpedTensor read_entry(const SafetensorsReader& file, const nlohmann::json& entry, const std::string& where) {
   DumpedTensor dumped;
   CapturedTensor& t = dumped.tensor;
@@ -156,16 +151,6 @@ CapturedTensor whole_of(const std::string& name, std::vector<std::pair<int, Dump
   whole.layout = ValueLayout{};
   whole.layout.shape = whole.tensor.shape();
   return whole;
-}
-
-// A parameter's gradient from the model parts that use it: their terms summed.
-Tensor sum_over_parts(const std::vector<Tensor>& terms) {
-  Tensor sum = terms.front().to(DType::F64);
-  for (size_t k = 1; k < terms.size(); ++k) {
-    const Tensor term = terms[k].to(DType::F64);
-    for (int64_t i = 0; i < sum.numel(); ++i) sum.data<double>()[i] += term.data<double>()[i];
-  }
-  return sum;
 }
 
 }  // namespace
@@ -210,8 +195,11 @@ void assemble_rank_dumps(const fs::path& dir, const CaptureSink& sink) {
       if (!latest || key > latest->key) latest = Ordered{key, std::move(tensor)};
     }
     if (terms.size() > 1) {
+      // A parameter's gradient from the model parts that use it (the tied embedding's): the terms summed.
       if (latest->tensor.op != kParamGradOp) fail("'{}': captured in {} model parts", name, terms.size());
-      latest->tensor.tensor = sum_over_parts(terms);
+      ValueLayout summed;
+      summed.kind = ValueLayout::Kind::Partial;
+      latest->tensor.tensor = assemble_value(name, terms, summed);
     }
     whole.push_back(std::move(*latest));
   }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/dropout_work.h"
+#include "planner_test_support.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
@@ -12,11 +13,7 @@ namespace {
 
 constexpr int64_t kBatch = 2, kSeq = 32;
 
-double bytes_of(const std::vector<OpWork>& ops) {
-  double total = 0;
-  for (const OpWork& op : ops) total += op.bytes;
-  return total;
-}
+using testing::bytes_of;
 
 double saved(const SegmentWork& layer, RecomputeMode mode) { return layer.saved[static_cast<size_t>(mode)].total(1); }
 

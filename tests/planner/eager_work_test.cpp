@@ -24,11 +24,7 @@ namespace {
 
 constexpr int64_t kBatch = 2, kSeq = 32;
 
-double bytes_of(const std::vector<OpWork>& ops) {
-  double total = 0;
-  for (const OpWork& op : ops) total += op.bytes;
-  return total;
-}
+using testing::bytes_of;
 
 ModelConfig small_llama() {
   ModelConfig c = model_preset("llama3-8b").config;  // a Llama's keys; the shape made small below

@@ -1,12 +1,21 @@
 #pragma once
-// Small clusters for planner tests, described in the same TOML users write.
+// Small clusters for planner tests, described in the same TOML users write, and sums over their work lists.
 #include <fmt/format.h>
 
 #include <string>
+#include <vector>
 
 #include "planner/hardware.h"
+#include "planner/workload.h"
 
 namespace strata::testing {
+
+// The memory traffic of a list of ops.
+inline double bytes_of(const std::vector<OpWork>& ops) {
+  double total = 0;
+  for (const OpWork& op : ops) total += op.bytes;
+  return total;
+}
 
 // A made-up f32 device: 10 TFLOP/s matrix on 4 units in 64 x 64 tiles, 1 TFLOP/s vector, 100 GB/s memory.
 inline ClusterSpec test_cluster(int nodes, int devices_per_node, double memory_gib, double nic_gbps = 10,
