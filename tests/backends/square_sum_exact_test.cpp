@@ -1,9 +1,13 @@
 // square_sum_exact: cpu (threads merging in any order) and ref give the same
 // bins, for f32 and bf16; the bins of pieces merge to the bins of the whole;
 // the value agrees with an f64 sum of the squares (which errs by ~n ulps).
+// cpu cuts each block's squares into fixed-point words and leaves the squares
+// far below its block's largest to ref's scalar bins: the cases below put
+// values on both sides of that line.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <omp.h>
 
 #include "core/exact_square_sum.h"
@@ -38,6 +42,59 @@ TEST(SquareSumExact, PiecesOfATensorMergeToTheWhole) {
     pieces.merge(bins_of(run_on("cpu", "square_sum_exact", {x.narrow(0, begin, length)})[0]));
   }
   EXPECT_EQ(pieces.words(), bins_of(run_on("cpu", "square_sum_exact", {x})[0]).words());
+}
+
+// Normal values whose magnitudes span ~60 decades, so most 4096-value blocks
+// hold squares both above and below 2^-80 of their largest; every 97th value
+// is zero, every 1009th subnormal.
+Tensor wide_ranging(int64_t count, uint64_t seed) {
+  Tensor x = random_f32({count}, seed);
+  float* values = x.data<float>();
+  for (int64_t i = 0; i < count; ++i) {
+    const auto octaves = static_cast<int>((i * 2654435761u) % 200) - 120;
+    values[i] = std::ldexp(values[i], octaves);
+    if (i % 97 == 0) values[i] = 0.0f;
+    if (i % 1009 == 0) values[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5000 + 1);
+  }
+  return x;
+}
+
+TEST(SquareSumExact, CpuGivesRefsBinsWhereSquaresFallBelowTheBlocksFixedPointWords) {
+  // Lengths off every multiple: of the 8 lanes, of a 4096-value block, of a thread's range.
+  for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{32768 + 3}, int64_t{200003}}) {
+    Tensor x = wide_ranging(count, 31 + static_cast<uint64_t>(count));
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      Tensor input = x.to(dtype);
+      Tensor ref = run_on("ref", "square_sum_exact", {input})[0];
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        expect_identical(run_on("cpu", "square_sum_exact", {input})[0], ref,
+                         std::to_string(count) + " " + std::string(dtype_name(dtype)) + " values at " +
+                             std::to_string(threads) + " threads");
+      }
+    }
+  }
+}
+
+TEST(SquareSumExact, CpuCountsInfinitiesAndNansAndKeepsTheFiniteBlocksExact) {
+  Tensor x = wide_ranging(3 * 4096, 41);
+  x.data<float>()[5] = std::numeric_limits<float>::infinity();
+  x.data<float>()[4096 + 9] = std::numeric_limits<float>::quiet_NaN();
+  x.data<float>()[4096 + 10] = -std::numeric_limits<float>::infinity();
+  Tensor ref = run_on("ref", "square_sum_exact", {x})[0];
+  expect_identical(run_on("cpu", "square_sum_exact", {x})[0], ref, "blocks with an infinity or a NaN");
+  EXPECT_EQ(ref.data<int64_t>()[ExactSquareSum::kWords - 2], 2);
+  EXPECT_EQ(ref.data<int64_t>()[ExactSquareSum::kWords - 1], 1);
+}
+
+TEST(SquareSumExact, CpuHandlesBlocksOfOnlyTinyOrOnlyHugeValues) {
+  for (float magnitude : {std::numeric_limits<float>::denorm_min() * 3.0f, std::numeric_limits<float>::min(),
+                          1e-30f, 1e30f, std::numeric_limits<float>::max()}) {
+    Tensor x = random_f32({5000}, 43);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::fabs(x.data<float>()[i]) < 3.0f ? x.data<float>()[i] * magnitude / 3.0f : magnitude;
+    Tensor ref = run_on("ref", "square_sum_exact", {x})[0];
+    expect_identical(run_on("cpu", "square_sum_exact", {x})[0], ref, "values near " + std::to_string(magnitude));
+  }
 }
 
 TEST(SquareSumExact, RefusesOtherDtypesNamingTheInput) {

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "core/error.h"
 
 namespace strata {
 namespace {
@@ -95,6 +98,42 @@ TEST(ExactSquareSum, HandlesSubnormalsExtremesInfinityAndNan) {
   EXPECT_EQ(sum_of(values, 0, values.size()).value(), std::numeric_limits<double>::infinity());
   values.push_back(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(std::isnan(sum_of(values, 0, values.size()).value()));
+}
+
+TEST(ExactSquareSum, PartsAddedByExponentGiveTheWordsOfTheSameSquares) {
+  // 1.0f is 2^23 * 2^(127 - 150): its square is 2^46 in bin 127, or 2^48 in bin 126.
+  const float one = 1.0f;
+  ExactSquareSum squares, parts;
+  squares.add(&one, 1);
+  parts.add_bin(126, uint64_t{1} << 48);
+  EXPECT_EQ(squares.words(), parts.words());
+  EXPECT_EQ(parts.value(), 1.0);
+
+  // Beyond the bins: above bin 254 the part is shifted into it, below bin 1 it must be a multiple of 2^-298.
+  ExactSquareSum high, high_there;
+  high.add_bin(256, 3);
+  high_there.add_bin(254, 3 * 16);
+  EXPECT_EQ(high.words(), high_there.words());
+  ExactSquareSum low, low_there;
+  low.add_bin(-1, 5 * 16);
+  low_there.add_bin(1, 5);
+  EXPECT_EQ(low.words(), low_there.words());
+  EXPECT_EQ(low.value(), 5 * std::ldexp(1.0, -298));
+  EXPECT_THROW(ExactSquareSum().add_bin(-1, 3), Error);
+}
+
+TEST(ExactSquareSum, RoundsTheWholeSumOnceToNearest) {
+  // 1 + 2^-53 + 2^-80: adding the largest parts first would tie 1 + 2^-53 down to 1 and lose the rest;
+  // the sum rounded once is 1 + 2^-52.
+  ExactSquareSum sum;
+  sum.add_bin(150, 1);   // 2^(300 - 300)
+  sum.add_bin(123, 2);   // 2 * 2^(246 - 300)
+  sum.add_bin(110, 1);   // 2^(220 - 300)
+  EXPECT_EQ(sum.value(), 1.0 + std::ldexp(1.0, -52));
+  ExactSquareSum tie;  // exactly halfway: to even
+  tie.add_bin(150, 1);
+  tie.add_bin(123, 2);
+  EXPECT_EQ(tie.value(), 1.0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ namespace strata {
 void register_cpu_kernels(Backend& backend) {
   cpu::register_elementwise(backend);
   cpu::register_reductions(backend);
+  cpu::register_square_sum_exact(backend);
   cpu::register_adamw(backend);
   cpu::register_embedding(backend);
   cpu::register_layernorm(backend);

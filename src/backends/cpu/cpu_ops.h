@@ -12,6 +12,7 @@ inline int64_t leading_rows(const Tensor& tensor) {
 
 void register_elementwise(Backend& backend);     // add, scale, gelu, gelu_backward
 void register_reductions(Backend& backend);      // sum_to, sum_squares
+void register_square_sum_exact(Backend& backend);
 void register_adamw(Backend& backend);
 void register_embedding(Backend& backend);       // embedding, embedding_backward
 void register_layernorm(Backend& backend);       // layernorm, layernorm_backward

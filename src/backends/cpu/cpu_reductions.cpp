@@ -2,16 +2,12 @@
 // the block sums in block order, so results are the same run to run and for
 // any thread count. bf16 inputs are widened on load; sum_to rounds its f64
 // sums through f32 to bf16 (as ref does), sum_squares returns f32 as the
-// schema says. square_sum_exact is exact, so its threads merge in any order.
-#include <array>
-#include <type_traits>
-
+// schema says.
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
-#include "core/exact_square_sum.h"
 
 namespace strata::cpu {
 
@@ -89,36 +85,6 @@ void sum_squares(const Tensors& in, const Tensors& out, const Attrs&) {
   out[0].data<float>()[0] = static_cast<float>(total);
 }
 
-template <typename T>
-void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
-  const T* x = in[0].data<T>();
-  const int64_t count = in[0].numel();
-  constexpr int64_t kWidened = 4096;  // bf16 is widened (exactly) a cache-sized piece at a time
-  ExactSquareSum total;
-#pragma omp parallel if (count > kBlockElements)
-  {
-    ExactSquareSum mine;
-    alignas(64) float widened[kWidened];
-#pragma omp for schedule(static)
-    for (int64_t begin = 0; begin < count; begin += kBlockElements) {
-      const int64_t end = std::min(count, begin + kBlockElements);
-      if constexpr (std::is_same_v<T, float>) {
-        mine.add(x + begin, end - begin);
-      } else {
-        for (int64_t piece = begin; piece < end; piece += kWidened) {
-          const int64_t n = std::min(kWidened, end - piece);
-          for (int64_t i = 0; i < n; ++i) widened[i] = to_f32(x[piece + i]);
-          mine.add(widened, n);
-        }
-      }
-    }
-#pragma omp critical(strata_square_sum_exact)
-    total.merge(mine);
-  }
-  std::array<int64_t, ExactSquareSum::kWords> words = total.words();
-  std::copy(words.begin(), words.end(), out[0].data<int64_t>());
-}
-
 }  // namespace
 
 void register_reductions(Backend& backend) {
@@ -126,8 +92,6 @@ void register_reductions(Backend& backend) {
   backend.add_kernel("sum_squares", DType::F32, sum_squares<float>);
   backend.add_kernel("sum_to", DType::BF16, sum_to<bf16>);
   backend.add_kernel("sum_squares", DType::BF16, sum_squares<bf16>);
-  backend.add_kernel("square_sum_exact", DType::F32, square_sum_exact<float>);
-  backend.add_kernel("square_sum_exact", DType::BF16, square_sum_exact<bf16>);
 }
 
 }  // namespace strata::cpu
