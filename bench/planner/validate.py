@@ -145,9 +145,21 @@ def plan_command(strata, row, model_path):
     # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
     if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
         cmd += ["--tp-input", "shared"]
-    # torchtitan's selective recomputation is its per-op policy (selective_ac_option = "op", the default).
+    # torchtitan's selective recomputation is its per-op policy (selective_ac_option = "op", the default), and its
+    # loss casts the logits to fp32 and runs outside torch.compile (src/planner/loss_work.h).
     if row.get("framework", "").strip().startswith("torchtitan"):
-        cmd += ["--selective", "alternate-gemms"]
+        cmd += ["--selective", "alternate-gemms", "--loss", "eager-f32"]
+    # llm-foundry's MPT benchmarks ran attn_impl = triton (the benchmark yamls and submit_benchmarks.py's default):
+    # Tri Dao's FlashAttention in Triton, priced on the presets' flash-triton engine (FlashAttention-2's, slower by
+    # the FlashAttention-2 paper's ratios).
+    if row.get("framework", "").strip() == "composer-fsdp" and row["attention"].strip() == "fused":
+        cmd += ["--attention-library", "flash-triton"]
+    # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
+    # wraps FullyShardedDataParallel (FSDP1), torchtitan calls fully_shard (FSDP2).
+    if row.get("framework", "").strip() == "composer-fsdp":
+        cmd += ["--fsdp", "1"]
+    elif row.get("framework", "").strip() == "torchtitan-fsdp2":
+        cmd += ["--fsdp", "2"]
     # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU
     # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
     if (row.get("compile") or "").strip() == "0":

@@ -33,12 +33,15 @@ struct PlanArgs {
   int64_t micro_batch = 0, max_micro_batch = 32;
   std::string sp, recompute, schedule;
   std::string attention = "fused";
+  std::string attention_library;
   double bucket_mb = 25;
   std::string accumulate = "separate";
   std::string selective = "attention";
   std::string dropout = "off";
   std::string eager = "off";
   std::string tp_input = "per-linear";
+  std::string fsdp = "none";
+  std::string loss = "fused";
 };
 
 PlanLimits limits_of(const PlanArgs& args) {
@@ -79,6 +82,7 @@ void plan(const PlanArgs& args) {
   PlanningProblem problem{model.name, model.config, global_batch, args.seq > 0 ? args.seq : model.config.block_size,
                           dtype, cluster};
   problem.attention = parse_attention_kernel(args.attention, "--attention");
+  problem.attention_library = args.attention_library;
   problem.bucket_bytes = args.bucket_mb * 1024 * 1024;
   if (args.accumulate != "separate" && args.accumulate != "fused") {
     fail("--accumulate must be separate or fused, got '{}'", args.accumulate);
@@ -93,6 +97,8 @@ void plan(const PlanArgs& args) {
     fail("--tp-input must be per-linear or shared, got '{}'", args.tp_input);
   }
   problem.tp_input = args.tp_input == "shared" ? TensorParallelInput::Shared : TensorParallelInput::PerLinear;
+  problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
+  problem.loss = parse_loss_kernel(args.loss, "--loss");
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
   std::optional<Explanation> explanation;
@@ -150,6 +156,10 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--attention", args->attention,
                       "How attention runs: fused (one flash-style kernel, as Strata's) or unfused (Megatron's batched "
                       "GEMMs and softmax, the scores in memory)");
+  command->add_option("--attention-library", args->attention_library,
+                      "The library whose fused attention the run calls, one the cluster file describes under "
+                      "[device.<dtype>.attention_libraries] (e.g. flash-triton: FlashAttention in Triton, as "
+                      "llm-foundry's attn_impl = triton); default: the device's own fused engine");
   command->add_option("--bucket-mb", args->bucket_mb, "MiB of gradients per data-parallel collective (parallel.bucket_mb)")
       ->check(CLI::PositiveNumber);
   command->add_option("--accumulate", args->accumulate,
@@ -169,6 +179,15 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--tp-input", args->tp_input,
                       "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
                       "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");
+  command->add_option("--fsdp", args->fsdp,
+                      "The FSDP a ZeRO-3 run uses, whose copies around its collectives (casts of the shards, the "
+                      "gathered units and the gradients copied) each unit pays per micro-batch: 1 "
+                      "(FullyShardedDataParallel's FlatParameter, as Composer), 2 (fully_shard, as torchtitan) or none "
+                      "(default: the collectives only)");
+  command->add_option("--loss", args->loss,
+                      "How the run computes the loss: fused (default: one kernel over the logits, as Strata's) or "
+                      "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
+                      "torchtitan)");
   command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
       ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });

@@ -100,6 +100,9 @@ CostModel::CostModel(PlanningProblem problem)
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
       add_(vector_op("add", 2)) {
   problem_.validate();
+  if (!problem_.attention_library.empty()) {
+    problem_.cluster.device.use_attention_library(problem_.dtype, problem_.attention_library);
+  }
   const Workload& one_row = workload(1, 1);
   double per_row = total_flops(one_row.embedding) + total_flops(one_row.head) +
                    static_cast<double>(problem_.model.n_layer) * total_flops(one_row.layer);
@@ -124,6 +127,9 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
     }
     if (problem_.eager) {
       add_eager_elementwise(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype);
+    }
+    if (problem_.loss == LossKernel::EagerF32) {
+      add_eager_f32_loss(built->head, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype);
     }
     found = workloads_.emplace(key, std::move(built)).first;
   }
@@ -252,9 +258,10 @@ struct CostModel::PlanFigures {
 struct CostModel::StageTime {
   double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0;
   double zero_slowdown = 0;  // compute slowed by the ZeRO-2/3 collectives running beside it
+  double fsdp_copies = 0;    // FSDP's copies around its collectives (ZeRO-3)
   double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
   double forward = 0;   // the forward pass with its collectives and half the transfers (the replay's forward)
-  double total() const { return compute + recompute + tp + p2p + zero + zero_slowdown + accumulate; }
+  double total() const { return compute + recompute + tp + p2p + zero + zero_slowdown + fsdp_copies + accumulate; }
 };
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
@@ -420,13 +427,32 @@ CostModel::Overlap CostModel::exposed_zero_comm(const PlanFigures& figures, int 
   return result;
 }
 
+CostModel::FsdpCopyTimes CostModel::fsdp_copy_times(const PlanFigures& figures, int stage, int layers) const {
+  FsdpCopyTimes times;
+  if (figures.zero != 3) return times;
+  auto seconds = [&](const std::vector<OpWork>& ops) {
+    double sum = 0;
+    for (const OpWork& op : ops) sum += op_seconds(op, problem_.cluster.device, problem_.dtype);
+    return sum;
+  };
+  const FsdpUnitCopies layer = fsdp_unit_copies(problem_.fsdp, figures.work.layer.params, figures.d, problem_.dtype);
+  times.layer_forward = seconds(layer.per_gather);
+  times.layer_backward = seconds(layer.per_gather) + seconds(layer.per_backward);
+  const double root_params = stage_params(figures, stage, layers) - layers * figures.work.layer.params;
+  const FsdpUnitCopies root = fsdp_unit_copies(problem_.fsdp, root_params, figures.d, problem_.dtype);
+  times.root_forward = seconds(root.per_gather);
+  times.root_backward = seconds(root.per_backward);
+  return times;
+}
+
 FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layers, double params) {
   const Costs& cost = figures.cost;
   const double layer_params = figures.work.layer.params;
+  const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
   FsdpStage fsdp;
   fsdp.layers = layers;
-  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward;
-  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + figures.layer_recompute;
+  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward + copies.layer_forward;
+  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + figures.layer_recompute + copies.layer_backward;
   fsdp.layer_gather =
       data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, layer_params);
   fsdp.layer_reduce = data_parallel_collective(figures, Collective::ReduceScatter, kF32, DType::F32, layer_params);
@@ -439,6 +465,9 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
     fsdp.head_backward =
         cost.head.backward + cost.head.tp_backward + (figures.p == 1 ? cost.tied_gradient_sum : 0.0);
   }
+  // The root unit's copies: its gathered parameters copied before the first compute, its gradients after the last.
+  fsdp.embedding_forward += copies.root_forward;
+  fsdp.embedding_backward += copies.root_backward;
   const double root_params = params - layers * layer_params;
   fsdp.root_gather =
       data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, root_params);
@@ -469,6 +498,10 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
   if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
   st.backward = backward + st.recompute + n * layer.tp_backward;
+  const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
+  st.fsdp_copies = copies.total(layers);
+  st.forward += n * copies.layer_forward + copies.root_forward;
+  st.backward += n * copies.layer_backward + copies.root_backward;
   const Overlap zero = exposed_zero_comm(figures, stage, layers, st);
   st.zero = zero.exposed;
   st.zero_slowdown = zero.slowdown;
@@ -526,6 +559,7 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   time.pp_comm = m * bottleneck.p2p;
   time.zero_comm = m * bottleneck.zero;
   time.overlap_slowdown = m * bottleneck.zero_slowdown;
+  time.fsdp_copies = m * bottleneck.fsdp_copies;
   time.grad_accumulation = m * bottleneck.accumulate;
   time.bubble = pipeline - m * t_max;
   return time;

@@ -30,8 +30,10 @@
 
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
+#include "planner/fsdp_copies.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
+#include "planner/loss_work.h"
 #include "planner/model_comm.h"
 #include "planner/plan.h"
 #include "planner/workload.h"
@@ -46,6 +48,9 @@ struct PlanningProblem {
   DType dtype = DType::F32;  // compute dtype of weights and activations
   ClusterSpec cluster;
   AttentionKernel attention = AttentionKernel::Fused;  // Strata's own kernels are fused
+  // The library whose fused attention the run calls, one of the device's attention_libraries (hardware.h);
+  // empty: the device's own engine.
+  std::string attention_library;
   double bucket_bytes = 25.0 * 1024 * 1024;            // gradients per data-parallel collective (parallel.bucket_mb)
   // Gradients accumulated by the weight-gradient GEMMs themselves (Megatron's gradient-accumulation
   // fusion) rather than by a pass of their own after each micro-batch (Strata's trainer).
@@ -57,6 +62,9 @@ struct PlanningProblem {
   bool eager = false;
   // How the runtime enters the tensor-parallel region when several linears read one value (model_comm.h).
   TensorParallelInput tp_input = TensorParallelInput::PerLinear;
+  LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
+  // The FSDP whose copies around its collectives a ZeRO-3 stage pays (fsdp_copies.h); None: the collectives only.
+  FsdpRuntime fsdp = FsdpRuntime::None;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };
@@ -155,6 +163,14 @@ class CostModel {
   // as FSDP does, unit by unit (fsdp_schedule.h).
   Overlap exposed_zero_comm(const PlanFigures& figures, int stage, int layers, const StageTime& time);
   FsdpStage fsdp_stage(const PlanFigures& figures, int stage, int layers, double params);
+  // Seconds of FSDP's copies (fsdp_copies.h) per micro-batch: one layer's forward and backward (a gather each,
+  // and the gradients), and the root unit's (gathered once, before the forward pass).
+  struct FsdpCopyTimes {
+    double layer_forward = 0, layer_backward = 0;
+    double root_forward = 0, root_backward = 0;
+    double total(int layers) const { return layers * (layer_forward + layer_backward) + root_forward + root_backward; }
+  };
+  FsdpCopyTimes fsdp_copy_times(const PlanFigures& figures, int stage, int layers) const;
   // One collective over the data-parallel group of `params` parameters' bytes (none for none).
   double data_parallel_collective(const PlanFigures& figures, comm::Collective op, double bytes_per_param,
                                   DType dtype, double params);

@@ -54,6 +54,7 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
       {"ZeRO-2/3 collectives not hidden", t.zero_comm, ""},
       {"data-parallel reduction exposed", t.dp_comm, "past the last backward pass"},
       {"compute slowed by collectives beside it", t.overlap_slowdown, "data-parallel reduction, ZeRO"},
+      {"FSDP's copies around its collectives", t.fsdp_copies, "casts, gathered units and gradients copied"},
       {"weight all-gather (ZeRO-1/2)", t.param_gather, ""},
       {"gradient accumulation", t.grad_accumulation, ""},
       {"optimizer", t.optimizer, "clipping and AdamW"},
@@ -89,8 +90,13 @@ std::vector<Perturbation> perturbations(const ClusterSpec& cluster) {
       {"attention efficiencies",
        [&](ClusterSpec& c) {
          each_dtype(c, [](DTypePerformance& p) {
-           p.attention.forward_efficiency *= 0.9;
-           p.attention.backward_efficiency *= 0.9;
+           auto slower = [](AttentionEngine& engine) {
+             engine.forward_efficiency *= 0.9;
+             engine.backward_efficiency *= 0.9;
+           };
+           slower(p.attention);
+           // A run calling another library is priced again on that library's engine.
+           for (auto& [name, engine] : p.attention_libraries) slower(engine);
          });
        }},
       {"vector peak", [&](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.vector_flops *= 0.9; }); }},

@@ -81,9 +81,18 @@ const std::set<std::string> kEngineKeys = {
     "attention_efficiency", "attention_backward_efficiency",
     "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us"};
 
+// The figures of a fused-attention kernel that differ between libraries on one device; its tiling (query rows
+// per tile, head-dim step) is the device's engine's.
+AttentionEngine read_attention(const TomlReader& fields, AttentionEngine engine) {
+  engine.forward_efficiency = fraction(fields, "attention_efficiency");
+  engine.backward_efficiency = fraction(fields, "attention_backward_efficiency");
+  engine.tile_overhead_s = non_negative(fields, "attention_tile_overhead_us") * 1e-6;
+  return engine;
+}
+
 DTypePerformance read_dtype(const TomlReader& fields) {
   std::set<std::string> allowed = kEngineKeys;
-  allowed.insert({"vector_tflops", "op_efficiency"});
+  allowed.insert({"vector_tflops", "op_efficiency", "attention_libraries"});
   fields.only(allowed);
   DTypePerformance perf;
   perf.vector_flops = positive(fields, "vector_tflops") * 1e12;
@@ -98,12 +107,18 @@ DTypePerformance read_dtype(const TomlReader& fields) {
     gemm.k_step = count(fields, "gemm_k_step");
     gemm.tile_overhead_s = non_negative(fields, "gemm_tile_overhead_us") * 1e-6;
     gemm.alignment = read_alignment(fields, "gemm_alignment");
-    AttentionEngine& attention = perf.attention;
-    attention.forward_efficiency = fraction(fields, "attention_efficiency");
-    attention.backward_efficiency = fraction(fields, "attention_backward_efficiency");
-    attention.block_rows = count(fields, "attention_block_rows");
-    attention.head_dim_step = count(fields, "attention_head_dim_step");
-    attention.tile_overhead_s = non_negative(fields, "attention_tile_overhead_us") * 1e-6;
+    AttentionEngine tiling;
+    tiling.block_rows = count(fields, "attention_block_rows");
+    tiling.head_dim_step = count(fields, "attention_head_dim_step");
+    perf.attention = read_attention(fields, tiling);
+    TomlReader libraries = fields.table("attention_libraries", false);
+    for (const std::string& name : libraries.keys()) {
+      TomlReader library = libraries.table(name);
+      library.only({"attention_efficiency", "attention_backward_efficiency", "attention_tile_overhead_us"});
+      perf.attention_libraries[name] = read_attention(library, tiling);
+    }
+  } else if (fields.has("attention_libraries")) {
+    fields.fail_key("attention_libraries", "needs the matrix engine's figures (attention runs on it)");
   }
   TomlReader ops = fields.table("op_efficiency", false);
   for (const std::string& op : ops.keys()) {
@@ -168,6 +183,19 @@ const DTypePerformance& DeviceSpec::performance(DType dtype) const {
     fail("device '{}' has no figures for dtype {} (it lists: {})", name, dtype_name(dtype), known);
   }
   return found->second;
+}
+
+void DeviceSpec::use_attention_library(DType dtype, const std::string& library) {
+  performance(dtype);  // names the dtypes there are when this one is not
+  DTypePerformance& perf = dtypes.at(dtype);
+  auto found = perf.attention_libraries.find(library);
+  if (found == perf.attention_libraries.end()) {
+    std::string known;
+    for (const auto& entry : perf.attention_libraries) known += (known.empty() ? "" : ", ") + entry.first;
+    fail("device '{}' describes no attention library '{}' in {} (it describes: {})", name, library,
+         dtype_name(dtype), known.empty() ? "none" : known);
+  }
+  perf.attention = found->second;
 }
 
 void ClusterSpec::validate() const {

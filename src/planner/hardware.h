@@ -35,6 +35,10 @@
 //   attention_block_rows = { value = 128, source = "..." }     # query rows per tile
 //   attention_head_dim_step = { value = 32, source = "..." }   # head dims padded to a multiple of this
 //   attention_tile_overhead_us = { value = 2, source = "..." }
+//   [device.bf16.attention_libraries.flash-triton]   # optional: another library's fused attention on
+//   attention_efficiency = { value = 0.4, source = "..." }           # this device, for a run that calls
+//   attention_backward_efficiency = { value = 0.3, source = "..." }  # it (`strata plan --attention-library`);
+//   attention_tile_overhead_us = { value = 2, source = "..." }       # tiling and head-dim step as above
 //                                   # a dtype only the vector units compute (the optimizer's f32 on an NPU
 //                                   # whose matrix engine lacks f32) lists vector_tflops alone: its
 //                                   # element-wise work is priced, but no plan computes in it
@@ -104,6 +108,8 @@ struct DTypePerformance {
   double vector_flops = 0;  // FLOP/s
   GemmEngine gemm;
   AttentionEngine attention;
+  // Other attention libraries' engines on this device, by name: a run calling one is priced on it instead.
+  std::map<std::string, AttentionEngine> attention_libraries;
   std::map<std::string, double> op_efficiency;  // predicted time / real time, by op name; absent: 1
 };
 
@@ -123,6 +129,9 @@ struct DeviceSpec {
   // Whether plans can compute in `dtype` (its matrix engine has figures for it).
   bool computes(DType dtype) const { return dtypes.count(dtype) != 0 && dtypes.at(dtype).matrix_flops > 0; }
   const DTypePerformance& performance(DType dtype) const;  // throws naming the device and dtype
+  // Prices fused attention in `dtype` on the named library's engine (attention_libraries) from now on;
+  // throws naming the libraries the device describes when it lacks this one.
+  void use_attention_library(DType dtype, const std::string& library);
 };
 
 struct LinkSpec {

@@ -8,8 +8,7 @@ namespace strata {
 
 double TimeBreakdown::total() const {
   return compute + recompute + tp_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm + overlap_slowdown +
-         param_gather +
-         optimizer;
+         fsdp_copies + param_gather + optimizer;
 }
 
 std::string ParallelPlan::describe() const {

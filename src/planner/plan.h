@@ -39,6 +39,7 @@ struct TimeBreakdown {
   double bubble = 0;             // pipeline fill and drain
   double dp_comm = 0;            // gradient reduction not hidden behind the last backward pass
   double overlap_slowdown = 0;   // compute slowed by the data-parallel and ZeRO collectives running beside it
+  double fsdp_copies = 0;        // FSDP's copies around its collectives (fsdp_copies.h)
   double param_gather = 0;       // ZeRO-1/2 all-gather of the updated weights
   double optimizer = 0;          // clipping and AdamW
   double total() const;

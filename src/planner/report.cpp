@@ -27,6 +27,7 @@ constexpr Component kComponents[] = {
     {"bubble", "pipeline bubble", &TimeBreakdown::bubble},
     {"dp_comm", "data-parallel gradient reduction", &TimeBreakdown::dp_comm},
     {"overlap_slowdown", "compute slowed by collectives beside it", &TimeBreakdown::overlap_slowdown},
+    {"fsdp_copies", "FSDP's copies around its collectives", &TimeBreakdown::fsdp_copies},
     {"param_gather", "weight all-gather", &TimeBreakdown::param_gather},
     {"optimizer", "optimizer", &TimeBreakdown::optimizer},
 };

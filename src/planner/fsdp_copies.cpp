@@ -1,0 +1,42 @@
+#include "planner/fsdp_copies.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kF32 = 4.0;
+
+OpWork copy(const std::string& label, double bytes) { return {"copy", label, OpKind::Other, 0, bytes}; }
+
+}  // namespace
+
+FsdpRuntime parse_fsdp_runtime(const std::string& text, const std::string& what) {
+  if (text == "none") return FsdpRuntime::None;
+  if (text == "1") return FsdpRuntime::Fsdp1;
+  if (text == "2") return FsdpRuntime::Fsdp2;
+  fail("{} must be none, 1 or 2, got '{}'", what, text);
+}
+
+FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype) {
+  FsdpUnitCopies copies;
+  if (runtime == FsdpRuntime::None || shards < 2 || params <= 0) return copies;
+  const double width = static_cast<double>(dtype_size(param_dtype));
+  const bool mixed = param_dtype != DType::F32;
+  const double shard = params / shards;
+  if (mixed) copies.per_gather.push_back(copy("fsdp.shard_cast", shard * (kF32 + width)));
+  if (runtime == FsdpRuntime::Fsdp1) {
+    copies.per_backward.push_back(copy("fsdp.split_backward_cat", params * 2 * width));
+    if (mixed) copies.per_backward.push_back(copy("fsdp.grad_cast", params * (width + kF32)));
+    copies.per_backward.push_back(copy("fsdp.predivide", params * 2 * kF32));
+    copies.per_backward.push_back(copy("fsdp.postdivide", shard * 2 * kF32));
+  } else {
+    copies.per_gather.push_back(copy("fsdp.all_gather_copy_in", shard * 2 * width));
+    copies.per_gather.push_back(copy("fsdp.all_gather_copy_out", params * 2 * width));
+    copies.per_backward.push_back(copy("fsdp.reduce_scatter_copy_in", params * (width + kF32)));
+  }
+  return copies;
+}
+
+}  // namespace strata
