@@ -137,6 +137,9 @@ def plan_command(strata, row, model_path):
         else:
             cmd += ["--schedule", "1f1b"]
     cmd += ["--attention", row["attention"].strip()]
+    # Every source's framework clips in a pass of its own over the gradients: Megatron-LM's clip_grad_norm_fp32
+    # (multi_tensor_scale), PyTorch's clip_grad_norm_ (torch._foreach_mul_), which torchtitan and Composer call.
+    cmd += ["--clip", "separate"]
     # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion)
     # and drops out attention probabilities and residual branches (its defaults, 0.1 each).
     if row.get("framework", "").strip().startswith("megatron"):

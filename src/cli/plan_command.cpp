@@ -36,6 +36,7 @@ struct PlanArgs {
   std::string attention_library;
   double bucket_mb = 25;
   std::string accumulate = "separate";
+  std::string clip = "fused";
   std::string selective = "attention";
   std::string dropout = "off";
   std::string eager = "off";
@@ -88,6 +89,8 @@ void plan(const PlanArgs& args) {
     fail("--accumulate must be separate or fused, got '{}'", args.accumulate);
   }
   problem.fused_accumulation = args.accumulate == "fused";
+  if (args.clip != "separate" && args.clip != "fused") fail("--clip must be separate or fused, got '{}'", args.clip);
+  problem.separate_clip = args.clip == "separate";
   problem.selective = parse_selective_policy(args.selective, "--selective");
   if (args.dropout != "on" && args.dropout != "off") fail("--dropout must be on or off, got '{}'", args.dropout);
   problem.dropout = args.dropout == "on";
@@ -165,6 +168,9 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--accumulate", args->accumulate,
                       "How micro-batch gradients are summed: separate (a pass after each, as Strata's trainer) or "
                       "fused (inside the weight-gradient GEMMs, as Megatron)");
+  command->add_option("--clip", args->clip,
+                      "How clipping scales the gradients: fused (inside AdamW, as Strata's trainer) or separate (a "
+                      "pass of its own, as PyTorch's clip_grad_norm_ and Megatron)");
   command->add_option("--selective", args->selective,
                       "What selective recomputation redoes: attention (the attention core, as Strata's trainer and "
                       "Megatron) or alternate-gemms (all but attention and every other GEMM, torchtitan's per-op "

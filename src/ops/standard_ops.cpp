@@ -294,11 +294,12 @@ void add_elementwise(OpRegistry& registry) {
   });
   registry.add({
       .name = "adamw",
-      .summary = "AdamW step as in torch.optim.AdamW: p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; "
+      .summary = "AdamW step as in torch.optim.AdamW on g = grad * grad_scale (global-norm clipping's factor, 1 "
+                 "for none): p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; "
                  "p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps). Outputs may alias param, m, v",
       .inputs = {"param", "grad", "m", "v"},
       .outputs = {"param_out", "m_out", "v_out"},
-      .attrs = {"lr", "beta1", "beta2", "eps", "weight_decay", "step"},
+      .attrs = {"lr", "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale"},
       .infer =
           [](const Metas& in, const Attrs& attrs) -> Metas {
             if (attrs.get_int("step") < 1) fail("op 'adamw': attribute 'step' counts from 1, got {}", attrs.get_int("step"));

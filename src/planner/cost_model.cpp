@@ -95,7 +95,8 @@ CostModel::CostModel(PlanningProblem problem)
       pricer_(problem_.cluster),
       adamw_(vector_op(
           "adamw", 4,
-          {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{1}}})),
+          {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{1}},
+           {"grad_scale", 1.0}})),
       square_sums_(vector_op("square_sum_exact", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
       add_(vector_op("add", 2)) {
@@ -184,14 +185,15 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   return costs_.emplace(key, result).first->second;
 }
 
-// AdamW over the parameters this device updates, and the gradient-norm clipping
-// (sum of squares, then scaling) over the gradients it holds.
+// AdamW over the parameters this device updates, after the gradient norm's sum of squares over the
+// gradients it holds; clipping scales them in a pass of its own, or inside AdamW (separate_clip).
 double CostModel::optimizer_seconds(double params_on_device, double gradients_on_device) const {
   const DeviceSpec& device = problem_.cluster.device;
   const double reference = static_cast<double>(kReferenceElements);
+  const double clip = problem_.separate_clip ? op_seconds(scale_, device, DType::F32, gradients_on_device / reference)
+                                             : 0.0;
   return op_seconds(adamw_, device, DType::F32, params_on_device / reference) +
-         op_seconds(square_sums_, device, DType::F32, gradients_on_device / reference) +
-         op_seconds(scale_, device, DType::F32, gradients_on_device / reference);
+         op_seconds(square_sums_, device, DType::F32, gradients_on_device / reference) + clip;
 }
 
 // The first micro-batch's gradients are copied into the accumulators, the others added.

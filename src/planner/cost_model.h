@@ -55,6 +55,9 @@ struct PlanningProblem {
   // Gradients accumulated by the weight-gradient GEMMs themselves (Megatron's gradient-accumulation
   // fusion) rather than by a pass of their own after each micro-batch (Strata's trainer).
   bool fused_accumulation = false;
+  // Clipping scales the gradients in a pass of its own (PyTorch's clip_grad_norm_, Megatron's
+  // multi_tensor_scale) rather than inside AdamW as it reads them (Strata's trainer).
+  bool separate_clip = false;
   SelectivePolicy selective = SelectivePolicy::AttentionCore;  // what selective recomputation redoes
   bool dropout = false;  // Megatron's attention and residual dropout (dropout_work.h); Strata's trainer has none
   // Eager PyTorch running torchtitan's Llama: RMSNorm, rotary embedding and SwiGLU as PyTorch's op by op

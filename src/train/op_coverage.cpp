@@ -113,7 +113,8 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
   const bool unscale = config.precision_policy().low == DType::F16;
   const Attrs adamw{{"lr", config.lr},        {"beta1", config.beta1},
                     {"beta2", config.beta2},  {"eps", config.adam_eps},
-                    {"weight_decay", config.weight_decay}, {"step", int64_t{1}}};
+                    {"weight_decay", config.weight_decay}, {"step", int64_t{1}},
+                    {"grad_scale", 1.0}};
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorMeta param = graph.value(model.params[i]).meta;
     const bool head_copy = specs[i].name == tied && model.head_copy >= 0;

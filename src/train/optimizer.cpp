@@ -25,7 +25,7 @@ AdamW::AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<Par
 }
 
 void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step,
-                   Dispatcher& dispatcher) {
+                   double grad_scale, Dispatcher& dispatcher) {
   STRATA_CHECK(grads.size() == ranges_.size(), "{} gradients for {} optimizer ranges", grads.size(), ranges_.size());
   for (size_t r = 0; r < ranges_.size(); ++r) {
     const ParameterRange& range = ranges_[r];
@@ -34,7 +34,8 @@ void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, doubl
                 {"beta2", settings_.beta2},
                 {"eps", settings_.eps},
                 {"weight_decay", params.spec(range.parameter).decay ? settings_.weight_decay : 0.0},
-                {"step", step}};
+                {"step", step},
+                {"grad_scale", grad_scale}};
     Tensor param = slice(params.tensor(range.parameter), range);
     dispatcher.run("adamw", {param, grads.at(r), m_[r], v_[r]}, {param, m_[r], v_[r]}, attrs);
   }
@@ -68,10 +69,8 @@ ExactSquareSum square_sum(const std::vector<Tensor>& grads, Dispatcher& dispatch
   return total;
 }
 
-void clip_to_norm(std::vector<Tensor>& grads, double norm, double max_norm, Dispatcher& dispatcher) {
-  if (max_norm <= 0 || !(norm > max_norm)) return;
-  const double factor = max_norm / (norm + 1e-6);
-  for (Tensor& grad : grads) dispatcher.run("scale", {grad}, {grad}, {{"factor", factor}});
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 }  // namespace strata

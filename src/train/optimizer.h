@@ -24,8 +24,10 @@ class AdamW {
   AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<ParameterRange> ranges);
 
   // One update of the owned ranges with learning rate `lr`; `step` counts
-  // updates from 1; grads[r] is range r's gradient, flat.
-  void update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step, Dispatcher& dispatcher);
+  // updates from 1; grads[r] is range r's gradient, flat, used times
+  // `grad_scale` (clip_factor's; the gradients themselves are left as they are).
+  void update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step, double grad_scale,
+              Dispatcher& dispatcher);
 
   // Copies the owned ranges of the moments into, or from, whole per-parameter
   // tensors (elements outside the ranges are left alone).
@@ -45,7 +47,8 @@ class AdamW {
 // and comes out the same bits however they are split over ranks.
 ExactSquareSum square_sum(const std::vector<Tensor>& grads, Dispatcher& dispatcher);
 // Global-norm clipping as torch.nn.utils.clip_grad_norm_: when `max_norm` > 0
-// and `norm` exceeds it, scales every gradient by max_norm / (norm + 1e-6).
-void clip_to_norm(std::vector<Tensor>& grads, double norm, double max_norm, Dispatcher& dispatcher);
+// and `norm` exceeds it, every gradient is scaled by max_norm / (norm + 1e-6);
+// otherwise by 1. AdamW applies the factor as it reads each gradient.
+double clip_factor(double norm, double max_norm);
 
 }  // namespace strata

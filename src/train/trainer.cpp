@@ -546,9 +546,9 @@ StepMetrics Trainer::step() {
   if (scaler_.dynamic()) metrics.loss_scale = loss_scale;
   const bool finite = std::isfinite(metrics.grad_norm);
   if (scaler_.update(finite) && finite) {
-    clip_to_norm(range_grads_, metrics.grad_norm, config_.grad_clip, *dispatcher_);
     ++optimizer_updates_;
-    optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_, *dispatcher_);
+    optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_,
+                       clip_factor(metrics.grad_norm, config_.grad_clip), *dispatcher_);
     if (zero_) zero_->all_gather_parameters(parallel_, entry_tensors_);
     consecutive_skips_ = 0;
   } else {

@@ -33,8 +33,9 @@ TEST(CpuEmbedding, RejectsIdsOutsideTheTable) {
   EXPECT_THROW(run_on("cpu", "embedding", {random_f32({4, 3}, 6), ids}), Error);
 }
 
-Attrs adamw_attrs(int64_t step) {
-  return {{"lr", 3e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", step}};
+Attrs adamw_attrs(int64_t step, double grad_scale = 1.0) {
+  return {{"lr", 3e-3}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", step},
+          {"grad_scale", grad_scale}};
 }
 
 TEST(CpuAdamw, MatchesRefAndMayUpdateInPlace) {
@@ -53,6 +54,19 @@ TEST(CpuAdamw, MatchesRefAndMayUpdateInPlace) {
     expect_identical(m2, expected[1], "adamw m in place");
     expect_identical(v2, expected[2], "adamw v in place");
   }
+}
+
+TEST(CpuAdamw, GradScaleGivesTheBitsOfScalingTheGradientFirst) {
+  // What clipping did before AdamW took its factor: the cpu scale op over the gradient, then the step.
+  Shape shape{5000};
+  Tensor param = random_f32(shape, 14), grad = random_f32(shape, 15, 0.1f);
+  Tensor m = random_f32(shape, 16, 0.01f), v = Tensor::zeros(shape, DType::F32);
+  const double factor = 1.0 / (3.7 + 1e-6);
+  Tensors fused = run_on("cpu", "adamw", {param, grad, m, v}, adamw_attrs(2, factor));
+  Tensor scaled = run_on("cpu", "scale", {grad}, {{"factor", factor}})[0];
+  Tensors separate = run_on("cpu", "adamw", {param, scaled, m, v}, adamw_attrs(2));
+  for (size_t i = 0; i < fused.size(); ++i) expect_identical(fused[i], separate[i], "adamw output " + std::to_string(i));
+  check_against_ref("adamw", {param, grad, m, v}, adamw_attrs(2, factor), 2e-6, "adamw with a grad scale");
 }
 
 TEST(CpuAdamw, AcceptsBf16Gradients) {

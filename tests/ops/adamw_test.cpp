@@ -13,8 +13,9 @@ constexpr double kLr = 0.1, kBeta1 = 0.9, kBeta2 = 0.99, kEps = 1e-8, kDecay = 0
 const std::vector<double> kStart = {0.5, -1.0, 2.0, 0.0};
 const std::vector<std::vector<double>> kGrads = {{0.1, -0.2, 0.3, 0.0}, {-0.4, 0.5, 0.6, 0.0}, {0.7, 0.8, -0.9, 1e-3}};
 
-Attrs step_attrs(int64_t step) {
-  return {{"lr", kLr}, {"beta1", kBeta1}, {"beta2", kBeta2}, {"eps", kEps}, {"weight_decay", kDecay}, {"step", step}};
+Attrs step_attrs(int64_t step, double grad_scale = 1.0) {
+  return {{"lr", kLr}, {"beta1", kBeta1}, {"beta2", kBeta2}, {"eps", kEps}, {"weight_decay", kDecay}, {"step", step},
+          {"grad_scale", grad_scale}};
 }
 
 struct State {
@@ -55,6 +56,23 @@ TEST(RefAdamW, ThreeStepsMatchTheClosedForm) {
   expect_all_near(state.param, p, 1e-7, 1e-6, "param");
   expect_all_near(state.m, m, 1e-9, 1e-6, "m");
   expect_all_near(state.v, v, 1e-12, 1e-6, "v");
+}
+
+TEST(RefAdamW, StepsOnTheGradientTimesGradScale) {
+  // Clipping's factor, applied by the op: the same update as on gradients scaled beforehand.
+  State scaled_by_op = start_state(), scaled_before = start_state();
+  Tensor grad = make_tensor({4}, kGrads[2], DType::F32);
+  std::vector<double> quarter = kGrads[2];
+  for (double& g : quarter) g *= 0.25;
+  ref_dispatcher().run("adamw", {scaled_by_op.param, grad, scaled_by_op.m, scaled_by_op.v},
+                       {scaled_by_op.param, scaled_by_op.m, scaled_by_op.v}, step_attrs(1, 0.25));
+  Tensor quarter_grad = make_tensor({4}, quarter, DType::F32);
+  ref_dispatcher().run("adamw", {scaled_before.param, quarter_grad, scaled_before.m, scaled_before.v},
+                       {scaled_before.param, scaled_before.m, scaled_before.v}, step_attrs(1));
+  expect_all_near(scaled_by_op.m, {0.025 * 0.7, 0.025 * 0.8, -0.025 * 0.9, 0.025 * 1e-3}, 1e-9, 1e-6, "m");
+  for (const auto& [got, want] : {std::pair{scaled_by_op.param, scaled_before.param}, {scaled_by_op.v, scaled_before.v}}) {
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+  }
 }
 
 TEST(RefAdamW, ThreeStepsMatchTorch) {

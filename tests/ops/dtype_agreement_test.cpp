@@ -61,7 +61,8 @@ OpCase make_case(const std::string& op) {
              {random_tensor({6}, 2), Role::Data},
              {random_tensor({6}, 3, 0.1), Role::Master},
              {make_tensor({6}, {0.01, 0.02, 0.5, 1e-4, 0.3, 0.0}), Role::Master}},
-            {{"lr", 1e-2}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{4}}}};
+            {{"lr", 1e-2}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", int64_t{4}},
+             {"grad_scale", 0.5}}};
   }
   if (op == "layernorm") {
     return {{{random_tensor({3, 8}, 1, 2.0), Role::Data}, {random_tensor({8}, 2), Role::Data},

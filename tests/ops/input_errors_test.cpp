@@ -38,7 +38,7 @@ TEST(ShapeErrors, NormAndEmbedding) {
   expect_error([] { run_ref("adamw", {Tensor::zeros({3}, DType::F32), f64({3}), Tensor::zeros({2}, DType::F32),
                                       Tensor::zeros({3}, DType::F32)},
                             {{"lr", 0.1}, {"beta1", 0.9}, {"beta2", 0.9}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                             {"step", int64_t{1}}}); },
+                             {"step", int64_t{1}}, {"grad_scale", 1.0}}); },
                {"'adamw'", "'m'"});
 }
 

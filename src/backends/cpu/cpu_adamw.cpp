@@ -14,6 +14,7 @@ namespace {
 constexpr int64_t kGrain = 16384;
 
 struct AdamwConstants {
+  float grad_scale;  // clipping's factor, applied as the f32 scale op would
   float decay;       // 1 - lr * weight_decay
   float beta1, beta2;
   float step_size;   // lr / (1 - beta1^step)
@@ -31,7 +32,7 @@ STRATA_CPU_CLONES void adamw_range(const float* param, const Grad* grad, const f
                                    int64_t begin, int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    float g = to_float(grad[i]);
+    float g = to_float(grad[i]) * k.grad_scale;
     float m_new = k.beta1 * m[i] + (1.0f - k.beta1) * g;
     float v_new = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
     float denom = sqrt_approx(v_new) * k.inv_sqrt_bias_correction2 + k.eps;
@@ -48,6 +49,7 @@ void adamw(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   double step = attrs.get_float("step");
   if (step < 1) fail("op 'adamw': attribute 'step' counts from 1, got {}", step);
   AdamwConstants k{
+      .grad_scale = static_cast<float>(attrs.get_float("grad_scale")),
       .decay = static_cast<float>(1.0 - lr * attrs.get_float("weight_decay")),
       .beta1 = static_cast<float>(beta1),
       .beta2 = static_cast<float>(beta2),

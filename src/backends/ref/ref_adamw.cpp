@@ -7,7 +7,7 @@ namespace strata::ref {
 
 namespace {
 
-// torch.optim.AdamW: decoupled weight decay, then the bias-corrected Adam step.
+// torch.optim.AdamW on the scaled gradient: decoupled weight decay, then the bias-corrected Adam step.
 void adamw(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   double lr = attrs.get_float("lr");
   double beta1 = attrs.get_float("beta1");
@@ -15,12 +15,14 @@ void adamw(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   double eps = attrs.get_float("eps");
   double weight_decay = attrs.get_float("weight_decay");
   double step = attrs.get_float("step");
+  double grad_scale = attrs.get_float("grad_scale");
   if (step < 1) fail("op 'adamw': attribute 'step' counts from 1, got {}", step);
   double correction1 = 1.0 - std::pow(beta1, step);
   double correction2 = 1.0 - std::pow(beta2, step);
 
   std::vector<double> param = load(in[0]);
   std::vector<double> grad = load(in[1]);  // any floating dtype; param, m and v are f32
+  for (double& g : grad) g *= grad_scale;
   std::vector<double> m = load(in[2]);
   std::vector<double> v = load(in[3]);
   for (size_t i = 0; i < param.size(); ++i) {
