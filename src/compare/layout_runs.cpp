@@ -13,6 +13,7 @@
 #include "compare/rank_dump.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_fields.h"
 #include "core/json_file.h"
 #include "model/parameters.h"
 
@@ -32,12 +33,16 @@ std::map<int64_t, StepFigures> read_step_figures(const fs::path& metrics) {
   std::istringstream lines(read_text_file(metrics));
   int64_t number = 0;
   for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json record = parse_json(line, fmt::format("{}:{}", metrics.string(), ++number));
+    const std::string where = fmt::format("'{}:{}'", metrics.string(), ++number);
+    const nlohmann::json record = parse_json(line, where);
+    expect_json_object(record, where);
     // An infinite gradient norm (a skipped fp16 step) is written as null: compared as NaN.
     auto figure = [&](const char* key) {
-      return record.at(key).is_null() ? std::nan("") : record.at(key).get<double>();
+      return json_required(record, key, where).is_null() ? std::nan("") : json_number(record, key, where);
     };
-    figures[record.at("step").get<int64_t>()] = {figure("loss"), figure("grad_norm")};
+    const double step = json_number(record, "step", where);
+    if (step != std::floor(step)) fail("{}: step is {}, not a whole number", where, step);
+    figures[static_cast<int64_t>(step)] = {figure("loss"), figure("grad_norm")};
   }
   return figures;
 }

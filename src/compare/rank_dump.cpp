@@ -1,6 +1,7 @@
 #include "compare/rank_dump.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <optional>
 
@@ -168,7 +169,16 @@ void assemble_rank_dumps(const fs::path& dir, const CaptureSink& sink) {
       if (found == file.metadata().end()) fail("{}: no '{}' in its metadata", where, key);
       return found->second;
     };
-    const int rank = std::stoi(meta(kRankKey)), file_degree = std::stoi(meta(kDegreeKey));
+    auto meta_count = [&](const char* key) {
+      const std::string& text = meta(key);
+      int value = -1;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (error != std::errc() || end != text.data() + text.size() || value < 0) {
+        fail("{}: metadata '{}' is \"{}\", not a count", where, key, text);
+      }
+      return value;
+    };
+    const int rank = meta_count(kRankKey), file_degree = meta_count(kDegreeKey);
     if (degree && *degree != file_degree) fail("{}: a tensor-parallel group of {}, another file's is {}", where, file_degree, *degree);
     degree = file_degree;
     const nlohmann::json entries = parse_json(meta(kEntriesKey), where + " metadata");
