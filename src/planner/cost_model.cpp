@@ -13,6 +13,7 @@
 #include "planner/eager_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
+#include "planner/selective_comm.h"
 
 namespace strata {
 
@@ -181,6 +182,7 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
     segment->tp_forward = price(calls->forward);
     segment->tp_backward = price(calls->backward);
   }
+  result.layer.tp_selective = price(recomputed_collectives(comm.layer, problem_.selective));
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
 }
@@ -271,7 +273,7 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp);
   const int t = plan.tp;
   const SegmentCost& layer = cost.layer;
-  double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective
+  double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective + layer.tp_selective
                            : plan.recompute == RecomputeMode::Full    ? layer.forward + layer.tp_forward
                                                                   : 0.0;
   return PlanFigures{plan,
@@ -704,9 +706,12 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   auto price = [&](const std::vector<CommWork>& calls, double times) {
     for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
   };
-  // Full recomputation runs the layer's forward collectives again.
+  // Full recomputation runs the layer's forward collectives again, selective those its policy does not save.
   const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
   price(comm.layer.forward, layer_forwards * m * layers);
+  if (plan.recompute == RecomputeMode::Selective) {
+    price(recomputed_collectives(comm.layer, problem_.selective), m * layers);
+  }
   price(comm.layer.backward, m * layers);
   if (stage == 0) {
     price(comm.embedding.forward, m);

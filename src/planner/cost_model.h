@@ -116,6 +116,7 @@ class CostModel {
     double selective = 0;  // forward ops redone under selective recomputation
     double tp_forward = 0;
     double tp_backward = 0;
+    double tp_selective = 0;  // forward collectives redone under selective recomputation (selective_comm.h)
     double seconds() const { return forward + backward + tp_forward + tp_backward; }
   };
   struct Costs {

@@ -1,0 +1,95 @@
+// Which of a layer's forward collectives selective recomputation runs again (selective_comm.h):
+// torchtitan's per-op policy saves reduce-scatter outputs and nothing else of the tensor-parallel
+// collectives, so a sequence-parallel layer's two all-gathers (in front of attention and the MLP)
+// are redone in backward; Megatron's attention-core policy redoes none.
+#include "planner/selective_comm.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/comm_pricer.h"
+#include "planner/cost_model.h"
+#include "planner/model_spec.h"
+#include "planner_test_support.h"
+
+namespace strata {
+namespace {
+
+// A small Llama: 4 layers, width 32, 4 query and 2 key/value heads, MLP 48.
+ModelConfig small_llama() {
+  ModelConfig config = model_preset("llama3-8b").config;
+  config.n_layer = 4;
+  config.n_head = 4;
+  config.n_kv_head = 2;
+  config.n_embd = 32;
+  config.intermediate_size = 48;
+  config.vocab_size = 4099;
+  config.block_size = 16;
+  return config;
+}
+
+constexpr int64_t kBatch = 2, kSeq = 16, kWidth = 32;
+
+TEST(PlannerSelectiveComm, PerOpPolicyRedoesTheAllGathersNotTheReduceScatters) {
+  const double activation = static_cast<double>(kBatch * kSeq * kWidth) * 4;
+  const ModelComm comm =
+      model_comm(small_llama(), kBatch, kSeq, 2, /*sp=*/true, DType::F32, TensorParallelInput::Shared);
+  const std::vector<CommWork> redone = recomputed_collectives(comm.layer, SelectivePolicy::AlternateGemms);
+  ASSERT_EQ(redone.size(), 2u);
+  for (const CommWork& call : redone) {
+    EXPECT_EQ(call.pattern, CommPattern::AllGather) << call.label;
+    EXPECT_DOUBLE_EQ(call.bytes, activation) << call.label;
+  }
+  EXPECT_TRUE(recomputed_collectives(comm.layer, SelectivePolicy::AttentionCore).empty());
+}
+
+TEST(PlannerSelectiveComm, WithoutSequenceParallelismThePerOpPolicyRedoesTheAllReduces) {
+  const double activation = static_cast<double>(kBatch * kSeq * kWidth) * 4;
+  const ModelComm comm =
+      model_comm(small_llama(), kBatch, kSeq, 2, /*sp=*/false, DType::F32, TensorParallelInput::Shared);
+  const std::vector<CommWork> redone = recomputed_collectives(comm.layer, SelectivePolicy::AlternateGemms);
+  ASSERT_EQ(redone.size(), 2u);
+  for (const CommWork& call : redone) {
+    EXPECT_EQ(call.pattern, CommPattern::AllReduce) << call.label;
+    EXPECT_DOUBLE_EQ(call.bytes, activation) << call.label;
+  }
+}
+
+// Through the cost model, tp = 2 with sequence parallelism: the per-op policy adds a layer's two all-gathers,
+// over 4 layers and 2 micro-batches, to the step's tensor-parallel time and to its recompute term; the
+// reduce-scatters are unchanged.
+TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm) {
+  const ClusterSpec cluster = testing::test_cluster(1, 2, 1000);
+  auto run = [&](SelectivePolicy policy) {
+    PlanningProblem problem{"llama", small_llama(), 4, kSeq, DType::F32, cluster};
+    problem.selective = policy;
+    problem.tp_input = TensorParallelInput::Shared;
+    CostModel model(problem);
+    ParallelPlan plan;
+    plan.tp = 2;
+    plan.sp = true;
+    plan.micro_batch = kBatch;
+    plan.micro_batches = 2;
+    plan.recompute = RecomputeMode::Selective;
+    const Prediction prediction = model.evaluate(plan);
+    return std::pair{prediction, model.attribute(prediction)};
+  };
+  const auto [titan, titan_parts] = run(SelectivePolicy::AlternateGemms);
+  const auto [megatron, megatron_parts] = run(SelectivePolicy::AttentionCore);
+  CommPricer pricer(cluster);
+  const double one_gather =
+      pricer.collective(comm::Collective::AllGather, static_cast<double>(kBatch * kSeq * kWidth) * 4, 2, 1);
+  ASSERT_GT(one_gather, 0);
+  const double redone = 2 * 4 * 2 * one_gather;
+  EXPECT_NEAR(titan_parts.tp_comm.at(CommPattern::AllGather) - megatron_parts.tp_comm.at(CommPattern::AllGather),
+              redone, 1e-9 * redone);
+  EXPECT_DOUBLE_EQ(titan_parts.tp_comm.at(CommPattern::ReduceScatter),
+                   megatron_parts.tp_comm.at(CommPattern::ReduceScatter));
+  // The recompute term: the redone kernels (what the attribution's compute holds beyond the step's forward and
+  // backward kernels) and the redone all-gathers.
+  double kernels = 0;
+  for (const auto& [kind, part] : titan_parts.compute) kernels += part.seconds;
+  EXPECT_NEAR(titan.time.recompute, kernels - titan.time.compute + redone, 1e-9 * titan.time.recompute);
+}
+
+}  // namespace
+}  // namespace strata
