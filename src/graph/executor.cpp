@@ -10,7 +10,7 @@
 namespace strata {
 
 CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const std::set<int>& kept)
-    : graph_(graph), dispatcher_(dispatcher), plan_(plan_memory(graph, kept)) {
+    : graph_(graph), dispatcher_(dispatcher), kept_(kept), plan_(plan_memory(graph, kept)) {
   slots_.push_back(make_slot());
   for (const Node& node : graph.nodes()) {
     const OpSchema& schema = OpRegistry::global().get(node.op);
@@ -54,7 +54,9 @@ void CompiledGraph::bind(int value, const Tensor& tensor) {
 
 void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
   const Value& info = graph_.value(value);
-  STRATA_CHECK(info.kind != ValueKind::Intermediate, "cannot bind intermediate value '{}'", info.name);
+  // A kept value's bytes are its own until the end of the run, so no other value can be written through them.
+  STRATA_CHECK(info.kind != ValueKind::Intermediate || kept_.count(value), "cannot bind intermediate value '{}'",
+               info.name);
   if (tensor.shape() != info.meta.shape || tensor.dtype() != info.meta.dtype) {
     fail("tensor bound to '{}' is {} {}, the graph needs {} {}", info.name, dtype_name(tensor.dtype()),
          shape_str(tensor.shape()), dtype_name(info.meta.dtype), shape_str(info.meta.shape));
@@ -63,6 +65,16 @@ void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
   Slot& target = slots_.at(static_cast<size_t>(slot));
   target.tensors[static_cast<size_t>(value)] = tensor;
   target.node_inputs.clear();  // rebuilt lazily: views changed
+}
+
+void CompiledGraph::unbind(int slot, int value) {
+  const int64_t offset = plan_.offsets.at(static_cast<size_t>(value));
+  STRATA_CHECK(graph_.value(value).kind == ValueKind::Intermediate && offset >= 0,
+               "'{}' has no bytes in the arena to go back to", graph_.value(value).name);
+  Slot& target = slots_.at(static_cast<size_t>(slot));
+  const TensorMeta& meta = graph_.value(value).meta;
+  target.tensors[static_cast<size_t>(value)] = Tensor::borrow(target.arena->data() + offset, meta.shape, meta.dtype);
+  target.node_inputs.clear();
 }
 
 void CompiledGraph::prepare(Slot& slot) const {

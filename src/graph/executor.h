@@ -30,9 +30,12 @@ class CompiledGraph {
   int slots() const { return static_cast<int>(slots_.size()); }
 
   // Inputs and params are bound to tensors owned elsewhere (checked for shape
-  // and dtype), in every slot or in one.
+  // and dtype), in every slot or in one. So may a kept value be (a gradient,
+  // bound where the trainer collects it: its node writes there, no copy);
+  // unbind puts it back in the slot's arena.
   void bind(int value, const Tensor& tensor);
   void bind(int slot, int value, const Tensor& tensor);
+  void unbind(int slot, int value);
   // `after_node(id)` runs after each node's kernel (the data-parallel runtime
   // starts gradient reductions there).
   using NodeHook = std::function<void(int node)>;
@@ -65,6 +68,7 @@ class CompiledGraph {
 
   const Graph& graph_;
   Dispatcher& dispatcher_;
+  std::set<int> kept_;
   MemoryPlan plan_;
   std::vector<Slot> slots_;
   std::vector<KernelChoice> choices_;

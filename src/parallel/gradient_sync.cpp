@@ -41,6 +41,10 @@ void GradientSync::after_node(int node, bool first_micro_batch, bool last_micro_
   advance();
 }
 
+const Tensor* GradientSync::collected_into(size_t parameter) const {
+  return reduction_.storage.whole ? &buckets_.grads().at(parameter) : nullptr;
+}
+
 void GradientSync::start(size_t bucket, const Collect& collect) {
   InFlight call{.bucket = bucket};
   switch (reduction_.collective) {

@@ -38,6 +38,9 @@ class GradientSync {
   // After node `node` of a micro-batch's run: collects what the node finished
   // and starts the collectives of the buckets it completed (last micro-batch).
   void after_node(int node, bool first_micro_batch, bool last_micro_batch, const Collect& collect);
+  // The tensor parameter p's gradient is collected into on every micro-batch
+  // (its place in its bucket), or nullptr where buckets are staged.
+  const Tensor* collected_into(size_t parameter) const;
   // Waits for every collective of the step; returns the seconds spent waiting
   // in it and for staging buffers during backward (the communication the
   // backward pass did not hide).

@@ -479,9 +479,27 @@ void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool acc
   Tensor grad = chunk.train_graph->tensor(active_slot_, chunk.train_model.grads.of.at(entry.value));
   if (accumulate) {
     dispatcher_->run("add", {destination, grad}, {destination});
-  } else {
+  } else if (grad.raw() != destination.raw()) {  // else place_gradients had the graph write it there
     destination.copy_from(grad);
   }
+}
+
+void Trainer::place_gradients(bool in_buckets) {
+  if (in_buckets == gradients_in_buckets_) return;
+  STRATA_CHECK(chunks_.size() == 1, "gradients placed in buckets with {} model chunks", chunks_.size());
+  ModelChunk& chunk = chunks_.front();
+  const std::set<int> kept = kept_values(chunk.train_model);
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    const int grad = chunk.train_model.grads.of.at(entries_[e].value);
+    const Tensor* destination = grad_sync_->collected_into(e);
+    if (!destination || !kept.count(grad)) continue;  // staged buckets; the head copy's, collected early
+    if (in_buckets) {
+      chunk.train_graph->bind(0, grad, *destination);
+    } else {
+      chunk.train_graph->unbind(0, grad);
+    }
+  }
+  gradients_in_buckets_ = in_buckets;
 }
 
 StepMetrics Trainer::step() {
@@ -501,6 +519,8 @@ StepMetrics Trainer::step() {
   } else {
     for (int64_t micro = 0; micro < share.count; ++micro) {
       const bool first = micro == 0, last = micro + 1 == share.count;
+      // A captured micro-batch keeps the graph's own gradients: the reduction may be writing the buckets.
+      place_gradients(first && !node_observer_);
       trace::Span span("micro-batch", "trainer");
       if (span) span.set_args(fmt::format(R"({{"micro_batch":{}}})", share.first + micro));
       losses.push_back(run_micro_batch(*chunks_.front().train_graph, chunks_.front().train_model, *train_loader_,

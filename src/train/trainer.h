@@ -118,6 +118,9 @@ class Trainer {
                          const CompiledGraph::NodeHook& after_node = {});
   void bind_inputs();  // params, data and pipeline buffers of both graphs
   void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
+  // Binds the one chunk's kept gradients to their places in the buckets, so the graph writes them there
+  // (a step's first micro-batch; no copy), or back to the graph's arena (later micro-batches add).
+  void place_gradients(bool in_buckets);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string trace_summary(const nlohmann::json& merged) const;  // writes the gaps file; the text to print
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
@@ -186,6 +189,7 @@ class Trainer {
   int active_slot_ = 0;
   double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
+  bool gradients_in_buckets_ = false;        // place_gradients' state
   LossScaler scaler_;
   int64_t consecutive_skips_ = 0;  // steps in a row skipped for inf/nan gradients
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
