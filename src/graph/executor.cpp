@@ -18,6 +18,7 @@ CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const s
     choices_.push_back(dispatcher.resolve(node.op, dtype));
   }
   timings_.resize(graph.nodes().size());
+  supplied_.resize(graph.nodes().size(), false);
 }
 
 CompiledGraph::Slot CompiledGraph::make_slot() const {
@@ -38,9 +39,10 @@ void CompiledGraph::set_slots(int count) {
   while (slots() > count) slots_.pop_back();
   while (slots() < count) {
     Slot slot = make_slot();
-    // New slots start with slot 0's bindings (params, shared inputs).
+    // New slots start with slot 0's bindings (params, shared inputs, supplied values).
     for (int id = 0; id < graph_.num_values(); ++id) {
-      if (graph_.value(id).kind != ValueKind::Intermediate) {
+      const Value& info = graph_.value(id);
+      if (info.kind != ValueKind::Intermediate || supplied_[static_cast<size_t>(info.producer)]) {
         slot.tensors[static_cast<size_t>(id)] = slots_.front().tensors[static_cast<size_t>(id)];
       }
     }
@@ -54,9 +56,7 @@ void CompiledGraph::bind(int value, const Tensor& tensor) {
 
 void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
   const Value& info = graph_.value(value);
-  // A kept value's bytes are its own until the end of the run, so no other value can be written through them.
-  STRATA_CHECK(info.kind != ValueKind::Intermediate || kept_.count(value), "cannot bind intermediate value '{}'",
-               info.name);
+  STRATA_CHECK(bindable(value), "cannot bind intermediate value '{}'", info.name);
   if (tensor.shape() != info.meta.shape || tensor.dtype() != info.meta.dtype) {
     fail("tensor bound to '{}' is {} {}, the graph needs {} {}", info.name, dtype_name(tensor.dtype()),
          shape_str(tensor.shape()), dtype_name(info.meta.dtype), shape_str(info.meta.shape));
@@ -65,6 +65,33 @@ void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
   Slot& target = slots_.at(static_cast<size_t>(slot));
   target.tensors[static_cast<size_t>(value)] = tensor;
   target.node_inputs.clear();  // rebuilt lazily: views changed
+}
+
+// A kept value's bytes are its own until the end of the run, so no other value is written through them; a
+// supplied one is not written at all.
+bool CompiledGraph::bindable(int value) const {
+  const Value& info = graph_.value(value);
+  return info.kind != ValueKind::Intermediate || kept_.count(value) ||
+         supplied_[static_cast<size_t>(info.producer)];
+}
+
+void CompiledGraph::supply(int value, const Tensor& tensor) {
+  const Value& info = graph_.value(value);
+  STRATA_CHECK(info.kind == ValueKind::Intermediate, "'{}' is not made by a node", info.name);
+  const Node& node = graph_.node(info.producer);
+  bool from_bound_values = node.outputs.size() == 1;
+  for (int input : node.inputs) from_bound_values = from_bound_values && graph_.value(input).kind != ValueKind::Intermediate;
+  STRATA_CHECK(from_bound_values, "'{}' is not the one output of a node reading params and inputs only", info.name);
+  supplied_[static_cast<size_t>(info.producer)] = true;
+  bind(value, tensor);
+}
+
+void CompiledGraph::withdraw(int value) {
+  const int producer = graph_.value(value).producer;
+  STRATA_CHECK(producer >= 0 && supplied_[static_cast<size_t>(producer)], "'{}' is not supplied",
+               graph_.value(value).name);
+  supplied_[static_cast<size_t>(producer)] = false;
+  for (int slot = 0; slot < slots(); ++slot) unbind(slot, value);
 }
 
 void CompiledGraph::unbind(int slot, int value) {
@@ -106,6 +133,10 @@ void CompiledGraph::run_nodes(int slot_index, int begin, int end, const NodeHook
     if (trace_args_.empty()) make_trace_args();
   }
   for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+    if (supplied_[i]) {
+      if (after_node) after_node(static_cast<int>(i));
+      continue;
+    }
     const Node& node = graph_.nodes()[i];
     auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const double trace_start = tracer ? trace::now_us() : 0.0;

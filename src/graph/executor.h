@@ -36,6 +36,10 @@ class CompiledGraph {
   void bind(int value, const Tensor& tensor);
   void bind(int slot, int value, const Tensor& tensor);
   void unbind(int slot, int value);
+  // A value its node makes from params and inputs alone (a parameter's cast to bf16) supplied from
+  // outside, kept up to date there: the node is skipped in every slot until withdraw().
+  void supply(int value, const Tensor& tensor);
+  void withdraw(int value);
   // `after_node(id)` runs after each node's kernel (the data-parallel runtime
   // starts gradient reductions there).
   using NodeHook = std::function<void(int node)>;
@@ -62,6 +66,7 @@ class CompiledGraph {
     std::vector<Tensors> node_inputs;  // rebuilt lazily when bindings change
     std::vector<Tensors> node_outputs;
   };
+  bool bindable(int value) const;
   Slot make_slot() const;
   void prepare(Slot& slot) const;
   void make_trace_args();
@@ -72,6 +77,7 @@ class CompiledGraph {
   MemoryPlan plan_;
   std::vector<Slot> slots_;
   std::vector<KernelChoice> choices_;
+  std::vector<bool> supplied_;  // per node: its output comes from outside, it is skipped
   bool profiling_ = false;
   std::vector<NodeTiming> timings_;
   std::string trace_name_ = "graph";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "graph/fusion.h"
 #include "model/graph_emitter.h"
@@ -139,6 +140,19 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
   }
   model.boundary = boundary_nodes(model);
   return model;
+}
+
+std::vector<ParameterCast> parameter_casts(const ModelGraph& model, DType dtype) {
+  std::set<int> params(model.params.begin(), model.params.end());
+  params.insert(model.head_copy);
+  std::vector<ParameterCast> casts;
+  for (const Node& node : model.graph.nodes()) {
+    if (node.op == "cast" && params.count(node.inputs[0]) && node.inputs[0] >= 0 &&
+        model.graph.value(node.outputs[0]).meta.dtype == dtype) {
+      casts.push_back({node.inputs[0], node.outputs[0]});
+    }
+  }
+  return casts;
 }
 
 Tensor position_ids(int64_t seq) {

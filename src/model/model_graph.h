@@ -99,4 +99,12 @@ inline ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, in
 // 0..seq-1 as an i32 tensor, for ModelGraph::positions.
 Tensor position_ids(int64_t seq);
 
+// The graph's casts of a parameter (or of the LM head's copy) to `dtype`: what a mixed-precision run can
+// read from low-precision copies it keeps of its parameters instead of casting them every step.
+struct ParameterCast {
+  int param;  // the parameter's value
+  int cast;   // the cast's output
+};
+std::vector<ParameterCast> parameter_casts(const ModelGraph& model, DType dtype);
+
 }  // namespace strata

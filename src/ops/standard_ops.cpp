@@ -175,6 +175,19 @@ void add_embedding(OpRegistry& registry) {
   });
 }
 
+
+Metas adamw_infer(const char* op, const Metas& in, const Attrs& attrs) {
+  if (attrs.get_int("step") < 1) fail("op '{}': attribute 'step' counts from 1, got {}", op, attrs.get_int("step"));
+  for (size_t i = 1; i < 4; ++i) {
+    const char* names[] = {"param", "grad", "m", "v"};
+    expect_shape(op, names[i], in[i], in[0].shape);
+  }
+  expect_dtype(op, "param", in[0], DType::F32);
+  expect_dtype(op, "m", in[2], DType::F32);
+  expect_dtype(op, "v", in[3], DType::F32);
+  expect_floating(op, "grad", in[1]);
+  return {in[0], in[2], in[3]};
+}
 void add_elementwise(OpRegistry& registry) {
   registry.add({
       .name = "add",
@@ -300,20 +313,35 @@ void add_elementwise(OpRegistry& registry) {
       .inputs = {"param", "grad", "m", "v"},
       .outputs = {"param_out", "m_out", "v_out"},
       .attrs = {"lr", "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return adamw_infer("adamw", in, attrs); },
+      .flops = elementwise_flops(12),
+      .precision = PrecisionRole::F32Default,
+      .differentiable = Differentiable::No,
+  });
+  registry.add({
+      .name = "adamw_with_copy",
+      .summary = "adamw, also writing the updated param rounded to copy_dtype (bf16 or f16) to copy_out: the "
+                 "compute-dtype weights a mixed-precision graph reads, made while the param is in registers",
+      .inputs = {"param", "grad", "m", "v"},
+      .outputs = {"param_out", "m_out", "v_out", "copy_out"},
+      .attrs = {"lr", "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale", "copy_dtype"},
       .infer =
           [](const Metas& in, const Attrs& attrs) -> Metas {
-            if (attrs.get_int("step") < 1) fail("op 'adamw': attribute 'step' counts from 1, got {}", attrs.get_int("step"));
-            for (size_t i = 1; i < 4; ++i) {
-              const char* names[] = {"param", "grad", "m", "v"};
-              expect_shape("adamw", names[i], in[i], in[0].shape);
+            Metas out = adamw_infer("adamw_with_copy", in, attrs);
+            const DType copy = parse_dtype(attrs.get_string("copy_dtype"));
+            if (copy != DType::BF16 && copy != DType::F16) {
+              fail("op 'adamw_with_copy': attribute 'copy_dtype' must be bf16 or f16, got {}", dtype_name(copy));
             }
-            expect_dtype("adamw", "param", in[0], DType::F32);
-            expect_dtype("adamw", "m", in[2], DType::F32);
-            expect_dtype("adamw", "v", in[3], DType::F32);
-            expect_floating("adamw", "grad", in[1]);
-            return {in[0], in[2], in[3]};
+            out.push_back({in[0].shape, copy});
+            return out;
           },
       .flops = elementwise_flops(12),
+      .decompose =
+          [](Dispatcher& dispatcher, const Tensors& in, const Tensors& out, const Attrs& attrs) {
+            dispatcher.run("adamw", in, {out[0], out[1], out[2]}, attrs);
+            dispatcher.run("cast", {out[0]}, {out[3]}, {{"dtype", attrs.get_string("copy_dtype")}});
+          },
+      .decomposes_into = {"adamw", "cast"},
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
   });

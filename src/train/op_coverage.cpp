@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <fmt/core.h>
@@ -106,7 +107,8 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
 
   // The step's eager ops on the f32 gradients and master weights (one process): accumulation over
   // micro-batches (the tied embedding's head copy is collected apart and joined once), fp16's
-  // unscaling, the exact gradient norm and AdamW. Clipping's rescale runs only when the norm is over.
+  // unscaling, the exact gradient norm and AdamW (clipping's factor inside), which also writes the
+  // low-precision copy of a parameter the graph casts where the trainer keeps one (no ZeRO, no pipeline).
   const std::string tied = model_family(config.model).tied_embedding(config.model);
   const std::vector<ParamSpec> specs = model_param_specs(config.model);
   const int64_t accumulations = coverage.micro_batches - 1;
@@ -115,13 +117,24 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
                     {"beta2", config.beta2},  {"eps", config.adam_eps},
                     {"weight_decay", config.weight_decay}, {"step", int64_t{1}},
                     {"grad_scale", 1.0}};
+  const DType low = config.precision_policy().low;
+  std::set<int> cast;  // parameters (or the head's copy) the graph casts to `low`, where the trainer keeps copies
+  if (low != DType::F32 && config.zero == 0 && config.pp == 1) {
+    for (const ParameterCast& found : parameter_casts(model, low)) cast.insert(found.param);
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorMeta param = graph.value(model.params[i]).meta;
     const bool head_copy = specs[i].name == tied && model.head_copy >= 0;
     tally.add("add", {param, param}, {}, accumulations * (head_copy ? 2 : 1) + (head_copy ? 1 : 0));
     if (unscale) tally.add("scale", {param}, {{"factor", 1.0}}, 1);
     tally.add("square_sum_exact", {param}, {}, 1);
-    tally.add("adamw", {param, param, param, param}, adamw, 1);
+    if (cast.count(model.params[i]) || (head_copy && cast.count(model.head_copy))) {
+      Attrs with_copy = adamw;
+      with_copy.set("copy_dtype", std::string(dtype_name(low)));
+      tally.add("adamw_with_copy", {param, param, param, param}, with_copy, 1);
+    } else {
+      tally.add("adamw", {param, param, param, param}, adamw, 1);
+    }
   }
 
   coverage.rows = tally.rows();

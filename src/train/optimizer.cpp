@@ -37,8 +37,24 @@ void AdamW::update(ParameterSet& params, const std::vector<Tensor>& grads, doubl
                 {"step", step},
                 {"grad_scale", grad_scale}};
     Tensor param = slice(params.tensor(range.parameter), range);
-    dispatcher.run("adamw", {param, grads.at(r), m_[r], v_[r]}, {param, m_[r], v_[r]}, attrs);
+    if (r < copies_.size() && copies_[r].defined()) {
+      attrs.set("copy_dtype", std::string(dtype_name(copies_[r].dtype())));
+      dispatcher.run("adamw_with_copy", {param, grads.at(r), m_[r], v_[r]}, {param, m_[r], v_[r], copies_[r]}, attrs);
+    } else {
+      dispatcher.run("adamw", {param, grads.at(r), m_[r], v_[r]}, {param, m_[r], v_[r]}, attrs);
+    }
   }
+}
+
+void AdamW::keep_copies(std::vector<Tensor> copies) {
+  STRATA_CHECK(copies.size() == ranges_.size(), "{} copies for {} optimizer ranges", copies.size(), ranges_.size());
+  for (size_t r = 0; r < copies.size(); ++r) {
+    if (!copies[r].defined()) continue;
+    STRATA_CHECK(copies[r].numel() == ranges_[r].length && copies[r].is_contiguous(),
+                 "copy of {} elements for a range of {}", copies[r].numel(), ranges_[r].length);
+    copies[r] = copies[r].reshape({copies[r].numel()});
+  }
+  copies_ = std::move(copies);
 }
 
 void AdamW::export_moments(std::vector<Tensor>& first, std::vector<Tensor>& second) const {

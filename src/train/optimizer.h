@@ -28,6 +28,9 @@ class AdamW {
   // `grad_scale` (clip_factor's; the gradients themselves are left as they are).
   void update(ParameterSet& params, const std::vector<Tensor>& grads, double lr, int64_t step, double grad_scale,
               Dispatcher& dispatcher);
+  // Low-precision copies of the updated ranges (undefined where none), each written by the update itself
+  // (adamw_with_copy).
+  void keep_copies(std::vector<Tensor> copies);
 
   // Copies the owned ranges of the moments into, or from, whole per-parameter
   // tensors (elements outside the ranges are left alone).
@@ -40,6 +43,7 @@ class AdamW {
   AdamWSettings settings_;
   std::vector<ParameterRange> ranges_;
   std::vector<Tensor> m_, v_;  // per range, flat
+  std::vector<Tensor> copies_;  // per range, flat, or empty
 };
 
 // The squares of all gradients summed exactly (square_sum_exact): the global

@@ -310,6 +310,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
     nodes += chunk.train_model.graph.num_nodes();
   }
   bind_inputs();
+  keep_weight_copies();
   std::vector<int> ready_after;
   for (const GradientEntry& entry : entries_) {
     const ModelChunk& chunk = chunks_[static_cast<size_t>(entry.chunk)];
@@ -333,6 +334,42 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   } else {
     initialise_parameters();
   }
+}
+
+void Trainer::keep_weight_copies() {
+  const DType low = config_.precision_policy().low;
+  if (low == DType::F32 || zero_ || chunks_.size() != 1) return;
+  ModelChunk& chunk = chunks_.front();
+  weight_copies_.assign(held_.size(), Tensor());
+  for (auto [model, graph] : {std::pair{&chunk.train_model, chunk.train_graph.get()},
+                              {&chunk.eval_model, chunk.eval_graph.get()}}) {
+    std::map<int, size_t> held_of_value;
+    for (size_t k = 0; k < held_.size(); ++k) {
+      if (model->params[held_[k]] >= 0) held_of_value[model->params[held_[k]]] = k;
+      if (held_[k] == tied_index_ && model->head_copy >= 0) held_of_value[model->head_copy] = k;
+    }
+    for (const ParameterCast& cast : parameter_casts(*model, low)) {
+      const size_t held = held_of_value.at(cast.param);
+      Tensor& copy = weight_copies_[held];
+      if (!copy.defined()) copy = Tensor::empty(params_.tensor(held).shape(), low);
+      weight_copy_uses_.push_back({graph, cast.cast, held});
+    }
+  }
+  std::vector<Tensor> per_range;
+  for (const ParameterRange& range : optimizer_->ranges()) per_range.push_back(weight_copies_[range.parameter]);
+  optimizer_->keep_copies(std::move(per_range));
+}
+
+void Trainer::supply_weight_copies(bool supply) {
+  if (supply == weight_copies_supplied_) return;
+  for (const WeightCopyUse& use : weight_copy_uses_) {
+    if (supply) {
+      use.graph->supply(use.value, weight_copies_[use.held]);
+    } else {
+      use.graph->withdraw(use.value);
+    }
+  }
+  weight_copies_supplied_ = supply;
 }
 
 void Trainer::bind_inputs() {
@@ -513,6 +550,7 @@ StepMetrics Trainer::step() {
   loss_seed_.data<float>()[0] = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
   MicroBatchShare share = parallel_.share(micro_batches);
   train_loader_->skip(share.first);
+  supply_weight_copies(weight_copies_fresh_);
   std::vector<double> losses;
   if (pipeline_.degree() > 1) {
     losses = pipeline_micro_batches(share.count);
@@ -569,6 +607,7 @@ StepMetrics Trainer::step() {
     ++optimizer_updates_;
     optimizer_->update(params_, range_grads_, metrics.lr, optimizer_updates_,
                        clip_factor(metrics.grad_norm, config_.grad_clip), *dispatcher_);
+    weight_copies_fresh_ = true;  // refreshed by the update where there are any
     if (zero_) zero_->all_gather_parameters(parallel_, entry_tensors_);
     consecutive_skips_ = 0;
   } else {
@@ -616,6 +655,7 @@ std::string Trainer::first_nonfinite_gradient() {
 
 double Trainer::validation_loss() {
   trace::Span span("validation", "validation");
+  supply_weight_copies(weight_copies_fresh_);
   MicroBatchShare share = parallel_.share(config_.val_batches);
   val_loader_->seek({});
   val_loader_->skip(share.first);

@@ -121,6 +121,12 @@ class Trainer {
   // Binds the one chunk's kept gradients to their places in the buckets, so the graph writes them there
   // (a step's first micro-batch; no copy), or back to the graph's arena (later micro-batches add).
   void place_gradients(bool in_buckets);
+  // Low precision without ZeRO or a pipeline: each parameter the graphs cast to the compute dtype gets a copy
+  // in it beside it, which AdamW refreshes right after its update (while the parameter is in cache).
+  void keep_weight_copies();
+  // The copies stand in for the graphs' casts of the parameters (which are then skipped), or not. Only
+  // copies refreshed by the last update in this process are supplied (not after a resume or a new start).
+  void supply_weight_copies(bool supply);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string trace_summary(const nlohmann::json& merged) const;  // writes the gaps file; the text to print
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
@@ -190,6 +196,15 @@ class Trainer {
   double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages
   std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   bool gradients_in_buckets_ = false;        // place_gradients' state
+  struct WeightCopyUse {
+    CompiledGraph* graph;
+    int value;    // the cast's output in that graph
+    size_t held;  // whose copy stands for it
+  };
+  std::vector<Tensor> weight_copies_;  // per held parameter, in the compute dtype; undefined where none
+  std::vector<WeightCopyUse> weight_copy_uses_;
+  bool weight_copies_fresh_ = false;     // the copies hold the parameters as they are
+  bool weight_copies_supplied_ = false;  // supply_weight_copies' state
   LossScaler scaler_;
   int64_t consecutive_skips_ = 0;  // steps in a row skipped for inf/nan gradients
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count

@@ -69,6 +69,30 @@ TEST(CpuAdamw, GradScaleGivesTheBitsOfScalingTheGradientFirst) {
   check_against_ref("adamw", {param, grad, m, v}, adamw_attrs(2, factor), 2e-6, "adamw with a grad scale");
 }
 
+// The copy is the updated f32 parameter rounded once more, as a cast of it would be; the rest is adamw's.
+TEST(CpuAdamw, WithCopyGivesAdamwsBitsAndTheCastOfTheUpdatedParameter) {
+  Shape shape{3, 7777};
+  Tensor param = random_f32(shape, 17), grad = random_f32(shape, 18, 0.1f).to(DType::BF16);
+  Tensor m = random_f32(shape, 19, 0.01f), v = Tensor::zeros(shape, DType::F32);
+  for (DType copy : {DType::BF16, DType::F16}) {
+    Attrs attrs = adamw_attrs(4, 0.5);
+    const Tensors plain = run_on("cpu", "adamw", {param, grad, m, v}, attrs);
+    attrs.set("copy_dtype", std::string(dtype_name(copy)));
+    for (const char* backend : {"cpu", "ref"}) {
+      const Tensors with_copy = run_on(backend, "adamw_with_copy", {param, grad, m, v}, attrs);
+      ASSERT_EQ(with_copy.size(), 4u);
+      ASSERT_EQ(with_copy[3].dtype(), copy);
+      const Tensor cast = run_on(backend, "cast", {with_copy[0]}, {{"dtype", std::string(dtype_name(copy))}})[0];
+      expect_identical(with_copy[3], cast, std::string(backend) + " copy as " + std::string(dtype_name(copy)));
+      if (std::string(backend) == "cpu") {
+        for (size_t i = 0; i < 3; ++i) expect_identical(with_copy[i], plain[i], "adamw output " + std::to_string(i));
+      } else {
+        for (size_t i = 0; i < 3; ++i) expect_close(plain[i], with_copy[i], 2e-6, "ref output " + std::to_string(i));
+      }
+    }
+  }
+}
+
 TEST(CpuAdamw, AcceptsBf16Gradients) {
   Shape shape{1000};
   Tensor param = random_f32(shape, 11), grad = random_f32(shape, 12, 0.1f).to(DType::BF16);

@@ -141,9 +141,10 @@ const std::vector<std::string> kCovered = {
     "sum_squares", "sum_to", "swiglu", "swiglu_backward"};
 // Fused ops round their intermediates to the narrow type exactly as the ops they
 // replace do, so they cannot match one f64 evaluation to one rounding; they are
-// checked against those ops instead (tests/backends/fused_ops_test.cpp).
+// checked against those ops instead (tests/backends/fused_ops_test.cpp; adamw_with_copy,
+// whose copy is the f32 update rounded again, in tests/backends/embedding_adamw_test.cpp).
 const std::vector<std::string> kCheckedAgainstUnfusedOps = {
-    "add_layernorm", "add_rms_norm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3",
+    "adamw_with_copy", "add_layernorm", "add_rms_norm", "fused_elementwise1", "fused_elementwise2", "fused_elementwise3",
     "fused_elementwise4", "layernorm_backward_add", "rms_norm_backward_add"};
 // Ops that round intermediates to the narrow type where HuggingFace's PyTorch
 // code does (the normalised value before the weight, rope's products); they
@@ -232,8 +233,8 @@ TEST(RefCoverage, EveryStandardOpHasADtypeAgreementCase) {
 TEST(RefCoverage, RefHasAKernelForEveryOpAndFloatType) {
   const Backend& ref = get_backend("ref");
   for (const std::string& op : OpRegistry::global().names()) {
-    // AdamW's schema fixes param (its dtype-selecting input) to f32; exact square sums take f32 and bf16.
-    std::vector<DType> types = op == "adamw"              ? std::vector<DType>{DType::F32}
+    // AdamW's schemas fix param (their dtype-selecting input) to f32; exact square sums take f32 and bf16.
+    std::vector<DType> types = op == "adamw" || op == "adamw_with_copy" ? std::vector<DType>{DType::F32}
                                : op == "square_sum_exact" ? std::vector<DType>{DType::F32, DType::BF16}
                                                           : std::vector<DType>{DType::F64, DType::F32, DType::BF16, DType::F16};
     for (DType dtype : types) EXPECT_NE(ref.find(op, dtype), nullptr) << op << " " << dtype_name(dtype);

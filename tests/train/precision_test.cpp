@@ -88,6 +88,33 @@ TEST_F(PrecisionTest, Bf16TrainsCloseToFp32AndDeterministically) {
   }
 }
 
+// After an update AdamW writes each parameter's low-precision copy, which the graphs read instead of casting
+// the parameter; a resumed run casts in the graph on its first step. The same bits either way: the resumed
+// run's step 4 (cast in the graph) and validation match the uninterrupted run's (copies).
+TEST_F(PrecisionTest, LowPrecisionWeightCopiesGiveTheBitsOfCastingInTheGraph) {
+  for (const char* precision : {"bf16", "fp16"}) {
+    const std::string p = std::string("precision.compute=") + precision;
+    const std::string whole_run = std::string("copies_") + precision, resumed_run = std::string("resumed_") + precision;
+    Trainer whole(config(whole_run, {p}));
+    std::vector<StepMetrics> expected;
+    for (int step = 0; step < 6; ++step) expected.push_back(whole.step());
+    {
+      Trainer first_half(config(resumed_run, {p}));
+      for (int step = 0; step < 3; ++step) EXPECT_EQ(first_half.step().loss, expected[step].loss) << precision;
+      first_half.save_checkpoint();
+    }
+    Trainer resumed(config(resumed_run, {p, "checkpoint.resume=true"}));
+    ASSERT_EQ(resumed.completed_steps(), 3);
+    for (int step = 3; step < 6; ++step) {
+      const StepMetrics metrics = resumed.step();
+      EXPECT_EQ(metrics.loss, expected[step].loss) << precision << " step " << step + 1;
+      EXPECT_EQ(metrics.grad_norm, expected[step].grad_norm) << precision << " step " << step + 1;
+    }
+    EXPECT_EQ(resumed.validation_loss(), whole.validation_loss()) << precision;
+    EXPECT_EQ(snapshot(resumed), snapshot(whole)) << precision;
+  }
+}
+
 TEST_F(PrecisionTest, RecomputationGivesBitIdenticalLossesAndASmallerArena) {
   for (const char* precision : {"fp32", "bf16"}) {
     std::string p = std::string("precision.compute=") + precision;

@@ -7,7 +7,8 @@ namespace strata::ref {
 
 namespace {
 
-// torch.optim.AdamW on the scaled gradient: decoupled weight decay, then the bias-corrected Adam step.
+// torch.optim.AdamW on the scaled gradient: decoupled weight decay, then the bias-corrected Adam step
+// (adamw and adamw_with_copy).
 void adamw(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   double lr = attrs.get_float("lr");
   double beta1 = attrs.get_float("beta1");
@@ -34,11 +35,16 @@ void adamw(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   store(out[0], param);
   store(out[1], m);
   store(out[2], v);
+  // adamw_with_copy: the updated parameter as stored (f32), rounded once more to the copy's dtype.
+  if (out.size() > 3) store(out[3], load(out[0]));
 }
 
 }  // namespace
 
 // The schema makes param, m and v f32, so f32 is the only key the dispatcher asks for.
-void register_adamw(Backend& backend) { backend.add_kernel("adamw", DType::F32, adamw); }
+void register_adamw(Backend& backend) {
+  backend.add_kernel("adamw", DType::F32, adamw);
+  backend.add_kernel("adamw_with_copy", DType::F32, adamw);
+}
 
 }  // namespace strata::ref

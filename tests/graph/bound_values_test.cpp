@@ -1,5 +1,6 @@
-// A kept value bound to a tensor owned elsewhere (how the trainer has gradients written straight into their
-// buckets): its node writes there and later readers read it there; unbound, the arena holds it again.
+// Values bound to tensors owned elsewhere. A kept value (how the trainer has gradients written straight into
+// their buckets): its node writes there and later readers read it there; unbound, the arena holds it again. A
+// supplied value (a parameter's low-precision copy standing for the graph's cast of it): its node is skipped.
 #include <gtest/gtest.h>
 
 #include "backends/backends.h"
@@ -24,7 +25,7 @@ Chain chain() {
   return c;
 }
 
-TEST(BoundGradient, TheNodeWritesIntoTheBoundTensorAndUnbindingReturnsItToTheArena) {
+TEST(BoundValues, TheNodeWritesIntoTheBoundTensorAndUnbindingReturnsItToTheArena) {
   Chain c = chain();
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
   CompiledGraph graph(c.graph, *dispatcher, {c.kept, c.after});
@@ -49,7 +50,33 @@ TEST(BoundGradient, TheNodeWritesIntoTheBoundTensorAndUnbindingReturnsItToTheAre
   EXPECT_EQ(graph.tensor(c.after).data<float>()[0], 60.0f);
 }
 
-TEST(BoundGradient, OnlyKeptValuesMayBeBound) {
+TEST(BoundValues, ASuppliedValueSkipsItsNodeUntilWithdrawn) {
+  Chain c = chain();
+  auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
+  CompiledGraph graph(c.graph, *dispatcher, {c.kept, c.after});
+  Tensor x = Tensor::empty({3}, DType::F32);
+  for (int i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  graph.bind(c.x, x);
+  // Supplied with values its node would not make: later nodes read them, so the node did not run.
+  Tensor supplied = Tensor::empty({3}, DType::F32);
+  for (int i = 0; i < 3; ++i) supplied.data<float>()[i] = 100.0f * static_cast<float>(i + 1);
+  graph.supply(c.doubled, supplied);
+  graph.run();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(supplied.data<float>()[i], 100.0f * static_cast<float>(i + 1)) << "the node wrote the supplied tensor";
+    EXPECT_EQ(graph.tensor(c.kept).data<float>()[i], 200.0f * static_cast<float>(i + 1));
+    EXPECT_EQ(graph.tensor(c.after).data<float>()[i], 300.0f * static_cast<float>(i + 1));
+  }
+  graph.withdraw(c.doubled);
+  graph.run();
+  EXPECT_EQ(graph.tensor(c.after).data<float>()[0], 6.0f);
+  // Only the one output of a node reading bound values alone may be supplied.
+  EXPECT_NE(testing::error_of([&] { graph.supply(c.kept, supplied); }).find("reading params and inputs only"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { graph.withdraw(c.doubled); }).find("is not supplied"), std::string::npos);
+}
+
+TEST(BoundValues, OnlyKeptValuesMayBeBound) {
   Chain c = chain();
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
   CompiledGraph graph(c.graph, *dispatcher, {c.kept, c.after});
