@@ -161,6 +161,10 @@ def plan_command(strata, row, model_path):
     # wraps FullyShardedDataParallel (FSDP1), torchtitan calls fully_shard (FSDP2).
     if row.get("framework", "").strip() == "composer-fsdp":
         cmd += ["--fsdp", "1"]
+        # Composer's PURE mixed precision (the source's "MP Mode" column, kept in the notes) reduces the gradients
+        # in the compute dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
+        if "MP Mode PURE" in row.get("notes", ""):
+            cmd += ["--fsdp-reduce", row["dtype"].strip()]
     elif row.get("framework", "").strip() == "torchtitan-fsdp2":
         cmd += ["--fsdp", "2"]
     # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU

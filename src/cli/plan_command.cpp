@@ -42,6 +42,7 @@ struct PlanArgs {
   std::string eager = "off";
   std::string tp_input = "per-linear";
   std::string fsdp = "none";
+  std::string fsdp_reduce = "f32";
   std::string loss = "fused";
 };
 
@@ -101,6 +102,7 @@ void plan(const PlanArgs& args) {
   }
   problem.tp_input = args.tp_input == "shared" ? TensorParallelInput::Shared : TensorParallelInput::PerLinear;
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
+  problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
@@ -190,6 +192,9 @@ void add_plan_command(CLI::App& app) {
                       "gathered units and the gradients copied) each unit pays per micro-batch: 1 "
                       "(FullyShardedDataParallel's FlatParameter, as Composer), 2 (fully_shard, as torchtitan) or none "
                       "(default: the collectives only)");
+  command->add_option("--fsdp-reduce", args->fsdp_reduce,
+                      "The dtype a ZeRO-3 run reduce-scatters its gradients in: f32 (default, as torchtitan and "
+                      "Composer's DEFAULT mixed precision) or the compute dtype (bf16, as Composer's PURE)");
   command->add_option("--loss", args->loss,
                       "How the run computes the loss: fused (default: one kernel over the logits, as Strata's) or "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "

@@ -439,11 +439,13 @@ CostModel::FsdpCopyTimes CostModel::fsdp_copy_times(const PlanFigures& figures, 
     for (const OpWork& op : ops) sum += op_seconds(op, problem_.cluster.device, problem_.dtype);
     return sum;
   };
-  const FsdpUnitCopies layer = fsdp_unit_copies(problem_.fsdp, figures.work.layer.params, figures.d, problem_.dtype);
+  const FsdpUnitCopies layer = fsdp_unit_copies(problem_.fsdp, figures.work.layer.params, figures.d, problem_.dtype,
+                                                problem_.fsdp_reduce);
   times.layer_forward = seconds(layer.per_gather);
   times.layer_backward = seconds(layer.per_gather) + seconds(layer.per_backward);
   const double root_params = stage_params(figures, stage, layers) - layers * figures.work.layer.params;
-  const FsdpUnitCopies root = fsdp_unit_copies(problem_.fsdp, root_params, figures.d, problem_.dtype);
+  const FsdpUnitCopies root =
+      fsdp_unit_copies(problem_.fsdp, root_params, figures.d, problem_.dtype, problem_.fsdp_reduce);
   times.root_forward = seconds(root.per_gather);
   times.root_backward = seconds(root.per_backward);
   return times;
@@ -459,7 +461,9 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
   fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + figures.layer_recompute + copies.layer_backward;
   fsdp.layer_gather =
       data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, layer_params);
-  fsdp.layer_reduce = data_parallel_collective(figures, Collective::ReduceScatter, kF32, DType::F32, layer_params);
+  const DType reduce = problem_.fsdp_reduce;
+  const double reduce_width = static_cast<double>(dtype_size(reduce));
+  fsdp.layer_reduce = data_parallel_collective(figures, Collective::ReduceScatter, reduce_width, reduce, layer_params);
   if (stage == 0) {
     fsdp.embedding_forward = cost.embedding.forward + cost.embedding.tp_forward;
     fsdp.embedding_backward = cost.embedding.backward + cost.embedding.tp_backward;
@@ -475,7 +479,7 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
   const double root_params = params - layers * layer_params;
   fsdp.root_gather =
       data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, root_params);
-  fsdp.root_reduce = data_parallel_collective(figures, Collective::ReduceScatter, kF32, DType::F32, root_params);
+  fsdp.root_reduce = data_parallel_collective(figures, Collective::ReduceScatter, reduce_width, reduce, root_params);
   return fsdp;
 }
 

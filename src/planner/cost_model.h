@@ -68,6 +68,9 @@ struct PlanningProblem {
   LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
   // The FSDP whose copies around its collectives a ZeRO-3 stage pays (fsdp_copies.h); None: the collectives only.
   FsdpRuntime fsdp = FsdpRuntime::None;
+  // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
+  // (Composer's PURE mixed precision).
+  DType fsdp_reduce = DType::F32;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };

@@ -14,8 +14,11 @@
 //   own tensors on the compute stream (foreach_all_gather_copy_out, split_with_sizes_copy);
 // - the gradients are copied, cast to the reduce dtype, into the reduce-scatter input
 //   (foreach_reduce_scatter_copy_in); fp32 and bf16 are averaged by NCCL, with no division kernel.
-// Gradients are reduced in fp32 (the reduce-scatters are priced so). The copies that run on FSDP's own streams
-// are priced as if they ran between the unit's kernels (assumption: they take the compute units those kernels
+// Gradients are reduced in `reduce_dtype`: fp32 (FSDP2 as torchtitan runs it, Composer's DEFAULT mixed precision) or
+// the compute dtype (Composer's PURE: composer/trainer/mosaic_fsdp_utils.py get_mixed_precision sets reduce_dtype to
+// the precision's dtype), in which FSDP1's cast of the gradients is a no-op, the divisions run in that dtype and the
+// reduced shard is cast to the fp32 shard's dtype (_cast_grad_to_param_dtype). The copies that run on FSDP's own
+// streams are priced as if they ran between the unit's kernels (assumption: they take the compute units those kernels
 // would run on for as long as they stream memory).
 #include <string>
 #include <vector>
@@ -40,7 +43,7 @@ struct FsdpUnitCopies {
 };
 
 // A unit of `params` parameters on this device before sharding, sharded over `shards` ranks, its weights computed
-// in `param_dtype` with fp32 master weights.
-FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype);
+// in `param_dtype` with fp32 master weights, its gradients reduce-scattered in `reduce_dtype`.
+FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype, DType reduce_dtype);
 
 }  // namespace strata

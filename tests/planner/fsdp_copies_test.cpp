@@ -20,7 +20,7 @@ double layer_bytes(const FsdpUnitCopies& copies) {
 
 // 1000 bf16 parameters over 4 ranks, fp32 master weights and reduction.
 TEST(PlannerFsdpCopies, Fsdp1CastsTheShardConcatenatesCastsAndDividesTheGradient) {
-  const FsdpUnitCopies copies = fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 4, DType::BF16);
+  const FsdpUnitCopies copies = fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 4, DType::BF16, DType::F32);
   EXPECT_DOUBLE_EQ(testing::bytes_of(copies.per_gather), 250.0 * (4 + 2));  // fp32 shard read, bf16 shard written
   // split's backward concatenates (2 + 2), the cast to fp32 (2 + 4), the pre-divide in place (4 + 4), all over the
   // unit; the post-divide over the reduced fp32 shard (4 + 4).
@@ -29,7 +29,7 @@ TEST(PlannerFsdpCopies, Fsdp1CastsTheShardConcatenatesCastsAndDividesTheGradient
 }
 
 TEST(PlannerFsdpCopies, Fsdp2CopiesTheGatheredUnitOutAndTheGradientsIn) {
-  const FsdpUnitCopies copies = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::BF16);
+  const FsdpUnitCopies copies = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::BF16, DType::F32);
   // The shard cast to bf16 (4 + 2) and copied into the all-gather input (2 + 2); the whole unit copied out (2 + 2).
   EXPECT_DOUBLE_EQ(testing::bytes_of(copies.per_gather), 250.0 * (6 + 4) + 1000.0 * 4);
   // The bf16 gradients copied into the fp32 reduce-scatter input (2 + 4); NCCL averages, no division kernel.
@@ -37,18 +37,30 @@ TEST(PlannerFsdpCopies, Fsdp2CopiesTheGatheredUnitOutAndTheGradientsIn) {
   EXPECT_DOUBLE_EQ(layer_bytes(copies), 1000.0 * (14 + 20.0 / 4));
 }
 
+// Composer's PURE mixed precision reduces in bf16: FSDP1's cast of the gradients is a no-op, the divisions stream
+// bf16 and the reduced shard is cast to the fp32 shard's dtype; FSDP2 copies the gradients in without widening them.
+TEST(PlannerFsdpCopies, ReducingInTheComputeDtypeCastsOnlyTheReducedShard) {
+  const FsdpUnitCopies one = fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 4, DType::BF16, DType::BF16);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(one.per_gather), 250.0 * (4 + 2));
+  // split's backward concatenates (2 + 2), the pre-divide in place (2 + 2); the post-divide (2 + 2) and the cast to
+  // fp32 (2 + 4) over the shard.
+  EXPECT_DOUBLE_EQ(testing::bytes_of(one.per_backward), 1000.0 * (4 + 4) + 250.0 * (4 + 6));
+  const FsdpUnitCopies two = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::BF16, DType::BF16);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(two.per_backward), 1000.0 * (2 + 2));
+}
+
 TEST(PlannerFsdpCopies, WithoutMixedPrecisionNothingIsCast) {
-  const FsdpUnitCopies one = fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 4, DType::F32);
+  const FsdpUnitCopies one = fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 4, DType::F32, DType::F32);
   EXPECT_TRUE(one.per_gather.empty());
   EXPECT_DOUBLE_EQ(testing::bytes_of(one.per_backward), 1000.0 * (8 + 8) + 250.0 * 8);
-  const FsdpUnitCopies two = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::F32);
+  const FsdpUnitCopies two = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::F32, DType::F32);
   EXPECT_DOUBLE_EQ(testing::bytes_of(two.per_gather), 250.0 * 8 + 1000.0 * 8);
   EXPECT_DOUBLE_EQ(testing::bytes_of(two.per_backward), 1000.0 * 8);
 }
 
 TEST(PlannerFsdpCopies, NoneWithoutARuntimeOrSharding) {
-  for (const FsdpUnitCopies& copies : {fsdp_unit_copies(FsdpRuntime::None, 1000, 4, DType::BF16),
-                                       fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 1, DType::BF16)}) {
+  for (const FsdpUnitCopies& copies : {fsdp_unit_copies(FsdpRuntime::None, 1000, 4, DType::BF16, DType::F32),
+                                       fsdp_unit_copies(FsdpRuntime::Fsdp1, 1000, 1, DType::BF16, DType::F32)}) {
     EXPECT_TRUE(copies.per_gather.empty());
     EXPECT_TRUE(copies.per_backward.empty());
   }
@@ -59,10 +71,11 @@ TEST(PlannerFsdpCopies, NoneWithoutARuntimeOrSharding) {
 // GPT-2 small (124,439,808 parameters: 12 layers of 12h^2 + 13h = 7,087,872 with h = 768, and the root unit's
 // 39,385,344: token and position embeddings and the final LayerNorm) as ZeRO-3 over 4 f32 devices streaming
 // 100 GB/s with no launch cost, two micro-batches per step: the copies take their bytes at that bandwidth.
-double copies_seconds(FsdpRuntime runtime) {
+double copies_seconds(FsdpRuntime runtime, DType reduce = DType::F32) {
   PlanningProblem problem{"gpt2-small", model_preset("gpt2-small").config, 8, 1024, DType::F32,
                           testing::test_cluster(1, 4, 1000)};
   problem.fsdp = runtime;
+  problem.fsdp_reduce = reduce;
   CostModel model(problem);
   ParallelPlan plan;
   plan.dp = 4;
@@ -81,6 +94,14 @@ TEST(PlannerFsdpCopies, AZeroThreeStepPaysEveryUnitsCopiesEachMicroBatch) {
   EXPECT_NEAR(copies_seconds(FsdpRuntime::Fsdp2),
               micro_batches * (12 * layer * (2 * (8 / d + 8) + 8) + root * (8 / d + 8 + 8)) / bandwidth, 1e-9);
   EXPECT_EQ(copies_seconds(FsdpRuntime::None), 0.0);
+}
+
+TEST(PlannerFsdpCopies, AZeroThreeStepPaysTheCopiesOfItsReduceDtype) {
+  const double layer = 7087872, root = 39385344, bandwidth = 100e9, micro_batches = 2, d = 4;
+  // FSDP1 reducing f32 gradients in bf16: concatenated (4 + 4), cast (4 + 2), pre-divided (2 + 2); the shard
+  // post-divided (2 + 2) and cast back to f32 (2 + 4).
+  EXPECT_NEAR(copies_seconds(FsdpRuntime::Fsdp1, DType::BF16),
+              micro_batches * (12 * layer + root) * (18 + 10 / d) / bandwidth, 1e-9);
 }
 
 }  // namespace
