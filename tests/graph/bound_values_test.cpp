@@ -25,12 +25,17 @@ Chain chain() {
   return c;
 }
 
+Tensor one_two_three() {
+  Tensor x = Tensor::empty({3}, DType::F32);
+  for (int i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  return x;
+}
+
 TEST(BoundValues, TheNodeWritesIntoTheBoundTensorAndUnbindingReturnsItToTheArena) {
   Chain c = chain();
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
   CompiledGraph graph(c.graph, *dispatcher, {c.kept, c.after});
-  Tensor x = Tensor::empty({3}, DType::F32);
-  for (int i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  Tensor x = one_two_three();
   graph.bind(c.x, x);
   Tensor outside = Tensor::zeros({3}, DType::F32);
   graph.bind(0, c.kept, outside);
@@ -54,8 +59,7 @@ TEST(BoundValues, ASuppliedValueSkipsItsNodeUntilWithdrawn) {
   Chain c = chain();
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
   CompiledGraph graph(c.graph, *dispatcher, {c.kept, c.after});
-  Tensor x = Tensor::empty({3}, DType::F32);
-  for (int i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  Tensor x = one_two_three();
   graph.bind(c.x, x);
   // Supplied with values its node would not make: later nodes read them, so the node did not run.
   Tensor supplied = Tensor::empty({3}, DType::F32);

@@ -12,6 +12,7 @@
 
 #include "planner/model_comm.h"
 #include "planner/model_spec.h"
+#include "planner_test_support.h"
 #include "support/gpt2_shapes.h"
 
 namespace strata {
@@ -59,14 +60,7 @@ TEST(ModelComm, TensorParallelLayersCommunicateAsMegatronDoes) {
 // all-reduce each without); Megatron and torchtitan enter once per block, which gives Megatron's pattern above:
 // two entries and two exits a layer each way, plus the replicated norm weights' gradient sums.
 TEST(ModelComm, SharedTensorParallelInputEntersOncePerBlock) {
-  ModelConfig config = model_preset("llama3-8b").config;
-  config.n_layer = 4;
-  config.n_head = 4;
-  config.n_kv_head = 2;
-  config.n_embd = 32;
-  config.intermediate_size = 48;
-  config.vocab_size = 4099;
-  config.block_size = 16;
+  ModelConfig config = testing::small_llama_config();
   const int64_t b = 2, s = 16, h = 32;
   const double activation = static_cast<double>(b * s * h) * 4, norm_weight = h * 4.0;
   const auto shared = TensorParallelInput::Shared;

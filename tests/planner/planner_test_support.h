@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "planner/hardware.h"
+#include "planner/model_spec.h"
 #include "planner/workload.h"
 
 namespace strata::testing {
@@ -55,6 +56,19 @@ latency_us = {{ value = 5, source = "test" }}
 )",
                                  nodes, devices_per_node, memory_gib, intra_gbps, nic_gbps);
   return parse_cluster(text, "test.toml");
+}
+
+// A small Llama: 4 layers, width 32, 4 query and 2 key/value heads, MLP 48, 16 tokens, vocabulary 4099.
+inline ModelConfig small_llama_config() {
+  ModelConfig config = model_preset("llama3-8b").config;
+  config.n_layer = 4;
+  config.n_head = 4;
+  config.n_kv_head = 2;
+  config.n_embd = 32;
+  config.intermediate_size = 48;
+  config.vocab_size = 4099;
+  config.block_size = 16;
+  return config;
 }
 
 inline std::string preset_path(const std::string& name) {

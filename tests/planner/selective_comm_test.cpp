@@ -14,25 +14,12 @@
 namespace strata {
 namespace {
 
-// A small Llama: 4 layers, width 32, 4 query and 2 key/value heads, MLP 48.
-ModelConfig small_llama() {
-  ModelConfig config = model_preset("llama3-8b").config;
-  config.n_layer = 4;
-  config.n_head = 4;
-  config.n_kv_head = 2;
-  config.n_embd = 32;
-  config.intermediate_size = 48;
-  config.vocab_size = 4099;
-  config.block_size = 16;
-  return config;
-}
-
 constexpr int64_t kBatch = 2, kSeq = 16, kWidth = 32;
 
 TEST(PlannerSelectiveComm, PerOpPolicyRedoesTheAllGathersNotTheReduceScatters) {
   const double activation = static_cast<double>(kBatch * kSeq * kWidth) * 4;
   const ModelComm comm =
-      model_comm(small_llama(), kBatch, kSeq, 2, /*sp=*/true, DType::F32, TensorParallelInput::Shared);
+      model_comm(testing::small_llama_config(), kBatch, kSeq, 2, /*sp=*/true, DType::F32, TensorParallelInput::Shared);
   const std::vector<CommWork> redone = recomputed_collectives(comm.layer, SelectivePolicy::AlternateGemms);
   ASSERT_EQ(redone.size(), 2u);
   for (const CommWork& call : redone) {
@@ -45,7 +32,7 @@ TEST(PlannerSelectiveComm, PerOpPolicyRedoesTheAllGathersNotTheReduceScatters) {
 TEST(PlannerSelectiveComm, WithoutSequenceParallelismThePerOpPolicyRedoesTheAllReduces) {
   const double activation = static_cast<double>(kBatch * kSeq * kWidth) * 4;
   const ModelComm comm =
-      model_comm(small_llama(), kBatch, kSeq, 2, /*sp=*/false, DType::F32, TensorParallelInput::Shared);
+      model_comm(testing::small_llama_config(), kBatch, kSeq, 2, /*sp=*/false, DType::F32, TensorParallelInput::Shared);
   const std::vector<CommWork> redone = recomputed_collectives(comm.layer, SelectivePolicy::AlternateGemms);
   ASSERT_EQ(redone.size(), 2u);
   for (const CommWork& call : redone) {
@@ -60,7 +47,7 @@ TEST(PlannerSelectiveComm, WithoutSequenceParallelismThePerOpPolicyRedoesTheAllR
 TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm) {
   const ClusterSpec cluster = testing::test_cluster(1, 2, 1000);
   auto run = [&](SelectivePolicy policy) {
-    PlanningProblem problem{"llama", small_llama(), 4, kSeq, DType::F32, cluster};
+    PlanningProblem problem{"llama", testing::small_llama_config(), 4, kSeq, DType::F32, cluster};
     problem.selective = policy;
     problem.tp_input = TensorParallelInput::Shared;
     CostModel model(problem);
