@@ -344,10 +344,7 @@ void Trainer::keep_weight_copies() {
   for (auto [model, graph] : {std::pair{&chunk.train_model, chunk.train_graph.get()},
                               {&chunk.eval_model, chunk.eval_graph.get()}}) {
     std::map<int, size_t> held_of_value;
-    for (size_t k = 0; k < held_.size(); ++k) {
-      if (model->params[held_[k]] >= 0) held_of_value[model->params[held_[k]]] = k;
-      if (held_[k] == tied_index_ && model->head_copy >= 0) held_of_value[model->head_copy] = k;
-    }
+    for (auto [value, held] : held_parameter_values(*model)) held_of_value[value] = held;
     for (const ParameterCast& cast : parameter_casts(*model, low)) {
       const size_t held = held_of_value.at(cast.param);
       Tensor& copy = weight_copies_[held];
@@ -372,6 +369,15 @@ void Trainer::supply_weight_copies(bool supply) {
   weight_copies_supplied_ = supply;
 }
 
+std::vector<std::pair<int, size_t>> Trainer::held_parameter_values(const ModelGraph& model) const {
+  std::vector<std::pair<int, size_t>> values;
+  for (size_t k = 0; k < held_.size(); ++k) {
+    if (model.params[held_[k]] >= 0) values.emplace_back(model.params[held_[k]], k);
+    if (held_[k] == tied_index_ && model.head_copy >= 0) values.emplace_back(model.head_copy, k);
+  }
+  return values;
+}
+
 void Trainer::bind_inputs() {
   const int64_t batch = config_.batch_size, seq = config_.model.block_size;
   tokens_ = Tensor::empty({batch, seq}, DType::I32);
@@ -381,10 +387,7 @@ void Trainer::bind_inputs() {
   for (ModelChunk& chunk : chunks_) {
     for (auto [model, graph] : {std::pair{&chunk.train_model, chunk.train_graph.get()},
                                 {&chunk.eval_model, chunk.eval_graph.get()}}) {
-      for (size_t k = 0; k < held_.size(); ++k) {
-        if (model->params[held_[k]] >= 0) graph->bind(model->params[held_[k]], params_.tensor(k));
-        if (held_[k] == tied_index_ && model->head_copy >= 0) graph->bind(model->head_copy, params_.tensor(k));
-      }
+      for (auto [value, held] : held_parameter_values(*model)) graph->bind(value, params_.tensor(held));
       for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
                                    {model->positions, &positions_}}) {
         if (value >= 0) graph->bind(value, *tensor);
@@ -525,11 +528,11 @@ void Trainer::place_gradients(bool in_buckets) {
   if (in_buckets == gradients_in_buckets_) return;
   STRATA_CHECK(chunks_.size() == 1, "gradients placed in buckets with {} model chunks", chunks_.size());
   ModelChunk& chunk = chunks_.front();
-  const std::set<int> kept = kept_values(chunk.train_model);
   for (size_t e = 0; e < entries_.size(); ++e) {
     const int grad = chunk.train_model.grads.of.at(entries_[e].value);
     const Tensor* destination = grad_sync_->collected_into(e);
-    if (!destination || !kept.count(grad)) continue;  // staged buckets; the head copy's, collected early
+    // Staged buckets; the head copy's gradient, not kept (kept_values) but collected as soon as it is made.
+    if (!destination || e == head_copy_entry_) continue;
     if (in_buckets) {
       chunk.train_graph->bind(0, grad, *destination);
     } else {

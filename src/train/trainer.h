@@ -116,13 +116,17 @@ class Trainer {
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   double run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
-  void bind_inputs();  // params, data and pipeline buffers of both graphs
+  void bind_inputs();
+  // Each value of `model` standing for a held parameter (its own, and the LM head's copy of the tied
+  // embedding), with the parameter's held index.
+  std::vector<std::pair<int, size_t>> held_parameter_values(const ModelGraph& model) const;  // params, data and pipeline buffers of both graphs
   void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
   // Binds the one chunk's kept gradients to their places in the buckets, so the graph writes them there
   // (a step's first micro-batch; no copy), or back to the graph's arena (later micro-batches add).
   void place_gradients(bool in_buckets);
-  // Low precision without ZeRO or a pipeline: each parameter the graphs cast to the compute dtype gets a copy
-  // in it beside it, which AdamW refreshes right after its update (while the parameter is in cache).
+  // Low precision, unless the optimizer is sharded (ZeRO over several ranks) or a stage runs several model
+  // chunks (interleaved): each parameter the graphs cast to the compute dtype gets a copy in it beside it,
+  // which AdamW writes as it updates the parameter.
   void keep_weight_copies();
   // The copies stand in for the graphs' casts of the parameters (which are then skipped), or not. Only
   // copies refreshed by the last update in this process are supplied (not after a resume or a new start).
