@@ -107,8 +107,8 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
 
   // The step's eager ops on the f32 gradients and master weights (one process): accumulation over
   // micro-batches (the tied embedding's head copy is collected apart and joined once), fp16's
-  // unscaling, the exact gradient norm and AdamW (clipping's factor inside), which also writes the
-  // low-precision copy of a parameter the graph casts where the trainer keeps one (no ZeRO, no pipeline).
+  // unscaling, the exact gradient norm and AdamW (clipping's factor inside), which in low precision also
+  // writes the copy of each parameter the graph casts (one process keeps them all).
   const std::string tied = model_family(config.model).tied_embedding(config.model);
   const std::vector<ParamSpec> specs = model_param_specs(config.model);
   const int64_t accumulations = coverage.micro_batches - 1;
@@ -118,8 +118,8 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
                     {"weight_decay", config.weight_decay}, {"step", int64_t{1}},
                     {"grad_scale", 1.0}};
   const DType low = config.precision_policy().low;
-  std::set<int> cast;  // parameters (or the head's copy) the graph casts to `low`, where the trainer keeps copies
-  if (low != DType::F32 && config.zero == 0 && config.pp == 1) {
+  std::set<int> cast;  // parameters (or the head's copy) the graph casts to `low`
+  if (low != DType::F32) {
     for (const ParameterCast& found : parameter_casts(model, low)) cast.insert(found.param);
   }
   for (size_t i = 0; i < specs.size(); ++i) {
