@@ -46,6 +46,12 @@ struct PlanArgs {
   std::string loss = "fused";
 };
 
+// Which of a two-way flag's values was given: true for `second`; anything else is an error naming the flag.
+bool second_of(const std::string& value, const char* flag, const char* first, const char* second) {
+  if (value != first && value != second) fail("{} must be {} or {}, got '{}'", flag, first, second, value);
+  return value == second;
+}
+
 PlanLimits limits_of(const PlanArgs& args) {
   PlanLimits limits;
   if (args.dp > 0) limits.dp = args.dp;
@@ -58,8 +64,7 @@ PlanLimits limits_of(const PlanArgs& args) {
   if (args.micro_batch > 0) limits.micro_batch = args.micro_batch;
   limits.max_micro_batch = args.max_micro_batch;
   if (!args.sp.empty()) {
-    if (args.sp != "on" && args.sp != "off") fail("--sp must be on or off, got '{}'", args.sp);
-    limits.sp = args.sp == "on";
+    limits.sp = !second_of(args.sp, "--sp", "on", "off");
   }
   if (!args.recompute.empty()) limits.recompute = parse_recompute_mode(args.recompute, "--recompute");
   if (!args.schedule.empty()) limits.schedule = parse_schedule(args.schedule, "--schedule");
@@ -86,21 +91,13 @@ void plan(const PlanArgs& args) {
   problem.attention = parse_attention_kernel(args.attention, "--attention");
   problem.attention_library = args.attention_library;
   problem.bucket_bytes = args.bucket_mb * 1024 * 1024;
-  if (args.accumulate != "separate" && args.accumulate != "fused") {
-    fail("--accumulate must be separate or fused, got '{}'", args.accumulate);
-  }
-  problem.fused_accumulation = args.accumulate == "fused";
-  if (args.clip != "separate" && args.clip != "fused") fail("--clip must be separate or fused, got '{}'", args.clip);
-  problem.separate_clip = args.clip == "separate";
+  problem.fused_accumulation = second_of(args.accumulate, "--accumulate", "separate", "fused");
+  problem.separate_clip = !second_of(args.clip, "--clip", "separate", "fused");
   problem.selective = parse_selective_policy(args.selective, "--selective");
-  if (args.dropout != "on" && args.dropout != "off") fail("--dropout must be on or off, got '{}'", args.dropout);
-  problem.dropout = args.dropout == "on";
-  if (args.eager != "on" && args.eager != "off") fail("--eager must be on or off, got '{}'", args.eager);
-  problem.eager = args.eager == "on";
-  if (args.tp_input != "per-linear" && args.tp_input != "shared") {
-    fail("--tp-input must be per-linear or shared, got '{}'", args.tp_input);
-  }
-  problem.tp_input = args.tp_input == "shared" ? TensorParallelInput::Shared : TensorParallelInput::PerLinear;
+  problem.dropout = !second_of(args.dropout, "--dropout", "on", "off");
+  problem.eager = !second_of(args.eager, "--eager", "on", "off");
+  problem.tp_input = second_of(args.tp_input, "--tp-input", "per-linear", "shared") ? TensorParallelInput::Shared
+                                                                                    : TensorParallelInput::PerLinear;
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
