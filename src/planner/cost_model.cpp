@@ -83,6 +83,10 @@ void PlanningProblem::validate() const {
   if (seq < 1 || seq > model.block_size)
     fail("sequence length {} must be in [1, model.block_size = {}]", seq, model.block_size);
   cluster.validate();
+  if (fsdp_reduce != DType::F32 && fsdp_reduce != DType::BF16 && fsdp_reduce != DType::F16) {
+    fail("FSDP's gradient reduction (strata plan --fsdp-reduce) must be f32, bf16 or f16, got {}",
+         dtype_name(fsdp_reduce));
+  }
   cluster.device.performance(dtype);  // names the dtypes the device has when it lacks this one
   if (!cluster.device.computes(dtype)) {
     fail("{}: device '{}' computes {} on its vector units only (no matrix_tflops): plan in a dtype its matrix "

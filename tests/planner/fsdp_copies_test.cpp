@@ -104,5 +104,20 @@ TEST(PlannerFsdpCopies, AZeroThreeStepPaysTheCopiesOfItsReduceDtype) {
               micro_batches * (12 * layer + root) * (18 + 10 / d) / bandwidth, 1e-9);
 }
 
+TEST(PlannerFsdpCopies, AReduceDtypeThatIsNoFloatIsRefusedNamingIt) {
+  PlanningProblem problem{"gpt2-small", model_preset("gpt2-small").config, 8, 1024, DType::F32,
+                          testing::test_cluster(1, 4, 1000)};
+  problem.fsdp_reduce = DType::I32;
+  try {
+    CostModel model(problem);
+    FAIL() << "an i32 reduction was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("FSDP's gradient reduction (strata plan --fsdp-reduce) must be f32, bf16 or f16, got i32"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace strata
