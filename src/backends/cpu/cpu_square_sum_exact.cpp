@@ -25,6 +25,8 @@ namespace {
 constexpr int64_t kBlock = 4096;                // a block's words sum below 2^52 in magnitude
 constexpr int64_t kThreadRange = 8 * kBlock;    // the parallel loop's unit
 constexpr int kWordBits = 40;                   // the scaled largest square is below 2^40
+constexpr double kWordScale = 0x1p40;           // 2^kWordBits: one word's unit over the next's
+static_assert(kWordScale == static_cast<double>(int64_t{1} << kWordBits));
 constexpr int kNanOrInfinity = 255;
 
 // Eight lanes: GCC does not vectorise the split written per element.
@@ -50,9 +52,9 @@ inline void split_squares(const float* x, double scale, SquareWords& words, i64x
   const f64x8 wide = __builtin_convertvector(narrow, f64x8);
   const f64x8 scaled = wide * wide * scale;  // a 48-bit square times a power of two: exact
   round_small(scaled, words.integer);
-  const f64x8 rest = (scaled - words.integer) * 0x1p40;
+  const f64x8 rest = (scaled - words.integer) * kWordScale;
   round_small(rest, words.fraction);
-  const f64x8 tail = (rest - words.fraction) * 0x1p40;
+  const f64x8 tail = (rest - words.fraction) * kWordScale;
   round_small(tail, words.tail);
   exact = tail == words.tail;
 }
