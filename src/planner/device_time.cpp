@@ -62,6 +62,11 @@ double gemm_compute_seconds(const GemmShape& s, const DTypePerformance& perf) {
     const double per_tile = 2 * rows * columns * k / (unit_peak * tile.efficiency) + engine.tile_overhead_s;
     best = std::min(best, ceil_div(tiles, units) * per_tile);
   }
+  if (perf.sustained_matrix_flops > 0) {
+    const double flops = 2 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
+                         static_cast<double>(s.k);
+    best = std::max(best, flops / perf.sustained_matrix_flops);
+  }
   return best;
 }
 

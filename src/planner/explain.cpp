@@ -109,6 +109,13 @@ std::vector<Perturbation> perturbations(const ClusterSpec& cluster) {
     list.push_back({"network bandwidth", [](ClusterSpec& c) { c.nic.bandwidth_Bps *= 0.9; }});
     list.push_back({"network latency", [](ClusterSpec& c) { c.nic.latency_s *= 1.1; }});
   }
+  bool sustained = false;
+  for (const auto& [dtype, perf] : cluster.device.dtypes) sustained = sustained || perf.sustained_matrix_flops > 0;
+  if (sustained) {
+    list.push_back({"sustained matrix rate", [&](ClusterSpec& c) {
+                      each_dtype(c, [](DTypePerformance& p) { p.sustained_matrix_flops *= 0.9; });
+                    }});
+  }
   if (cluster.device.comm_compute_slowdown > 0) {
     list.push_back({"compute slowdown beside collectives", [](ClusterSpec& c) { c.device.comm_compute_slowdown *= 1.1; }});
   }

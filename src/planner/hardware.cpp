@@ -79,7 +79,7 @@ const std::set<std::string> kEngineKeys = {
     "matrix_tflops",        "compute_units",         "gemm_tiles",
     "gemm_k_step",          "gemm_tile_overhead_us", "gemm_alignment",
     "attention_efficiency", "attention_backward_efficiency",
-    "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us"};
+    "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us", "sustained_matrix_tflops"};
 
 // The figures of a fused-attention kernel that differ between libraries on one device; its tiling (query rows
 // per tile, head-dim step) is the device's engine's.
@@ -101,6 +101,13 @@ DTypePerformance read_dtype(const TomlReader& fields) {
   for (const std::string& key : kEngineKeys) has_matrix = has_matrix || fields.has(key);
   if (has_matrix) {
     perf.matrix_flops = positive(fields, "matrix_tflops") * 1e12;
+    if (fields.has("sustained_matrix_tflops")) {
+      perf.sustained_matrix_flops = positive(fields, "sustained_matrix_tflops") * 1e12;
+      if (perf.sustained_matrix_flops > perf.matrix_flops) {
+        fields.fail_range("sustained_matrix_tflops", fmt::format("at most matrix_tflops ({})", perf.matrix_flops / 1e12),
+                          perf.sustained_matrix_flops / 1e12);
+      }
+    }
     GemmEngine& gemm = perf.gemm;
     gemm.compute_units = static_cast<int>(count(fields, "compute_units"));
     gemm.tiles = read_tiles(fields, "gemm_tiles");

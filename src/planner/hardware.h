@@ -20,6 +20,8 @@
 //   comm_compute_slowdown = 0.1     # optional: compute slows by this fraction beside a collective
 //   [device.bf16]                   # one table per dtype the device computes in: f32, bf16, f16, f64
 //   matrix_tflops = { value = 312, source = "A100 datasheet, dense" }   # dense matrix-unit peak
+//   sustained_matrix_tflops = { value = 260, source = "..." }  # optional: the most the engine holds
+//                                   # under back-to-back GEMMs at its power limit (no GEMM runs faster)
 //   vector_tflops = { value = 78, source = "..." }  # non-matrix peak (element-wise arithmetic)
 //   compute_units = { value = 108, source = "..." } # SMs (cores): tiles run in waves of this many
 //   gemm_tiles = { value = [[128, 256, 0.85], [128, 128, 0.8]], source = "..." }
@@ -105,6 +107,9 @@ struct AttentionEngine {
 
 struct DTypePerformance {
   double matrix_flops = 0;  // FLOP/s; 0: the vector units only (no GEMMs in this dtype)
+  // The rate the matrix engine holds at the device's power limit under back-to-back GEMMs; 0: none
+  // given (the tiles' rates stand). Large GEMMs meet it: an H200 drops to its 700 W clock.
+  double sustained_matrix_flops = 0;
   double vector_flops = 0;  // FLOP/s
   GemmEngine gemm;
   AttentionEngine attention;

@@ -77,6 +77,21 @@ TEST(PlannerDeviceTime, DimensionsOffTheAlignmentRunSlower) {
   EXPECT_DOUBLE_EQ(gemm_compute_seconds({1, 1023, 1024, 4096}, perf), gemm_compute_seconds({1, 1023, 1024, 4096}, engine(1)));
 }
 
+// A device at its power limit holds a lower clock: large GEMMs run at the sustained rate however well
+// their tiles fill the waves, while GEMMs the tiles already make slower are priced as before.
+TEST(PlannerDeviceTime, NoGemmRunsFasterThanTheSustainedRate) {
+  DTypePerformance perf = engine(4);
+  perf.sustained_matrix_flops = 0.5e12;
+  const GemmShape large{1, 64 * 128, 8 * 128, 4096};  // 512 tiles in 128 full waves: 1 TFLOP/s by the tiles
+  const double flops = 2.0 * 64 * 128 * 8 * 128 * 4096;
+  EXPECT_DOUBLE_EQ(gemm_compute_seconds(large, engine(4)), flops / 1e12);
+  EXPECT_DOUBLE_EQ(gemm_compute_seconds(large, perf), flops / 0.5e12);
+  // One row of useful output in a 128-row tile: far below the sustained rate, so the tiles decide.
+  const GemmShape thin{1, 1, 4 * 128, 4096};
+  EXPECT_DOUBLE_EQ(gemm_compute_seconds(thin, perf), gemm_compute_seconds(thin, engine(4)));
+  EXPECT_DOUBLE_EQ(gemm_compute_seconds(thin, perf), tile_seconds(4096, 4));
+}
+
 TEST(PlannerDeviceTime, TheLibraryPicksTheTileThatFinishesFirst) {
   DTypePerformance perf = engine(4);
   perf.gemm.tiles = {{128, 128, 1.0}, {64, 64, 0.5}};

@@ -103,6 +103,11 @@ TEST(PlannerHardware, ReadsTheMatrixEngine) {
   EXPECT_DOUBLE_EQ(bf16.gemm.alignment_efficiency(1024, 63), 0.25);
   EXPECT_DOUBLE_EQ(bf16.attention.backward_efficiency, 0.4);
   EXPECT_EQ(bf16.attention.head_dim_step, 32);
+  EXPECT_DOUBLE_EQ(bf16.sustained_matrix_flops, 0.0);  // none given: the tiles' rates stand
+  const std::string capped = replaced("vector_tflops = { value = 10, source = \"sheet\" }",
+                                      "vector_tflops = { value = 10, source = \"sheet\" }\n"
+                                      "sustained_matrix_tflops = { value = 70, source = \"measured\" }");
+  EXPECT_DOUBLE_EQ(parse_cluster(capped, "ok.toml").device.performance(DType::BF16).sustained_matrix_flops, 70e12);
 }
 
 // Every figure names where it comes from: a bare number, a missing or empty source is refused.
@@ -115,6 +120,9 @@ TEST(PlannerHardware, RefusesAFigureWithoutASource) {
                "device.bf16.gemm_k_step.source");
   expect_error(replaced(R"(nic_bandwidth_gbps = { value = 12.5, source = "sheet" })", "nic_bandwidth_gbps = 12.5"),
                "key 'inter_node.nic_bandwidth_gbps' gives no source");
+  expect_error(replaced(R"(vector_tflops = { value = 10, source = "sheet" })",
+                        "vector_tflops = { value = 10, source = \"sheet\" }\nsustained_matrix_tflops = 70"),
+               "key 'device.bf16.sustained_matrix_tflops' gives no source");
 }
 
 TEST(PlannerHardware, RefusesNonsense) {
@@ -134,6 +142,11 @@ TEST(PlannerHardware, RefusesNonsense) {
   expect_error(replaced("value = 8, source = \"sheet\" }\ngemm_tiles", "value = 0, source = \"sheet\" }\ngemm_tiles"),
                "device.bf16.compute_units.value");
   expect_error(replaced("[device.bf16]", "[device.bf17]"), "unknown key 'device.bf17'");
+  // The engine cannot hold more than its peak under sustained load.
+  expect_error(replaced("vector_tflops = { value = 10, source = \"sheet\" }",
+                        "vector_tflops = { value = 10, source = \"sheet\" }\n"
+                        "sustained_matrix_tflops = { value = 120, source = \"sheet\" }"),
+               "'device.bf16.sustained_matrix_tflops' must be at most matrix_tflops (100)");
   std::string no_network = kValid;
   no_network = no_network.substr(0, no_network.find("[inter_node]"));
   expect_error(no_network, "missing table [inter_node]");

@@ -2,7 +2,7 @@
 """Sustained matrix throughput on one GPU: short kernel measurements (measure_kernels.py) run at the boost
 clock, training runs for hours at whatever clock the power limit allows. This runs the GEMMs of a large
 transformer layer back to back for --seconds and records throughput, SM clock and power in windows, so the
-planner can scale burst measurements to sustained ones (the preset's sustained_compute_fraction).
+planner can hold GEMMs to the rate the card sustains (the preset's sustained_matrix_tflops).
 
     python3 measure_sustained.py --out FILE.json [--seconds 90]
 
