@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "planner/engine_fit.h"
 
 namespace strata {
@@ -133,33 +135,78 @@ TEST(PlannerDeviceTime, UnfusedAttentionIsItsBatchedGemmsAndTheSoftmaxInMemory) 
             op_seconds(attention_op(128, causal_flops, false), device, DType::BF16) * 0.5 * 1.9);
 }
 
-TEST(PlannerDeviceTime, FittingRecoversTheEngineThatMadeTheMeasurements) {
+// A matrix engine with two tiles, a fixed cost per tile and a slower unaligned path; and GEMMs timed on it,
+// from thin ones the tiles make slow to large ones that run at the engine's best rate.
+DTypePerformance measured_engine() {
   DTypePerformance truth = engine(16);
   truth.gemm.tiles = {{128, 256, 0.8}, {128, 128, 0.72}};
   truth.gemm.k_step = 64;
   truth.gemm.alignment = {{8, 1.0}, {1, 0.6}};
   truth.gemm.tile_overhead_s = 2e-6;
-  const double launch = 5e-6;
+  return truth;
+}
+
+constexpr double kLaunch = 5e-6;
+
+std::vector<GemmMeasurement> timed_on(const DTypePerformance& truth) {
   std::vector<GemmMeasurement> samples;
   for (int64_t m : {128, 1000, 4096, 8192}) {
     for (int64_t n : {256, 1024, 3072}) {
       for (int64_t k : {64, 1024, 4095, 4096}) {
         GemmShape shape{1, m, n, k};
-        samples.push_back({shape, launch + gemm_compute_seconds(shape, truth)});
+        samples.push_back({shape, kLaunch + gemm_compute_seconds(shape, truth)});
       }
     }
   }
+  return samples;
+}
+
+// The structure a fit starts from: the tile shapes, k step and alignment levels, every efficiency 1.
+DTypePerformance unfitted_engine(double sustained_flops) {
   DTypePerformance fitted = engine(16);
-  fitted.gemm.tiles = {{128, 256, 1.0}, {128, 128, 1.0}};  // the structure: the shapes
+  fitted.gemm.tiles = {{128, 256, 1.0}, {128, 128, 1.0}};
   fitted.gemm.k_step = 64;
   fitted.gemm.alignment = {{8, 1.0}, {1, 1.0}};
-  FitQuality quality = fit_gemm_engine(fitted, samples, launch);
+  fitted.sustained_matrix_flops = sustained_flops;
+  return fitted;
+}
+
+TEST(PlannerDeviceTime, FittingRecoversTheEngineThatMadeTheMeasurements) {
+  const std::vector<GemmMeasurement> samples = timed_on(measured_engine());
+  DTypePerformance fitted = unfitted_engine(0);
+  FitQuality quality = fit_gemm_engine(fitted, samples, kLaunch);
   EXPECT_NEAR(fitted.gemm.tiles[0].efficiency, 0.8, 0.02);
   EXPECT_NEAR(fitted.gemm.tiles[1].efficiency, 0.72, 0.03);
   EXPECT_NEAR(fitted.gemm.tile_overhead_s, 2e-6, 0.5e-6);
   EXPECT_NEAR(fitted.gemm.alignment[1].second, 0.6, 0.03);
   EXPECT_EQ(quality.samples, samples.size());
   EXPECT_LT(quality.median_abs_error, 0.03);
+}
+
+// Measurements of a device whose largest GEMMs run at its power limit: a fit that knows the limit recovers the
+// tiles from the GEMMs below it; one that does not sets its tiles between the two regimes and misses both.
+TEST(PlannerDeviceTime, FittingBelowTheSustainedRateRecoversTheTiles) {
+  DTypePerformance truth = measured_engine();
+  truth.sustained_matrix_flops = 0.7e12;  // below the best tile's 0.8 TFLOP/s: the largest GEMMs meet it
+  const std::vector<GemmMeasurement> samples = timed_on(truth);
+  size_t at_the_limit = 0;
+  for (const GemmMeasurement& s : samples) {
+    const double flops = 2.0 * static_cast<double>(s.shape.m * s.shape.n * s.shape.k);
+    at_the_limit += std::abs((s.seconds - kLaunch) * truth.sustained_matrix_flops / flops - 1) < 1e-9;
+  }
+  ASSERT_GT(at_the_limit, 5u);
+
+  DTypePerformance knowing = unfitted_engine(truth.sustained_matrix_flops);
+  EXPECT_LT(fit_gemm_engine(knowing, samples, kLaunch).median_abs_error, 0.03);
+  EXPECT_NEAR(knowing.gemm.tiles[0].efficiency, 0.8, 0.03);
+  EXPECT_NEAR(knowing.gemm.tile_overhead_s, 2e-6, 0.5e-6);
+
+  DTypePerformance unaware = unfitted_engine(0);
+  fit_gemm_engine(unaware, samples, kLaunch);
+  const GemmShape largest{1, 8192, 3072, 4096};
+  const double measured = kLaunch + gemm_compute_seconds(largest, truth);
+  EXPECT_NEAR(kLaunch + gemm_compute_seconds(largest, knowing), measured, 0.01 * measured);
+  EXPECT_LT(kLaunch + gemm_compute_seconds(largest, unaware), 0.99 * measured);  // priced too fast
 }
 
 }  // namespace
