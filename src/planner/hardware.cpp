@@ -11,9 +11,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kGB = 1e9;
-
 // Every figure of a device or link is `key = { value = ..., source = "..." }`:
 // a planner whose numbers cannot be traced cannot be trusted, so a bare value
 // is refused. Returns the reader of the inline table, its source checked.

@@ -71,6 +71,10 @@
 
 namespace strata {
 
+// The units the descriptions use: GB (1e9 bytes, of bandwidths) and GiB (2^30 bytes, of memories).
+inline constexpr double kGB = 1e9;
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 // One output tile a GEMM library computes per compute unit, and the fraction
 // of the unit's peak it sustains once its pipeline is full.
 struct GemmTile {

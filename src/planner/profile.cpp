@@ -14,8 +14,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kGB = 1e9;
-constexpr double kGiB = 1073741824.0;
 constexpr double kTera = 1e12;
 constexpr double kMicro = 1e-6;
 const std::vector<std::string> kGemmColumns = {"m", "n", "k", "transpose_a", "transpose_b", "flops", "seconds"};

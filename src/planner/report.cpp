@@ -9,8 +9,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 struct Component {
   const char* key;   // in JSON
   const char* name;  // in text

@@ -10,7 +10,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Plans the closed-form ranking keeps beyond those asked for, so that replaying the schedules can
 // reorder the front runners.
 constexpr size_t kReplayedBeyondKept = 16;
