@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -28,6 +29,7 @@ struct FitDeviceArgs {
   std::string report;
   std::string attention_backend = "cudnn";
   bool keep_memory = false;
+  std::string sustained;
 };
 
 toml::table figure(toml::node&& value, const std::string& source) {
@@ -103,6 +105,12 @@ void fit_device_command(const FitDeviceArgs& args) {
   DeviceFitOptions options;
   options.attention_backend = args.attention_backend;
   options.memory = !args.keep_memory;
+  std::optional<SustainedMeasurement> sustained;
+  if (!args.sustained.empty()) {
+    sustained = load_sustained_measurement(args.sustained);
+    options.sustained_matrix_flops = sustained->sustained_flops;
+    options.sustained_dtype = sustained->dtype;
+  }
   const DeviceFit fit = fit_device(base.device, measured, options);
 
   toml::table file = toml::parse(text, args.cluster);
@@ -121,6 +129,22 @@ void fit_device_command(const FitDeviceArgs& args) {
     if (dtype == DType::BF16 && base.device.computes(DType::F16) && !fit.gemm.count(DType::F16)) {
       write_engine(dtype_table(file, DType::F16), fit.device.dtypes.at(DType::F16),
                    gemm_source + " (f16 runs on the same tensor cores as bf16)", attention_source);
+    }
+  }
+  if (sustained) {
+    const std::string source = fmt::format(
+        "measured by bench/planner/gpu/measure_sustained.py: {} ({}), {} GEMM shapes of a large layer back to back "
+        "for {:g} s, the mean over the last third",
+        sustained->source, sustained->device, sustained->shapes, sustained->seconds);
+    std::vector<DType> dtypes{sustained->dtype};
+    const bool f16_shares = sustained->dtype == DType::BF16 && base.device.computes(DType::F16) &&
+                            fit.gemm.count(DType::BF16) && !fit.gemm.count(DType::F16);
+    if (f16_shares) dtypes.push_back(DType::F16);
+    for (DType dtype : dtypes) {
+      dtype_table(file, dtype).insert_or_assign(
+          "sustained_matrix_tflops",
+          figure(toml::value(fit.device.dtypes.at(dtype).sustained_matrix_flops / 1e12),
+                 source + (dtype == sustained->dtype ? "" : " (f16 runs on the same tensor cores as bf16)")));
     }
   }
   if (options.memory) {
@@ -160,6 +184,10 @@ void add_fit_device_command(CLI::App& app) {
   command->add_option("--attention-backend", args->attention_backend, "Which measured attention kernel to fit (cudnn, flash)");
   command->add_flag("--keep-memory", args->keep_memory,
                     "Keep the description's memory efficiency (the measured device has other memory)");
+  command->add_option("--sustained", args->sustained,
+                      "JSON of bench/planner/gpu/measure_sustained.py: the matrix rate the device holds at its power "
+                      "limit, which no GEMM is priced above (the tiles are fitted below it)")
+      ->check(CLI::ExistingFile);
   command->callback([args] { fit_device_command(*args); });
 }
 

@@ -37,6 +37,19 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
   const double host_bound = options.host_bound_floors * measured.launch_floor_s;
   const double gemm_host_bound = options.host_bound_floors * std::max(measured.launch_floor_s, measured.gemm_floor_s);
 
+  if (options.sustained_matrix_flops > 0) {
+    if (!device.computes(options.sustained_dtype)) {
+      fail("device '{}' has no {} matrix engine to give a sustained rate to", base.name,
+           dtype_name(options.sustained_dtype));
+    }
+    DTypePerformance& perf = device.dtypes.at(options.sustained_dtype);
+    if (options.sustained_matrix_flops > perf.matrix_flops) {
+      fail("a sustained matrix rate of {} TFLOP/s is above device '{}''s {} peak of {}",
+           options.sustained_matrix_flops / 1e12, base.name, dtype_name(options.sustained_dtype),
+           perf.matrix_flops / 1e12);
+    }
+    perf.sustained_matrix_flops = options.sustained_matrix_flops;
+  }
   for (auto& [dtype, gemms] : measured.gemm) {
     if (!device.computes(dtype)) continue;
     // Every sweep weighs the same in the fit, however many shapes it has.
@@ -70,6 +83,7 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
     const DTypePerformance& bf16 = device.dtypes.at(DType::BF16);
     device.dtypes.at(DType::F16).gemm = bf16.gemm;
     device.dtypes.at(DType::F16).attention = bf16.attention;
+    device.dtypes.at(DType::F16).sustained_matrix_flops = bf16.sustained_matrix_flops;
   }
 
   // Streaming element-wise kernels (copy, add) on large tensors: the share of the datasheet bandwidth they reach.

@@ -21,6 +21,10 @@ struct DeviceFitOptions {
   // Times below this many launch floors (a GEMM's: a tiny matmul's) are the host's, not the
   // kernel's: compared, not fitted.
   double host_bound_floors = 2.5;
+  // The matrix rate the device sustains at its power limit (measure_sustained.py), in the dtype measured and
+  // the dtypes that take its fit (f16 of bf16); the tiles are fitted below it. 0: the description's own.
+  double sustained_matrix_flops = 0;
+  DType sustained_dtype = DType::BF16;
 };
 
 struct KernelComparison {

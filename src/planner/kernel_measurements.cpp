@@ -1,5 +1,7 @@
 #include "planner/kernel_measurements.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -9,7 +11,8 @@ namespace strata {
 
 namespace {
 
-DType dtype_of(const std::string& name, const std::string& where) {
+DType dtype_of(std::string name, const std::string& where) {
+  if (name.starts_with("torch.")) name = name.substr(6);  // str() of a torch dtype
   if (name == "bfloat16") return DType::BF16;
   if (name == "float32") return DType::F32;
   if (name == "float16") return DType::F16;
@@ -84,6 +87,27 @@ KernelMeasurements load_kernel_measurements(const std::filesystem::path& path) {
                             field<double>(r, "elements", where), field<double>(r, "bytes", where),
                             field<double>(r, "seconds", where)});
   }
+  return m;
+}
+
+SustainedMeasurement load_sustained_measurement(const std::filesystem::path& path) {
+  const std::string source = path.string();
+  const nlohmann::json file = read_json_file(path);
+  if (file.value("schema", std::string()) != "strata-gpu-sustained-1") {
+    fail("{}: not a sustained-rate file of bench/planner/gpu/measure_sustained.py (schema strata-gpu-sustained-1)",
+         source);
+  }
+  SustainedMeasurement m;
+  m.source = source;
+  m.device = field<std::string>(file, "device", source);
+  m.dtype = dtype_of(field<std::string>(file, "dtype", source), source);
+  m.seconds = field<double>(file, "seconds", source);
+  m.shapes = list(file, "shapes", source).size();
+  const double tflops = field<double>(file, "sustained_tflops", source);
+  if (!(tflops > 0) || !std::isfinite(tflops)) {
+    fail("{}: 'sustained_tflops' must be a positive rate, got {}", source, tflops);
+  }
+  m.sustained_flops = tflops * 1e12;
   return m;
 }
 

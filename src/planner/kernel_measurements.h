@@ -2,7 +2,9 @@
 // Kernel times measured on an accelerator by bench/planner/gpu/measure_kernels.py
 // (schema "strata-gpu-kernels-1"): GEMMs over transformer shapes and
 // constructed tile, wave and alignment sweeps, fused attention forward and
-// backward per backend, bandwidth-bound ops, and the per-call floor.
+// backward per backend, bandwidth-bound ops, and the per-call floor. And the
+// matrix rate it sustains at its power limit, by measure_sustained.py (schema
+// "strata-gpu-sustained-1").
 #include <filesystem>
 #include <map>
 #include <string>
@@ -46,5 +48,18 @@ struct KernelMeasurements {
 
 // Throws naming the file and the record of anything missing or malformed.
 KernelMeasurements load_kernel_measurements(const std::filesystem::path& path);
+
+// A large layer's GEMMs run back to back until the card sits at its power limit.
+struct SustainedMeasurement {
+  std::string source;  // the file
+  std::string device;
+  DType dtype = DType::BF16;
+  double seconds = 0;          // how long they ran
+  size_t shapes = 0;           // GEMM shapes in each round
+  double sustained_flops = 0;  // FLOP/s over the last third of the run
+};
+
+// Throws naming the file and the key of anything missing or malformed.
+SustainedMeasurement load_sustained_measurement(const std::filesystem::path& path);
 
 }  // namespace strata
