@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "compare/adamw_reach.h"
 #include "core/error.h"
 #include "model/family.h"
 #include "train/trainer.h"
@@ -136,13 +137,16 @@ void GraphCapture::add_gradient_part(const std::string& param, const CapturedTen
 }
 
 void capture_step_figures(int64_t step, double loss, double grad_norm, const ParameterSet& parameters,
-                          DType precision, const CaptureSink& sink) {
+                          DType precision, double update_reach, const CaptureSink& sink) {
   const std::string prefix = fmt::format("step{}.", step);
   sink({prefix + "loss", kStepLossOp, DType::F64, precision, scalar(loss), 1.0, {}});
   sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(grad_norm), 1.0, {}});
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Tensor& param = parameters.tensor(i);
-    sink({prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(), 1.0, {}});
+    CapturedTensor captured{prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(),
+                            1.0, {}};
+    captured.update_reach = update_reach;
+    sink(std::move(captured));
   }
 }
 
@@ -171,10 +175,13 @@ CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options
   };
   trainer.observe_first_micro_batch(observe);
   const int64_t steps = std::max<int64_t>(options.steps, 1);
+  AdamwReach reach(config.beta1, config.beta2);
   for (int64_t step = 1; step <= steps; ++step) {
     const StepMetrics metrics = trainer.step();
     if (options.steps == 0) break;
-    capture_step_figures(step, metrics.loss, metrics.grad_norm, trainer.params(), capture->narrowest(), sink);
+    reach.add_step(metrics.step, metrics.lr);
+    capture_step_figures(step, metrics.loss, metrics.grad_norm, trainer.params(), capture->narrowest(), reach.total(),
+                         sink);
   }
   return run;
 }

@@ -42,6 +42,10 @@ struct CapturedTensor {
   std::vector<std::string> inputs;  // what its op read: captured names, or graph inputs' and params' own
   // Under tensor parallelism: how this rank's tensor stands to the whole model's (whole otherwise).
   ValueLayout layout;
+  // A parameter after a step: the most AdamW can have moved any of its elements since the comparison's start
+  // (the steps' learning rates times adamw_step_reach), so the most two correct runs can differ by is the sum
+  // of both sides'.
+  double update_reach = 0;
 };
 using CaptureSink = std::function<void(CapturedTensor&&)>;
 
@@ -95,9 +99,9 @@ class GraphCapture {
 };
 
 // "step<step>.loss", "step<step>.grad_norm" and "step<step>.<parameter>" for every parameter, judged
-// in `precision` (the narrowest dtype the step computed in).
+// in `precision` (the narrowest dtype the step computed in); `update_reach`: the run's AdamwReach so far.
 void capture_step_figures(int64_t step, double loss, double grad_norm, const ParameterSet& parameters,
-                          DType precision, const CaptureSink& sink);
+                          DType precision, double update_reach, const CaptureSink& sink);
 
 // Runs in this process (parallel.tp = parallel.pp = 1 and one rank), writing nothing: no checkpoint
 // and no metrics.

@@ -51,7 +51,8 @@ void Comparator::add_candidate(CapturedTensor&& b) {
   t.shape_b = b.tensor.shape();
   t.dtype_a = a.dtype;
   t.dtype_b = b.dtype;
-  const ToleranceTable::Group group = tolerances_.lookup(b.op, judged_dtype(a.precision, b.precision));
+  const ToleranceTable::Group group =
+      tolerances_.lookup(b.op, judged_dtype(a.precision, b.precision), a.update_reach + b.update_reach);
   t.group = group.name;
   t.tolerance = group.tolerance;
   if (t.shape_a != t.shape_b) {

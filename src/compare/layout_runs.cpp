@@ -10,6 +10,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/training_checkpoint.h"
+#include "compare/adamw_reach.h"
 #include "compare/rank_dump.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -26,6 +27,7 @@ namespace {
 struct StepFigures {
   double loss = 0;
   double grad_norm = 0;
+  double lr = 0;
 };
 
 std::map<int64_t, StepFigures> read_step_figures(const fs::path& metrics) {
@@ -42,7 +44,7 @@ std::map<int64_t, StepFigures> read_step_figures(const fs::path& metrics) {
     };
     const double step = json_number(record, "step", where);
     if (step != std::floor(step)) fail("{}: step is {}, not a whole number", where, step);
-    figures[static_cast<int64_t>(step)] = {figure("loss"), figure("grad_norm")};
+    figures[static_cast<int64_t>(step)] = {figure("loss"), figure("grad_norm"), json_number(record, "lr", where)};
   }
   return figures;
 }
@@ -83,13 +85,15 @@ void capture_layout_steps(const std::string& config_path, const std::vector<std:
 
   const std::map<int64_t, StepFigures> figures = read_step_figures(work / "metrics.jsonl");
   const DType precision = config.precision_policy().low;
+  AdamwReach reach(config.beta1, config.beta2);
   for (int64_t k = 1; k <= steps; ++k) {
     const int64_t step = first + k;
     auto found = figures.find(step);
     if (found == figures.end()) fail("{}: the side's run recorded no step {}", (work / "metrics.jsonl").string(), step);
     ParameterSet parameters(model_param_specs(config.model));
     load_training_parameters(Checkpoint(resolve_checkpoint(work / checkpoint_dir_name(step))), parameters);
-    capture_step_figures(k, found->second.loss, found->second.grad_norm, parameters, precision, sink);
+    reach.add_step(step, found->second.lr);
+    capture_step_figures(k, found->second.loss, found->second.grad_norm, parameters, precision, reach.total(), sink);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "compare/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -27,10 +28,16 @@ std::string shape_of(const ComparedTensor& t) {
 std::string number(double value) { return std::isnan(value) ? "n/a" : fmt::format("{:.3e}", value); }
 std::string cosine(double value) { return std::isnan(value) ? "n/a" : fmt::format("{:.8f}", value); }
 
-std::string describe(const Tolerance& tolerance) {
+// `reach`: what the AdamW reach part of the tolerances described comes to (one figure, or a group's range).
+std::string describe(const Tolerance& tolerance, const std::string& reach) {
+  if (tolerance.update_reach > 0) {
+    return fmt::format("max abs err <= {:g} + AdamW's reach {}", tolerance.atol - tolerance.update_reach, reach);
+  }
   return fmt::format("cosine >= {:g}, max abs err <= {:g} + {:g} * max|a|", tolerance.min_cosine, tolerance.atol,
                      tolerance.rtol);
 }
+
+std::string describe(const Tolerance& tolerance) { return describe(tolerance, fmt::format("{:.3g}", tolerance.update_reach)); }
 
 constexpr const char* kRowFormat = "{:<6} {:<58} {:<22} {:<20} {:<9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>9} {}\n";
 
@@ -69,6 +76,7 @@ json tensor_json(const ComparedTensor& t) {
   if (!t.group.empty()) {
     entry["group"] = t.group;
     entry["tolerance"] = {{"min_cosine", t.tolerance.min_cosine}, {"rtol", t.tolerance.rtol}, {"atol", t.tolerance.atol}};
+    if (t.tolerance.update_reach > 0) entry["tolerance"]["adamw_reach"] = t.tolerance.update_reach;
   }
   if (compared(t)) {
     entry["metrics"] = metrics_json(t.metrics);
@@ -120,6 +128,7 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
   }
   struct GroupStats {
     Tolerance tolerance;
+    double least_reach = INFINITY, most_reach = 0;  // AdamW's reach varies with the step
     int tensors = 0, failed = 0;
     double worst = -1;
     std::string worst_name;
@@ -129,6 +138,8 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
     if (t.group.empty()) continue;
     GroupStats& stats = groups[t.group];
     stats.tolerance = t.tolerance;
+    stats.least_reach = std::min(stats.least_reach, t.tolerance.update_reach);
+    stats.most_reach = std::max(stats.most_reach, t.tolerance.update_reach);
     ++stats.tensors;
     stats.failed += t.failed();
     const double margin = t.status == TensorStatus::ShapeMismatch ? INFINITY : t.margin;
@@ -140,8 +151,11 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
   out += "tolerance groups (err/tol: the larger of max abs err / allowed and (1 - cosine) / (1 - min cosine); above 1 fails):\n";
   out += fmt::format("{:<22} {:<58} {:>7} {:>6} {:>9}  {}\n", "group", "tolerance", "tensors", "fail", "worst", "at");
   for (const auto& [name, stats] : groups) {
-    out += fmt::format("{:<22} {:<58} {:>7} {:>6} {:>9.3g}  {}\n", name, describe(stats.tolerance), stats.tensors,
-                       stats.failed, stats.worst, stats.worst_name);
+    const std::string reach = stats.least_reach == stats.most_reach
+                                  ? fmt::format("{:.3g}", stats.most_reach)
+                                  : fmt::format("{:.3g}-{:.3g}", stats.least_reach, stats.most_reach);
+    out += fmt::format("{:<22} {:<58} {:>7} {:>6} {:>9.3g}  {}\n", name, describe(stats.tolerance, reach),
+                       stats.tensors, stats.failed, stats.worst, stats.worst_name);
   }
   out += comparison.failed() ? "\nresult: FAIL\n" : "\nresult: pass\n";
   return out;

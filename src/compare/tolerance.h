@@ -27,6 +27,7 @@ struct Tolerance {
   double min_cosine = 0;
   double rtol = 0;  // relative to the baseline tensor's largest magnitude
   double atol = 0;
+  double update_reach = 0;  // the part of atol that is AdamW's reach (step_param in bf16 or f16), for the report
   bool passes(const TensorMetrics& metrics) const;
   // How close to failing: the largest of max_abs / allowed and (1 - cosine) / (1 - min_cosine); > 1 fails.
   double margin(const TensorMetrics& metrics) const;
@@ -45,7 +46,10 @@ class ToleranceTable {
     std::string name;  // "bf16", or "bf16.matmul" where the op type has its own
     Tolerance tolerance;
   };
-  Group lookup(const std::string& op, DType dtype) const;
+  // `update_reach`: a parameter compared after steps (step_param), the sum of both runs' AdamW reach
+  // (compare/adamw_reach.h). In bf16 or f16, unless the config gives that dtype a step_param group, it is
+  // judged against that reach alone: rounding below a gradient's noise moves elements by whole updates.
+  Group lookup(const std::string& op, DType dtype, double update_reach = 0) const;
 
  private:
   std::map<std::string, Tolerance> dtypes_;  // by dtype name

@@ -77,6 +77,27 @@ TEST(CompareTolerances, GroupsByOpAndNarrowerDtypeAndOverridesInherit) {
   EXPECT_EQ(table.lookup("gelu", DType::F32).tolerance.rtol, defaults.lookup("gelu", DType::F32).tolerance.rtol);
 }
 
+// A parameter after steps in bf16 or f16 is judged against how far AdamW can have moved the two runs apart,
+// and nothing else; f32's own group and a configured one stand.
+TEST(CompareTolerances, LowPrecisionParametersAfterStepsAreJudgedAgainstAdamwsReach) {
+  const ToleranceTable defaults;
+  const ToleranceTable::Group bf16 = defaults.lookup("step_param", DType::BF16, 3e-3);
+  EXPECT_EQ(bf16.name, "bf16.step_param");
+  EXPECT_DOUBLE_EQ(bf16.tolerance.atol, defaults.lookup("gelu", DType::BF16).tolerance.atol + 3e-3);
+  EXPECT_DOUBLE_EQ(bf16.tolerance.update_reach, 3e-3);
+  EXPECT_DOUBLE_EQ(bf16.tolerance.rtol, 0);
+  TensorMetrics noise{.count = 8, .cosine = 0.2, .max_abs = 2.9e-3, .scale = 2e-3};  // updates of either sign
+  EXPECT_TRUE(bf16.tolerance.passes(noise));
+  noise.max_abs = 3.1e-3;
+  EXPECT_FALSE(bf16.tolerance.passes(noise));
+  EXPECT_EQ(defaults.lookup("step_param", DType::F16, 3e-3).name, "f16.step_param");
+  EXPECT_DOUBLE_EQ(defaults.lookup("step_param", DType::F32, 3e-3).tolerance.atol,
+                   defaults.lookup("step_param", DType::F32).tolerance.atol);
+  const ToleranceTable configured = table_from("[compare.bf16.step_param]\nrtol = 0.5\n");
+  EXPECT_DOUBLE_EQ(configured.lookup("step_param", DType::BF16, 3e-3).tolerance.update_reach, 0);
+  EXPECT_DOUBLE_EQ(configured.lookup("step_param", DType::BF16, 3e-3).tolerance.rtol, 0.5);
+}
+
 TEST(CompareTolerances, UnknownKeysAndBadValuesAreErrorsNamingThem) {
   EXPECT_THAT(error_of([] { table_from("[compare.f8]\nrtol = 1\n"); }), HasSubstr("unknown key 'compare.f8'"));
   EXPECT_THAT(error_of([] { table_from("[compare.f32.gemm]\nrtol = 1\n"); }), HasSubstr("unknown key 'compare.f32.gemm'"));
@@ -238,6 +259,25 @@ TEST_F(CompareRunsTest, Bf16AgainstF32PassesItsGroupButNotF32Tolerances) {
   EXPECT_EQ(ln_2->group, "bf16");
   // What the first bf16 op reads has seen no bf16 op yet: f32, and exact.
   EXPECT_EQ(find(loose, "transformer.h.0.ln_1.forward.y")->group, "f32");
+
+  // Parameters after steps: within both runs' AdamW reach, though rounding flips the updates of biases whose
+  // gradients are below bf16's resolution (their cosine alone would fail them); not once the runs start apart.
+  CompareRequest stepped = request({}, {"precision.compute=bf16"});
+  stepped.steps = 3;
+  const Comparison steps = compare_runs(stepped).comparison;
+  EXPECT_FALSE(steps.failed()) << first_divergence(steps);
+  const ComparedTensor* bias = find(steps, "step3.transformer.h.0.attn.c_attn.bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->group, "bf16.step_param");
+  EXPECT_GT(bias->tolerance.update_reach, 0);
+  const Tolerance values_alike = ToleranceTable().lookup("gelu", DType::BF16).tolerance;
+  int flipped = 0;
+  for (const ComparedTensor& t : steps.tensors) flipped += t.op == kStepParamOp && !values_alike.passes(t.metrics);
+  EXPECT_GT(flipped, 0);  // what the bf16 group of the graph's tensors would fail
+  CompareRequest apart = request({}, {"precision.compute=bf16", "train.seed=7"});
+  apart.steps = 1;
+  EXPECT_EQ(find(compare_runs(apart).comparison, "step1.transformer.h.0.attn.c_attn.weight")->status,
+            TensorStatus::Fail);
 
   const ToleranceTable::Group f32 = ToleranceTable().lookup("matmul", DType::F32);
   const std::string tight = fmt::format("[compare.bf16]\nmin_cosine = {}\nrtol = {}\natol = {}\n",
