@@ -34,15 +34,19 @@ const nlohmann::json& list(const nlohmann::json& file, const char* key, const st
   return file.at(key);
 }
 
+// The file's JSON, refused unless it says it is `schema` (what `writer` is: the script that writes such files).
+nlohmann::json read_measurements(const std::filesystem::path& path, const char* schema, const char* writer) {
+  nlohmann::json file = read_json_file(path);
+  if (file.value("schema", std::string()) != schema) fail("{}: not {} (schema {})", path.string(), writer, schema);
+  return file;
+}
+
 }  // namespace
 
 KernelMeasurements load_kernel_measurements(const std::filesystem::path& path) {
   const std::string source = path.string();
-  const nlohmann::json file = read_json_file(path);
-  if (file.value("schema", std::string()) != "strata-gpu-kernels-1") {
-    fail("{}: not a kernel measurement file of bench/planner/gpu/measure_kernels.py (schema strata-gpu-kernels-1)",
-         source);
-  }
+  const nlohmann::json file = read_measurements(path, "strata-gpu-kernels-1",
+                                                "a kernel measurement file of bench/planner/gpu/measure_kernels.py");
   KernelMeasurements m;
   m.source = source;
   const nlohmann::json& device = file.at("device");
@@ -92,11 +96,8 @@ KernelMeasurements load_kernel_measurements(const std::filesystem::path& path) {
 
 SustainedMeasurement load_sustained_measurement(const std::filesystem::path& path) {
   const std::string source = path.string();
-  const nlohmann::json file = read_json_file(path);
-  if (file.value("schema", std::string()) != "strata-gpu-sustained-1") {
-    fail("{}: not a sustained-rate file of bench/planner/gpu/measure_sustained.py (schema strata-gpu-sustained-1)",
-         source);
-  }
+  const nlohmann::json file = read_measurements(path, "strata-gpu-sustained-1",
+                                                "a sustained-rate file of bench/planner/gpu/measure_sustained.py");
   SustainedMeasurement m;
   m.source = source;
   m.device = field<std::string>(file, "device", source);
