@@ -26,6 +26,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from loop_timing import loop_seconds
+
 SCHEMA = "strata-gpu-kernels-1"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -51,18 +53,7 @@ class Timer:
             torch.cuda.synchronize()
 
     def _batch(self, fn, reps):
-        if self.cuda:  # device time of the whole loop: no host sync inside it
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return time.perf_counter() - t0
+        return loop_seconds(fn, reps, self.cuda)
 
     def reps_for(self, t):
         return max(self.min_reps, min(100_000, math.ceil(self.target_s / max(t, 1e-7))))

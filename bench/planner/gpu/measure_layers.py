@@ -9,11 +9,11 @@ reaches against the sum of separately measured kernels.
 """
 import argparse
 import json
-import math
-import time
 
 import torch
 import torch.nn.functional as F
+
+from loop_timing import loop_seconds
 
 # family, hidden, heads, kv heads, ffn, seq, micro-batch
 LAYERS = [
@@ -96,20 +96,7 @@ def main():
             for _ in range(3):
                 fn()
             reps = 2 if args.smoke else 10
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(reps):
-                    fn()
-                end.record()
-                end.synchronize()
-                timings[name] = start.elapsed_time(end) / 1e3 / reps
-            else:
-                begin = time.perf_counter()
-                for _ in range(reps):
-                    fn()
-                timings[name] = (time.perf_counter() - begin) / reps
+            timings[name] = loop_seconds(fn, reps, device.type == "cuda") / reps
         record = {"family": family, "hidden": hidden, "heads": heads, "kv_heads": kv, "ffn": ffn, "seq": seq,
                   "micro_batch": batch, "dtype": str(dtype), **{f"{k}_s": v for k, v in timings.items()}}
         results.append(record)
