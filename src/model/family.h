@@ -37,6 +37,15 @@ class ModelEmitter {
                         const std::string& label) = 0;
 };
 
+// What sequence parallelism splits along the sequence between the tensor-parallel linears: the norms, the
+// residual adds, the embedding's sum, the final norm. Labels without the layer prefix.
+struct ResidualStream {
+  std::vector<std::string> ops;  // their values too; an op's gradient ops share its label, so they are on it
+  // Gradient ops, by their own label, of ops off the stream that sum over it: a row-parallel linear's bias
+  // gradient (its bias is added after the sum, on the stream).
+  std::vector<std::string> gradient_ops;
+};
+
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
@@ -53,6 +62,8 @@ class ModelFamily {
   virtual std::string tied_embedding(const ModelConfig& config) const = 0;
   // The width of one position's keys (and values): what a key/value cache holds per token.
   virtual int64_t kv_width(const ModelConfig& config) const = 0;
+  // The labels of the ops on the residual stream (the planner prices sequence parallelism's split of them).
+  virtual ResidualStream residual_stream() const = 0;
 
   // The layers, at tensor-parallel degree `tp` (shard shapes). `positions` [T] i32 are the
   // tokens' absolute positions.

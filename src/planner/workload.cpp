@@ -13,20 +13,25 @@ namespace strata {
 
 namespace {
 
-// The forward labels whose values and ops live on the residual stream: GPT-2's, then a Llama's (its norms, its
-// attention's residual add, its final norm; the MLP's residual add has GPT-2's label).
-bool on_residual_stream(const std::string& label) {
-  if (label == "attn.c_proj.grad_bias" || label == "mlp.c_proj.grad_bias") return true;
-  std::string base = label.substr(0, label.find(':'));
-  base = base.substr(0, base.find(".grad_"));
-  static const std::set<std::string> stream = {
-      "x",    "d_loss", "tokens",          "targets",          "embed",
-      "ln_1", "ln_2",   "attn.residual",   "mlp.residual",     "transformer.ln_f",
-      "input_layernorm", "post_attention_layernorm", "self_attn.residual", "model.norm"};
-  return stream.count(base) != 0;
-}
+// A segment's own inputs (a layer's input, the tokens and targets) and the loss gradient's seed lie on the
+// residual stream, with the ops the family names (model/family.h).
+const std::set<std::string> kSegmentStream = {"x", "d_loss", "tokens", "targets"};
 
 struct SegmentGraph {
+  explicit SegmentGraph(const ModelConfig& config) : stream(model_family(config).residual_stream()) {}
+  // Whether the op (or value) of `label` lies on the residual stream: a listed gradient op, or a value or op,
+  // forward or backward, under a listed forward label (its backward ops' labels extend it after ':' or ".grad_").
+  bool on_residual_stream(const std::string& label) const {
+    auto listed = [](const std::vector<std::string>& labels, const std::string& wanted) {
+      return std::find(labels.begin(), labels.end(), wanted) != labels.end();
+    };
+    if (listed(stream.gradient_ops, label)) return true;
+    std::string base = label.substr(0, label.find(':'));
+    base = base.substr(0, base.find(".grad_"));
+    return kSegmentStream.count(base) != 0 || listed(stream.ops, base);
+  }
+
+  ResidualStream stream;
   Graph graph;
   int forward_nodes = 0;
   std::set<int> params;
@@ -52,9 +57,9 @@ std::vector<bool> selectively_recomputed(const SegmentGraph& segment, SelectiveP
   return redone;
 }
 
-void add_bytes(ActivationBytes& total, const Value& value) {
+void add_bytes(const SegmentGraph& segment, ActivationBytes& total, const Value& value) {
   double bytes = static_cast<double>(value.meta.nbytes());
-  (on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
+  (segment.on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
 }
 
 // Values the backward pass reads that the forward pass made or was given.
@@ -101,7 +106,7 @@ ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
   std::vector<ActivationBytes> live(static_cast<size_t>(g.num_nodes()));
   auto add_lifetime = [&](int value, int first, int last) {
     for (int node = first; node <= last && node < g.num_nodes(); ++node) {
-      add_bytes(live[static_cast<size_t>(node)], g.value(value));
+      add_bytes(segment, live[static_cast<size_t>(node)], g.value(value));
     }
   };
   for (int value = 0; value < g.num_values(); ++value) {
@@ -137,7 +142,7 @@ SegmentWork summarise(const SegmentGraph& segment, SelectivePolicy policy) {
     const Node& node = g.node(id);
     bool forward = id < segment.forward_nodes;
     OpWork op = op_work(g, id);
-    op.residual_stream = on_residual_stream(node.label);
+    op.residual_stream = segment.on_residual_stream(node.label);
     op.selective_recompute = forward && redone[static_cast<size_t>(id)];
     (forward ? work.forward : work.backward).push_back(std::move(op));
   }
@@ -146,7 +151,7 @@ SegmentWork summarise(const SegmentGraph& segment, SelectivePolicy policy) {
   std::set<int> kept = read_by_backward(segment);
   auto total = [&](const std::set<int>& values) {
     ActivationBytes bytes;
-    for (int value : values) add_bytes(bytes, g.value(value));
+    for (int value : values) add_bytes(segment, bytes, g.value(value));
     return bytes;
   };
   work.saved[static_cast<size_t>(RecomputeMode::None)] = total(kept);
@@ -199,7 +204,7 @@ GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
 
 // One transformer block, with this device's shard of every tensor-parallel weight.
 SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype, SelectivePolicy selective) {
-  SegmentGraph seg;
+  SegmentGraph seg(c);
   seg.recomputable = true;
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   // The positions are one [s] input every layer shares (rotary reads them), not a layer's activation.
@@ -210,7 +215,7 @@ SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType
 }
 
 SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
-  SegmentGraph seg;
+  SegmentGraph seg(c);
   int tokens = add_activation(seg, "tokens", {b, s}, DType::I32);
   int positions = add_activation(seg, "positions", {s}, DType::I32);
   GraphEmitter emit = segment_emitter(seg, dtype);
@@ -220,7 +225,7 @@ SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, D
 
 // A tied LM head reads the embedding's weights; they are counted with the embedding.
 SegmentWork head_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType dtype) {
-  SegmentGraph seg;
+  SegmentGraph seg(c);
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   int targets = add_activation(seg, "targets", {b, s}, DType::I32);
   GraphEmitter emit = segment_emitter(seg, dtype);

@@ -84,6 +84,10 @@ class GPT2Family final : public ModelFamily {
   }
 
   std::string_view layer_prefix() const override { return "transformer.h."; }
+  ResidualStream residual_stream() const override {
+    return {{"embed", "ln_1", "attn.residual", "ln_2", "mlp.residual", "transformer.ln_f"},
+            {"attn.c_proj.grad_bias", "mlp.c_proj.grad_bias"}};
+  }
   std::string tied_embedding(const ModelConfig&) const override { return "transformer.wte.weight"; }
   int64_t kv_width(const ModelConfig& config) const override { return config.n_embd; }
 

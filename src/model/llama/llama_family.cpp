@@ -97,6 +97,10 @@ class LlamaFamily final : public ModelFamily {
   }
 
   std::string_view layer_prefix() const override { return "model.layers."; }
+  // The embedding is the vocabulary-parallel lookup itself (every rank looks up every position), off the stream.
+  ResidualStream residual_stream() const override {
+    return {{"input_layernorm", "self_attn.residual", "post_attention_layernorm", "mlp.residual", "model.norm"}, {}};
+  }
   std::string tied_embedding(const ModelConfig& config) const override {
     return config.tie_word_embeddings ? "model.embed_tokens.weight" : "";
   }

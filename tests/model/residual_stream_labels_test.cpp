@@ -1,0 +1,56 @@
+// Each family's residual stream (model/family.h) names ops its training graph has: a label renamed in a
+// family and not in its list would silently take the op off the stream the planner splits under sequence
+// parallelism.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "model/family.h"
+#include "model/model_graph.h"
+#include "support/gpt2_shapes.h"
+
+namespace strata {
+namespace {
+
+// Every node's label, the layer prefix and number taken off ("transformer.h.1.ln_1" -> "ln_1").
+std::set<std::string> labels_of(const ModelConfig& config) {
+  const ModelGraph model = build_model_graph(config, 2, 8, /*training=*/true);
+  const std::string prefix(model_family(config).layer_prefix());
+  std::set<std::string> labels;
+  for (int id = 0; id < model.graph.num_nodes(); ++id) {
+    std::string label = model.graph.node(id).label;
+    if (label.rfind(prefix, 0) == 0) label = label.substr(label.find('.', prefix.size()) + 1);
+    labels.insert(label);
+  }
+  return labels;
+}
+
+void expect_listed_ops_exist(const ModelConfig& config) {
+  const std::set<std::string> labels = labels_of(config);
+  const ResidualStream stream = model_family(config).residual_stream();
+  EXPECT_FALSE(stream.ops.empty());
+  for (const std::string& op : stream.ops) EXPECT_TRUE(labels.count(op)) << config.family << ": no op labelled " << op;
+  for (const std::string& op : stream.gradient_ops) {
+    EXPECT_TRUE(labels.count(op)) << config.family << ": no gradient op labelled " << op;
+  }
+}
+
+TEST(ModelResidualStream, Gpt2ListsOpsItsGraphHas) { expect_listed_ops_exist(testing::gpt2_config(2, 2, 32, 64, 8)); }
+
+TEST(ModelResidualStream, LlamaListsOpsItsGraphHas) {
+  ModelConfig c;
+  c.family = "llama";
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.intermediate_size = 64;
+  c.vocab_size = 64;
+  c.block_size = 8;
+  c.tie_word_embeddings = false;
+  expect_listed_ops_exist(c);
+}
+
+}  // namespace
+}  // namespace strata
