@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/ranges.h>
 
@@ -153,6 +154,19 @@ bool TomlReader::boolean(const std::string& key) const {
   auto value = node.value_exact<bool>();
   if (!value) fail_type(key, node, "a boolean");
   return *value;
+}
+
+void TomlReader::read_into(const std::string& key, const Target& target) const {
+  std::visit(
+      [&](auto* field) {
+        using T = std::remove_pointer_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int64_t>) *field = integer(key);
+        else if constexpr (std::is_same_v<T, double>) *field = number(key);
+        else if constexpr (std::is_same_v<T, std::string>) *field = string(key);
+        else if constexpr (std::is_same_v<T, bool>) *field = boolean(key);
+        else *field = strings(key);
+      },
+      target);
 }
 
 int64_t TomlReader::integer(const std::string& key, int64_t at_least, int64_t at_most) const {

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,6 +43,9 @@ class TomlReader {
   std::string non_empty_string(const std::string& key) const;
   std::vector<std::string> strings(const std::string& key) const;  // an array of strings
   bool boolean(const std::string& key) const;
+  // `key` into the field `target` points at, read as that field's type (a config's list of typed fields).
+  using Target = std::variant<int64_t*, double*, std::string*, bool*, std::vector<std::string>*>;
+  void read_into(const std::string& key, const Target& target) const;
   int64_t integer(const std::string& key, int64_t at_least = std::numeric_limits<int64_t>::min(),
                   int64_t at_most = std::numeric_limits<int64_t>::max()) const;
   double number(const std::string& key) const;        // finite; integers are accepted

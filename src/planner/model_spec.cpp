@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <set>
-#include <type_traits>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -91,15 +90,7 @@ ModelSpec parse_model_file(const std::string& toml_text, const std::string& sour
   for (const ModelField& field : model_fields(spec.config)) {
     known.insert(field.key);
     if (!model.has(field.key)) continue;
-    std::visit(
-        [&](auto* value) {
-          using T = std::remove_pointer_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, int64_t>) *value = model.integer(field.key);
-          else if constexpr (std::is_same_v<T, double>) *value = model.number(field.key);
-          else if constexpr (std::is_same_v<T, std::string>) *value = model.string(field.key);
-          else *value = model.boolean(field.key);
-        },
-        field.value);
+    std::visit([&](auto* value) { model.read_into(field.key, value); }, field.value);
   }
   model.only(known);
   std::set<std::string> given;

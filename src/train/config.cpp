@@ -23,7 +23,7 @@ namespace strata {
 
 namespace {
 
-using FieldRef = std::variant<int64_t*, double*, std::string*, bool*, std::vector<std::string>*>;
+using FieldRef = TomlReader::Target;
 
 struct Field {
   std::string key;
@@ -111,16 +111,7 @@ void reject_unknown_keys(const TomlReader& root, const std::map<std::string, std
 }
 
 void assign(const Field& field, const TomlReader& section, const std::string& name) {
-  std::visit(
-      [&](auto* target) {
-        using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, int64_t>) *target = section.integer(name);
-        else if constexpr (std::is_same_v<T, double>) *target = section.number(name);
-        else if constexpr (std::is_same_v<T, std::string>) *target = section.string(name);
-        else if constexpr (std::is_same_v<T, bool>) *target = section.boolean(name);
-        else *target = section.strings(name);
-      },
-      field.ref);
+  section.read_into(name, field.ref);
 }
 
 // `--set train.lr=3e-4`: the value is read as a TOML value, or as a bare
