@@ -161,9 +161,9 @@ def plan_command(strata, row, model_path):
     # wraps FullyShardedDataParallel (FSDP1), torchtitan calls fully_shard (FSDP2).
     if row.get("framework", "").strip() == "composer-fsdp":
         cmd += ["--fsdp", "1"]
-        # Composer's PURE mixed precision (the source's "MP Mode" column, kept in the notes) reduces the gradients
-        # in the compute dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
-        if "MP Mode PURE" in row.get("notes", ""):
+        # Composer's PURE mixed precision (the source's "MP Mode" column) reduces the gradients in the compute
+        # dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
+        if (row.get("mixed_precision") or "").strip() == "pure":
             cmd += ["--fsdp-reduce", row["dtype"].strip()]
     elif row.get("framework", "").strip() == "torchtitan-fsdp2":
         cmd += ["--fsdp", "2"]
