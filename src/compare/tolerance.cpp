@@ -52,7 +52,8 @@ bool Tolerance::passes(const TensorMetrics& m) const {
 double Tolerance::margin(const TensorMetrics& m) const {
   const double allowed = atol + rtol * m.scale;
   double worst = allowed > 0 ? m.max_abs / allowed : (m.max_abs > 0 ? INFINITY : 0);
-  if (!std::isnan(m.cosine) && m.cosine < 1) {
+  // A floor of -1 judges no cosine (every cosine meets it), and adds nothing to how close a tensor is to failing.
+  if (!std::isnan(m.cosine) && m.cosine < 1 && min_cosine > -1) {
     worst = std::max(worst, min_cosine < 1 ? (1 - m.cosine) / (1 - min_cosine) : INFINITY);
   }
   return worst;

@@ -86,7 +86,10 @@ TEST(CompareTolerances, LowPrecisionParametersAfterStepsAreJudgedAgainstAdamwsRe
   EXPECT_DOUBLE_EQ(bf16.tolerance.atol, defaults.lookup("gelu", DType::BF16).tolerance.atol + 3e-3);
   EXPECT_DOUBLE_EQ(bf16.tolerance.update_reach, 3e-3);
   EXPECT_DOUBLE_EQ(bf16.tolerance.rtol, 0);
-  TensorMetrics noise{.count = 8, .cosine = 0.2, .max_abs = 2.9e-3, .scale = 2e-3};  // updates of either sign
+  TensorMetrics noise{.count = 8, .cosine = -0.9, .max_abs = 1.5e-3, .scale = 2e-3};  // updates of either sign
+  EXPECT_TRUE(bf16.tolerance.passes(noise));
+  EXPECT_NEAR(bf16.tolerance.margin(noise), 1.5e-3 / bf16.tolerance.atol, 1e-12);  // the cosine adds nothing
+  noise.max_abs = 2.9e-3;
   EXPECT_TRUE(bf16.tolerance.passes(noise));
   noise.max_abs = 3.1e-3;
   EXPECT_FALSE(bf16.tolerance.passes(noise));
