@@ -12,31 +12,18 @@
 #include "model/sampler.h"
 #include "support/error_text.h"
 #include "support/full_forward.h"
+#include "support/llama_shapes.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::error_of;
-
-ModelConfig llama(int64_t layers, int64_t heads, int64_t kv_heads, int64_t width, int64_t intermediate,
-                  int64_t vocab, int64_t block, bool tied) {
-  ModelConfig c;
-  c.family = "llama";
-  c.n_layer = layers;
-  c.n_head = heads;
-  c.n_kv_head = kv_heads;
-  c.n_embd = width;
-  c.intermediate_size = intermediate;
-  c.vocab_size = vocab;
-  c.block_size = block;
-  c.tie_word_embeddings = tied;
-  return c;
-}
+using testing::llama_config;
 
 // A small GQA model with llama3 scaling whose original length (8) the sampler's positions pass.
 ModelConfig small_llama() {
-  ModelConfig c = llama(2, 4, 2, 32, 40, 37, 16, false);
+  ModelConfig c = llama_config(2, 4, 2, 32, 40, 37, 16, false);
   c.rope_scaling = {.type = "llama3", .factor = 4, .low_freq_factor = 1, .high_freq_factor = 2,
                     .original_max_positions = 8};
   c.attention_bias = true;
@@ -45,8 +32,8 @@ ModelConfig small_llama() {
 
 TEST(Llama, ParameterCountsAreThePublishedOnes) {
   // SmolLM-135M (tied) and Meta-Llama-3-8B (untied), from their config.json.
-  EXPECT_EQ(llama(30, 9, 3, 576, 1536, 49152, 2048, true).num_parameters(), 134515008);
-  EXPECT_EQ(llama(32, 32, 8, 4096, 14336, 128256, 8192, false).num_parameters(), 8030261248);
+  EXPECT_EQ(llama_config(30, 9, 3, 576, 1536, 49152, 2048, true).num_parameters(), 134515008);
+  EXPECT_EQ(llama_config(32, 32, 8, 4096, 14336, 128256, 8192, false).num_parameters(), 8030261248);
 }
 
 TEST(Llama, HuggingFaceNamesAndNnLinearLayouts) {

@@ -9,6 +9,7 @@
 #include "model/family.h"
 #include "model/model_graph.h"
 #include "support/gpt2_shapes.h"
+#include "support/llama_shapes.h"
 
 namespace strata {
 namespace {
@@ -39,17 +40,7 @@ void expect_listed_ops_exist(const ModelConfig& config) {
 TEST(ModelResidualStream, Gpt2ListsOpsItsGraphHas) { expect_listed_ops_exist(testing::gpt2_config(2, 2, 32, 64, 8)); }
 
 TEST(ModelResidualStream, LlamaListsOpsItsGraphHas) {
-  ModelConfig c;
-  c.family = "llama";
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 32;
-  c.intermediate_size = 64;
-  c.vocab_size = 64;
-  c.block_size = 8;
-  c.tie_word_embeddings = false;
-  expect_listed_ops_exist(c);
+  expect_listed_ops_exist(testing::llama_config(2, 4, 2, 32, 64, 64, 8, false));
 }
 
 }  // namespace
