@@ -72,22 +72,30 @@ void capture_layout_steps(const std::string& config_path, const std::vector<std:
   fs::create_directories(work);
   const int64_t first = copy_starting_checkpoint(config, work);
   const fs::path graph = work / "graph";
-  std::vector<std::string> args{"train", config_path, "--capture-graph", graph.string()};
-  std::vector<std::string> assignments = overrides;
-  // A checkpoint after every step, all kept; no validation (it changes nothing compared).
-  assignments.insert(assignments.end(), {"checkpoint.dir=" + work.string(), "checkpoint.every=1", "checkpoint.keep=0",
-                                         "checkpoint.resume=true", fmt::format("train.steps={}", first + std::max<int64_t>(steps, 1)),
-                                         "train.val_every=0", "train.exit_at_step=0"});
-  for (const std::string& assignment : assignments) args.insert(args.end(), {"--set", assignment});
-  launch(layout_ranks(config), args);
+  // One launch per step: each ends after its step (train.exit_at_step, which saves) and the next resumes from that
+  // checkpoint, the only one kept, so the scratch space holds one state of the model, not one per step. Resuming
+  // is bit-identical, so these are one run's steps. No validation (it changes nothing compared).
+  auto run_through = [&](int64_t step) {
+    std::vector<std::string> args{"train", config_path};
+    if (step == first + 1) args.insert(args.end(), {"--capture-graph", graph.string()});
+    std::vector<std::string> assignments = overrides;
+    assignments.insert(assignments.end(),
+                       {"checkpoint.dir=" + work.string(), "checkpoint.every=0", "checkpoint.keep=1",
+                        "checkpoint.resume=true", fmt::format("train.steps={}", first + std::max<int64_t>(steps, 1)),
+                        "train.val_every=0", fmt::format("train.exit_at_step={}", step)});
+    for (const std::string& assignment : assignments) args.insert(args.end(), {"--set", assignment});
+    launch(layout_ranks(config), args);
+  };
+  run_through(first + 1);
   assemble_rank_dumps(graph, sink);
   if (steps == 0) return;
 
-  const std::map<int64_t, StepFigures> figures = read_step_figures(work / "metrics.jsonl");
   const DType precision = config.precision_policy().low;
   AdamwReach reach(config.beta1, config.beta2);
   for (int64_t k = 1; k <= steps; ++k) {
     const int64_t step = first + k;
+    if (k > 1) run_through(step);
+    const std::map<int64_t, StepFigures> figures = read_step_figures(work / "metrics.jsonl");
     auto found = figures.find(step);
     if (found == figures.end()) fail("{}: the side's run recorded no step {}", (work / "metrics.jsonl").string(), step);
     ParameterSet parameters(model_param_specs(config.model));

@@ -2,8 +2,9 @@
 // A side of `strata compare` that runs under a parallel layout (parallel.dp, tp or pp above 1, any
 // ZeRO stage or schedule): `strata train` runs it, as that many ranks, with --capture-graph (each
 // rank's tensors of the first step's first micro-batch, put back together whole: rank_dump.h), and
-// for the steps asked, saving a checkpoint after each into scratch space; the comparison then also
-// reads back each step's loss and gradient norm (metrics.jsonl) and every parameter after it,
+// for the steps asked, one launch per step, each saving its checkpoint into scratch space and the next
+// resuming from it (only the newest kept); the comparison also reads each step's loss and gradient norm
+// (metrics.jsonl) and every parameter after it,
 // assembled to its global shape from the checkpoint's pieces by their boxes (a checkpoint does not
 // depend on the layout that saved it). Both sides start where the config says: the seed,
 // model.init_from, or a copy of the newest checkpoint of checkpoint.dir (which is never written).
