@@ -72,23 +72,24 @@ struct Perturbation {
   std::function<void(ClusterSpec&)> apply;
 };
 
+void each_dtype(ClusterSpec& c, const std::function<void(DTypePerformance&)>& f) {
+  for (auto& [dtype, perf] : c.device.dtypes) f(perf);
+}
+
 // Each figure of the description 10% worse (slower, or costlier).
 std::vector<Perturbation> perturbations(const ClusterSpec& cluster) {
-  auto each_dtype = [](ClusterSpec& c, const std::function<void(DTypePerformance&)>& f) {
-    for (auto& [dtype, perf] : c.device.dtypes) f(perf);
-  };
   std::vector<Perturbation> list = {
-      {"matrix peak", [&](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.matrix_flops *= 0.9; }); }},
+      {"matrix peak", [](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.matrix_flops *= 0.9; }); }},
       {"GEMM tile efficiencies",
-       [&](ClusterSpec& c) {
+       [](ClusterSpec& c) {
          each_dtype(c, [](DTypePerformance& p) {
            for (GemmTile& tile : p.gemm.tiles) tile.efficiency *= 0.9;
          });
        }},
       {"GEMM fixed cost per tile",
-       [&](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.gemm.tile_overhead_s *= 1.1; }); }},
+       [](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.gemm.tile_overhead_s *= 1.1; }); }},
       {"attention efficiencies",
-       [&](ClusterSpec& c) {
+       [](ClusterSpec& c) {
          each_dtype(c, [](DTypePerformance& p) {
            auto slower = [](AttentionEngine& engine) {
              engine.forward_efficiency *= 0.9;
@@ -99,7 +100,7 @@ std::vector<Perturbation> perturbations(const ClusterSpec& cluster) {
            for (auto& [name, engine] : p.attention_libraries) slower(engine);
          });
        }},
-      {"vector peak", [&](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.vector_flops *= 0.9; }); }},
+      {"vector peak", [](ClusterSpec& c) { each_dtype(c, [](DTypePerformance& p) { p.vector_flops *= 0.9; }); }},
       {"memory bandwidth", [](ClusterSpec& c) { c.device.memory_bandwidth_Bps *= 0.9; }},
       {"launch overhead", [](ClusterSpec& c) { c.device.op_overhead_s *= 1.1; }},
       {"intra-node bandwidth", [](ClusterSpec& c) { c.intra_node.bandwidth_Bps *= 0.9; }},
@@ -112,7 +113,7 @@ std::vector<Perturbation> perturbations(const ClusterSpec& cluster) {
   bool sustained = false;
   for (const auto& [dtype, perf] : cluster.device.dtypes) sustained = sustained || perf.sustained_matrix_flops > 0;
   if (sustained) {
-    list.push_back({"sustained matrix rate", [&](ClusterSpec& c) {
+    list.push_back({"sustained matrix rate", [](ClusterSpec& c) {
                       each_dtype(c, [](DTypePerformance& p) { p.sustained_matrix_flops *= 0.9; });
                     }});
   }
