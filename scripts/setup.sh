@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 packages=(
   cmake ninja-build g++ pkg-config
   libdnnl-dev libopenblas-dev libopenblas0-openmp
-  ocl-icd-opencl-dev opencl-headers  # Debian's oneDNN CMake package requires its OpenCL runtime's dev files
+  ocl-icd-opencl-dev opencl-headers  # the opencl backend (and Debian's oneDNN CMake package requires them)
+  libclblast-dev  # the opencl backend's GEMMs
+  pocl-opencl-icd  # an OpenCL device on the CPU, so the opencl backend runs everywhere
   libsentencepiece-dev
   libpcre2-dev libicu-dev  # HuggingFace tokenizer.json: Unicode pre-tokenizer regexes, NFC (Qwen2)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev

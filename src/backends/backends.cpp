@@ -3,7 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
+#include <mutex>
+
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/opencl/opencl_device.h"
+#include "backends/opencl/opencl_kernels.h"
 #include "backends/ref/ref_kernels.h"
 
 namespace strata {
@@ -22,11 +27,30 @@ std::vector<std::unique_ptr<Backend>>& all_backends() {
   return backends;
 }
 
+constexpr const char* kOpenCL = "opencl";
+
+// One opencl backend per device, by the device's index.
+const Backend& opencl_backend(const std::string& selector) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<Backend>> by_device;
+  const opencl::OpenCLDevice& device = opencl::open_device(selector);
+  std::lock_guard lock(mutex);
+  auto& backend = by_device[device.info().index];
+  if (!backend) {
+    backend = std::make_unique<Backend>(kOpenCL, device);
+    register_opencl_kernels(*backend);
+  }
+  return *backend;
+}
+
 }  // namespace
 
-const Backend& get_backend(const std::string& name) {
+const Backend& get_backend(const std::string& name, const std::string& device) {
+  if (name == kOpenCL) return opencl_backend(device);
   for (const auto& backend : all_backends()) {
-    if (backend->name() == name) return *backend;
+    if (backend->name() != name) continue;
+    if (!device.empty()) fail("ops.device = \"{}\": backend '{}' runs on the host and has no device to choose", device, name);
+    return *backend;
   }
   fail("unknown backend '{}' (known: {})", name, fmt::join(backend_names(), ", "));
 }
@@ -34,18 +58,20 @@ const Backend& get_backend(const std::string& name) {
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const auto& backend : all_backends()) names.push_back(backend->name());
+  names.push_back(kOpenCL);
   return names;
 }
 
 void register_backend(std::unique_ptr<Backend> backend) {
-  for (const auto& known : all_backends()) {
-    if (known->name() == backend->name()) fail("a backend named '{}' is already registered", backend->name());
+  for (const std::string& known : backend_names()) {
+    if (known == backend->name()) fail("a backend named '{}' is already registered", backend->name());
   }
   all_backends().push_back(std::move(backend));
 }
 
-std::unique_ptr<Dispatcher> make_dispatcher(const std::string& name, FallbackPolicy policy) {
-  return std::make_unique<Dispatcher>(get_backend(name), get_backend("ref"), policy);
+std::unique_ptr<Dispatcher> make_dispatcher(const std::string& name, FallbackPolicy policy,
+                                            const std::string& device) {
+  return std::make_unique<Dispatcher>(get_backend(name, device), get_backend("ref"), policy);
 }
 
 }  // namespace strata

@@ -20,6 +20,7 @@ struct SampleArgs {
   std::string prompt;
   std::string tokenizer;
   std::string backend = "cpu";
+  std::string device;
   int64_t tokens = 200;
   double temperature = 0.8;
   int64_t top_k = 40;
@@ -57,8 +58,15 @@ void sample(const SampleArgs& args) {
   LoadedModel model = model_directory ? load_model_directory(args.checkpoint) : load_checkpoint(args.checkpoint);
   Tokenizer tokenizer = load_tokenizer(args.tokenizer.empty() ? model.tokenizer : args.tokenizer);
 
-  auto dispatcher = make_dispatcher(args.backend, FallbackPolicy::Warn);
-  Sampler sampler(model.config, model.params, *dispatcher);
+  auto dispatcher = make_dispatcher(args.backend, FallbackPolicy::Warn, args.device);
+  // The weights are read on the host, then live where the backend computes.
+  const Device& device = dispatcher->backend().device();
+  ParameterSet on_device;
+  if (!device.is_host()) {
+    on_device = ParameterSet(model.params.specs(), device);
+    on_device.copy_from(model.params);
+  }
+  Sampler sampler(model.config, device.is_host() ? model.params : on_device, *dispatcher);
   std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens; give some text");
   SamplingOptions options{args.temperature, args.top_k, args.seed};
@@ -85,7 +93,8 @@ void add_sample_command(CLI::App& app) {
   command->add_option("--tokenizer", args->tokenizer,
                       "tokenizer.model, tokenizer.json or a directory holding one (default: the run's, or the model "
                       "directory's)");
-  command->add_option("--backend", args->backend, "ref or cpu");
+  command->add_option("--backend", args->backend, "cpu, ref or opencl");
+  command->add_option("--device", args->device, "The backend's device (opencl: an index or a name, as `strata topo` lists them)");
   command->callback([args] { sample(*args); });
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include "backends/opencl/opencl_device.h"
 #include "cli/commands.h"
 #include "comm/cluster_file.h"
 #include "comm/communicator.h"
@@ -55,6 +56,21 @@ std::string format_links(const comm::TopologyDesc& topology) {
   return text;
 }
 
+// The accelerators `ops.backend = "opencl"` can run on, numbered as `ops.device` counts them.
+std::string format_opencl_devices() {
+  const std::vector<opencl::DeviceInfo> devices = opencl::list_devices();
+  if (devices.empty()) return "OpenCL devices: none (no OpenCL driver reports one)\n";
+  std::string text = "OpenCL devices (ops.backend = \"opencl\", ops.device = index or name):\n";
+  for (const opencl::DeviceInfo& device : devices) {
+    text += fmt::format("  {}: {} ({}; {}, driver {}), {} compute units, {} memory, largest buffer {}{}{}\n",
+                        device.index, device.name, device.platform, device.version, device.driver_version,
+                        device.compute_units, format_size(static_cast<double>(device.memory_bytes)),
+                        format_size(static_cast<double>(device.max_allocation)), device.fp16 ? ", fp16" : "",
+                        device.fp64 ? ", fp64" : "");
+  }
+  return text;
+}
+
 void describe_cluster(const std::string& path) {
   comm::ClusterDescription description = comm::load_cluster_description(path);
   const comm::TopologyDesc& topology = description.topology;
@@ -72,6 +88,7 @@ void describe_job(const TopoArgs& args) {
   comm::Communicator world = comm::Communicator::world(config);
   if (world.rank() != 0) return;
   fmt::print("{}", comm::format_machine(comm::discover_machine()));
+  fmt::print("{}", format_opencl_devices());
   fmt::print("job: {} rank(s) on {} node(s)\n", world.size(), world.nodes());
   std::map<int, std::vector<int>> members;
   for (int rank = 0; rank < world.size(); ++rank) members[world.node_of(rank)].push_back(rank);

@@ -101,7 +101,7 @@ void GraphCapture::after_node(const Trainer::ObservedNode& observed, double seed
     const auto gradient = gradient_of_.find(output);
     const bool given = laid_out(value.name, value.meta.shape, captured.layout);
     if (!given && gradient == gradient_of_.end()) continue;
-    captured.tensor = observed.graph.tensor(observed.slot, output).clone();
+    captured.tensor = observed.graph.tensor(observed.slot, output).host_copy();
     if (gradient != gradient_of_.end()) add_gradient_part(gradient->second, captured, gradients);
     if (given) sink_(std::move(captured));
   }
@@ -143,7 +143,7 @@ void capture_step_figures(int64_t step, double loss, double grad_norm, const Par
   sink({prefix + "grad_norm", kStepGradNormOp, DType::F64, precision, scalar(grad_norm), 1.0, {}});
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Tensor& param = parameters.tensor(i);
-    CapturedTensor captured{prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.clone(),
+    CapturedTensor captured{prefix + parameters.spec(i).name, kStepParamOp, param.dtype(), precision, param.host_copy(),
                             1.0, {}};
     captured.update_reach = update_reach;
     sink(std::move(captured));
@@ -161,15 +161,15 @@ CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options
   CapturedRun run;
   if (options.initial_parameters) {
     for (size_t i = 0; i < trainer.params().size(); ++i) {
-      run.initial_parameters.emplace_back(trainer.params().spec(i).name, trainer.params().tensor(i).clone());
+      run.initial_parameters.emplace_back(trainer.params().spec(i).name, trainer.params().tensor(i).host_copy());
     }
   }
   std::optional<GraphCapture> capture;  // of the one model part, once the trainer shows it
   auto observe = [&](const Trainer::ObservedNode& observed) {
     if (!capture) {
       capture.emplace(observed.model, config.model, sink);
-      run.tokens = observed.graph.tensor(observed.model.tokens).clone();
-      run.targets = observed.graph.tensor(observed.model.targets).clone();
+      run.tokens = observed.graph.tensor(observed.model.tokens).host_copy();
+      run.targets = observed.graph.tensor(observed.model.targets).host_copy();
     }
     capture->after_node(observed, trainer.backward_seed());
   };

@@ -18,11 +18,26 @@ std::shared_ptr<Buffer> Buffer::borrow(void* data, size_t bytes) {
   return std::shared_ptr<Buffer>(new Buffer(static_cast<std::byte*>(data), bytes, false));
 }
 
-Buffer::~Buffer() {
-  if (owned_) std::free(data_);
+std::shared_ptr<Buffer> Buffer::on_device(const Device& device, void* handle, size_t bytes, void (*release)(void*)) {
+  auto buffer = std::shared_ptr<Buffer>(new Buffer(nullptr, bytes, false));
+  buffer->device_ = &device;
+  buffer->handle_ = handle;
+  buffer->release_ = release;
+  return buffer;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Buffer::~Buffer() {
+  if (owned_) std::free(data_);
+  if (release_ != nullptr) release_(handle_);
+}
+
+void Buffer::host_access_error() const {
+  fail("internal check failed: host code dereferenced a buffer of {} bytes on device '{}' (copy it to the host "
+       "first: Tensor::to_host)",
+       size_, device_->name());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
   for (int64_t extent : shape) {
     if (extent < 0) fail("negative extent in shape {}", shape_str(shape));
   }
@@ -30,12 +45,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   tensor.shape_ = shape;
   tensor.strides_ = contiguous_strides(shape);
   tensor.dtype_ = dtype;
-  tensor.buffer_ = Buffer::allocate(tensor.nbytes());
+  tensor.buffer_ = device.allocate(tensor.nbytes());
   return tensor;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor tensor = empty(shape, dtype);
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
+  Tensor tensor = empty(shape, dtype, device);
   tensor.fill_zero();
   return tensor;
 }
@@ -46,6 +61,18 @@ Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype) {
   tensor.strides_ = contiguous_strides(shape);
   tensor.dtype_ = dtype;
   tensor.buffer_ = Buffer::borrow(data, tensor.nbytes());
+  return tensor;
+}
+
+Tensor Tensor::view(std::shared_ptr<Buffer> buffer, size_t offset_bytes, const Shape& shape, DType dtype) {
+  Tensor tensor;
+  tensor.shape_ = shape;
+  tensor.strides_ = contiguous_strides(shape);
+  tensor.dtype_ = dtype;
+  STRATA_CHECK(offset_bytes + tensor.nbytes() <= buffer->size(), "a view of {} bytes at {} of a buffer of {}",
+               tensor.nbytes(), offset_bytes, buffer->size());
+  tensor.buffer_ = std::move(buffer);
+  tensor.offset_bytes_ = offset_bytes;
   return tensor;
 }
 
@@ -103,6 +130,10 @@ void for_each_offset(const Shape& shape, const std::vector<int64_t>& strides, si
 void Tensor::copy_from(const Tensor& source) {
   STRATA_CHECK(source.shape_ == shape_ && source.dtype_ == dtype_, "copy {} {} into {} {}",
                dtype_name(source.dtype_), shape_str(source.shape_), dtype_name(dtype_), shape_str(shape_));
+  if (!on_host() || !source.on_host()) {
+    copy_between_devices(source);
+    return;
+  }
   if (is_contiguous() && source.is_contiguous()) {
     if (nbytes() > 0) std::memmove(raw(), source.raw(), nbytes());
     return;
@@ -119,13 +150,65 @@ void Tensor::copy_from(const Tensor& source) {
   });
 }
 
+// A device's memory is reached only by its copies: a strided view is copied in runs, the innermost
+// dims that both tensors hold contiguously, one device copy per run.
+void Tensor::copy_between_devices(const Tensor& source) {
+  size_t inner = shape_.size();
+  int64_t run = 1;
+  while (inner > 0 && strides_[inner - 1] == run && source.strides_[inner - 1] == run) {
+    run *= shape_[inner - 1];
+    --inner;
+  }
+  if (&source.device() != &device() && !source.on_host() && !on_host()) {  // two devices: through the host
+    copy_from(source.to_host());
+    return;
+  }
+  const Shape outer(shape_.begin(), shape_.begin() + static_cast<std::ptrdiff_t>(inner));
+  const std::vector<int64_t> target_strides(strides_.begin(), strides_.begin() + static_cast<std::ptrdiff_t>(inner));
+  const std::vector<int64_t> source_strides(source.strides_.begin(),
+                                            source.strides_.begin() + static_cast<std::ptrdiff_t>(inner));
+  const size_t element = dtype_size(dtype_);
+  const size_t run_bytes = static_cast<size_t>(run) * element;
+  std::vector<size_t> source_offsets;
+  for_each_offset(outer, source_strides, element, [&](int64_t, size_t offset) { source_offsets.push_back(offset); });
+  for_each_offset(outer, target_strides, element, [&](int64_t index, size_t offset) {
+    const size_t from = source.offset_bytes_ + source_offsets[static_cast<size_t>(index)];
+    const size_t to = offset_bytes_ + offset;
+    if (source.on_host()) {
+      device().copy_from_host(source.buffer_->data() + from, *buffer_, to, run_bytes);
+    } else if (on_host()) {
+      source.device().copy_to_host(*source.buffer_, from, buffer_->data() + to, run_bytes);
+    } else {
+      device().copy(*source.buffer_, from, *buffer_, to, run_bytes);
+    }
+  });
+}
+
 Tensor Tensor::clone() const {
+  Tensor copy = empty(shape_, dtype_, device());
+  copy.copy_from(*this);
+  return copy;
+}
+
+Tensor Tensor::host_copy() const {
   Tensor copy = empty(shape_, dtype_);
   copy.copy_from(*this);
   return copy;
 }
 
+Tensor Tensor::to_device(const Device& target) const {
+  if (&target == &device()) return *this;
+  Tensor copy = empty(shape_, dtype_, target);
+  copy.copy_from(*this);
+  return copy;
+}
+
 void Tensor::fill_zero() {
+  if (!on_host()) {
+    STRATA_CHECK(is_contiguous(), "fill_zero of a strided tensor on device '{}'", device().name());
+    device().fill_zero(*buffer_, offset_bytes_, nbytes());
+    return;
+  }
   if (is_contiguous()) {
     if (nbytes() > 0) std::memset(raw(), 0, nbytes());
     return;

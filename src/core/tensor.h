@@ -1,10 +1,13 @@
 #pragma once
-// A tensor is a typed, strided view of a byte buffer. Buffers are either owned
-// (64-byte aligned, shared between views) or borrowed (an arena slot, a memory
-// mapped file); a borrowed buffer must outlive every view of it.
+// A tensor is a typed, strided view of a byte buffer on a device (core/device.h).
+// Host buffers are either owned (64-byte aligned, shared between views) or
+// borrowed (a memory mapped file, a caller's array); a borrowed buffer must
+// outlive every view of it. A device's buffer is its own handle (a cl_mem): its
+// bytes are reached only through the device's copies, never dereferenced.
 #include <cstddef>
 #include <memory>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
@@ -17,27 +20,43 @@ class Buffer {
  public:
   static std::shared_ptr<Buffer> allocate(size_t bytes);              // uninitialised
   static std::shared_ptr<Buffer> borrow(void* data, size_t bytes);   // not owned
+  // Memory of an accelerator, named by its own `handle`, which `release` frees.
+  static std::shared_ptr<Buffer> on_device(const Device& device, void* handle, size_t bytes,
+                                           void (*release)(void*));
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  std::byte* data() const { return data_; }
+  const Device& device() const { return device_ ? *device_ : host_device(); }
+  bool on_host() const { return device_ == nullptr; }
+  // Host memory only: reading a device's bytes is a copy (Tensor::to_host), never a dereference.
+  std::byte* data() const {
+    if (device_ != nullptr) [[unlikely]] host_access_error();
+    return data_;
+  }
+  void* handle() const { return handle_; }  // a device buffer's own handle
   size_t size() const { return size_; }
 
  private:
   Buffer(std::byte* data, size_t size, bool owned) : data_(data), size_(size), owned_(owned) {}
+  [[noreturn]] void host_access_error() const;
   std::byte* data_;
   size_t size_;
   bool owned_;
+  const Device* device_ = nullptr;  // null: the host
+  void* handle_ = nullptr;
+  void (*release_)(void*) = nullptr;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  static Tensor empty(const Shape& shape, DType dtype);
-  static Tensor zeros(const Shape& shape, DType dtype);
-  // A contiguous view of memory owned elsewhere.
+  static Tensor empty(const Shape& shape, DType dtype, const Device& device = host_device());
+  static Tensor zeros(const Shape& shape, DType dtype, const Device& device = host_device());
+  // A contiguous view of host memory owned elsewhere.
   static Tensor borrow(void* data, const Shape& shape, DType dtype);
+  // A contiguous view of `buffer`'s bytes from `offset_bytes` on (an arena's slot), keeping it alive.
+  static Tensor view(std::shared_ptr<Buffer> buffer, size_t offset_bytes, const Shape& shape, DType dtype);
 
   bool defined() const { return buffer_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -49,6 +68,12 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
 
+  const Device& device() const { return buffer_->device(); }
+  bool on_host() const { return buffer_->on_host(); }
+  const Buffer& buffer() const { return *buffer_; }
+  size_t offset_bytes() const { return offset_bytes_; }
+
+  // Host memory only (an error on a device tensor: copy it with to_host first).
   void* raw() const { return buffer_->data() + offset_bytes_; }
   template <typename T>
   T* data() const {
@@ -61,13 +86,20 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;  // requires contiguity
   Tensor narrow(int64_t axis, int64_t start, int64_t length) const;
 
-  Tensor clone() const;               // contiguous deep copy
-  void copy_from(const Tensor& source);  // same shape and dtype
+  Tensor clone() const;               // contiguous deep copy on the same device
+  // Same shape and dtype, from any device: between devices through their copies (both contiguous).
+  void copy_from(const Tensor& source);
   void fill_zero();
-  Tensor to(DType dtype) const;       // converted contiguous copy
-  double item() const;                // single-element tensor as double
+  // A contiguous copy on `device` (this tensor itself when it is already there).
+  Tensor to_device(const Device& device) const;
+  Tensor to_host() const { return to_device(host_device()); }
+  Tensor host_copy() const;  // a new contiguous host tensor holding these values, from any device
+  Tensor to(DType dtype) const;       // converted contiguous copy (host)
+  double item() const;                // single-element host tensor as double
 
  private:
+  void copy_between_devices(const Tensor& source);
+
   std::shared_ptr<Buffer> buffer_;
   size_t offset_bytes_ = 0;
   Shape shape_;

@@ -23,13 +23,13 @@ CompiledGraph::CompiledGraph(const Graph& graph, Dispatcher& dispatcher, const s
 
 CompiledGraph::Slot CompiledGraph::make_slot() const {
   Slot slot;
-  slot.arena = Buffer::allocate(plan_.arena_bytes);
+  slot.arena = dispatcher_.backend().device().allocate(plan_.arena_bytes);
   slot.tensors.resize(static_cast<size_t>(graph_.num_values()));
   for (int id = 0; id < graph_.num_values(); ++id) {
     int64_t offset = plan_.offsets[static_cast<size_t>(id)];
     if (offset < 0) continue;
     const TensorMeta& meta = graph_.value(id).meta;
-    slot.tensors[static_cast<size_t>(id)] = Tensor::borrow(slot.arena->data() + offset, meta.shape, meta.dtype);
+    slot.tensors[static_cast<size_t>(id)] = Tensor::view(slot.arena, static_cast<size_t>(offset), meta.shape, meta.dtype);
   }
   return slot;
 }
@@ -100,7 +100,7 @@ void CompiledGraph::unbind(int slot, int value) {
                "'{}' has no bytes in the arena to go back to", graph_.value(value).name);
   Slot& target = slots_.at(static_cast<size_t>(slot));
   const TensorMeta& meta = graph_.value(value).meta;
-  target.tensors[static_cast<size_t>(value)] = Tensor::borrow(target.arena->data() + offset, meta.shape, meta.dtype);
+  target.tensors[static_cast<size_t>(value)] = Tensor::view(target.arena, static_cast<size_t>(offset), meta.shape, meta.dtype);
   target.node_inputs.clear();
 }
 
@@ -132,12 +132,31 @@ void CompiledGraph::run_nodes(int slot_index, int begin, int end, const NodeHook
     tid = tracer->thread_id();
     if (trace_args_.empty()) make_trace_args();
   }
+  // A device's kernels run after they are queued: they are timed by its events, read once the
+  // nodes are all queued, so that no node waits for the one before it.
+  const Device& device = dispatcher_.backend().device();
+  const bool device_clock = !device.is_host() && (profiling_ || tracer);
+  std::vector<std::shared_ptr<DeviceEvent>> marks;  // before the first node, then after each node timed
+  std::vector<size_t> timed;
+  double anchor_us = 0;
+  if (device_clock) [[unlikely]] {
+    device.synchronize();
+    anchor_us = trace::now_us();
+    marks.push_back(device.record());
+  }
   for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     if (supplied_[i]) {
       if (after_node) after_node(static_cast<int>(i));
       continue;
     }
     const Node& node = graph_.nodes()[i];
+    if (device_clock) [[unlikely]] {
+      dispatcher_.execute(choices_[i], slot.node_inputs[i], slot.node_outputs[i], node.attrs);
+      marks.push_back(device.record());
+      timed.push_back(i);
+      if (after_node) after_node(static_cast<int>(i));
+      continue;
+    }
     auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const double trace_start = tracer ? trace::now_us() : 0.0;
     dispatcher_.execute(choices_[i], slot.node_inputs[i], slot.node_outputs[i], node.attrs);
@@ -149,6 +168,16 @@ void CompiledGraph::run_nodes(int slot_index, int begin, int end, const NodeHook
       ++timings_[i].calls;
     }
     if (after_node) after_node(static_cast<int>(i));
+  }
+  for (size_t k = 0; k < timed.size(); ++k) {
+    const size_t i = timed[k];
+    const double seconds = marks[k + 1]->seconds_since(*marks[k]);
+    if (tracer) tracer->add(graph_.nodes()[i].op, "kernel", anchor_us + marks[k]->seconds_since(*marks[0]) * 1e6,
+                            seconds * 1e6, tid, trace_args_[i]);
+    if (profiling_) {
+      timings_[i].seconds += seconds;
+      ++timings_[i].calls;
+    }
   }
 }
 

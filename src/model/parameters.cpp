@@ -4,12 +4,25 @@
 
 namespace strata {
 
-ParameterSet::ParameterSet(std::vector<ParamSpec> specs) : specs_(std::move(specs)) {
-  for (const ParamSpec& spec : specs_) tensors_.push_back(Tensor::empty(spec.shape, DType::F32));
+ParameterSet::ParameterSet(std::vector<ParamSpec> specs, const Device& device) : specs_(std::move(specs)) {
+  for (const ParamSpec& spec : specs_) tensors_.push_back(Tensor::empty(spec.shape, DType::F32, device));
 }
 
 void ParameterSet::initialise(const CounterRng& rng) {
-  for (size_t i = 0; i < specs_.size(); ++i) initialise_tensor(specs_[i], tensors_[i], rng);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (tensors_[i].on_host()) {
+      initialise_tensor(specs_[i], tensors_[i], rng);
+      continue;
+    }
+    Tensor made = Tensor::empty(specs_[i].shape, DType::F32);
+    initialise_tensor(specs_[i], made, rng);
+    tensors_[i].copy_from(made);
+  }
+}
+
+void ParameterSet::copy_from(const ParameterSet& source) {
+  STRATA_CHECK(source.size() == size(), "{} parameters copied into {}", source.size(), size());
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].copy_from(source.tensor(i));
 }
 
 void ParameterSet::initialise_tensor(const ParamSpec& spec, Tensor& tensor, const CounterRng& rng) {

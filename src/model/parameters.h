@@ -22,9 +22,12 @@ struct ParamSpec {
 class ParameterSet {
  public:
   ParameterSet() = default;
-  explicit ParameterSet(std::vector<ParamSpec> specs);  // allocates, uninitialised
+  // Allocates on `device`, uninitialised.
+  explicit ParameterSet(std::vector<ParamSpec> specs, const Device& device = host_device());
 
-  void initialise(const CounterRng& rng);  // each tensor from its own stream, by name
+  void initialise(const CounterRng& rng);  // each tensor from its own stream, by name (made on the host)
+  // Every tensor's values from `source` (the same specs, on any device).
+  void copy_from(const ParameterSet& source);
   // One tensor of `spec`'s shape, as initialise() fills it.
   static void initialise_tensor(const ParamSpec& spec, Tensor& tensor, const CounterRng& rng);
   size_t size() const { return specs_.size(); }

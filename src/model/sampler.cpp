@@ -79,8 +79,8 @@ Sampler::Sampler(const ModelConfig& config, const ParameterSet& params, Dispatch
     : config_(config), family_(model_family(config)), params_(params), dispatcher_(dispatcher) {
   const int64_t width = family_.kv_width(config);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    key_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32));
-    value_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32));
+    key_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32, dispatcher.backend().device()));
+    value_cache_.push_back(Tensor::zeros({1, config.block_size, width}, DType::F32, dispatcher.backend().device()));
   }
 }
 
@@ -93,9 +93,10 @@ Tensor Sampler::feed(const std::vector<int32_t>& tokens) {
     ids.data<int32_t>()[i] = tokens[static_cast<size_t>(i)];
     positions.data<int32_t>()[i] = static_cast<int32_t>(length_ + i);
   }
+  const Device& device = dispatcher_.backend().device();
   CachedEmitter emit(params_, dispatcher_, length_);
-  const int at = emit.input(positions);
-  int x = family_.embed(emit, config_, emit.input(ids), at, 1);
+  const int at = emit.input(positions.to_device(device));
+  int x = family_.embed(emit, config_, emit.input(ids.to_device(device)), at, 1);
   for (int64_t layer = 0; layer < config_.n_layer; ++layer) {
     emit.use_cache(key_cache_[static_cast<size_t>(layer)], value_cache_[static_cast<size_t>(layer)]);
     x = family_.block(emit, config_, x, at, layer_prefix(config_, layer), 1);
@@ -107,7 +108,8 @@ Tensor Sampler::feed(const std::vector<int32_t>& tokens) {
   return emit.value(family_.lm_head(emit, config_, last, 1)).reshape({config_.vocab_size});
 }
 
-int32_t Sampler::pick(const Tensor& logits, const SamplingOptions& options, uint64_t draw) const {
+int32_t Sampler::pick(const Tensor& device_logits, const SamplingOptions& options, uint64_t draw) const {
+  const Tensor logits = device_logits.to_host();  // the choice is made on the host: one row of logits per token
   const float* values = logits.data<float>();
   const int64_t vocab = logits.numel();
   std::vector<int32_t> order(static_cast<size_t>(vocab));

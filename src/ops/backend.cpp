@@ -13,6 +13,12 @@ void Backend::add_emulated_kernel(const std::string& op, DType dtype, KernelFn k
   emulated_.insert({op, dtype});
 }
 
+void Backend::remove_kernel(const std::string& op, DType dtype) {
+  STRATA_CHECK(kernels_.erase({op, dtype}) == 1, "backend '{}' has no {} kernel for '{}' to remove", name_,
+               dtype_name(dtype), op);
+  emulated_.erase({op, dtype});
+}
+
 bool Backend::is_emulated(const std::string& op, DType dtype) const { return emulated_.count({op, dtype}) != 0; }
 
 const KernelFn* Backend::find(const std::string& op, DType dtype) const {

@@ -1,5 +1,7 @@
 #include "ops/dispatcher.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -22,6 +24,10 @@ std::string_view route_name(Route route) {
     case Route::Reference: return "ref-fallback";
   }
   return "?";
+}
+
+std::string_view transfer_direction_name(TransferDirection direction) {
+  return direction == TransferDirection::ToHost ? "to host" : "to device";
 }
 
 Dispatcher::Dispatcher(const Backend& primary, const Backend& reference, FallbackPolicy policy)
@@ -70,9 +76,49 @@ void Dispatcher::execute(const KernelChoice& choice, const Tensors& inputs, cons
   }
   if (choice.route == Route::Decomposed) {
     choice.schema->decompose(*this, inputs, outputs, attrs);
+  } else if (choice.route == Route::Reference && !primary_.device().is_host()) {
+    run_on_host(choice, inputs, outputs, attrs);
   } else {
     (*choice.kernel)(inputs, outputs, attrs);
   }
+}
+
+void Dispatcher::run_on_host(const KernelChoice& choice, const Tensors& inputs, const Tensors& outputs,
+                             const Attrs& attrs) {
+  const Device& device = primary_.device();
+  device.synchronize();  // the inputs' producers first: the copies' time is then the copies' own
+  Tensors host_inputs, host_outputs;
+  for (const Tensor& input : inputs) {
+    host_inputs.push_back(input.on_host() ? input : Tensor::empty(input.shape(), input.dtype()));
+    if (!input.on_host()) copy_counted(input, host_inputs.back(), choice, TransferDirection::ToHost);
+  }
+  for (const Tensor& output : outputs) {
+    host_outputs.push_back(output.on_host() ? output : Tensor::empty(output.shape(), output.dtype()));
+  }
+  (*choice.kernel)(host_inputs, host_outputs, attrs);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].on_host()) copy_counted(host_outputs[i], outputs[i], choice, TransferDirection::ToDevice);
+  }
+}
+
+void Dispatcher::copy_counted(const Tensor& source, const Tensor& target, const KernelChoice& choice,
+                              TransferDirection direction) {
+  trace::Span span(direction == TransferDirection::ToHost ? "to_host" : "to_device", "transfer");
+  if (span) [[unlikely]] {
+    span.set_args(fmt::format(R"({{"op":"{}","bytes":{},"shape":"{}"}})", choice.schema->name, source.nbytes(),
+                              shape_str(source.shape())));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Tensor(target).copy_from(source);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(mutex_);
+  TransferRecord& record = transfers_[{choice.schema->name, choice.dtype, direction}];
+  record.op = choice.schema->name;
+  record.dtype = choice.dtype;
+  record.direction = direction;
+  record.count += 1;
+  record.bytes += static_cast<int64_t>(source.nbytes());
+  record.seconds += seconds;
 }
 
 DType Dispatcher::selecting_dtype(const OpSchema& schema, const Tensors& inputs) const {
@@ -108,7 +154,7 @@ void Dispatcher::run(const std::string& op, const Tensors& inputs, const Tensors
 Tensors Dispatcher::call(const std::string& op, const Tensors& inputs, const Attrs& attrs) {
   Metas metas = OpRegistry::global().infer(op, metas_of(inputs), attrs);
   Tensors outputs;
-  for (const TensorMeta& meta : metas) outputs.push_back(Tensor::empty(meta.shape, meta.dtype));
+  for (const TensorMeta& meta : metas) outputs.push_back(Tensor::empty(meta.shape, meta.dtype, primary_.device()));
   run(op, inputs, outputs, attrs);
   return outputs;
 }
@@ -123,8 +169,38 @@ std::vector<FallbackRecord> Dispatcher::records() const {
   return result;
 }
 
+std::vector<TransferRecord> Dispatcher::transfers() const {
+  std::lock_guard lock(mutex_);
+  std::vector<TransferRecord> result;
+  for (const auto& entry : transfers_) result.push_back(entry.second);
+  return result;
+}
+
+TransferTotals Dispatcher::transfer_totals() const {
+  TransferTotals totals;
+  for (const TransferRecord& record : transfers()) {
+    totals.count += record.count;
+    totals.bytes += record.bytes;
+    totals.seconds += record.seconds;
+  }
+  return totals;
+}
+
 std::string Dispatcher::summary() const {
   std::vector<FallbackRecord> all = records();
+  std::string text = fallback_table(all);
+  std::vector<TransferRecord> moved = transfers();
+  if (moved.empty()) return text;
+  text += fmt::format("transfers between '{}' ({}) and the host:\n  {:<24} {:<5} {:<10} {:>8} {:>12} {:>10}\n",
+                      primary_.name(), primary_.device().name(), "op", "dtype", "direction", "tensors", "bytes", "ms");
+  for (const TransferRecord& record : moved) {
+    text += fmt::format("  {:<24} {:<5} {:<10} {:>8} {:>12} {:>10.3f}\n", record.op, dtype_name(record.dtype),
+                        transfer_direction_name(record.direction), record.count, record.bytes, record.seconds * 1e3);
+  }
+  return text;
+}
+
+std::string Dispatcher::fallback_table(const std::vector<FallbackRecord>& all) const {
   if (all.empty()) return "";
   std::string text = fmt::format("ops not native on backend '{}':\n  {:<24} {:<5} {:<14} {:<20} {:>8}\n",
                                  primary_.name(), "op", "dtype", "route", "shape", "count");

@@ -2,7 +2,9 @@
 // Chooses how each op runs on a backend: its own kernel, else the op's
 // decomposition into other ops, else the `ref` backend's kernel. Every
 // decomposition and fallback is counted, per (op, dtype, shape), so that a
-// migration never silently runs on slow or different code.
+// migration never silently runs on slow or different code. A fallback to `ref`
+// from a backend whose device is not the host moves the op's inputs to the host
+// and its outputs back: each such transfer is counted (bytes, time) and traced.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +39,25 @@ struct FallbackRecord {
   int64_t count;
 };
 
+// Copies between the backend's device and the host that an op's route needed.
+enum class TransferDirection { ToHost, ToDevice };
+std::string_view transfer_direction_name(TransferDirection direction);  // "to host", "to device"
+
+struct TransferRecord {
+  std::string op;  // the op whose route needed them
+  DType dtype;
+  TransferDirection direction;
+  int64_t count;   // tensors copied
+  int64_t bytes;
+  double seconds;  // the copies themselves, after the device's queue drained
+};
+
+struct TransferTotals {
+  int64_t count = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
 class Dispatcher {
  public:
   // `reference` is the backend of last resort (normally `ref`).
@@ -58,10 +79,16 @@ class Dispatcher {
   Tensors call(const std::string& op, const Tensors& inputs, const Attrs& attrs = {});
 
   std::vector<FallbackRecord> records() const;
-  std::string summary() const;  // human-readable table, empty when all native
+  std::vector<TransferRecord> transfers() const;
+  TransferTotals transfer_totals() const;
+  std::string summary() const;  // human-readable tables, empty when all native and nothing moved
 
  private:
   DType selecting_dtype(const OpSchema& schema, const Tensors& inputs) const;
+  // Runs `kernel`, a host kernel, on the host copies of tensors that live on the backend's device.
+  void run_on_host(const KernelChoice& choice, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+  void copy_counted(const Tensor& source, const Tensor& target, const KernelChoice& choice, TransferDirection direction);
+  std::string fallback_table(const std::vector<FallbackRecord>& all) const;
 
   const Backend& primary_;
   const Backend& reference_;
@@ -69,6 +96,7 @@ class Dispatcher {
   mutable std::mutex mutex_;
   std::map<std::tuple<std::string, DType, std::string, Route>, int64_t> counts_;
   std::set<std::pair<std::string, DType>> warned_;
+  std::map<std::tuple<std::string, DType, TransferDirection>, TransferRecord> transfers_;
 };
 
 }  // namespace strata

@@ -33,16 +33,16 @@ GradientBuckets::GradientBuckets(const std::vector<Shape>& parameter_shapes, siz
   if (storage.whole) {
     grads_.resize(parameter_shapes.size());
     for (size_t b = 0; b < members_.size(); ++b) {
-      buckets_.push_back(Tensor::zeros({blocks_[b] * ranks}, DType::F32));
+      buckets_.push_back(Tensor::zeros({blocks_[b] * ranks}, DType::F32, *storage.device));
       for (size_t p : members_[b]) grads_[p] = view(buckets_.back(), p);
     }
   }
   if (storage.shards) {
-    for (int64_t block : blocks_) shards_.push_back(Tensor::zeros({block}, DType::F32));
+    for (int64_t block : blocks_) shards_.push_back(Tensor::zeros({block}, DType::F32, *storage.device));
   }
   if (!storage.whole) {
     for (int slot = 0; slot < storage.staging; ++slot) {
-      staging_.push_back(Tensor::zeros({largest_padded_bucket()}, DType::F32));
+      staging_.push_back(Tensor::zeros({largest_padded_bucket()}, DType::F32, *storage.device));
     }
   }
 }

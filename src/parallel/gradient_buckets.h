@@ -20,6 +20,7 @@ struct GradientStorage {
   bool whole = true;    // every gradient, in whole buckets (accumulated over micro-batches)
   bool shards = false;  // this rank's block of every bucket, as summed over the ranks
   int staging = 0;      // without whole buckets: buffers of the largest bucket, reused, that buckets pass through
+  const Device* device = &host_device();  // where the buffers live: the backend's device
   static GradientStorage layout_only() { return {.whole = false}; }
 };
 

@@ -48,7 +48,19 @@ const Tensor* GradientSync::collected_into(size_t parameter) const {
 void GradientSync::start(size_t bucket, const Collect& collect) {
   InFlight call{.bucket = bucket};
   switch (reduction_.collective) {
-    case GradientCollective::AllReduce: call.handle = parallel_.sum_async(buckets_.bucket(bucket)); break;
+    case GradientCollective::AllReduce:
+      if (buckets_.bucket(bucket).on_host()) {
+        call.handle = parallel_.sum_async(buckets_.bucket(bucket));
+        break;
+      }
+      host_buckets_.resize(buckets_.size());
+      if (!host_buckets_[bucket].defined()) {
+        host_buckets_[bucket] = Tensor::empty(buckets_.bucket(bucket).shape(), DType::F32);
+      }
+      host_buckets_[bucket].copy_from(buckets_.bucket(bucket));
+      call.handle = parallel_.sum_async(host_buckets_[bucket]);
+      call.through_host = true;
+      break;
     case GradientCollective::ReduceScatterThenAllGather:
       call.handle = parallel_.reduce_scatter_async(buckets_.bucket(bucket), buckets_.shard(bucket));
       call.gather_next = true;
@@ -106,7 +118,10 @@ double GradientSync::finish() {
       call.gather_next = false;
     }
   }
-  for (InFlight& call : in_flight_) call.handle.wait();
+  for (InFlight& call : in_flight_) {
+    call.handle.wait();
+    if (call.through_host) buckets_.bucket(call.bucket).copy_from(host_buckets_[call.bucket]);
+  }
   in_flight_.clear();
   next_staging_slot_ = 0;
   const double total = waited(start) + waited_in_backward_s_;

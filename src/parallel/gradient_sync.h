@@ -10,7 +10,10 @@
 // completed bucket is collected into a staging buffer and reduce-scattered
 // from there; a staging buffer is reused once its reduce-scatter is done. In-
 // flight collectives make progress between kernels. One process collects the
-// same way and communicates nothing.
+// same way and communicates nothing. Buckets on a device are all-reduced
+// through host copies: a bucket is read to the host when it completes (the
+// read waits for the kernels that made it, while later ones are not yet
+// queued), reduced there while backward goes on, and written back in finish().
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -52,6 +55,7 @@ class GradientSync {
     comm::Handle handle;
     bool gather_next = false;  // a reduce-scatter that an all-gather follows
     int staging_slot = -1;
+    bool through_host = false;  // a device bucket, reduced in its host copy
   };
   void start(size_t bucket, const Collect& collect);
   int free_staging_slot();
@@ -64,6 +68,7 @@ class GradientSync {
   std::vector<std::vector<size_t>> finished_by_node_;   // node -> parameters
   std::vector<std::vector<size_t>> completed_by_node_;  // node -> buckets
   std::deque<InFlight> in_flight_;
+  std::vector<Tensor> host_buckets_;  // per bucket on a device: its host copy, made on first use
   int next_staging_slot_ = 0;
   double waited_in_backward_s_ = 0;
 };

@@ -42,6 +42,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"data.val", &c.val_shards},
       {"ops.backend", &c.backend},
       {"ops.fallback", &c.fallback},
+      {"ops.device", &c.device},
+      {"ops.emulate", &c.emulate},
       {"ops.threads", &c.threads},
       {"ops.fuse", &c.fuse},
       {"train.seed", &c.seed},

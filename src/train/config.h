@@ -23,6 +23,9 @@ struct TrainConfig {
   std::string train_shards, val_shards;
 
   std::string backend = "cpu";
+  std::string device;             // ops.device: which device of the backend (opencl: an index or a name substring)
+  // ops.emulate: allow precision.compute in a dtype the device has no arithmetic for, computed in f32
+  bool emulate = false;
   std::string fallback = "warn";  // ops.fallback
   int64_t threads = 0;            // 0: every core
   bool fuse = true;               // ops.fuse: fusion passes (residual+LayerNorm, element-wise chains)

@@ -46,8 +46,8 @@ std::string percent(double share) { return fmt::format("{:.2f}%", 100.0 * share)
 // Counts the runs of a step by (op, dtype, shapes, route), resolving each (op, dtype) once.
 class Tally {
  public:
-  explicit Tally(const std::string& backend)
-      : dispatcher_(get_backend(backend), get_backend("ref"), FallbackPolicy::Allow) {}
+  Tally(const std::string& backend, const std::string& device)
+      : dispatcher_(get_backend(backend, device), get_backend("ref"), FallbackPolicy::Allow) {}
 
   void add(const std::string& op, const Metas& inputs, const Attrs& attrs, int64_t count) {
     if (count <= 0) return;
@@ -71,7 +71,20 @@ class Tally {
     }
     row.count += count;
     row.flops += static_cast<double>(count) * OpRegistry::global().cost(op, inputs, attrs).flops;
+    if (route == Route::Reference && !dispatcher_.backend().device().is_host()) {
+      const Metas outputs = OpRegistry::global().infer(op, inputs, attrs);
+      for (const Metas* moved : {&inputs, &outputs}) {
+        for (const TensorMeta& meta : *moved) {
+          transfers_ += count;
+          transfer_bytes_ += static_cast<double>(count) * static_cast<double>(meta.nbytes());
+        }
+      }
+    }
   }
+
+  std::string device() const { return dispatcher_.backend().device().name(); }
+  int64_t transfers() const { return transfers_; }
+  double transfer_bytes() const { return transfer_bytes_; }
 
   std::vector<CoverageRow> rows() const {
     std::vector<CoverageRow> rows;
@@ -82,6 +95,8 @@ class Tally {
  private:
   Dispatcher dispatcher_;
   std::map<std::tuple<std::string, DType, std::vector<Shape>, Route>, CoverageRow> rows_;
+  int64_t transfers_ = 0;
+  double transfer_bytes_ = 0;
 };
 
 }  // namespace
@@ -94,7 +109,7 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
   coverage.batch = config.batch_size;
   coverage.seq = config.model.block_size;
   coverage.micro_batches = config.accumulation_steps();
-  Tally tally(config.backend);
+  Tally tally(config.backend, config.device);
 
   // The training graph, once per micro-batch.
   const ModelGraph model = build_rank_model(config, /*training=*/true);
@@ -138,6 +153,9 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
   }
 
   coverage.rows = tally.rows();
+  coverage.device = tally.device();
+  coverage.transfers_per_step = tally.transfers();
+  coverage.transfer_bytes_per_step = tally.transfer_bytes();
   for (const CoverageRow& row : coverage.rows) coverage.step_flops += row.flops;
   for (CoverageRow& row : coverage.rows) row.share = coverage.step_flops > 0 ? row.flops / coverage.step_flops : 0;
   std::stable_sort(coverage.rows.begin(), coverage.rows.end(), [](const CoverageRow& a, const CoverageRow& b) {
@@ -164,8 +182,9 @@ ConfigCoverage config_op_coverage(const TrainConfig& config) {
 
 std::string coverage_verdict(const ConfigCoverage& coverage) {
   if (coverage.quick_switch()) {
-    return fmt::format("quick switch: every op of the step runs natively on backend '{}' in {}", coverage.backend,
-                       coverage.precision);
+    return fmt::format("quick switch: every op of the step runs natively on backend '{}' in {}{}", coverage.backend,
+                       coverage.precision,
+                       coverage.device == "host" ? "" : fmt::format(", no copies between the host and {}", coverage.device));
   }
   double share = 0;
   std::map<Route, std::vector<std::string>> by_route;
@@ -182,9 +201,14 @@ std::string coverage_verdict(const ConfigCoverage& coverage) {
                                                              : "ref fallback";
     groups.push_back(fmt::format("{}: {}", heading, fmt::join(texts, ", ")));
   }
-  return fmt::format("needs work: {} of the step's FLOPs ({} op types) run off native kernels on backend '{}' in {}; {}",
+  std::string transfers;
+  if (coverage.transfers_per_step > 0) {
+    transfers = fmt::format("; the ref fallbacks copy {} tensors ({:.4g} MB) per step between the host and {}",
+                            coverage.transfers_per_step, coverage.transfer_bytes_per_step / 1e6, coverage.device);
+  }
+  return fmt::format("needs work: {} of the step's FLOPs ({} op types) run off native kernels on backend '{}' in {}; {}{}",
                      percent(share), coverage.gaps.size(), coverage.backend, coverage.precision,
-                     fmt::join(groups, "; "));
+                     fmt::join(groups, "; "), transfers);
 }
 
 std::string coverage_text(const ConfigCoverage& coverage) {
@@ -241,6 +265,8 @@ nlohmann::json coverage_json(const ConfigCoverage& coverage) {
   }
   return {{"family", coverage.family},
           {"backend", coverage.backend},
+          {"device", coverage.device},
+          {"transfers_per_step", {{"tensors", coverage.transfers_per_step}, {"bytes", coverage.transfer_bytes_per_step}}},
           {"reference", "ref"},
           {"precision", coverage.precision},
           {"batch", coverage.batch},

@@ -54,6 +54,11 @@ struct ConfigCoverage {
   double step_flops = 0;      // graph runs and optimizer together
   std::vector<CoverageRow> rows;  // largest FLOP share first
   std::vector<CoverageGap> gaps;  // largest share first; empty: a quick switch
+  // On a backend whose device is not the host, what its ref fallbacks copy per step (inputs to the
+  // host, outputs back): the transfers the dispatcher would count.
+  std::string device;  // the backend's device
+  int64_t transfers_per_step = 0;
+  double transfer_bytes_per_step = 0;
 
   bool quick_switch() const { return gaps.empty(); }
 };

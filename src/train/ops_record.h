@@ -2,7 +2,8 @@
 // run_dir/ops.json, written at the end of a run: the run's op summary for `strata report` and for
 // anyone auditing a migration afterwards. It holds the config's training step op by op as
 // `strata ops` reports it (routes, FLOP shares, verdict), the non-native runs the run's dispatcher
-// actually counted, and with --profile the kernel time per op type.
+// actually counted, the host-device transfers they needed (in all and per step), and with
+// --profile the kernel time per op type.
 #include <filesystem>
 #include <vector>
 
@@ -14,7 +15,7 @@ namespace strata {
 
 // `profile_runs`: how many graph runs `profile` covers (0: the run was not profiled).
 void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage& coverage,
-                      const std::vector<FallbackRecord>& fallbacks, const std::vector<OpProfileRow>& profile,
-                      int64_t profile_runs);
+                      const std::vector<FallbackRecord>& fallbacks, const std::vector<TransferRecord>& transfers,
+                      int64_t steps, const std::vector<OpProfileRow>& profile, int64_t profile_runs);
 
 }  // namespace strata

@@ -19,8 +19,9 @@ AdamW::AdamW(const ParameterSet& params, AdamWSettings settings, std::vector<Par
     STRATA_CHECK(range.parameter < params.size() && range.begin >= 0 &&
                      range.begin + range.length <= params.tensor(range.parameter).numel(),
                  "optimizer range outside parameter {}", range.parameter);
-    m_.push_back(Tensor::zeros({range.length}, DType::F32));
-    v_.push_back(Tensor::zeros({range.length}, DType::F32));
+    const Device& device = params.tensor(range.parameter).device();  // the moments live beside the parameters
+    m_.push_back(Tensor::zeros({range.length}, DType::F32, device));
+    v_.push_back(Tensor::zeros({range.length}, DType::F32, device));
   }
 }
 
@@ -80,7 +81,9 @@ size_t AdamW::state_bytes() const {
 ExactSquareSum square_sum(const std::vector<Tensor>& grads, Dispatcher& dispatcher) {
   ExactSquareSum total;
   for (const Tensor& grad : grads) {
-    total.merge(ExactSquareSum::from_words(dispatcher.call("square_sum_exact", {grad})[0].data<int64_t>()));
+    // The words come to the host: the norm is a metric, and decides clipping and skipping there.
+    const Tensor words = dispatcher.call("square_sum_exact", {grad})[0].to_host();
+    total.merge(ExactSquareSum::from_words(words.data<int64_t>()));
   }
   return total;
 }

@@ -146,9 +146,21 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
       specs_(model_param_specs(config_.model)),
       shards_(parameter_shards(specs_, model_family(config_.model).sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
-      dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback))),
+      dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback), config_.device)),
       scaler_(loss_scale_settings(config_)) {
   parallel_.check_ranks_agree(to_toml(config_));
+  if (const DType low = config_.precision_policy().low; !device().capabilities().computes(low) && !config_.emulate) {
+    std::vector<std::string> native;
+    for (DType dtype : device().capabilities().native_dtypes) native.emplace_back(dtype_name(dtype));
+    fail("precision.compute = \"{}\": {} has no {} arithmetic (it computes {}); set ops.emulate = true to compute "
+         "it in f32 there, rounding each result to {} (reported as emulated), or use another precision",
+         dtype_name(low), device().name(), dtype_name(low), fmt::join(native, ", "), dtype_name(low));
+  }
+  if (!device().is_host() && (tensor_.degree() > 1 || pipeline_.degree() > 1 || config_.zero > 0)) {
+    fail("ops.backend = \"{}\" runs on {}: tensor and pipeline parallelism and ZeRO do not run on a device yet "
+         "(their collectives read host memory); data parallelism with parallel.zero = 0 does",
+         config_.backend, device().name());
+  }
   STRATA_CHECK(tensor_.degree() == config_.tp && pipeline_.degree() == config_.pp,
                "a tensor-parallel group of {} and a pipeline of {} for parallel.tp = {} and parallel.pp = {}",
                tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
@@ -230,7 +242,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
   checkpoint_pieces_ = checkpoint_pieces(specs_, model_family(config_.model).sharding_plan(), mesh, holders_);
-  params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)));
+  params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)), device());
   param_tensors_ = tensors_of(params_);
 
   std::vector<Shape> entry_shapes = shapes_of(params_);
@@ -247,6 +259,7 @@ Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tenso
   reduction_ = GradientReduction::choose(
       parallel_.degree(), config_.zero, config_.accumulation_steps() / parallel_.degree(),
       GradientBuckets(entry_shapes, bucket_bytes(config_), parallel_.degree(), GradientStorage::layout_only(), alone));
+  reduction_.storage.device = &device();
   grad_buckets_ = std::make_unique<GradientBuckets>(entry_shapes, bucket_bytes(config_), parallel_.degree(),
                                                     reduction_.storage, alone);
   std::vector<ParameterRange> entry_ranges = ZeroPartition::whole(entry_shapes);
@@ -348,7 +361,7 @@ void Trainer::keep_weight_copies() {
     for (const ParameterCast& cast : parameter_casts(*model, low)) {
       const size_t held = held_of_value.at(cast.param);
       Tensor& copy = weight_copies_[held];
-      if (!copy.defined()) copy = Tensor::empty(params_.tensor(held).shape(), low);
+      if (!copy.defined()) copy = Tensor::empty(params_.tensor(held).shape(), low, device());
       weight_copy_uses_.push_back({graph, cast.cast, held});
     }
   }
@@ -382,13 +395,16 @@ void Trainer::bind_inputs() {
   const int64_t batch = config_.batch_size, seq = config_.model.block_size;
   tokens_ = Tensor::empty({batch, seq}, DType::I32);
   targets_ = Tensor::empty({batch, seq}, DType::I32);
-  positions_ = position_ids(seq);
-  loss_seed_ = Tensor::empty({}, DType::F32);
+  // On a device the graphs read copies of the batch there; on the host, the loader's own tensors.
+  device_tokens_ = device().is_host() ? tokens_ : Tensor::empty({batch, seq}, DType::I32, device());
+  device_targets_ = device().is_host() ? targets_ : Tensor::empty({batch, seq}, DType::I32, device());
+  positions_ = position_ids(seq).to_device(device());
+  loss_seed_ = Tensor::empty({}, DType::F32, device());
   for (ModelChunk& chunk : chunks_) {
     for (auto [model, graph] : {std::pair{&chunk.train_model, chunk.train_graph.get()},
                                 {&chunk.eval_model, chunk.eval_graph.get()}}) {
       for (auto [value, held] : held_parameter_values(*model)) graph->bind(value, params_.tensor(held));
-      for (auto [value, tensor] : {std::pair{model->tokens, &tokens_}, {model->targets, &targets_},
+      for (auto [value, tensor] : {std::pair{model->tokens, &device_tokens_}, {model->targets, &device_targets_},
                                    {model->positions, &positions_}}) {
         if (value >= 0) graph->bind(value, *tensor);
       }
@@ -443,8 +459,12 @@ void Trainer::initialise_parameters() {
   if (tensor_.degree() == 1 && pipeline_.degree() == 1) {
     if (config_.init_from.empty()) {
       params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
-    } else {
+    } else if (device().is_host()) {
       load_hf_weights(config_.init_from, config_.model, params_);
+    } else {
+      ParameterSet loaded(params_.specs());
+      load_hf_weights(config_.init_from, config_.model, loaded);
+      params_.copy_from(loaded);
     }
     return;
   }
@@ -500,14 +520,21 @@ void Trainer::sum_tied_gradients() {
   }
 }
 
+void Trainer::upload_batch() {
+  if (device().is_host()) return;
+  device_tokens_.copy_from(tokens_);
+  device_targets_.copy_from(targets_);
+}
+
 double Trainer::run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                                 const CompiledGraph::NodeHook& after_node) {
   {
     trace::Span span("load batch", "data");
     loader.next(tokens_, targets_);
+    upload_batch();
   }
   graph.run(after_node);
-  return graph.tensor(model.loss).item();
+  return graph.tensor(model.loss).to_host().item();
 }
 
 void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool accumulate) {
@@ -519,7 +546,8 @@ void Trainer::collect_gradient(size_t entry_index, Tensor& destination, bool acc
   Tensor grad = chunk.train_graph->tensor(active_slot_, chunk.train_model.grads.of.at(entry.value));
   if (accumulate) {
     dispatcher_->run("add", {destination, grad}, {destination});
-  } else if (grad.raw() != destination.raw()) {  // else place_gradients had the graph write it there
+  } else if (&grad.buffer() != &destination.buffer() || grad.offset_bytes() != destination.offset_bytes()) {
+    // else place_gradients had the graph write it there
     destination.copy_from(grad);
   }
 }
@@ -550,7 +578,9 @@ StepMetrics Trainer::step() {
   const int64_t micro_batches = config_.accumulation_steps();
   const double loss_scale = scaler_.scale();
   // Every rank scales by the global count, so the sum over ranks is the step's mean gradient.
-  loss_seed_.data<float>()[0] = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
+  Tensor seed = Tensor::empty({}, DType::F32);
+  seed.data<float>()[0] = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
+  loss_seed_.copy_from(seed);
   MicroBatchShare share = parallel_.share(micro_batches);
   train_loader_->skip(share.first);
   supply_weight_copies(weight_copies_fresh_);
@@ -681,14 +711,21 @@ void Trainer::print(const std::string& text) const {
 
 GradientBuckets Trainer::whole_moments_scratch() const { return GradientBuckets(shapes_of(params_), bucket_bytes(config_)); }
 
-RankTensors Trainer::checkpoint_tensors(GradientBuckets& first_moments, GradientBuckets& second_moments) {
-  return {held_, param_tensors_, first_moments.grads(), second_moments.grads()};
+RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
+                                        GradientBuckets& second_moments) {
+  return {held_, std::move(parameters), first_moments.grads(), second_moments.grads()};
 }
 
 nlohmann::json Trainer::layout_json() const {
   return {{"dp", parallel_.degree()}, {"tp", tensor_.degree()},          {"pp", pipeline_.degree()},
           {"sp", config_.sp},         {"zero", config_.zero},            {"virtual_stages", config_.virtual_stages},
           {"schedule", config_.schedule}};
+}
+
+std::vector<Tensor> Trainer::host_copies(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> copies;
+  for (const Tensor& tensor : tensors) copies.push_back(tensor.to_host());
+  return copies;
 }
 
 void Trainer::save_checkpoint() {
@@ -716,7 +753,8 @@ void Trainer::save_checkpoint() {
   // Every rank writes the pieces it holds; rank 0 (which owns the run directory) commits.
   const auto start = std::chrono::steady_clock::now();
   const std::filesystem::path saved = save_training_checkpoint(
-      config_.run_dir, state, specs_, checkpoint_pieces_, parallel_.world_rank(), checkpoint_tensors(first, second),
+      config_.run_dir, state, specs_, checkpoint_pieces_, parallel_.world_rank(),
+      checkpoint_tensors(host_copies(param_tensors_), first, second),
       static_cast<int>(config_.checkpoint_keep), [this](bool mine) { return parallel_.all_succeeded(mine); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!parallel_.reports()) return;
@@ -736,8 +774,13 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   GradientBuckets first = whole_moments_scratch(), second = whole_moments_scratch();
   // Each rank reads the boxes its shards cover, whatever layout saved them.
   const auto start = std::chrono::steady_clock::now();
-  const RankTensors tensors = checkpoint_tensors(first, second);
+  // On a device the parameters are read into host tensors, then copied there.
+  const RankTensors tensors =
+      checkpoint_tensors(device().is_host() ? param_tensors_ : host_copies(param_tensors_), first, second);
   load_training_tensors(checkpoint, specs_, shards_, tensors);
+  if (!device().is_host()) {
+    for (size_t k = 0; k < param_tensors_.size(); ++k) param_tensors_[k].copy_from(tensors.parameters[k]);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double bytes = 0;
   for (const std::vector<Tensor>* kind : {&tensors.parameters, &tensors.first_moments, &tensors.second_moments}) {
@@ -770,9 +813,23 @@ std::string Trainer::precision_summary() const {
   text += fmt::format("; recompute: {}; fusion: {}\n", config_.recompute, config_.fuse ? "on" : "off");
   // Which op types of the training graph the backend cannot run natively in the dtype they got.
   std::map<Route, std::set<std::string>> not_native;
-  for (const KernelChoice& choice : chunks_.front().train_graph->kernel_choices()) {
+  // On a device, what the ref fallbacks will copy between it and the host per step.
+  int64_t transfers = 0;
+  double transfer_bytes = 0;
+  const CompiledGraph& graph = *chunks_.front().train_graph;
+  for (size_t node = 0; node < graph.kernel_choices().size(); ++node) {
+    const KernelChoice& choice = graph.kernel_choices()[node];
     if (choice.route != Route::Native) {
       not_native[choice.route].insert(fmt::format("{} ({})", choice.schema->name, dtype_name(choice.dtype)));
+    }
+    if (choice.route != Route::Reference || device().is_host()) continue;
+    const Node& op = graph.graph().node(static_cast<int>(node));
+    for (const std::vector<int>* values : {&op.inputs, &op.outputs}) {
+      for (int value : *values) {
+        transfers += config_.accumulation_steps();
+        transfer_bytes += static_cast<double>(config_.accumulation_steps()) *
+                          static_cast<double>(graph.graph().value(value).meta.nbytes());
+      }
     }
   }
   for (const auto& [route, ops] : not_native) {
@@ -783,6 +840,10 @@ std::string Trainer::precision_summary() const {
                               config_.backend, list)
                 : fmt::format("backend '{}' has no kernel for {}: they run {}\n", config_.backend, list,
                               route_name(route));
+  }
+  if (transfers > 0) {
+    text += fmt::format("the ref fallbacks copy {} tensors ({:.3f} MB) per step between the host and {}\n",
+                        transfers / parallel_.degree(), transfer_bytes / parallel_.degree() / 1e6, device().name());
   }
   return text;
 }
@@ -920,9 +981,17 @@ int Trainer::run() {
     fmt::print("training graph, kernel time per op over {} runs (the first pays first-touch costs):\n{}",
                profiled_runs, format_op_profile(profile, profiled_runs));
   }
-  write_ops_record(run_dir, config_op_coverage(config_), dispatcher_->records(), profile, profiled_runs);
+  const int64_t steps_run = static_cast<int64_t>(step_seconds.size());
+  write_ops_record(run_dir, config_op_coverage(config_), dispatcher_->records(), dispatcher_->transfers(), steps_run,
+                   profile, profiled_runs);
   std::string fallbacks = dispatcher_->summary();
   fmt::print("{}", fallbacks.empty() ? "every op ran natively on backend '" + config_.backend + "'\n" : fallbacks);
+  if (const TransferTotals moved = dispatcher_->transfer_totals(); moved.count > 0 && steps_run > 0) {
+    const double per_step = 1.0 / static_cast<double>(steps_run);
+    fmt::print("host-device transfers of the ops above: {:.1f} tensors, {:.3f} MB, {:.2f} ms per step\n",
+               static_cast<double>(moved.count) * per_step, static_cast<double>(moved.bytes) * per_step / 1e6,
+               moved.seconds * per_step * 1e3);
+  }
   fmt::print("{}", trace_report);
   return stopped_by;
 }

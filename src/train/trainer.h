@@ -87,7 +87,7 @@ class Trainer {
   using NodeObserver = std::function<void(const ObservedNode& observed)>;
   void observe_first_micro_batch(NodeObserver observer) { node_observer_ = std::move(observer); }
   // What the backward pass is seeded with this step: loss scale / micro-batches per step.
-  double backward_seed() const { return loss_seed_.item(); }
+  double backward_seed() const { return loss_seed_.to_host().item(); }
   // Where this rank sits in the layout.
   int data_parallel_rank() const { return parallel_.rank(); }
   int pipeline_stage() const { return pipeline_.stage(); }
@@ -96,6 +96,7 @@ class Trainer {
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
   const Dispatcher& dispatcher() const { return *dispatcher_; }
+  const Device& device() const { return dispatcher_->backend().device(); }  // where the step's tensors live
   size_t arena_bytes() const { return chunks_.front().train_graph->memory_plan().arena_bytes; }
 
  private:
@@ -104,7 +105,10 @@ class Trainer {
   // After loading whole tensors (model.init_from): this rank's shards of them.
   void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
   // What this rank's part of the layout saves (ckpt/shard_plan.h) and its tensors for a save or load.
-  RankTensors checkpoint_tensors(GradientBuckets& first_moments, GradientBuckets& second_moments);
+  RankTensors checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
+                                 GradientBuckets& second_moments);
+  // Host copies of tensors on the device (the tensors themselves on the host).
+  static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
   nlohmann::json layout_json() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
@@ -114,6 +118,7 @@ class Trainer {
   std::vector<double> pipeline_validation(int64_t count);
   GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
+  void upload_batch();  // the loader's batch to the device's copies the graphs read
   double run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
   void bind_inputs();
@@ -189,7 +194,8 @@ class Trainer {
   std::vector<Tensor> entry_tensors_;      // per entry, its parameter's tensor (ZeRO's all-gather)
   std::vector<Tensor> head_copy_grads_;    // this rank's summed ranges of the head copy's gradient
   std::vector<size_t> head_copy_targets_;  // the range of range_grads_ each is added to
-  Tensor tokens_, targets_;
+  Tensor tokens_, targets_;  // the loader's, on the host
+  Tensor device_tokens_, device_targets_;  // what the graphs read: on the backend's device (tokens_ on the host)
   Tensor positions_;
   Tensor loss_seed_;
   // Pipeline stages: every micro-batch's data of a step; the chunk and slot whose gradients the hook collects.

@@ -37,7 +37,13 @@ Dispatcher& dispatcher(const std::string& name) {
 }
 
 Tensors run_on(const std::string& name, const std::string& op, const Tensors& inputs, const Attrs& attrs) {
-  return dispatcher(name).call(op, inputs, attrs);
+  Dispatcher& chosen = dispatcher(name);
+  const Device& device = chosen.backend().device();
+  Tensors on_device;
+  for (const Tensor& input : inputs) on_device.push_back(input.to_device(device));
+  Tensors outputs = chosen.call(op, on_device, attrs);
+  for (Tensor& output : outputs) output = output.to_host();
+  return outputs;
 }
 
 void expect_close(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
@@ -74,9 +80,14 @@ void expect_identical(const Tensor& first, const Tensor& second, const std::stri
 
 Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,
                           const std::string& what) {
-  Tensors cpu = run_on("cpu", op, inputs, attrs);
+  return check_backend_against_ref("cpu", op, inputs, attrs, tol, what);
+}
+
+Tensors check_backend_against_ref(const std::string& backend, const std::string& op, const Tensors& inputs,
+                                  const Attrs& attrs, double tol, const std::string& what) {
+  Tensors cpu = run_on(backend, op, inputs, attrs);
   Tensors ref = run_on("ref", op, inputs, attrs);
-  Tensors again = run_on("cpu", op, inputs, attrs);
+  Tensors again = run_on(backend, op, inputs, attrs);
   for (size_t i = 0; i < cpu.size(); ++i) {
     std::string label = what + " output " + std::to_string(i);
     expect_close(cpu[i], ref[i], tol, label);

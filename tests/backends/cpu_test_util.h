@@ -15,7 +15,8 @@ Tensor random_f32(const Shape& shape, uint64_t seed, float scale = 1.0f);
 Tensor random_indices(const Shape& shape, uint64_t seed, int64_t bound, DType dtype = DType::I64);
 
 // A dispatcher on backend `name` that refuses fallbacks, so a missing native
-// kernel fails the test; run_on runs one op on it with fresh outputs.
+// kernel fails the test; run_on runs one op on it with fresh outputs, moving
+// host inputs to the backend's device and the outputs back.
 Dispatcher& dispatcher(const std::string& name);
 Tensors run_on(const std::string& name, const std::string& op, const Tensors& inputs, const Attrs& attrs = {});
 
@@ -37,6 +38,9 @@ void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double fact
 // runs cpu again and requires the same bits. Returns the cpu outputs.
 Tensors check_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs, double tol,
                           const std::string& what);
+// The same for any backend (opencl: on its first device).
+Tensors check_backend_against_ref(const std::string& backend, const std::string& op, const Tensors& inputs,
+                                  const Attrs& attrs, double tol, const std::string& what);
 
 // Runs `check` once per path of the bf16 attention kernels this CPU offers:
 // AMX tiles where it has them, then the AVX-512 BF16 dot products (forced);

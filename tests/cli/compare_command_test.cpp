@@ -141,7 +141,7 @@ TEST(CompareCommand, ErrorsNameTheKey) {
   EXPECT_THAT(run.output, HasSubstr("unknown key 'compare.f32.rtool'"));
   run = run_strata("compare " + config + " --b ops.backend=tpu");
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_THAT(run.output, HasSubstr("key 'ops.backend' must be one of \"ref\", \"cpu\", got \"tpu\""));
+  EXPECT_THAT(run.output, HasSubstr("key 'ops.backend' must be one of \"ref\", \"cpu\", \"opencl\", got \"tpu\""));
 }
 
 TEST(CompareCommand, TrainIgnoresTheCompareTableAndGoldenInputsAreWritten) {

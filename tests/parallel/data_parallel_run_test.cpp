@@ -53,6 +53,16 @@ TEST_F(DataParallelRun, SeveralGradientBucketsAndBf16StayBitIdentical) {
   expect_identical_runs(single, dp2, "step_00000020");
 }
 
+// Each rank owns a device (here two processes share PoCL's): buckets are all-reduced through host
+// copies, which add the same f32 values in the same order as one process accumulating on the device.
+TEST_F(DataParallelRun, TwoRanksOnOpenCLAreBitIdenticalToOneProcessOnTheDevice) {
+  const std::string settings = kTwoMicroBatches + " --set ops.backend=opencl --set parallel.bucket_mb=0.004";
+  fs::path single = train("single_opencl", "", settings);
+  fs::path dp2 = train("dp2_opencl", mpirun(2), settings);
+  EXPECT_EQ(last_output_.find("; 1 bucket(s)"), std::string::npos) << last_output_;
+  expect_identical_runs(single, dp2, "step_00000020");
+}
+
 // Per-rank accumulation and a different summation order round differently:
 // losses within 1e-6 relative per step, parameters within 1e-5 of each tensor's largest value.
 TEST_F(DataParallelRun, ThreeAndFourRanksAgreeWithOneProcessWithinTolerance) {
