@@ -19,6 +19,18 @@ namespace {
 using ::testing::HasSubstr;
 using testing::run_strata;
 
+// A move to a device, op by op and over steps, with the default f32 tolerances: GPT-2 and LLaMA.
+TEST(CompareCommand, CpuAgainstOpenCLPassesOpByOpAndOverSteps) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  for (const std::string family : {"", " --set model.family=llama --set model.intermediate_size=48"}) {
+    const auto run = run_strata("compare " + config + " --a ops.backend=cpu --b ops.backend=opencl --steps 2" + family);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr(" 0 fail"));
+    EXPECT_THAT(run.output, HasSubstr("result: pass"));
+  }
+}
+
 TEST(CompareCommand, RefAgainstCpuExitsZeroAndWritesJsonAndCsv) {
   testing::TempDir dir;
   const std::string config = testing::write_tiny_compare_job(dir.path()).string();

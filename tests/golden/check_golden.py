@@ -16,7 +16,7 @@ element whose gradient is below ~1e-7 moves by about lr * gradient / eps,
 which magnifies any fp32 rounding of that gradient beyond the tolerance, so
 that even PyTorch fp32 against PyTorch fp64 fails.
 
-Usage: check_golden.py --dump-tool PATH --backend ref|cpu --work-dir DIR [--model gpt2|llama|llama-tied|llama3]
+Usage: check_golden.py --dump-tool PATH --backend ref|cpu|opencl --work-dir DIR [--model gpt2|llama|llama-tied|llama3]
 """
 
 import argparse
@@ -169,7 +169,7 @@ def run_golden_dump(dump_tool, backend, work_dir, precision="fp32", model="gpt2"
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump-tool", required=True, help="the golden_dump executable")
-    parser.add_argument("--backend", required=True, choices=["ref", "cpu"])
+    parser.add_argument("--backend", required=True, choices=["ref", "cpu", "opencl"])
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
     parser.add_argument("--reference-dtype", choices=["float64", "float32"], default="float64")

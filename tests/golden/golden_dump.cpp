@@ -158,6 +158,7 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
   std::set<int> kept{model.loss, model.logits};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, *dispatcher, kept);
+  const Device& device = dispatcher->backend().device();  // inputs go there, results come back
 
   Tensor tokens = Tensor::empty({batch, seq}, DType::I32);
   Tensor targets = Tensor::empty({batch, seq}, DType::I32);
@@ -166,21 +167,21 @@ void dump_first_micro_batch(const TrainConfig& config, const ParameterSet& param
   Tensor seed = Tensor::empty({}, DType::F32);
   const double loss_scale = first_micro_batch_loss_scale(config);
   seed.data<float>()[0] = static_cast<float>(loss_scale);
-  for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i));
-  graph.bind(model.tokens, tokens);
-  graph.bind(model.targets, targets);
-  graph.bind(model.positions, positions);
-  graph.bind(model.grads.seed, seed);
+  for (size_t i = 0; i < params.size(); ++i) graph.bind(model.params[i], params.tensor(i).to_device(device));
+  graph.bind(model.tokens, tokens.to_device(device));
+  graph.bind(model.targets, targets.to_device(device));
+  graph.bind(model.positions, positions.to_device(device));
+  graph.bind(model.grads.seed, seed.to_device(device));
   graph.run();
 
   TensorMap dump{{"tokens", tokens},
                  {"targets", targets},
-                 {"logits", graph.tensor(model.logits).clone()},
-                 {"loss", graph.tensor(model.loss).clone()}};
+                 {"logits", graph.tensor(model.logits).host_copy()},
+                 {"loss", graph.tensor(model.loss).host_copy()}};
   for (size_t i = 0; i < params.size(); ++i) {
-    Tensor grad = graph.tensor(model.grads.of.at(model.params[i])).clone();
+    Tensor grad = graph.tensor(model.grads.of.at(model.params[i]));  // kept: nothing reads it after the run
     if (loss_scale != 1.0) dispatcher->run("scale", {grad}, {grad}, {{"factor", 1.0 / loss_scale}});
-    dump["grad." + params.spec(i).name] = grad;
+    dump["grad." + params.spec(i).name] = grad.host_copy();
   }
   write_safetensors(path, dump);
   std::string fallbacks = dispatcher->summary();
