@@ -24,10 +24,11 @@ namespace {
 
 // The fastest of at least three timed calls after a warm-up, calling again
 // while the budget lasts (at most 40 calls): the machine's capability, not
-// its neighbours' load at the moment.
+// its neighbours' load at the moment. A call is timed until `device` has run it.
 template <typename Fn>
-double best_seconds(const Fn& call, double budget_s) {
+double best_seconds(const Fn& call, double budget_s, const Device& device) {
   call();
+  device.synchronize();
   std::vector<double> times;
   auto begin = std::chrono::steady_clock::now();
   while (times.size() < 3 ||
@@ -35,17 +36,18 @@ double best_seconds(const Fn& call, double budget_s) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < budget_s)) {
     auto start = std::chrono::steady_clock::now();
     call();
+    device.synchronize();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return *std::min_element(times.begin(), times.end());
 }
 
-// Small deterministic values: no denormals, no overflow in GELU or softmax.
-Tensor filled(const Shape& shape, DType dtype) {
+// Small deterministic values: no denormals, no overflow in GELU or softmax; on `device`.
+Tensor filled(const Shape& shape, DType dtype, const Device& device) {
   Tensor values = Tensor::empty(shape, DType::F32);
   float* data = values.data<float>();
   for (int64_t i = 0; i < values.numel(); ++i) data[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
-  return dtype == DType::F32 ? values : values.to(dtype);
+  return (dtype == DType::F32 ? values : values.to(dtype)).to_device(device);
 }
 
 struct CalibrationGemm {
@@ -68,28 +70,30 @@ constexpr CalibrationAttention kAttention[] = {
     {1, 64, 128, 4}, {4, 128, 256, 4}, {4, 256, 384, 6}, {2, 512, 768, 12}, {1, 1024, 768, 12}};
 
 KernelSample time_gemm(Dispatcher& dispatcher, const CalibrationGemm& g, DType dtype, double budget) {
-  Tensor a = filled({g.m, g.k}, dtype);
-  Tensor b = g.trans_a ? filled({g.m, g.n}, dtype) : g.trans_b ? filled({g.n, g.k}, dtype) : filled({g.k, g.n}, dtype);
+  const Device& device = dispatcher.backend().device();
+  Tensor a = filled({g.m, g.k}, dtype, device);
+  Tensor b = filled(g.trans_a ? Shape{g.m, g.n} : g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, dtype, device);
   Attrs attrs{{"trans_a", g.trans_a}, {"trans_b", g.trans_b}};
-  Tensor out = Tensor::empty(g.trans_a ? Shape{g.k, g.n} : Shape{g.m, g.n}, dtype);
+  Tensor out = Tensor::empty(g.trans_a ? Shape{g.k, g.n} : Shape{g.m, g.n}, dtype, device);
   KernelSample sample;
   sample.op = "matmul";
   // As the matrix engine sees it: out [m, n] = [m, k] x [k, n] (a weight gradient reduces over the rows).
   sample.dims = g.trans_a ? std::vector<int64_t>{g.k, g.n, g.m, 1, 0} : std::vector<int64_t>{g.m, g.n, g.k, 0, g.trans_b};
   sample.flops = OpRegistry::global().cost("matmul", metas_of({a, b}), attrs).flops;
-  sample.seconds = best_seconds([&] { dispatcher.run("matmul", {a, b}, {out}, attrs); }, budget);
+  sample.seconds = best_seconds([&] { dispatcher.run("matmul", {a, b}, {out}, attrs); }, budget, device);
   return sample;
 }
 
 KernelSample time_attention(Dispatcher& dispatcher, const CalibrationAttention& s, DType dtype, double budget) {
-  Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype);
+  const Device& device = dispatcher.backend().device();
+  Tensor qkv = filled({s.batch, s.seq, 3 * s.width}, dtype, device);
   Attrs attrs{{"n_head", s.heads}};
   Tensors outputs = dispatcher.call("attention", {qkv}, attrs);
   KernelSample sample{"attention",
                       {s.batch, s.seq, s.width, s.heads},
                       OpRegistry::global().cost("attention", metas_of({qkv}), attrs).flops,
                       0};
-  sample.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, outputs, attrs); }, budget);
+  sample.seconds = best_seconds([&] { dispatcher.run("attention", {qkv}, outputs, attrs); }, budget, device);
   return sample;
 }
 
@@ -129,18 +133,19 @@ std::map<std::string, double> measure_op_efficiency(Dispatcher& dispatcher, DTyp
   std::set<int> kept{model.loss};
   for (const auto& [param, grad] : model.grads.of) kept.insert(grad);
   CompiledGraph graph(model.graph, dispatcher, kept);
-  ParameterSet params(model_param_specs(config));
+  const Device& runs_on = dispatcher.backend().device();
+  ParameterSet params(model_param_specs(config), runs_on);
   params.initialise(CounterRng(1));
   std::vector<Tensor> bound;
   for (size_t i = 0; i < params.size(); ++i) {
     bound.push_back(params.tensor(i));
     graph.bind(model.params[i], bound.back());
   }
-  Tensor tokens = Tensor::zeros({batch, config.block_size}, DType::I32);
-  Tensor targets = Tensor::zeros({batch, config.block_size}, DType::I32);
-  Tensor positions = position_ids(config.block_size);
+  Tensor tokens = Tensor::zeros({batch, config.block_size}, DType::I32, runs_on);
+  Tensor targets = Tensor::zeros({batch, config.block_size}, DType::I32, runs_on);
+  Tensor positions = position_ids(config.block_size).to_device(runs_on);
   const TensorMeta& loss = model.graph.value(model.loss).meta;
-  Tensor seed = filled(loss.shape, loss.dtype);
+  Tensor seed = filled(loss.shape, loss.dtype, runs_on);
   graph.bind(model.tokens, tokens);
   graph.bind(model.targets, targets);
   graph.bind(model.positions, positions);
@@ -236,9 +241,10 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
   auto dispatcher = make_dispatcher(options.backend, FallbackPolicy::Error);
   // Allocated once: first touches of fresh memory are slow on some machines.
   const int64_t stream_elements = int64_t{8} << 20;
-  Tensor x = filled({stream_elements}, DType::F32), y = filled({stream_elements}, DType::F32);
-  Tensor sum = Tensor::empty({stream_elements}, DType::F32);
-  Tensor tiny = filled({16}, DType::F32), tiny_out = Tensor::empty({16}, DType::F32);
+  const Device& device = dispatcher->backend().device();
+  Tensor x = filled({stream_elements}, DType::F32, device), y = filled({stream_elements}, DType::F32, device);
+  Tensor sum = Tensor::empty({stream_elements}, DType::F32, device);
+  Tensor tiny = filled({16}, DType::F32, device), tiny_out = Tensor::empty({16}, DType::F32, device);
   const int saved_threads = omp_get_max_threads();
   for (int threads : thread_counts) {
     omp_set_num_threads(threads);
@@ -249,8 +255,8 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
                                                     [&] {
                                                       dispatcher->run("add", {x, y}, {sum});
                                                     },
-                                                    options.seconds_per_kernel);
-    measured.op_overhead_s = best_seconds([&] { dispatcher->run("add", {tiny, tiny}, {tiny_out}); }, 0.02);
+                                                    options.seconds_per_kernel, device);
+    measured.op_overhead_s = best_seconds([&] { dispatcher->run("add", {tiny, tiny}, {tiny_out}); }, 0.02, device);
     progress(fmt::format("{} thread(s): memory bandwidth {:.1f} GB/s, op overhead {:.1f} us", threads,
                          measured.memory_bandwidth_Bps / 1e9, measured.op_overhead_s * 1e6));
     for (DType dtype : dtypes) {
@@ -259,11 +265,11 @@ HardwareProfile calibrate_compute(const CalibrationOptions& options, const Progr
       for (const CalibrationAttention& s : kAttention) {
         d.attention.push_back(time_attention(*dispatcher, s, dtype, options.seconds_per_kernel));
       }
-      Tensor activations = filled({int64_t{1} << 20}, dtype);
-      Tensor gelu_out = Tensor::empty(activations.shape(), dtype);
+      Tensor activations = filled({int64_t{1} << 20}, dtype, device);
+      Tensor gelu_out = Tensor::empty(activations.shape(), dtype, device);
       double gelu_flops = OpRegistry::global().cost("gelu", metas_of({activations}), {}).flops;
       d.vector_flops = gelu_flops / best_seconds([&] { dispatcher->run("gelu", {activations}, {gelu_out}); },
-                                                 options.seconds_per_kernel);
+                                                 options.seconds_per_kernel, device);
       d.op_efficiency = measure_op_efficiency(*dispatcher, dtype, measured, performance_of(d, threads, measured.op_overhead_s, "calibration"),
                                               10 * options.seconds_per_kernel);
       double best = 0;

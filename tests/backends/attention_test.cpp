@@ -9,44 +9,15 @@
 // stay below 2e-6 and 5e-6.
 #include <gtest/gtest.h>
 
+#include "attention_cases.h"
 #include "cpu_test_util.h"
 
 namespace strata::testing {
 namespace {
 
-struct AttentionCase {
-  int64_t batch, seq, heads, head_dim;
-  float scale;
-};
+TEST(CpuAttention, ForwardMatchesRef) { check_attention_against_ref("cpu", 3e-5); }
 
-const AttentionCase kCases[] = {
-    {2, 67, 3, 64, 1.0f}, {1, 130, 2, 80, 1.0f}, {3, 1, 4, 8, 1.0f},  {2, 5, 4, 24, 3.0f},
-    {1, 64, 1, 16, 1.0f}, {1, 200, 2, 20, 3.0f}, {2, 129, 2, 64, 3.0f},
-};
-
-std::string label(const AttentionCase& c) {
-  return "B=" + std::to_string(c.batch) + " T=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
-         " D=" + std::to_string(c.head_dim) + " scale=" + std::to_string(c.scale);
-}
-
-TEST(CpuAttention, ForwardMatchesRef) {
-  for (const AttentionCase& c : kCases) {
-    Tensor qkv = random_f32({c.batch, c.seq, 3 * c.heads * c.head_dim}, 100 + c.seq, c.scale);
-    check_against_ref("attention", {qkv}, {{"n_head", c.heads}}, 3e-5, "attention " + label(c));
-  }
-}
-
-TEST(CpuAttention, BackwardMatchesRef) {
-  for (const AttentionCase& c : kCases) {
-    int64_t width = c.heads * c.head_dim;
-    Tensor qkv = random_f32({c.batch, c.seq, 3 * width}, 200 + c.seq, c.scale);
-    Attrs attrs{{"n_head", c.heads}};
-    Tensors forward = run_on("ref", "attention", {qkv}, attrs);
-    Tensor dout = random_f32({c.batch, c.seq, width}, 300 + c.seq);
-    check_against_ref("attention_backward", {dout, qkv, forward[0], forward[1]}, attrs, 1e-4,
-                      "attention_backward " + label(c));
-  }
-}
+TEST(CpuAttention, BackwardMatchesRef) { check_attention_backward_against_ref("cpu", 1e-4); }
 
 TEST(CpuAttention, CachedDecodingMatchesRef) {
   struct CachedCase {

@@ -13,11 +13,10 @@
 #include <gtest/gtest.h>
 
 #include <bit>
-#include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "backends/cpu/bf16_dot.h"
+#include "cast_checks.h"
 #include "cpu_test_util.h"
 
 namespace strata::testing {
@@ -48,82 +47,9 @@ Attrs gemm_attrs(bool trans_a, bool trans_b) { return {{"trans_a", trans_a}, {"t
 
 // ---- cast -------------------------------------------------------------------
 
-Tensor f32_from_bits(const std::vector<uint32_t>& words) {
-  Tensor tensor = Tensor::empty({static_cast<int64_t>(words.size())}, DType::F32);
-  std::memcpy(tensor.raw(), words.data(), words.size() * sizeof(uint32_t));
-  return tensor;
-}
+TEST(CpuBf16, CastRoundsLikeRefOnSpecialValues) { expect_casts_of_special_values_match_ref("cpu"); }
 
-// Same bits as ref everywhere except NaNs, which must stay NaN (F16C may
-// keep more of a NaN's payload than ref does).
-void expect_same_cast(const Tensor& x, DType to, const std::string& what) {
-  Attrs attrs{{"dtype", std::string(dtype_name(to))}};
-  Tensor cpu = run_on("cpu", "cast", {x}, attrs)[0];
-  Tensor ref = run_on("ref", "cast", {x}, attrs)[0];
-  ASSERT_EQ(cpu.dtype(), to) << what;
-  Tensor cpu_wide = cpu.to(DType::F64), ref_wide = ref.to(DType::F64);
-  const double* c = cpu_wide.data<double>();
-  const double* r = ref_wide.data<double>();
-  size_t size = dtype_size(to);
-  auto* c_bytes = static_cast<const unsigned char*>(cpu.raw());
-  auto* r_bytes = static_cast<const unsigned char*>(ref.raw());
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    if (std::isnan(r[i])) {
-      EXPECT_TRUE(std::isnan(c[i])) << what << ": element " << i << " should stay NaN";
-    } else {
-      EXPECT_EQ(std::memcmp(c_bytes + i * size, r_bytes + i * size, size), 0)
-          << what << ": element " << i << " is " << c[i] << ", ref " << r[i];
-    }
-  }
-}
-
-TEST(CpuBf16, CastRoundsLikeRefOnSpecialValues) {
-  Tensor specials = f32_from_bits({
-      0x3f808000u,  // 1 + 2^-8: a tie, rounds to even (down) in bf16
-      0x3f818000u,  // a tie that rounds up
-      0x3f808001u,  // just above a tie
-      0x7f7fffffu,  // the largest float: rounds to inf in bf16 and f16
-      0x00000001u,  // the smallest subnormal
-      0x00400000u,  // a subnormal bf16 keeps
-      0x80000000u,  // -0
-      0x7f800000u,  // inf
-      0xff800000u,  // -inf
-      0x7fc00000u,  // quiet NaN
-      0x7f800001u,  // signalling NaN: must not become inf
-      0x477fe000u,  // 65504, the largest f16
-      0x477ff000u,  // a tie between 65504 and f16 overflow
-      0x33800000u,  // 2^-24, the smallest f16 subnormal
-      0x33000000u,  // 2^-25: a tie, to even (0) in f16
-      0x38800000u,  // 2^-14, the smallest f16 normal
-      0xc0490fdbu,  // -pi
-  });
-  for (DType to : {DType::BF16, DType::F16, DType::F64, DType::F32}) {
-    expect_same_cast(specials, to, "f32 specials to " + std::string(dtype_name(to)));
-    for (DType back : {DType::F32, DType::BF16, DType::F16}) {
-      if (to == DType::F64) continue;  // f64 inputs are ref's
-      Tensor narrowed = run_on("ref", "cast", {specials}, {{"dtype", std::string(dtype_name(to))}})[0];
-      expect_same_cast(narrowed, back,
-                       std::string(dtype_name(to)) + " specials to " + std::string(dtype_name(back)));
-    }
-  }
-}
-
-TEST(CpuBf16, CastMatchesRefOnRandomValuesAcrossChunks) {
-  // 40007 values: several parallel chunks and a tail that is not a multiple
-  // of the vector width; scale 1e3 spreads exponents into f16's edges.
-  for (float scale : {1.0f, 1e3f, 1e-5f}) {
-    Tensor x = random_f32({40007}, 1, scale);
-    for (DType to : {DType::BF16, DType::F16, DType::F64}) {
-      expect_same_cast(x, to, "random f32 to " + std::string(dtype_name(to)));
-    }
-    for (DType from : {DType::BF16, DType::F16}) {
-      Tensor narrow = x.to(from);
-      for (DType to : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
-        expect_same_cast(narrow, to, std::string(dtype_name(from)) + " to " + std::string(dtype_name(to)));
-      }
-    }
-  }
-}
+TEST(CpuBf16, CastMatchesRefOnRandomValuesAcrossChunks) { expect_casts_of_random_values_match_ref("cpu", 1); }
 
 // ---- matmul and linear ------------------------------------------------------
 

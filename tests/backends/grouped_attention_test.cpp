@@ -14,12 +14,12 @@
 // H/KV query heads, whose rounding errors grow with the sums themselves:
 // measured worst f32 1.3e-5 forward and 2.5e-5 backward (peaked, KV = 2);
 // bf16 0.85 ulp forward and 2.6 ulps backward (KV = 2, D = 80).
-#include <algorithm>
 #include <functional>
 #include <memory>
 
 #include <gtest/gtest.h>
 
+#include "attention_cases.h"
 #include "backends/cpu/bf16_dot.h"
 #include "cpu_test_util.h"
 
@@ -28,23 +28,11 @@ namespace {
 
 constexpr double kBf16Ulp = 1.0 / 128;
 
-struct Case {
-  int64_t batch, seq, heads, kv_heads, head_dim;
-  float scale;
-};
-
-const Case kCases[] = {
-    {2, 37, 4, 1, 64, 1.0f},  {1, 130, 4, 2, 64, 3.0f}, {2, 1, 4, 4, 64, 1.0f}, {1, 130, 4, 1, 80, 1.0f},
-    {2, 37, 6, 2, 80, 3.0f},  {1, 130, 2, 2, 80, 1.0f}, {2, 1, 4, 1, 80, 1.0f}, {1, 37, 4, 4, 64, 3.0f},
-    {2, 70, 4, 2, 7, 1.0f},  // an odd head size: bf16 takes the widening kernels even with bf16 dot products
-};
-
-std::string label(const Case& c, DType dtype) {
-  return std::string(dtype_name(dtype)) + " B=" + std::to_string(c.batch) + " T=" + std::to_string(c.seq) +
-         " H=" + std::to_string(c.heads) + " KV=" + std::to_string(c.kv_heads) + " D=" + std::to_string(c.head_dim);
+std::string label(const GroupedAttentionCase& c, DType dtype) {
+  return std::string(dtype_name(dtype)) + " " + label(c);
 }
 
-Attrs grouped_attrs(const Case& c) { return {{"n_head", c.heads}, {"n_kv_head", c.kv_heads}}; }
+Attrs grouped_attrs(const GroupedAttentionCase& c) { return {{"n_head", c.heads}, {"n_kv_head", c.kv_heads}}; }
 
 // Forward out and lse; the backward's dq, dk and dv (judged together).
 struct Tolerances {
@@ -78,27 +66,12 @@ Tensors check_outputs(const std::string& op, const Tensors& inputs, const Attrs&
   return cpu;
 }
 
-// The gradients side by side, flattened: at T = 1 dq and dk are exactly 0
-// (one key: out = v), and elsewhere they cancel along rows, so, as attention's
-// dqkv is, they are judged against the rms of all three together.
-Tensor side_by_side(const Tensors& grads) {
-  int64_t total = 0;
-  for (const Tensor& grad : grads) total += grad.numel();
-  Tensor joined = Tensor::empty({total}, DType::F64);
-  double* next = joined.data<double>();
-  for (const Tensor& grad : grads) {
-    Tensor wide = grad.to(DType::F64);
-    next = std::copy_n(wide.data<double>(), wide.numel(), next);
-  }
-  return joined;
-}
-
 class CpuGroupedAttention : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CpuGroupedAttention, ForwardAndBackwardMatchRef) {
   DType dtype = GetParam();
   for_each_path(dtype, [&](const std::string& path) {
-    for (const Case& c : kCases) {
+    for (const GroupedAttentionCase& c : kGroupedAttentionCases) {
       std::string what = label(c, dtype) + " on " + path;
       Tolerances tol = tolerances(dtype, c.head_dim);
       Attrs attrs = grouped_attrs(c);
@@ -118,30 +91,12 @@ TEST_P(CpuGroupedAttention, ForwardAndBackwardMatchRef) {
   });
 }
 
-// One kv head per query head: the cpu grouped op reads q, k and v where the
-// packed op reads the thirds of qkv, and must give the same bits.
+// One kv head per query head: the cpu grouped op must give the bits of the
+// packed op on every path (attention_cases.h).
 TEST_P(CpuGroupedAttention, OneKvHeadPerQueryHeadIsPackedAttention) {
   DType dtype = GetParam();
   for_each_path(dtype, [&](const std::string& path) {
-    for (int64_t head_dim : {64, 80}) {
-      const int64_t batch = 2, seq = 130, heads = 3, width = heads * head_dim;
-      std::string what = std::string(dtype_name(dtype)) + " D=" + std::to_string(head_dim) + " on " + path;
-      Tensor qkv = random_f32({batch, seq, 3 * width}, 7, 2.0f).to(dtype);
-      Tensor q = qkv.narrow(2, 0, width).clone(), k = qkv.narrow(2, width, width).clone();
-      Tensor v = qkv.narrow(2, 2 * width, width).clone();
-      Tensor dout = random_f32({batch, seq, width}, 8).to(dtype);
-      Attrs packed{{"n_head", heads}}, grouped{{"n_head", heads}, {"n_kv_head", heads}};
-      Tensors attention = run_on("cpu", "attention", {qkv}, packed);
-      Tensors grouped_out = run_on("cpu", "grouped_attention", {q, k, v}, grouped);
-      expect_identical(grouped_out[0], attention[0], what + " out");
-      expect_identical(grouped_out[1], attention[1], what + " lse");
-      Tensor dqkv = run_on("cpu", "attention_backward", {dout, qkv, attention[0], attention[1]}, packed)[0];
-      Tensors grads = run_on("cpu", "grouped_attention_backward", {dout, q, k, v, attention[0], attention[1]}, grouped);
-      for (int64_t part = 0; part < 3; ++part) {
-        expect_identical(grads[static_cast<size_t>(part)], dqkv.narrow(2, part * width, width).clone(),
-                         what + " gradient " + std::to_string(part));
-      }
-    }
+    expect_one_kv_head_per_query_head_is_packed_attention("cpu", dtype, " on " + path);
   });
 }
 
@@ -171,7 +126,7 @@ TEST_P(CpuGroupedAttention, CachedDecodingMatchesRef) {
 TEST(CpuGroupedAttentionF16, RunsThroughF32) {
   const double f16_ulp = 1.0 / 1024;
   std::unique_ptr<Dispatcher> cpu = make_dispatcher("cpu", FallbackPolicy::Allow);
-  const Case c{2, 37, 4, 2, 64, 1.0f};
+  const GroupedAttentionCase c{2, 37, 4, 2, 64, 1.0f};
   Attrs attrs = grouped_attrs(c);
   Tensor q = random_f32({c.batch, c.seq, c.heads * c.head_dim}, 800).to(DType::F16);
   Tensor k = random_f32({c.batch, c.seq, c.kv_heads * c.head_dim}, 801).to(DType::F16);

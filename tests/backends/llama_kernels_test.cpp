@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "cpu_test_util.h"
+#include "rope_cases.h"
 
 namespace strata::testing {
 namespace {
@@ -59,33 +60,14 @@ TEST(CpuRmsNorm, BackwardDoesNotDependOnTheThreadCount) {
   omp_set_num_threads(threads);
 }
 
-struct RopeShape {
-  int64_t batch, seq, heads, head_dim;
-};
-
-Attrs llama3_rope(int64_t head_dim, bool inverse) {
-  return {{"head_dim", head_dim},    {"theta", 5e5},
-          {"scaling", "llama3"},     {"factor", 8.0},
-          {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
-          {"original_max_positions", int64_t{8192}}, {"inverse", inverse}};
-}
-
-Tensor positions(int64_t seq, int64_t start) {
-  Tensor tensor = Tensor::empty({seq}, DType::I32);
-  for (int64_t t = 0; t < seq; ++t) tensor.data<int32_t>()[t] = static_cast<int32_t>(start + 3 * t);
-  return tensor;
-}
-
 TEST(CpuRope, MatchesRefBitForBit) {
-  // D = 64 and 80 (D/2 = 40: a partial vector), 7 rows per batch row, 3 heads.
-  const RopeShape shapes[] = {{2, 7, 3, 64}, {1, 5, 3, 80}, {3, 1, 2, 80}};
   for (DType dtype : {DType::F32, DType::BF16}) {
-    for (const RopeShape& s : shapes) {
+    for (const RopeShape& s : kRopeShapes) {
       for (bool inverse : {false, true}) {
         std::string what = std::string(dtype_name(dtype)) + " rope D=" + std::to_string(s.head_dim) +
                            (inverse ? " inverse" : "");
         Tensor x = narrow(random_f32({s.batch, s.seq, s.heads * s.head_dim}, 7), dtype);
-        Tensors inputs{x, positions(s.seq, 5000)};
+        Tensors inputs{x, rope_positions(s.seq, 5000)};
         Attrs attrs = llama3_rope(s.head_dim, inverse);
         Tensor cpu = check_against_ref("rope", inputs, attrs, 0, what)[0];
         // y may take over x's buffer (schema may_reuse).
@@ -98,7 +80,7 @@ TEST(CpuRope, MatchesRefBitForBit) {
   Attrs linear = llama3_rope(64, false);
   linear.set("scaling", std::string("linear"));
   Tensor x = random_f32({2, 9, 128}, 8);
-  check_against_ref("rope", {x, positions(9, 0)}, linear, 0, "linear");
+  check_against_ref("rope", {x, rope_positions(9, 0)}, linear, 0, "linear");
 }
 
 TEST(CpuSwiglu, ForwardAndBackwardMatchRef) {

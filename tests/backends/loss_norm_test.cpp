@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu_test_util.h"
+#include "cross_entropy_cases.h"
 
 namespace strata::testing {
 namespace {
@@ -27,17 +28,7 @@ TEST(CpuLayernorm, ForwardAndBackwardMatchRef) {
 }
 
 TEST(CpuCrossEntropy, ForwardAndBackwardMatchRef) {
-  struct Case {
-    Shape logits;
-    float scale;
-    DType targets;
-  };
-  const Case cases[] = {
-      {{7, 1000}, 1.0f, DType::I64},
-      {{2, 3, 50257}, 3.0f, DType::I32},  // GPT-2's vocabulary, not a multiple of any chunk
-      {{1, 13}, 10.0f, DType::I64},       // one position, peaked
-  };
-  for (const Case& c : cases) {
+  for (const CrossEntropyCase& c : kCrossEntropyCases) {
     Tensor logits = random_f32(c.logits, 6, c.scale);
     Shape positions(c.logits.begin(), c.logits.end() - 1);
     Tensor targets = random_indices(positions, 7, c.logits.back(), c.targets);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu_test_util.h"
+#include "rope_cases.h"
 
 namespace strata::testing {
 namespace {
@@ -14,30 +15,13 @@ constexpr double kF32Tol = 2e-6;
 
 const Device& opencl_device() { return dispatcher("opencl").backend().device(); }
 
-Attrs llama3_rope(int64_t head_dim, bool inverse) {
-  return {{"head_dim", head_dim},    {"theta", 5e5},
-          {"scaling", "llama3"},     {"factor", 8.0},
-          {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
-          {"original_max_positions", int64_t{8192}}, {"inverse", inverse}};
-}
-
-Tensor positions(int64_t seq, int64_t start) {
-  Tensor tensor = Tensor::empty({seq}, DType::I32);
-  for (int64_t t = 0; t < seq; ++t) tensor.data<int32_t>()[t] = static_cast<int32_t>(start + 3 * t);
-  return tensor;
-}
-
 TEST(OpenCLRope, MatchesRef) {
   const double tol = opencl_device().capabilities().computes(DType::F64) ? 0.0 : kF32Tol;
-  struct RopeShape {
-    int64_t batch, seq, heads, head_dim;
-  };
-  const RopeShape shapes[] = {{2, 7, 3, 64}, {1, 5, 3, 80}, {3, 1, 2, 80}};
-  for (const RopeShape& s : shapes) {
+  for (const RopeShape& s : kRopeShapes) {
     for (bool inverse : {false, true}) {
       const std::string what = "rope D=" + std::to_string(s.head_dim) + (inverse ? " inverse" : "");
       const Tensor x = random_f32({s.batch, s.seq, s.heads * s.head_dim}, 7);
-      const Tensor at = positions(s.seq, 5000);
+      const Tensor at = rope_positions(s.seq, 5000);
       const Attrs attrs = llama3_rope(s.head_dim, inverse);
       const Tensor y = check_backend_against_ref("opencl", "rope", {x, at}, attrs, tol, what)[0];
       // y may take over x's buffer (schema may_reuse).
@@ -48,7 +32,8 @@ TEST(OpenCLRope, MatchesRef) {
   }
   Attrs linear = llama3_rope(64, false);
   linear.set("scaling", std::string("linear"));
-  check_backend_against_ref("opencl", "rope", {random_f32({2, 9, 128}, 8), positions(9, 0)}, linear, tol, "linear");
+  check_backend_against_ref("opencl", "rope", {random_f32({2, 9, 128}, 8), rope_positions(9, 0)}, linear, tol,
+                            "linear");
 }
 
 TEST(OpenCLSwiglu, ForwardAndBackwardMatchRef) {

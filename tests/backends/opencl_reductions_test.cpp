@@ -10,6 +10,7 @@
 
 #include "core/exact_square_sum.h"
 #include "cpu_test_util.h"
+#include "wide_ranging_values.h"
 
 namespace strata::testing {
 namespace {
@@ -39,19 +40,6 @@ void expect_exact_words(const Tensor& x, const std::string& what) {
   expect_identical(opencl, run_on("ref", "square_sum_exact", {x})[0], what + ": opencl vs ref");
   expect_identical(opencl, run_on("cpu", "square_sum_exact", {x})[0], what + ": opencl vs cpu");
   expect_identical(opencl, run_on("opencl", "square_sum_exact", {x})[0], what + ": run to run");
-}
-
-// Normal values whose magnitudes span ~60 decades; every 97th value is zero, every 1009th subnormal.
-Tensor wide_ranging(int64_t count, uint64_t seed) {
-  Tensor x = random_f32({count}, seed);
-  float* values = x.data<float>();
-  for (int64_t i = 0; i < count; ++i) {
-    const auto octaves = static_cast<int>((i * 2654435761u) % 200) - 120;
-    values[i] = std::ldexp(values[i], octaves);
-    if (i % 97 == 0) values[i] = 0.0f;
-    if (i % 1009 == 0) values[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5000 + 1);
-  }
-  return x;
 }
 
 TEST(OpenCLSquareSumExact, GivesRefsAndCpusWords) {

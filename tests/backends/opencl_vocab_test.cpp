@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cpu_test_util.h"
+#include "cross_entropy_cases.h"
 #include "ops/collective_group.h"
 
 namespace strata::testing {
@@ -69,17 +70,7 @@ TEST(OpenCLEmbedding, IdsOutsideTheVocabularyMakeNaNRows) {
 }
 
 TEST(OpenCLCrossEntropy, ForwardAndBackwardMatchRef) {
-  struct Case {
-    Shape logits;
-    float scale;
-    DType targets;
-  };
-  const Case cases[] = {
-      {{7, 1000}, 1.0f, DType::I64},
-      {{2, 3, 50257}, 3.0f, DType::I32},  // GPT-2's vocabulary
-      {{1, 13}, 10.0f, DType::I64},       // one position, peaked
-  };
-  for (const Case& c : cases) {
+  for (const CrossEntropyCase& c : kCrossEntropyCases) {
     const Tensor logits = random_f32(c.logits, 6, c.scale);
     const Tensor targets =
         random_indices(Shape(c.logits.begin(), c.logits.end() - 1), 7, c.logits.back(), c.targets);

@@ -12,6 +12,7 @@
 
 #include "core/exact_square_sum.h"
 #include "cpu_test_util.h"
+#include "wide_ranging_values.h"
 
 namespace strata::testing {
 namespace {
@@ -42,21 +43,6 @@ TEST(SquareSumExact, PiecesOfATensorMergeToTheWhole) {
     pieces.merge(bins_of(run_on("cpu", "square_sum_exact", {x.narrow(0, begin, length)})[0]));
   }
   EXPECT_EQ(pieces.words(), bins_of(run_on("cpu", "square_sum_exact", {x})[0]).words());
-}
-
-// Normal values whose magnitudes span ~60 decades, so most 4096-value blocks
-// hold squares both above and below 2^-80 of their largest; every 97th value
-// is zero, every 1009th subnormal.
-Tensor wide_ranging(int64_t count, uint64_t seed) {
-  Tensor x = random_f32({count}, seed);
-  float* values = x.data<float>();
-  for (int64_t i = 0; i < count; ++i) {
-    const auto octaves = static_cast<int>((i * 2654435761u) % 200) - 120;
-    values[i] = std::ldexp(values[i], octaves);
-    if (i % 97 == 0) values[i] = 0.0f;
-    if (i % 1009 == 0) values[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5000 + 1);
-  }
-  return x;
 }
 
 TEST(SquareSumExact, CpuGivesRefsBinsWhereSquaresFallBelowTheBlocksFixedPointWords) {

@@ -233,5 +233,17 @@ TEST(CalibrateCommand, ThePlainCommandWritesAProfileThePlannerReads) {
   fs::remove(profile);
 }
 
+// On a device the kernels are timed until the device has run them, and the planner reads the result.
+TEST(CalibrateCommand, AnOpenCLDeviceIsMeasuredAndPlannedFor) {
+  const fs::path profile = fs::temp_directory_path() / ("strata_calibrate_opencl_" + std::to_string(::getpid()) + ".toml");
+  testing::StrataRun calibrated = testing::run_strata("calibrate --backend opencl --dtypes f32 --out " +
+                                                      profile.string() + " --threads 1 --budget 0.002");
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
+  EXPECT_THAT(calibrated.output, HasSubstr("f32: GEMM up to"));
+  testing::StrataRun planned = testing::run_strata("plan gpt2-small " + profile.string() + " --dtype f32 --top 1 --devices 1");
+  EXPECT_EQ(planned.exit_code, 0) << planned.output;
+  fs::remove(profile);
+}
+
 }  // namespace
 }  // namespace strata

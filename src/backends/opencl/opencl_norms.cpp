@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/opencl/cl_common.h"
 #include "backends/opencl/launch.h"
 #include "backends/opencl/opencl_ops.h"
 
@@ -21,30 +22,9 @@ namespace {
 constexpr size_t kRowThreads = 256;  // work-items per row (a power of two: the tree halves it)
 constexpr size_t kBlockRows = 16;    // rows per work-group of the backwards
 
-// NARROW and load_narrow (the residual's or dy's storage, read as f32) come from narrow_prefix.
+// NARROW and load_narrow (the residual's or dy's storage, read as f32) come from norm_source,
+// group_sum and `wide` from kRowReductionPrelude.
 const std::string kNormBody = R"CLC(
-#pragma OPENCL FP_CONTRACT OFF
-#ifdef cl_khr_fp64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-typedef double wide;
-#else
-typedef float wide;
-#endif
-
-// The sum of every work-item's `value`, added in a fixed tree order; every work-item gets it.
-float group_sum(float value, __local float* scratch) {
-  const uint lid = get_local_id(0);
-  scratch[lid] = value;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint half_size = ROW_THREADS / 2; half_size > 0; half_size /= 2) {
-    if (lid < half_size) scratch[lid] += scratch[lid + half_size];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float total = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE);  // before the next call overwrites scratch
-  return total;
-}
-
 // sum_row = x_row + r_row rounded to f32. Each work-item later reads back only what it wrote.
 void add_residual_row(__global const float* x_row, __global const NARROW* r, ulong r_start, ulong width,
                       __global float* sum_row) {
@@ -210,11 +190,12 @@ __kernel void rms_norm_backward(__global const NARROW* dy, ulong dy_off, __globa
 const std::string& norm_source(const std::string& op, DType narrow) {
   static const std::string header =
       fmt::format("#define ROW_THREADS {}\n#define BLOCK_ROWS {}\n", kRowThreads, kBlockRows);
-  static const std::string f32 = header + "#define NARROW float\n#define load_narrow(p, i) ((p)[i])\n" + kNormBody;
+  static const std::string body = kRowReductionPrelude + kNormBody;
+  static const std::string f32 = header + "#define NARROW float\n#define load_narrow(p, i) ((p)[i])\n" + body;
   static const std::string bf16 =
-      header + "#define NARROW ushort\n#define load_narrow(p, i) as_float((uint)(p)[i] << 16)\n" + kNormBody;
+      header + "#define NARROW ushort\n#define load_narrow(p, i) as_float((uint)(p)[i] << 16)\n" + body;
   static const std::string f16 =
-      header + "#define NARROW half\n#define load_narrow(p, i) vload_half((i), (p))\n" + kNormBody;
+      header + "#define NARROW half\n#define load_narrow(p, i) vload_half((i), (p))\n" + body;
   switch (narrow) {
     case DType::F32: return f32;
     case DType::BF16: return bf16;

@@ -17,6 +17,7 @@
 // target logits there and back once per call when the group has more than one rank.
 #include <fmt/format.h>
 
+#include "backends/opencl/cl_common.h"
 #include "backends/opencl/launch.h"
 #include "backends/opencl/opencl_ops.h"
 #include "ops/collective_group.h"
@@ -29,16 +30,9 @@ namespace {
 constexpr size_t kRowThreads = 256;  // work-items per row of logits (a power of two: the tree halves it)
 constexpr size_t kGroup = 256;
 
-// INDEX (the ids' and targets' storage) comes from index_source.
+// INDEX (the ids' and targets' storage) comes from index_source, group_sum and `wide` from
+// kRowReductionPrelude.
 const std::string kVocabBody = R"CLC(
-#pragma OPENCL FP_CONTRACT OFF
-#ifdef cl_khr_fp64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-typedef double wide;
-#else
-typedef float wide;
-#endif
-
 // `shard_rows` rows from `shard_start` of a vocabulary of `vocab_size`.
 __kernel void embedding(__global const float* weight, ulong weight_off, __global const INDEX* ids, ulong ids_off,
                         __global float* out, ulong out_off, ulong channels, ulong count, long shard_start,
@@ -112,20 +106,6 @@ __kernel void embedding_sum_runs(__global const float* dout, ulong dout_off, __g
   dweight[dweight_off + i] = sum;
 }
 
-// The sum of every work-item's `value`, added in a fixed tree order; every work-item gets it.
-float group_sum(float value, __local float* scratch) {
-  const uint lid = get_local_id(0);
-  scratch[lid] = value;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint half_size = ROW_THREADS / 2; half_size > 0; half_size /= 2) {
-    if (lid < half_size) scratch[lid] += scratch[lid + half_size];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float total = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE);  // before the next call overwrites scratch
-  return total;
-}
-
 float group_max(float value, __local float* scratch) {
   const uint lid = get_local_id(0);
   scratch[lid] = value;
@@ -197,8 +177,9 @@ __kernel void softmax_grad(__global const float* dloss, ulong dloss_off, __globa
 
 const std::string& index_source(const std::string& op, DType index) {
   static const std::string header = fmt::format("#define ROW_THREADS {}\n", kRowThreads);
-  static const std::string i32 = header + "#define INDEX int\n" + kVocabBody;
-  static const std::string i64 = header + "#define INDEX long\n" + kVocabBody;
+  static const std::string body = kRowReductionPrelude + kVocabBody;
+  static const std::string i32 = header + "#define INDEX int\n" + body;
+  static const std::string i64 = header + "#define INDEX long\n" + body;
   switch (index) {
     case DType::I32: return i32;
     case DType::I64: return i64;
