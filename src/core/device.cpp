@@ -19,6 +19,7 @@ class HostEvent final : public DeviceEvent {
  public:
   HostEvent() : time_(std::chrono::steady_clock::now()) {}
   void wait() const override {}
+  bool done() const override { return true; }
   double seconds_since(const DeviceEvent& earlier) const override {
     return std::chrono::duration<double>(time_ - static_cast<const HostEvent&>(earlier).time_).count();
   }
@@ -40,6 +41,11 @@ class HostDevice final : public Device {
   }
   void copy_from_host(const void* source, const Buffer& target, size_t offset, size_t bytes) const override {
     if (bytes > 0) std::memmove(target.data() + offset, source, bytes);
+  }
+  std::shared_ptr<DeviceEvent> copy_to_host_async(const Buffer& source, size_t offset, void* target,
+                                                  size_t bytes) const override {
+    copy_to_host(source, offset, target, bytes);
+    return record();
   }
   void copy(const Buffer& source, size_t source_offset, const Buffer& target, size_t target_offset,
             size_t bytes) const override {

@@ -27,6 +27,7 @@ class DeviceEvent {
  public:
   virtual ~DeviceEvent() = default;
   virtual void wait() const = 0;
+  virtual bool done() const = 0;  // without waiting
   // Seconds from `earlier` (of the same device) to this, by the device's own clock; waits for both.
   virtual double seconds_since(const DeviceEvent& earlier) const = 0;
 };
@@ -43,6 +44,10 @@ class Device {
   // may be reused (a read has landed, a write has been taken).
   virtual void copy_to_host(const Buffer& source, size_t offset, void* target, size_t bytes) const = 0;
   virtual void copy_from_host(const void* source, const Buffer& target, size_t offset, size_t bytes) const = 0;
+  // A read queued behind the work before it: `target` receives the bytes when the returned event is
+  // done, and must stay valid and untouched until then (a gradient bucket read while backward goes on).
+  virtual std::shared_ptr<DeviceEvent> copy_to_host_async(const Buffer& source, size_t offset, void* target,
+                                                          size_t bytes) const = 0;
   // Within this device's memory, queued (regions may not overlap).
   virtual void copy(const Buffer& source, size_t source_offset, const Buffer& target, size_t target_offset,
                     size_t bytes) const = 0;

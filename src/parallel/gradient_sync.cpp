@@ -53,13 +53,14 @@ void GradientSync::start(size_t bucket, const Collect& collect) {
         call.handle = parallel_.sum_async(buckets_.bucket(bucket));
         break;
       }
-      host_buckets_.resize(buckets_.size());
-      if (!host_buckets_[bucket].defined()) {
-        host_buckets_[bucket] = Tensor::empty(buckets_.bucket(bucket).shape(), DType::F32);
+      {
+        const Tensor& on_device = buckets_.bucket(bucket);
+        host_buckets_.resize(buckets_.size());
+        if (!host_buckets_[bucket].defined()) host_buckets_[bucket] = Tensor::empty(on_device.shape(), DType::F32);
+        call.read = on_device.device().copy_to_host_async(on_device.buffer(), on_device.offset_bytes(),
+                                                          host_buckets_[bucket].raw(), on_device.nbytes());
+        call.through_host = true;
       }
-      host_buckets_[bucket].copy_from(buckets_.bucket(bucket));
-      call.handle = parallel_.sum_async(host_buckets_[bucket]);
-      call.through_host = true;
       break;
     case GradientCollective::ReduceScatterThenAllGather:
       call.handle = parallel_.reduce_scatter_async(buckets_.bucket(bucket), buckets_.shard(bucket));
@@ -103,12 +104,33 @@ int GradientSync::free_staging_slot() {
   return slot;
 }
 
+void GradientSync::start_read_buckets(bool wait) {
+  for (InFlight& call : in_flight_) {
+    if (!call.read) continue;
+    if (wait) {
+      call.read->wait();
+    } else if (!call.read->done()) {
+      return;  // a later bucket waits for this one: the ranks start their collectives in the same order
+    }
+    call.read.reset();
+    call.handle = parallel_.sum_async(host_buckets_[call.bucket]);
+  }
+}
+
 void GradientSync::advance() {
-  if (!in_flight_.empty()) in_flight_.back().handle.test();  // one test() drives every call in flight
+  start_read_buckets(/*wait=*/false);
+  // One test() drives every call in flight.
+  for (auto call = in_flight_.rbegin(); call != in_flight_.rend(); ++call) {
+    if (call->handle.valid()) {
+      call->handle.test();
+      return;
+    }
+  }
 }
 
 double GradientSync::finish() {
   auto start = std::chrono::steady_clock::now();
+  start_read_buckets(/*wait=*/true);
   // All-gathers start here, in bucket order, never when a rank happens to see a reduce-scatter done:
   // every rank must issue its collectives in the same order.
   for (InFlight& call : in_flight_) {

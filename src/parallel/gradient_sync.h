@@ -11,12 +11,14 @@
 // from there; a staging buffer is reused once its reduce-scatter is done. In-
 // flight collectives make progress between kernels. One process collects the
 // same way and communicates nothing. Buckets on a device are all-reduced
-// through host copies: a bucket is read to the host when it completes (the
-// read waits for the kernels that made it, while later ones are not yet
-// queued), reduced there while backward goes on, and written back in finish().
+// through host copies: when a bucket completes, a read of it is queued behind
+// the kernels that made it and the host goes on queueing the rest of backward;
+// the read's event says when the bytes are in, and the bucket's collective
+// starts then (in bucket order, as every rank must); finish() writes the sums back.
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -56,7 +58,9 @@ class GradientSync {
     bool gather_next = false;  // a reduce-scatter that an all-gather follows
     int staging_slot = -1;
     bool through_host = false;  // a device bucket, reduced in its host copy
+    std::shared_ptr<DeviceEvent> read;  // set until the host copy is in and the collective started
   };
+  void start_read_buckets(bool wait);  // the collectives of buckets whose reads are in, in order
   void start(size_t bucket, const Collect& collect);
   int free_staging_slot();
   void advance();  // drives everything in flight

@@ -32,6 +32,21 @@ TEST(OpenCLDevice, TensorsRoundTripThroughCopiesAndRefuseHostAccess) {
   EXPECT_EQ(copy.to_host().data<float>()[2999], 0.0f);
 }
 
+TEST(OpenCLDevice, AQueuedReadLandsWhenItsEventIsDoneAndAfterTheWorkBeforeIt) {
+  const Tensor host = random_f32({1 << 16}, 6);
+  Tensor on_device = Tensor::zeros(host.shape(), DType::F32, opencl_device());
+  on_device.copy_from(host);
+  // Queued work before the read (a scale by two) is in the bytes the read delivers.
+  Dispatcher dispatcher(get_backend("opencl"), get_backend("ref"), FallbackPolicy::Error);
+  dispatcher.run("scale", {on_device}, {on_device}, {{"factor", 2.0}});
+  Tensor landed = Tensor::empty(host.shape(), DType::F32);
+  const auto read = opencl_device().copy_to_host_async(on_device.buffer(), on_device.offset_bytes(), landed.raw(),
+                                                       on_device.nbytes());
+  read->wait();
+  EXPECT_TRUE(read->done());
+  for (int64_t i = 0; i < host.numel(); i += 997) EXPECT_EQ(landed.data<float>()[i], 2.0f * host.data<float>()[i]) << i;
+}
+
 TEST(OpenCLDevice, ReportsItsCapabilities) {
   const DeviceCapabilities capabilities = opencl_device().capabilities();
   EXPECT_TRUE(capabilities.computes(DType::F32));

@@ -51,6 +51,13 @@ class OpenCLEvent final : public DeviceEvent {
   explicit OpenCLEvent(cl_event event) : event_(event) {}
   ~OpenCLEvent() override { clReleaseEvent(event_); }
   void wait() const override { check(clWaitForEvents(1, &event_), "clWaitForEvents"); }
+  bool done() const override {
+    cl_int status = CL_QUEUED;
+    check(clGetEventInfo(event_, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, nullptr),
+          "clGetEventInfo");
+    if (status < 0) fail("OpenCL: a queued command failed: {} ({})", status_name(status), status);
+    return status == CL_COMPLETE;
+  }
   double seconds_since(const DeviceEvent& earlier) const override {
     const auto& other = static_cast<const OpenCLEvent&>(earlier);
     return static_cast<double>(other.end_ns() > end_ns() ? 0 : end_ns() - other.end_ns()) * 1e-9;
@@ -165,6 +172,16 @@ void OpenCLDevice::copy_from_host(const void* source, const Buffer& target, size
   if (bytes == 0) return;
   check(clEnqueueWriteBuffer(queue_, memory_of(target), CL_TRUE, offset, bytes, source, 0, nullptr, nullptr),
         "clEnqueueWriteBuffer");
+}
+
+std::shared_ptr<DeviceEvent> OpenCLDevice::copy_to_host_async(const Buffer& source, size_t offset, void* target,
+                                                              size_t bytes) const {
+  if (bytes == 0) return record();
+  cl_event event = nullptr;
+  check(clEnqueueReadBuffer(queue_, memory_of(source), CL_FALSE, offset, bytes, target, 0, nullptr, &event),
+        "clEnqueueReadBuffer");
+  check(clFlush(queue_), "clFlush");  // submitted now, so that done() can become true while the host goes on
+  return std::make_shared<OpenCLEvent>(event);
 }
 
 void OpenCLDevice::copy(const Buffer& source, size_t source_offset, const Buffer& target, size_t target_offset,

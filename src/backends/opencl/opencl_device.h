@@ -48,6 +48,8 @@ class OpenCLDevice final : public Device {
   std::shared_ptr<Buffer> allocate(size_t bytes) const override;
   void copy_to_host(const Buffer& source, size_t offset, void* target, size_t bytes) const override;
   void copy_from_host(const void* source, const Buffer& target, size_t offset, size_t bytes) const override;
+  std::shared_ptr<DeviceEvent> copy_to_host_async(const Buffer& source, size_t offset, void* target,
+                                                  size_t bytes) const override;
   void copy(const Buffer& source, size_t source_offset, const Buffer& target, size_t target_offset,
             size_t bytes) const override;
   void fill_zero(const Buffer& target, size_t offset, size_t bytes) const override;
