@@ -1,7 +1,8 @@
 #include "ckpt/hf_export.h"
 
-#include <fmt/format.h>
+#include <optional>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/training_checkpoint.h"
@@ -56,11 +57,19 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
-  write_file_atomic(out / "config.json", model_family(state.model).to_hf_config(state.model).dump(2) + "\n");
+  std::optional<Tokenizer> tokenizer;
+  if (!state.tokenizer.empty() && fs::exists(state.tokenizer)) tokenizer = load_tokenizer(state.tokenizer);
+  // The special ids are the run's tokenizer's, or null where it has none: a missing key would make
+  // transformers take the family's stock ids (GPT-2's 50256), outside a small vocabulary.
+  json config = model_family(state.model).to_hf_config(state.model);
+  auto special = [&](int32_t id) { return tokenizer && id >= 0 ? json(id) : json(nullptr); };
+  config["bos_token_id"] = special(tokenizer ? tokenizer->bos_id() : -1);
+  config["eos_token_id"] = special(tokenizer ? tokenizer->eos_id() : -1);
+  write_file_atomic(out / "config.json", config.dump(2) + "\n");
   // The run's tokenizer files under their own names (tokenizer.model, or tokenizer.json and
   // tokenizer_config.json), as a model directory holds them.
-  if (!state.tokenizer.empty() && fs::exists(state.tokenizer)) {
-    for (const fs::path& file : load_tokenizer(state.tokenizer).files()) {
+  if (tokenizer) {
+    for (const fs::path& file : tokenizer->files()) {
       fs::copy_file(file, out / file.filename(), fs::copy_options::overwrite_existing, error);
       if (error) fail("cannot copy the tokenizer file '{}' to '{}': {}", file.string(), out.string(), error.message());
     }

@@ -92,8 +92,9 @@ BpeModel::BpeModel(const nlohmann::json& model, std::string_view where) {
     fail("{} is {}: dropout makes encoding random; this build reads null or 0", json_member(where, "dropout"),
          json_excerpt(dropout));
   }
+  // Current transformers writes "" for an absent prefix or suffix: the same as none.
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && !model[key].is_null()) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
       fail("{} is {}: this build reads byte-level BPE models, which have none", json_member(where, key),
            json_excerpt(model[key]));
     }

@@ -134,6 +134,22 @@ std::string broken_tokenizer(const std::function<void(json&)>& change) {
   return document.dump();
 }
 
+// transformers writes "" for an absent continuing_subword_prefix and end_of_word_suffix; null, a
+// missing key and "" are the same model and encode alike.
+TEST(HfTokenizer, AnEmptySubwordPrefixAndSuffixAreNone) {
+  TempDir dir;
+  const fs::path file = dir / "tokenizer.json";
+  write_bytes(file, broken_tokenizer([](json&) {}));
+  const std::vector<int32_t> expected = load_tokenizer(file).encode("a <mask> ab");
+  write_bytes(file, broken_tokenizer([](json& d) {
+    d["model"]["continuing_subword_prefix"] = "";
+    d["model"]["end_of_word_suffix"] = "";
+  }));
+  EXPECT_EQ(load_tokenizer(file).encode("a <mask> ab"), expected);
+  write_bytes(file, broken_tokenizer([](json& d) { d["model"]["end_of_word_suffix"] = "</w>"; }));
+  EXPECT_THAT(error_of([&] { load_tokenizer(file); }), HasSubstr("model.end_of_word_suffix is \"</w>\""));
+}
+
 TEST(HfTokenizer, ErrorsNameTheFileAndKey) {
   TempDir dir;
   const fs::path file = dir / "tokenizer.json";

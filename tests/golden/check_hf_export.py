@@ -92,6 +92,10 @@ def main():
     elif config.get("activation_function") != "gelu_new" or config.get("tie_word_embeddings") is not True:
         failures.append("config.json: GPT-2's tanh GELU (gelu_new) and tied embeddings expected")
     cfg = ref.Config.from_hf(config)
+    # The special ids are the run's tokenizer's (or null), never GPT-2's stock 50256 outside the vocabulary.
+    for key in ("bos_token_id", "eos_token_id"):
+        if key not in config or not (config[key] is None or 0 <= config[key] < cfg.vocab_size):
+            failures.append(f"config.json: {key} {config.get(key, 'missing')} is not an id of the {cfg.vocab_size}-token vocabulary")
 
     with open(os.path.join(out, "model.safetensors.index.json")) as f:
         index = json.load(f)
