@@ -1,7 +1,15 @@
+#include <charconv>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "data/corpus.h"
+#include "data/tokenizer.h"
 
 namespace strata::cli {
 
@@ -29,6 +37,33 @@ void prepare(const PrepareArgs& args) {
              meta.train_unigram_entropy, meta.val_unigram_cross_entropy);
 }
 
+struct TokenizeArgs {
+  std::string tokenizer;
+  bool decode = false;
+};
+
+// Standard input's text as ids on one line, or with --decode its whitespace-separated ids as text:
+// a tokenizer checked against another from the shell.
+void tokenize(const TokenizeArgs& args) {
+  const Tokenizer tokenizer = load_tokenizer(args.tokenizer);
+  const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  if (!args.decode) {
+    fmt::print("{}\n", fmt::join(tokenizer.encode(input), " "));
+    return;
+  }
+  std::istringstream words(input);
+  std::vector<int32_t> ids;
+  for (std::string word; words >> word;) {
+    int32_t id = 0;
+    const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), id);
+    if (error != std::errc() || end != word.data() + word.size()) {
+      fail("strata data tokenize --decode: item {} of standard input is \"{}\", not a token id", ids.size() + 1, word);
+    }
+    ids.push_back(id);
+  }
+  fmt::print("{}", tokenizer.decode(ids));
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
@@ -49,6 +84,17 @@ void add_data_command(CLI::App& app) {
   command->add_option("--val-fraction", args->val_fraction, "Share of the text held out for validation")
       ->check(CLI::Range(0.0, 0.5));
   command->callback([args] { prepare(*args); });
+
+  auto* tokenize_command = data->add_subcommand(
+      "tokenize", "Encode standard input's text and print its ids on one line, or with --decode print the text of "
+                  "its ids");
+  auto tokenize_args = std::make_shared<TokenizeArgs>();
+  tokenize_command
+      ->add_option("--tokenizer", tokenize_args->tokenizer,
+                   "A model directory (tokenizer.json or tokenizer.model), a tokenizer.json or a SentencePiece .model")
+      ->required();
+  tokenize_command->add_flag("--decode", tokenize_args->decode, "Read whitespace-separated ids and print their text");
+  tokenize_command->callback([tokenize_args] { tokenize(*tokenize_args); });
 }
 
 }  // namespace strata::cli

@@ -9,12 +9,17 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "data/token_shard.h"
+#include "data/tokenizer.h"
 #include "run_strata.h"
+#include "support/test_files.h"
+#include "support/tiny_corpus.h"
 
 namespace strata {
 namespace {
@@ -243,6 +248,30 @@ TEST(CalibrateCommand, AnOpenCLDeviceIsMeasuredAndPlannedFor) {
   testing::StrataRun planned = testing::run_strata("plan gpt2-small " + profile.string() + " --dtype f32 --top 1 --devices 1");
   EXPECT_EQ(planned.exit_code, 0) << planned.output;
   fs::remove(profile);
+}
+
+// `strata data tokenize` encodes standard input as the library does and decodes the ids back; a
+// word that is not an id is an error naming it.
+TEST(DataTokenizeCommand, EncodesAsTheLibraryAndDecodesBack) {
+  testing::TempDir dir;
+  const fs::path data = testing::prepare_tiny_corpus(dir.path(), 200);
+  const fs::path tokenizer = data / "tokenizer.model";
+  const std::string text = "And the LORD said unto Moses,\n  Go in.";
+  testing::write_bytes(dir / "text.txt", text);
+  const testing::StrataRun encoded =
+      testing::run_strata("data tokenize --tokenizer " + tokenizer.string() + " < " + (dir / "text.txt").string(), false);
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  EXPECT_EQ(encoded.output, fmt::format("{}\n", fmt::join(load_tokenizer(tokenizer).encode(text), " ")));
+  testing::write_bytes(dir / "ids.txt", encoded.output);
+  const testing::StrataRun decoded = testing::run_strata(
+      "data tokenize --decode --tokenizer " + tokenizer.string() + " < " + (dir / "ids.txt").string(), false);
+  ASSERT_EQ(decoded.exit_code, 0) << decoded.output;
+  EXPECT_EQ(decoded.output, text);
+  testing::write_bytes(dir / "bad.txt", "5 7 x9 2");
+  const testing::StrataRun bad =
+      testing::run_strata("data tokenize --decode --tokenizer " + tokenizer.string() + " < " + (dir / "bad.txt").string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("item 3 of standard input is \"x9\""));
 }
 
 }  // namespace
