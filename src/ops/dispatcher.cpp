@@ -176,15 +176,17 @@ std::vector<TransferRecord> Dispatcher::transfers() const {
   return result;
 }
 
-TransferTotals Dispatcher::transfer_totals() const {
+TransferTotals total_of(const std::vector<TransferRecord>& records) {
   TransferTotals totals;
-  for (const TransferRecord& record : transfers()) {
+  for (const TransferRecord& record : records) {
     totals.count += record.count;
     totals.bytes += record.bytes;
     totals.seconds += record.seconds;
   }
   return totals;
 }
+
+TransferTotals Dispatcher::transfer_totals() const { return total_of(transfers()); }
 
 std::string Dispatcher::summary() const {
   std::vector<FallbackRecord> all = records();

@@ -57,6 +57,7 @@ struct TransferTotals {
   int64_t bytes = 0;
   double seconds = 0;
 };
+TransferTotals total_of(const std::vector<TransferRecord>& records);
 
 class Dispatcher {
  public:

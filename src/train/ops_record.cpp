@@ -18,7 +18,6 @@ void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage
                               {"count", record.count}});
   }
   nlohmann::json moved = nlohmann::json::array();
-  TransferTotals totals;
   for (const TransferRecord& transfer : transfers) {
     moved.push_back({{"op", transfer.op},
                      {"dtype", std::string(dtype_name(transfer.dtype))},
@@ -26,10 +25,8 @@ void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage
                      {"tensors", transfer.count},
                      {"bytes", transfer.bytes},
                      {"seconds", transfer.seconds}});
-    totals.count += transfer.count;
-    totals.bytes += transfer.bytes;
-    totals.seconds += transfer.seconds;
   }
+  const TransferTotals totals = total_of(transfers);
   const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   nlohmann::json record{{"coverage", coverage_json(coverage)},
                         {"ran_not_native", ran_not_native},

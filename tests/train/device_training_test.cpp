@@ -5,8 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/backends.h"
 #include "backends/opencl/opencl_kernels.h"
+#include "core/file_io.h"
 #include "tiny_training_test.h"
 #include "train/trainer.h"
 
@@ -96,6 +99,16 @@ TEST_F(DeviceTrainingTest, AMissingKernelRunsOnTheHostWithItsTransfersCountedAnd
   EXPECT_THAT(summary, HasSubstr("gelu"));
   EXPECT_THAT(summary, HasSubstr("to host"));
   EXPECT_THAT(summary, HasSubstr("to device"));
+
+  // A whole run records them per step in ops.json (no validation here: the eval graph moves gelu too).
+  Trainer run(config("lacking_run", {"ops.backend=opencl-without-gelu", "ops.fallback=allow", "train.val_every=0"}));
+  run.run();
+  const nlohmann::json record = nlohmann::json::parse(read_text_file(root() / "lacking_run" / "ops.json"));
+  const nlohmann::json& per_step = record.at("transfers_per_step");
+  EXPECT_EQ(per_step.at("steps"), 6);
+  EXPECT_DOUBLE_EQ(per_step.at("tensors").get<double>(), 2 * 2 * 2);
+  EXPECT_DOUBLE_EQ(per_step.at("bytes").get<double>(), 2 * 2 * 2 * gelu_bytes);
+  EXPECT_EQ(record.at("transfers").size(), 2u);  // gelu to the host, and back
 }
 
 TEST_F(DeviceTrainingTest, ALowPrecisionTheDeviceLacksIsAnErrorUnlessEmulationIsAllowed) {
