@@ -775,8 +775,11 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   // Each rank reads the boxes its shards cover, whatever layout saved them.
   const auto start = std::chrono::steady_clock::now();
   // On a device the parameters are read into host tensors, then copied there.
-  const RankTensors tensors =
-      checkpoint_tensors(device().is_host() ? param_tensors_ : host_copies(param_tensors_), first, second);
+  std::vector<Tensor> parameters = param_tensors_;
+  if (!device().is_host()) {
+    for (Tensor& parameter : parameters) parameter = Tensor::empty(parameter.shape(), parameter.dtype());
+  }
+  const RankTensors tensors = checkpoint_tensors(std::move(parameters), first, second);
   load_training_tensors(checkpoint, specs_, shards_, tensors);
   if (!device().is_host()) {
     for (size_t k = 0; k < param_tensors_.size(); ++k) param_tensors_[k].copy_from(tensors.parameters[k]);

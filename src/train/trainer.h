@@ -107,7 +107,7 @@ class Trainer {
   // What this rank's part of the layout saves (ckpt/shard_plan.h) and its tensors for a save or load.
   RankTensors checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
                                  GradientBuckets& second_moments);
-  // Host copies of tensors on the device (the tensors themselves on the host).
+  // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
   static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
   nlohmann::json layout_json() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
