@@ -153,15 +153,15 @@ void Tensor::copy_from(const Tensor& source) {
 // A device's memory is reached only by its copies: a strided view is copied in runs, the innermost
 // dims that both tensors hold contiguously, one device copy per run.
 void Tensor::copy_between_devices(const Tensor& source) {
+  if (&source.device() != &device() && !source.on_host() && !on_host()) {  // two devices: through the host
+    copy_from(source.to_host());
+    return;
+  }
   size_t inner = shape_.size();
   int64_t run = 1;
   while (inner > 0 && strides_[inner - 1] == run && source.strides_[inner - 1] == run) {
     run *= shape_[inner - 1];
     --inner;
-  }
-  if (&source.device() != &device() && !source.on_host() && !on_host()) {  // two devices: through the host
-    copy_from(source.to_host());
-    return;
   }
   const Shape outer(shape_.begin(), shape_.begin() + static_cast<std::ptrdiff_t>(inner));
   const std::vector<int64_t> target_strides(strides_.begin(), strides_.begin() + static_cast<std::ptrdiff_t>(inner));
