@@ -186,6 +186,18 @@ TransferTotals total_of(const std::vector<TransferRecord>& records) {
   return totals;
 }
 
+TransferTotals copies_of_route(Route route, const Device& device, const Metas& inputs, const Metas& outputs) {
+  TransferTotals copies;
+  if (route != Route::Reference || device.is_host()) return copies;
+  for (const Metas* moved : {&inputs, &outputs}) {
+    for (const TensorMeta& meta : *moved) {
+      copies.count += 1;
+      copies.bytes += static_cast<int64_t>(meta.nbytes());
+    }
+  }
+  return copies;
+}
+
 TransferTotals Dispatcher::transfer_totals() const { return total_of(transfers()); }
 
 std::string Dispatcher::summary() const {

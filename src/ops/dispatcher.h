@@ -58,6 +58,9 @@ struct TransferTotals {
   double seconds = 0;
 };
 TransferTotals total_of(const std::vector<TransferRecord>& records);
+// What one run of an op on `route` copies between `device` and the host (no time): a ref fallback
+// on a device moves each input to the host and each output back; every other route moves nothing.
+TransferTotals copies_of_route(Route route, const Device& device, const Metas& inputs, const Metas& outputs);
 
 class Dispatcher {
  public:

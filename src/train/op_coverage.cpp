@@ -71,14 +71,11 @@ class Tally {
     }
     row.count += count;
     row.flops += static_cast<double>(count) * OpRegistry::global().cost(op, inputs, attrs).flops;
-    if (route == Route::Reference && !dispatcher_.backend().device().is_host()) {
-      const Metas outputs = OpRegistry::global().infer(op, inputs, attrs);
-      for (const Metas* moved : {&inputs, &outputs}) {
-        for (const TensorMeta& meta : *moved) {
-          transfers_ += count;
-          transfer_bytes_ += static_cast<double>(count) * static_cast<double>(meta.nbytes());
-        }
-      }
+    if (route == Route::Reference) {
+      const TransferTotals copies = copies_of_route(route, dispatcher_.backend().device(), inputs,
+                                                    OpRegistry::global().infer(op, inputs, attrs));
+      transfers_ += count * copies.count;
+      transfer_bytes_ += static_cast<double>(count) * static_cast<double>(copies.bytes);
     }
   }
 

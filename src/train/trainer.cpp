@@ -825,15 +825,14 @@ std::string Trainer::precision_summary() const {
     if (choice.route != Route::Native) {
       not_native[choice.route].insert(fmt::format("{} ({})", choice.schema->name, dtype_name(choice.dtype)));
     }
-    if (choice.route != Route::Reference || device().is_host()) continue;
+    if (choice.route != Route::Reference) continue;
     const Node& op = graph.graph().node(static_cast<int>(node));
-    for (const std::vector<int>* values : {&op.inputs, &op.outputs}) {
-      for (int value : *values) {
-        transfers += config_.accumulation_steps();
-        transfer_bytes += static_cast<double>(config_.accumulation_steps()) *
-                          static_cast<double>(graph.graph().value(value).meta.nbytes());
-      }
-    }
+    Metas inputs, outputs;
+    for (int value : op.inputs) inputs.push_back(graph.graph().value(value).meta);
+    for (int value : op.outputs) outputs.push_back(graph.graph().value(value).meta);
+    const TransferTotals copies = copies_of_route(choice.route, device(), inputs, outputs);
+    transfers += config_.accumulation_steps() * copies.count;
+    transfer_bytes += static_cast<double>(config_.accumulation_steps()) * static_cast<double>(copies.bytes);
   }
   for (const auto& [route, ops] : not_native) {
     std::string list;
