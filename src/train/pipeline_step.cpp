@@ -39,6 +39,42 @@ void run_nodes_between(CompiledGraph& graph, int slot, int begin, int end, std::
   graph.run_nodes(slot, begin, end, after_node);
 }
 
+// Per chunk: slots are taken by a micro-batch's receive or forward and given back after its
+// backward and the send of its gradient.
+class SlotPools {
+ public:
+  SlotPools(const std::vector<int>& slots_per_chunk, int64_t micro_batches, int stage) : stage_(stage) {
+    for (int slots : slots_per_chunk) {
+      Pool pool;
+      for (int slot = slots - 1; slot >= 0; --slot) pool.free.push_back(slot);
+      pool.of.assign(static_cast<size_t>(micro_batches), -1);
+      pools_.push_back(std::move(pool));
+    }
+  }
+  int slot_for(int chunk, int micro) {
+    Pool& pool = pools_[static_cast<size_t>(chunk)];
+    int& slot = pool.of[static_cast<size_t>(micro)];
+    if (slot < 0) {
+      STRATA_CHECK(!pool.free.empty(), "pipeline stage {}: more micro-batches in flight than slots", stage_);
+      slot = pool.free.back();
+      pool.free.pop_back();
+    }
+    return slot;
+  }
+  void release(int chunk, int micro) {
+    Pool& pool = pools_[static_cast<size_t>(chunk)];
+    pool.free.push_back(pool.of[static_cast<size_t>(micro)]);
+    pool.of[static_cast<size_t>(micro)] = -1;
+  }
+
+ private:
+  struct Pool {
+    std::vector<int> free, of;  // free slots; per micro-batch its slot or -1
+  };
+  std::vector<Pool> pools_;
+  int stage_ = 0;
+};
+
 }  // namespace
 
 std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
@@ -51,85 +87,14 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
       train_loader_->next(step_tokens_[static_cast<size_t>(micro)], step_targets_[static_cast<size_t>(micro)]);
     }
   }
-  // Per chunk: slots are taken by a micro-batch's receive or forward and given back after its
-  // backward and the send of its gradient.
-  struct Slots {
-    std::vector<int> free, of;  // free slots; per micro-batch its slot or -1
-  };
-  std::vector<Slots> slots(chunks_.size());
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    for (int slot = chunks_[c].train_graph->slots() - 1; slot >= 0; --slot) slots[c].free.push_back(slot);
-    slots[c].of.assign(static_cast<size_t>(count), -1);
-  }
+  std::vector<int> slots_per_chunk;
+  for (const ModelChunk& chunk : chunks_) slots_per_chunk.push_back(chunk.train_graph->slots());
+  SlotPools slots(slots_per_chunk, count, pipeline_.stage());
   pipeline_wait_s_ = 0;
-  auto slot_for = [&](int chunk, int micro) {
-    Slots& pool = slots[static_cast<size_t>(chunk)];
-    int& slot = pool.of[static_cast<size_t>(micro)];
-    if (slot < 0) {
-      STRATA_CHECK(!pool.free.empty(), "pipeline stage {}: more micro-batches in flight than slots", pipeline_.stage());
-      slot = pool.free.back();
-      pool.free.pop_back();
-    }
-    return slot;
-  };
-  auto release = [&](int chunk, int micro) {
-    Slots& pool = slots[static_cast<size_t>(chunk)];
-    pool.free.push_back(pool.of[static_cast<size_t>(micro)]);
-    pool.of[static_cast<size_t>(micro)] = -1;
-  };
   std::vector<double> losses(static_cast<size_t>(count), 0.0);
   for (const PipelineAction& action : stage_actions_) {
-    ModelChunk& chunk = chunks_[static_cast<size_t>(action.chunk)];
-    const ModelGraph& model = chunk.train_model;
-    const ModelGraph::BoundaryNodes& boundary = model.boundary;
-    CompiledGraph& graph = *chunk.train_graph;
-    const int slot = slot_for(action.chunk, action.micro_batch);
-    const size_t micro = static_cast<size_t>(action.micro_batch);
-    // The schedule's transfers are the graph's stage-boundary nodes, run when it says.
-    auto run_node = [&](int node) { graph.run_nodes(slot, node, node + 1); };
-    const int part = action.chunk * pipeline_.degree() + pipeline_.stage();
-    auto observe = [&](int node) {
-      if (node_observer_ && action.micro_batch == 0) node_observer_({graph, model, slot, part, node});
-    };
-    trace::Span span(pipeline_op_name(action.op), "trainer");
-    if (span) span.set_args(fmt::format(R"({{"micro_batch":{},"chunk":{},"slot":{}}})", action.micro_batch, action.chunk, slot));
-    switch (action.op) {
-      case PipelineOp::ReceiveActivation:
-        pipeline_wait_s_ += timed([&] { run_node(boundary.receive); });
-        break;
-      case PipelineOp::ReceiveGradient:
-        pipeline_wait_s_ += timed([&] { run_node(boundary.receive_gradient); });
-        break;
-      case PipelineOp::Forward:
-        if (model.tokens >= 0) graph.tensor(slot, model.tokens).copy_from(step_tokens_[micro]);
-        if (model.targets >= 0) graph.tensor(slot, model.targets).copy_from(step_targets_[micro]);
-        run_nodes_between(graph, slot, 0, model.first_backward_node, {boundary.receive, boundary.send}, observe);
-        if (model.loss >= 0) losses[micro] = graph.tensor(slot, model.loss).item();
-        break;
-      case PipelineOp::SendActivation:
-        run_node(boundary.send);
-        break;
-      case PipelineOp::Backward: {
-        const bool first = action.micro_batch == 0, last = action.micro_batch + 1 == count;
-        active_chunk_ = action.chunk;
-        active_slot_ = slot;
-        run_nodes_between(graph, slot, model.first_backward_node, model.graph.num_nodes(),
-                          {boundary.receive_gradient, boundary.send_gradient}, [&](int node) {
-                            grad_sync_->after_node(chunk.node_offset + node, first, last,
-                                                   [&](size_t parameter, Tensor& destination, bool accumulate) {
-                                                     collect_gradient(parameter, destination, accumulate);
-                                                   });
-                            observe(node);
-                          });
-        active_chunk_ = active_slot_ = 0;
-        if (model.received < 0) release(action.chunk, action.micro_batch);  // nothing to send back
-        break;
-      }
-      case PipelineOp::SendGradient:
-        run_node(boundary.send_gradient);
-        release(action.chunk, action.micro_batch);
-        break;
-    }
+    const int slot = slots.slot_for(action.chunk, action.micro_batch);
+    if (run_pipeline_action(action, slot, count, losses)) slots.release(action.chunk, action.micro_batch);
   }
   {
     trace::Span span("finish sends", "trainer");
@@ -137,6 +102,58 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
   }
   trace::Span span("losses from the last stage", "trainer");
   return pipeline_.from_last_stage(losses);
+}
+
+bool Trainer::run_pipeline_action(const PipelineAction& action, int slot, int64_t count, std::vector<double>& losses) {
+  ModelChunk& chunk = chunks_[static_cast<size_t>(action.chunk)];
+  const ModelGraph& model = chunk.train_model;
+  const ModelGraph::BoundaryNodes& boundary = model.boundary;
+  CompiledGraph& graph = *chunk.train_graph;
+  const size_t micro = static_cast<size_t>(action.micro_batch);
+  // The schedule's transfers are the graph's stage-boundary nodes, run when it says.
+  auto run_node = [&](int node) { graph.run_nodes(slot, node, node + 1); };
+  const int part = action.chunk * pipeline_.degree() + pipeline_.stage();
+  auto observe = [&](int node) {
+    if (node_observer_ && action.micro_batch == 0) node_observer_({graph, model, slot, part, node});
+  };
+  trace::Span span(pipeline_op_name(action.op), "trainer");
+  if (span) span.set_args(fmt::format(R"({{"micro_batch":{},"chunk":{},"slot":{}}})", action.micro_batch, action.chunk, slot));
+  switch (action.op) {
+    case PipelineOp::ReceiveActivation:
+      pipeline_wait_s_ += timed([&] { run_node(boundary.receive); });
+      return false;
+    case PipelineOp::ReceiveGradient:
+      pipeline_wait_s_ += timed([&] { run_node(boundary.receive_gradient); });
+      return false;
+    case PipelineOp::Forward:
+      if (model.tokens >= 0) graph.tensor(slot, model.tokens).copy_from(step_tokens_[micro]);
+      if (model.targets >= 0) graph.tensor(slot, model.targets).copy_from(step_targets_[micro]);
+      run_nodes_between(graph, slot, 0, model.first_backward_node, {boundary.receive, boundary.send}, observe);
+      if (model.loss >= 0) losses[micro] = graph.tensor(slot, model.loss).item();
+      return false;
+    case PipelineOp::SendActivation:
+      run_node(boundary.send);
+      return false;
+    case PipelineOp::Backward: {
+      const bool first = action.micro_batch == 0, last = action.micro_batch + 1 == count;
+      active_chunk_ = action.chunk;
+      active_slot_ = slot;
+      run_nodes_between(graph, slot, model.first_backward_node, model.graph.num_nodes(),
+                        {boundary.receive_gradient, boundary.send_gradient}, [&](int node) {
+                          gradients_->sync().after_node(chunk.node_offset + node, first, last,
+                                                        [&](size_t parameter, Tensor& destination, bool accumulate) {
+                                                          collect_gradient(parameter, destination, accumulate);
+                                                        });
+                          observe(node);
+                        });
+      active_chunk_ = active_slot_ = 0;
+      return model.received < 0;  // nothing to send back
+    }
+    case PipelineOp::SendGradient:
+      run_node(boundary.send_gradient);
+      return true;
+  }
+  return false;
 }
 
 std::vector<double> Trainer::pipeline_validation(int64_t count) {

@@ -1,47 +1,33 @@
 #pragma once
 // The training loop: hardware- and layout-agnostic. It builds the model's graph (any family)
 // once, runs its share of each step's micro-batches (parallel/) through the
-// compiled graph on the configured backend, accumulates and combines
-// gradients, clips, steps AdamW, validates, logs and checkpoints.
+// compiled graph on the configured backend, hands the gradients to their
+// reduction (parallel/distributed_gradients.h), unscales, clips, steps AdamW and
+// validates. Checkpoints are ckpt/checkpoint_manager.h's, what the run writes
+// and prints about itself record/'s.
 #include <functional>
 #include <memory>
 #include <optional>
 
-#include "ckpt/training_checkpoint.h"
-#include "core/file_lock.h"
-#include "core/trace.h"
+#include "ckpt/checkpoint_manager.h"
 #include "data/token_loader.h"
 #include "graph/executor.h"
 #include "model/model_graph.h"
 #include "parallel/data_parallel.h"
-#include "parallel/gradient_buckets.h"
-#include "parallel/gradient_reduction.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/distributed_gradients.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel_group.h"
-#include "parallel/zero_partition.h"
+#include "record/run_recorder.h"
+#include "record/trace_session.h"
 #include "train/auto_parallel.h"
 #include "train/config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
-#include "train/metrics.h"
 #include "train/optimizer.h"
 
 namespace strata {
-
-// `strata train --trace FILE [--trace-steps A:B]`: the profiler timeline of steps [first, end)
-// (numbered as metrics.jsonl numbers them, from 1; end 0: to the end of the run), with what runs
-// after each traced step (validation, checkpoint save).
-struct TraceOptions {
-  std::string path;
-  int64_t first_step = 1;
-  int64_t end_step = 0;
-  bool includes(int64_t step) const { return step >= first_step && (end_step == 0 || step < end_step); }
-};
-// "A:B" (inclusive-exclusive), "A:" (from A to the end) or "A" (step A alone); errors name the flag.
-TraceOptions parse_trace_steps(const std::string& text);
 
 // The model's graph as the trainer builds it for a rank of `layout` (the default: one process
 // running the whole model): precision policy, recomputation, fusion, the LM head's own copy
@@ -100,11 +86,21 @@ class Trainer {
   size_t arena_bytes() const { return chunks_.front().train_graph->memory_plan().arena_bytes; }
 
  private:
+  // The constructor's parts, in order.
+  void check_job();            // what this job cannot run, before anything is allocated
+  void apply_plan();           // threads, the auto or manual plan and its prediction, the MFU peak
+  void build_model_chunks();   // this rank's part of the model, per chunk
+  void find_held_parameters(); // what this rank holds, and the gradients it collects
+  void make_optimizer();       // the gradients' reduction and AdamW over this rank's ranges
+  void open_data();            // the training and validation loaders
+  void compile_graphs();       // and bind their inputs, weight copies and the reduction's overlap
+  void start_or_resume();      // the run directory's checkpoints: resume from the latest, or initialise
+
   void restore(const std::filesystem::path& checkpoint_dir);
   void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
   // After loading whole tensors (model.init_from): this rank's shards of them.
   void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
-  // What this rank's part of the layout saves (ckpt/shard_plan.h) and its tensors for a save or load.
+  // The per-parameter tensors of this rank's part of the layout for a save or load (ckpt/shard_plan.h).
   RankTensors checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
                                  GradientBuckets& second_moments);
   // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
@@ -116,15 +112,22 @@ class Trainer {
   // the schedule's actions; the last stage's losses, in order, on every stage.
   std::vector<double> pipeline_micro_batches(int64_t count);
   std::vector<double> pipeline_validation(int64_t count);
-  GradientBuckets whole_moments_scratch() const;  // per-parameter tensors in the gradient buckets' layout
+  // Runs one of the schedule's actions in `slot`; true when the micro-batch's slot is free again.
+  bool run_pipeline_action(const PipelineAction& action, int slot, int64_t count, std::vector<double>& losses);
+  // A step's share of micro-batches through the whole model (no pipeline), gradients collected as made.
+  std::vector<double> micro_batches(const MicroBatchShare& share);
+  // Unscales, finds the norm, and updates (or skips the step on inf/nan gradients).
+  void update(StepMetrics& metrics, double loss_scale);
+  std::string startup_banner() const;     // the start-up lines: model, layout, backend, precision, plan
   std::string precision_summary() const;  // start-up lines: policy, and what the hardware runs natively
   void upload_batch();  // the loader's batch to the device's copies the graphs read
   double run_micro_batch(CompiledGraph& graph, const ModelGraph& model, TokenLoader& loader,
                          const CompiledGraph::NodeHook& after_node = {});
   void bind_inputs();
+  void bind_pipeline_inputs();  // every micro-batch's data of a step, and the stage boundary's placeholders
   // Each value of `model` standing for a held parameter (its own, and the LM head's copy of the tied
   // embedding), with the parameter's held index.
-  std::vector<std::pair<int, size_t>> held_parameter_values(const ModelGraph& model) const;  // params, data and pipeline buffers of both graphs
+  std::vector<std::pair<int, size_t>> held_parameter_values(const ModelGraph& model) const;
   void collect_gradient(size_t entry, Tensor& destination, bool accumulate);
   // Binds the one chunk's kept gradients to their places in the buckets, so the graph writes them there
   // (a step's first micro-batch; no copy), or back to the graph's arena (later micro-batches add).
@@ -137,13 +140,13 @@ class Trainer {
   // copies refreshed by the last update in this process are supplied (not after a resume or a new start).
   void supply_weight_copies(bool supply);
   void print(const std::string& text) const;  // on the reporting rank only
-  std::string trace_summary(const nlohmann::json& merged) const;  // writes the gaps file; the text to print
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
   double model_flops_per_token() const;
+  // The training graph's kernel time per op type (--profile), for the run's record.
+  std::optional<KernelProfile> kernel_profile() const;
 
   // First, so that it outlives every communication handle the members below may still hold.
-  std::unique_ptr<trace::Tracer> tracer_;
-  TraceOptions trace_options_;
+  std::unique_ptr<TraceSession> trace_;
 
   TrainConfig config_;
   DataParallel parallel_;
@@ -155,7 +158,7 @@ class Trainer {
   std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
   std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
   std::vector<ShardPiece> checkpoint_pieces_;  // every rank's, under this layout
-  std::optional<DirectoryLock> run_lock_;  // the reporting rank owns checkpoint.dir while it runs
+  int plan_threads_ = 0;          // threads per rank the plan was made for (0: as the profile was measured)
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
   std::string plan_summary_;      // its start-up line
   PeakFlops peak_;                // what model FLOPs utilisation is measured against
@@ -163,10 +166,7 @@ class Trainer {
   std::unique_ptr<Dispatcher> dispatcher_;
   ParameterSet params_;
   std::vector<Tensor> param_tensors_;  // the parameters' tensors (shared storage), for the ZeRO all-gather
-  GradientReduction reduction_;        // how gradients are combined over ranks, and kept
-  std::unique_ptr<GradientBuckets> grad_buckets_;
-  std::optional<ZeroPartition> zero_;  // parallel.zero = 1 or 2: this rank's share of the optimizer
-  std::vector<Tensor> range_grads_;    // the summed gradients of the ranges the optimizer updates
+  std::unique_ptr<DistributedGradients> gradients_;  // collected, reduced over ranks, split into the optimizer's ranges
   std::optional<AdamW> optimizer_;
   // The model parts this rank runs: the whole model, a pipeline stage's part, or (interleaved) its
   // parallel.virtual_stages chunks, chunk c being model part c·pp + stage.
@@ -191,9 +191,6 @@ class Trainer {
   std::string tokenizer_file_;          // the corpus's tokenizer, recorded in checkpoints ("": shards given directly)
   std::optional<size_t> tied_index_;     // the tied embedding's index in specs_ (tied models)
   std::optional<size_t> head_copy_entry_;
-  std::vector<Tensor> entry_tensors_;      // per entry, its parameter's tensor (ZeRO's all-gather)
-  std::vector<Tensor> head_copy_grads_;    // this rank's summed ranges of the head copy's gradient
-  std::vector<size_t> head_copy_targets_;  // the range of range_grads_ each is added to
   Tensor tokens_, targets_;  // the loader's, on the host
   Tensor device_tokens_, device_targets_;  // what the graphs read: on the backend's device (tokens_ on the host)
   Tensor positions_;
@@ -204,7 +201,6 @@ class Trainer {
   int active_chunk_ = 0;
   int active_slot_ = 0;
   double pipeline_wait_s_ = 0;  // of the last step: waiting for other stages
-  std::unique_ptr<GradientSync> grad_sync_;  // collects gradients as backward makes them
   bool gradients_in_buckets_ = false;        // place_gradients' state
   struct WeightCopyUse {
     CompiledGraph* graph;
@@ -220,6 +216,7 @@ class Trainer {
   int64_t optimizer_updates_ = 0;  // AdamW's step count: steps skipped for overflow do not count
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
+  std::optional<CheckpointManager> checkpoints_;  // the run directory's, locked while the run writes there
   int64_t completed_steps_ = 0;
   bool profiling_ = false;
   NodeObserver node_observer_;

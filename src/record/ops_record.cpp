@@ -1,4 +1,4 @@
-#include "train/ops_record.h"
+#include "record/ops_record.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,7 +6,7 @@
 
 namespace strata {
 
-void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage& coverage,
+void write_ops_record(const std::filesystem::path& run_dir, const nlohmann::json& coverage,
                       const std::vector<FallbackRecord>& fallbacks, const std::vector<TransferRecord>& transfers,
                       int64_t steps, const std::vector<OpProfileRow>& profile, int64_t profile_runs) {
   nlohmann::json ran_not_native = nlohmann::json::array();
@@ -28,7 +28,7 @@ void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage
   }
   const TransferTotals totals = total_of(transfers);
   const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
-  nlohmann::json record{{"coverage", coverage_json(coverage)},
+  nlohmann::json record{{"coverage", coverage},
                         {"ran_not_native", ran_not_native},
                         {"transfers", moved},
                         {"transfers_per_step",

@@ -9,12 +9,13 @@
 
 #include "graph/profile_report.h"
 #include "ops/dispatcher.h"
-#include "train/op_coverage.h"
+#include <nlohmann/json.hpp>
 
 namespace strata {
 
-// `profile_runs`: how many graph runs `profile` covers (0: the run was not profiled).
-void write_ops_record(const std::filesystem::path& run_dir, const ConfigCoverage& coverage,
+// `coverage`: the config's step op by op, as `strata ops --json` gives it; `profile_runs`: how many
+// graph runs `profile` covers (0: the run was not profiled).
+void write_ops_record(const std::filesystem::path& run_dir, const nlohmann::json& coverage,
                       const std::vector<FallbackRecord>& fallbacks, const std::vector<TransferRecord>& transfers,
                       int64_t steps, const std::vector<OpProfileRow>& profile, int64_t profile_runs);
 

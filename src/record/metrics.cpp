@@ -1,4 +1,4 @@
-#include "train/metrics.h"
+#include "record/metrics.h"
 
 #include <unistd.h>
 
