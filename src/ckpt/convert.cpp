@@ -9,17 +9,25 @@
 #include "core/error.h"
 #include "model/model_graph.h"
 #include "model/family.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_part.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 
 namespace fs = std::filesystem;
 
+// Every parallel dimension's degree by its name, and "vs" (virtual stages).
 CheckpointLayout parse_checkpoint_layout(const std::string& text) {
-  CheckpointLayout layout;
-  std::map<std::string, int*> keys = {{"dp", &layout.mesh.dp}, {"tp", &layout.mesh.tp}, {"pp", &layout.mesh.pp},
-                                      {"vs", &layout.virtual_stages}};
+  std::map<std::string, int> degrees;
+  std::string known;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    degrees[dimension.name] = 1;
+    known += dimension.name + "=N, ";
+  }
+  degrees["vs"] = 1;
+  known += "vs=N";
   std::map<std::string, bool> seen;
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -27,8 +35,8 @@ CheckpointLayout parse_checkpoint_layout(const std::string& text) {
     const std::string part = text.substr(begin, end - begin);
     const size_t equals = part.find('=');
     const std::string key = part.substr(0, equals);
-    if (equals == std::string::npos || !keys.count(key)) {
-      fail("--layout '{}': '{}' is not one of dp=N, tp=N, pp=N, vs=N", text, part);
+    if (equals == std::string::npos || !degrees.count(key)) {
+      fail("--layout '{}': '{}' is not one of {}", text, part, known);
     }
     if (seen[key]) fail("--layout '{}': '{}' is given twice", text, key);
     seen[key] = true;
@@ -38,10 +46,12 @@ CheckpointLayout parse_checkpoint_layout(const std::string& text) {
     if (error != std::errc() || at != value.data() + value.size() || number < 1) {
       fail("--layout '{}': {} must be a positive integer, got '{}'", text, key, value);
     }
-    *keys.at(key) = number;
+    degrees.at(key) = number;
     begin = end + 1;
   }
-  return layout;
+  const int virtual_stages = degrees.at("vs");
+  degrees.erase("vs");
+  return {MeshShape(degrees), virtual_stages};
 }
 
 std::vector<std::vector<int>> pipeline_stage_holders(const ModelConfig& config, int pp, int virtual_stages) {
@@ -76,8 +86,9 @@ std::vector<std::vector<int>> pipeline_stage_holders(const ModelConfig& config, 
 fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& out, const CheckpointLayout& layout) {
   if (has_checkpoints(out)) fail("'{}' already holds checkpoints: convert into a new directory", out.string());
   TrainingCheckpoint state = read_training_checkpoint(source);
-  if (state.model.n_head % layout.mesh.tp != 0) {
-    fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", layout.mesh.tp, state.model.n_head);
+  const int tp = layout.mesh.degree(tensor_parallel_dimension().name);
+  if (state.model.n_head % tp != 0) {
+    fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", tp, state.model.n_head);
   }
   const std::vector<ParamSpec> specs = model_param_specs(state.model);
   std::vector<size_t> every(specs.size());
@@ -85,9 +96,10 @@ fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& o
   check_training_tensors(source, specs, every);  // before anything is written
   const std::vector<ShardPiece> pieces =
       checkpoint_pieces(specs, model_family(state.model).sharding_plan(), layout.mesh,
-                        pipeline_stage_holders(state.model, layout.mesh.pp, layout.virtual_stages));
-  state.layout = {{"dp", layout.mesh.dp}, {"tp", layout.mesh.tp}, {"pp", layout.mesh.pp},
-                  {"virtual_stages", layout.virtual_stages}, {"converted_from", source.dir().string()}};
+                        pipeline_stage_holders(state.model, layout.mesh.degree(pipeline_parallel_dimension().name),
+                                               layout.virtual_stages));
+  state.layout = {{"virtual_stages", layout.virtual_stages}, {"converted_from", source.dir().string()}};
+  for (const MeshExtent& extent : layout.mesh.extents()) state.layout[extent.dimension] = extent.degree;
   const fs::path temp_dir = begin_checkpoint(out, state.step);
   try {
     for (int rank = 0; rank < layout.mesh.size(); ++rank) {

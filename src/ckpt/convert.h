@@ -19,7 +19,8 @@ struct CheckpointLayout {
   int virtual_stages = 1;
 };
 
-// "dp=2,tp=2,pp=1,vs=1" (keys in any order, each at most once; absent ones 1);
+// "dp=2,tp=2,pp=1,vs=1": every parallel dimension's degree by its name, and the virtual stages
+// (keys in any order, each at most once; absent ones 1);
 // fails naming the text and the bad part.
 CheckpointLayout parse_checkpoint_layout(const std::string& text);
 

@@ -107,11 +107,11 @@ int train(const TrainConfig& given, const Instrumentation& instrumentation) {
          world.size());
   }
   const int dp = config.dp == 0 ? world.size() / (tp * pp) : static_cast<int>(config.dp);
-  DeviceMesh mesh(world, {.dp = dp, .tp = tp, .pp = pp});
+  DeviceMesh mesh(world, MeshShape({{"dp", dp}, {"tp", tp}, {"pp", pp}}));
   MeshGroupsRegistration groups(mesh);  // the collective ops of a tensor-parallel graph run over these
-  Trainer trainer(config, DataParallel(mesh.group(MeshDimension::Data), world),
-                  tp > 1 ? TensorParallel(mesh.group(MeshDimension::Tensor)) : TensorParallel(),
-                  pp > 1 ? PipelineParallel(mesh.group(MeshDimension::Pipeline)) : PipelineParallel());
+  Trainer trainer(config, DataParallel(mesh.group("dp"), world),
+                  tp > 1 ? TensorParallel(mesh.group("tp")) : TensorParallel(),
+                  pp > 1 ? PipelineParallel(mesh.group("pp")) : PipelineParallel());
   return run_instrumented(trainer, config, instrumentation);
 }
 

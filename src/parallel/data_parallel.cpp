@@ -161,4 +161,6 @@ void DataParallel::check_ranks_agree(const std::string& resolved_config) {
        culprit, broadcast_text(group, differing_key, culprit));
 }
 
+ParallelDimension data_parallel_dimension() { return {.name = "dp", .nesting = 1}; }
+
 }  // namespace strata

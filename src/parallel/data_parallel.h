@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "parallel/gradient_buckets.h"
 
@@ -73,5 +74,9 @@ class DataParallel {
   std::optional<comm::Communicator> group_;
   std::optional<comm::Communicator> world_;
 };
+
+// "dp": replicas of the model, each running its share of a step's micro-batches; between the
+// tensor-parallel ranks and the pipeline stages in the world.
+ParallelDimension data_parallel_dimension();
 
 }  // namespace strata

@@ -1,86 +1,98 @@
 #include "parallel/device_mesh.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 
 namespace strata {
 
-std::string_view mesh_dimension_name(MeshDimension dimension) {
-  switch (dimension) {
-    case MeshDimension::Data: return "dp";
-    case MeshDimension::Tensor: return "tp";
-    case MeshDimension::Pipeline: return "pp";
+MeshShape::MeshShape(const std::map<std::string, int>& degrees) {
+  for (const auto& [name, degree] : degrees) parallel_dimension(name);  // fails naming an unknown one
+  std::vector<ParallelDimension> dimensions = parallel_dimensions();
+  std::stable_sort(dimensions.begin(), dimensions.end(),
+                   [](const ParallelDimension& a, const ParallelDimension& b) { return a.nesting < b.nesting; });
+  for (const ParallelDimension& dimension : dimensions) {
+    const auto given = degrees.find(dimension.name);
+    extents_.push_back({dimension.name, given == degrees.end() ? 1 : given->second});
   }
-  return "?";
 }
 
-int extent(const MeshShape& shape, MeshDimension dimension) {
-  switch (dimension) {
-    case MeshDimension::Data: return shape.dp;
-    case MeshDimension::Tensor: return shape.tp;
-    case MeshDimension::Pipeline: return shape.pp;
-  }
-  return 1;
+int MeshShape::size() const {
+  int size = 1;
+  for (const MeshExtent& extent : extents_) size *= extent.degree;
+  return size;
 }
 
-int& coordinate(MeshCoordinates& coordinates, MeshDimension dimension) {
-  switch (dimension) {
-    case MeshDimension::Data: return coordinates.dp;
-    case MeshDimension::Tensor: return coordinates.tp;
-    case MeshDimension::Pipeline: return coordinates.pp;
+int MeshShape::degree(std::string_view dimension) const {
+  for (const MeshExtent& extent : extents_) {
+    if (extent.dimension == dimension) return extent.degree;
   }
-  return coordinates.dp;
+  fail("no parallel dimension '{}'", dimension);
+}
+
+std::string MeshShape::keys() const {
+  const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  std::string text = dimensions.size() > 1 ? "keys " : "key ";
+  for (size_t i = 0; i < dimensions.size(); ++i) {
+    text += i == 0 ? "" : i + 1 == dimensions.size() ? " and " : ", ";
+    text += fmt::format("'parallel.{}' ({})", dimensions[i].name, degree(dimensions[i].name));
+  }
+  return text;
 }
 
 MeshCoordinates coordinates_of(int rank, const MeshShape& shape) {
   STRATA_CHECK(rank >= 0 && rank < shape.size(), "rank {} outside a mesh of {}", rank, shape.size());
-  return {.dp = rank / shape.tp % shape.dp, .tp = rank % shape.tp, .pp = rank / (shape.tp * shape.dp)};
+  MeshCoordinates coordinates;
+  for (const MeshExtent& extent : shape.extents()) {
+    coordinates[extent.dimension] = rank % extent.degree;
+    rank /= extent.degree;
+  }
+  return coordinates;
 }
 
-int rank_at(const MeshCoordinates& c, const MeshShape& shape) {
-  STRATA_CHECK(c.dp >= 0 && c.dp < shape.dp && c.tp >= 0 && c.tp < shape.tp && c.pp >= 0 && c.pp < shape.pp,
-               "mesh coordinates ({}, {}, {}) outside ({}, {}, {})", c.dp, c.tp, c.pp, shape.dp, shape.tp, shape.pp);
-  return c.tp + shape.tp * (c.dp + shape.dp * c.pp);
+int rank_at(const MeshCoordinates& coordinates, const MeshShape& shape) {
+  int rank = 0, stride = 1;
+  for (const MeshExtent& extent : shape.extents()) {
+    const auto found = coordinates.find(extent.dimension);
+    const int coordinate = found == coordinates.end() ? 0 : found->second;
+    STRATA_CHECK(coordinate >= 0 && coordinate < extent.degree, "mesh coordinate {} = {} outside its degree {}",
+                 extent.dimension, coordinate, extent.degree);
+    rank += coordinate * stride;
+    stride *= extent.degree;
+  }
+  return rank;
 }
 
-std::vector<int> group_ranks(int rank, const MeshShape& shape, MeshDimension dimension) {
-  MeshCoordinates c = coordinates_of(rank, shape);
+std::vector<int> group_ranks(int rank, const MeshShape& shape, std::string_view dimension) {
+  MeshCoordinates coordinates = coordinates_of(rank, shape);
   std::vector<int> ranks;
-  int& moving = coordinate(c, dimension);
-  for (moving = 0; moving < extent(shape, dimension); ++moving) ranks.push_back(rank_at(c, shape));
+  int& moving = coordinates.find(dimension)->second;
+  for (moving = 0; moving < shape.degree(dimension); ++moving) ranks.push_back(rank_at(coordinates, shape));
   return ranks;
 }
 
-DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : shape_(shape) {
-  if (shape.tp == 1 && shape.pp == 1 && shape.dp != world.size()) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
-         "number of ranks (or be 0)",
-         shape.dp, world.size());
+DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : shape_(std::move(shape)) {
+  const bool positive = std::all_of(shape_.extents().begin(), shape_.extents().end(),
+                                    [](const MeshExtent& extent) { return extent.degree >= 1; });
+  if (!positive || shape_.size() != world.size()) {
+    fail("{} multiply to {} but the job has {} ranks", shape_.keys(), shape_.size(), world.size());
   }
-  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.size() != world.size()) {
-    fail("keys 'parallel.dp' ({}), 'parallel.tp' ({}) and 'parallel.pp' ({}) multiply to {} but the job has {} ranks",
-         shape.dp, shape.tp, shape.pp, shape.size(), world.size());
-  }
-  coordinates_ = coordinates_of(world.rank(), shape);
+  coordinates_ = coordinates_of(world.rank(), shape_);
   // A group is the ranks that differ only along its dimension: its color is the rank with that
   // coordinate zeroed, its order that coordinate.
-  auto split = [&](MeshDimension dimension) {
-    const int first = group_ranks(world.rank(), shape, dimension).front();
-    return world.split(first, coordinate(coordinates_, dimension), std::string(mesh_dimension_name(dimension)));
-  };
-  data_ = split(MeshDimension::Data);
-  tensor_ = split(MeshDimension::Tensor);
-  pipeline_ = split(MeshDimension::Pipeline);
+  // Every rank splits in the same (registration) order.
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    const int first = group_ranks(world.rank(), shape_, dimension.name).front();
+    groups_.emplace(dimension.name, world.split(first, coordinates_.at(dimension.name), dimension.name));
+  }
 }
 
-comm::Communicator& DeviceMesh::group(MeshDimension dimension) {
-  switch (dimension) {
-    case MeshDimension::Data: return data_;
-    case MeshDimension::Tensor: return tensor_;
-    case MeshDimension::Pipeline: return pipeline_;
-  }
-  return data_;
+comm::Communicator& DeviceMesh::group(std::string_view dimension) {
+  const auto found = groups_.find(dimension);
+  STRATA_CHECK(found != groups_.end(), "no mesh group '{}'", dimension);
+  return found->second;
 }
 
 }  // namespace strata

@@ -1,58 +1,63 @@
 #pragma once
-// The device mesh: the world's ranks arranged as a dp × tp × pp grid and split
-// into one communicator per dimension. Megatron's order: tensor-parallel ranks
-// are neighbours (consecutive world ranks, so a tp group stays inside a node,
-// where its per-layer collectives are cheap), then data parallelism, then
-// pipeline stages outermost (stage boundaries cross the slowest links the
-// least often). Rank = tp + t·(dp + d·pp).
+// The device mesh: the world's ranks arranged as a grid of the registered parallel dimensions
+// (parallel/parallel_dimension.h), in the order of their nesting (the lowest varies fastest:
+// Megatron's tp, then dp, then pp gives rank = tp + t·(dp + d·pp)), and split into one
+// communicator per dimension.
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/parallel_dimension.h"
 
 namespace strata {
 
-struct MeshShape {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
-  int size() const { return dp * tp * pp; }
+struct MeshExtent {
+  std::string dimension;
+  int degree = 1;
 };
 
-enum class MeshDimension { Data, Tensor, Pipeline };
-std::string_view mesh_dimension_name(MeshDimension dimension);  // "dp", "tp", "pp"
+// A rank's position along each dimension, by name.
+using MeshCoordinates = std::map<std::string, int, std::less<>>;
 
-struct MeshCoordinates {
-  int dp = 0;
-  int tp = 0;
-  int pp = 0;
-  bool operator==(const MeshCoordinates&) const = default;
+class MeshShape {
+ public:
+  MeshShape() : MeshShape(std::map<std::string, int>{}) {}  // one rank
+  // Every registered dimension, with its degree in `degrees` (absent: 1); fails naming an unknown one.
+  explicit MeshShape(const std::map<std::string, int>& degrees);
+
+  int size() const;
+  int degree(std::string_view dimension) const;
+  // Every registered dimension's extent, innermost (lowest nesting) first.
+  const std::vector<MeshExtent>& extents() const { return extents_; }
+  // "keys 'parallel.dp' (2), 'parallel.tp' (1) and 'parallel.pp' (1)", in registration order.
+  std::string keys() const;
+
+ private:
+  std::vector<MeshExtent> extents_;
 };
-
-// The extent of `dimension` in a shape, and a rank's position along it.
-int extent(const MeshShape& shape, MeshDimension dimension);
-int& coordinate(MeshCoordinates& coordinates, MeshDimension dimension);
 
 MeshCoordinates coordinates_of(int rank, const MeshShape& shape);
 int rank_at(const MeshCoordinates& coordinates, const MeshShape& shape);
 // The world ranks of `rank`'s group along `dimension`, in group-rank order.
-std::vector<int> group_ranks(int rank, const MeshShape& shape, MeshDimension dimension);
+std::vector<int> group_ranks(int rank, const MeshShape& shape, std::string_view dimension);
 
 class DeviceMesh {
  public:
-  // Collective over `world`: fails naming the parallel.* keys when
-  // dp × tp × pp is not the number of ranks.
+  // Collective over `world`: fails naming the parallel.* keys when the degrees' product is not
+  // the number of ranks.
   DeviceMesh(const comm::Communicator& world, MeshShape shape);
 
   const MeshShape& shape() const { return shape_; }
   const MeshCoordinates& coordinates() const { return coordinates_; }
-  // The group along `dimension` through this rank; invalid in one process.
-  comm::Communicator& group(MeshDimension dimension);
+  // The group along `dimension` through this rank.
+  comm::Communicator& group(std::string_view dimension);
 
  private:
   MeshShape shape_;
   MeshCoordinates coordinates_;
-  comm::Communicator data_, tensor_, pipeline_;
+  std::map<std::string, comm::Communicator, std::less<>> groups_;
 };
 
 }  // namespace strata

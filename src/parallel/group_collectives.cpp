@@ -12,13 +12,11 @@ namespace strata {
 
 namespace {
 
-constexpr MeshDimension kDimensions[] = {MeshDimension::Data, MeshDimension::Tensor, MeshDimension::Pipeline};
-
 // A comm group behind the ops' interface. f32 and bf16 use the comm layer's
 // sums (fp32 accumulation, one rounding, the same bits on every rank); f64
 // and f16, which it does not reduce, are gathered and added here in rank
 // order (f64 in f64, f16 in f32), the same on every rank too.
-// The pipeline dimension's group also carries the stage boundary: each flow on
+// A point-to-point dimension's group (the pipeline's) also carries the stage boundary: each flow on
 // a communicator of its own (the same ranks), so that between two stages
 // activations and gradients each arrive in the order sent, even when
 // interleaving makes one pair of stages carry both.
@@ -26,8 +24,8 @@ class CommGroup final : public CollectiveGroup {
  public:
   CommGroup(comm::Communicator group, bool stage_flows) : group_(std::move(group)) {
     if (!stage_flows) return;
-    activations_ = group_.split(0, group_.rank(), "pp-activations");
-    gradients_ = group_.split(0, group_.rank(), "pp-gradients");
+    activations_ = group_.split(0, group_.rank(), group_.name() + "-activations");
+    gradients_ = group_.split(0, group_.rank(), group_.name() + "-gradients");
   }
   int size() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
@@ -120,14 +118,14 @@ class CommGroup final : public CollectiveGroup {
 }  // namespace
 
 void register_mesh_groups(DeviceMesh& mesh) {
-  for (MeshDimension dimension : kDimensions) {
-    register_collective_group(std::string(mesh_dimension_name(dimension)),
-                              std::make_shared<CommGroup>(mesh.group(dimension), dimension == MeshDimension::Pipeline));
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    register_collective_group(dimension.name,
+                              std::make_shared<CommGroup>(mesh.group(dimension.name), dimension.point_to_point));
   }
 }
 
 void unregister_mesh_groups() {
-  for (MeshDimension dimension : kDimensions) register_collective_group(std::string(mesh_dimension_name(dimension)), nullptr);
+  for (const ParallelDimension& dimension : parallel_dimensions()) register_collective_group(dimension.name, nullptr);
 }
 
 }  // namespace strata

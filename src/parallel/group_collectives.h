@@ -1,12 +1,12 @@
 #pragma once
 // The device mesh's groups as the groups of the collective ops
-// (ops/collective_group.h), under their dimension names "dp", "tp", "pp":
-// graph nodes such as all_reduce{group: "tp"} then run over the comm layer.
+// (ops/collective_group.h), under their dimensions' names: graph nodes such as
+// all_reduce{group: "tp"} then run over the comm layer.
 #include "parallel/device_mesh.h"
 
 namespace strata {
 
-// Registers this rank's three groups (replacing earlier ones).
+// Registers this rank's group of every dimension (replacing earlier ones).
 void register_mesh_groups(DeviceMesh& mesh);
 // Removes them: the names are groups of one rank again.
 void unregister_mesh_groups();

@@ -60,4 +60,6 @@ std::vector<double> PipelineParallel::from_last_stage(std::vector<double> values
 
 ExactSquareSum PipelineParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
+ParallelDimension pipeline_parallel_dimension() { return {.name = "pp", .nesting = 2, .point_to_point = true}; }
+
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "core/tensor.h"
 
@@ -41,5 +42,9 @@ class PipelineParallel {
  private:
   std::optional<comm::Communicator> group_;
 };
+
+// "pp": the layers cut into stages; outermost, its group also carrying the stage boundaries'
+// point-to-point flows.
+ParallelDimension pipeline_parallel_dimension();
 
 }  // namespace strata

@@ -20,4 +20,6 @@ TensorParallel::TensorParallel(comm::Communicator group) : group_(std::move(grou
 
 ExactSquareSum TensorParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
+ParallelDimension tensor_parallel_dimension() { return {.name = "tp", .nesting = 0}; }
+
 }  // namespace strata

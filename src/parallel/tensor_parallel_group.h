@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "comm/communicator.h"
+#include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "parallel/tensor_parallel.h"
 
@@ -30,5 +31,8 @@ class TensorParallel {
 
 // The exact sum over a group's ranks of their exact square sums.
 ExactSquareSum exact_sum_over(comm::Communicator& group, const ExactSquareSum& mine);
+
+// "tp": each layer split over the group; innermost (consecutive world ranks, inside a node).
+ParallelDimension tensor_parallel_dimension();
 
 }  // namespace strata

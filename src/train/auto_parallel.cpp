@@ -58,15 +58,15 @@ void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
 AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
   AutoPlanRequest request = plan_request(config, mesh.size(), threads_per_rank);
   // The planner chooses the micro-batch on the mesh launched, at the configured ZeRO stage.
-  request.limits.dp = mesh.dp;
-  request.limits.tp = mesh.tp;
-  request.limits.pp = mesh.pp;
+  request.limits.dp = mesh.degree("dp");
+  request.limits.tp = mesh.degree("tp");
+  request.limits.pp = mesh.degree("pp");
   request.limits.sp = config.sp;
   request.limits.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   request.limits.virtual_stages = static_cast<int>(config.virtual_stages);
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
-  request.limits.max_micro_batch = config.global_batch / mesh.dp;
+  request.limits.max_micro_batch = config.global_batch / mesh.degree("dp");
   AutoPlan plan = auto_plan(request);
   config.batch_size = plan.chosen.plan.micro_batch;
   config.validate();
@@ -78,14 +78,14 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
 
 AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
   ParallelPlan plan;
-  plan.dp = mesh.dp;
-  plan.tp = mesh.tp;
-  plan.pp = mesh.pp;
+  plan.dp = mesh.degree("dp");
+  plan.tp = mesh.degree("tp");
+  plan.pp = mesh.degree("pp");
   plan.sp = config.sp;
   plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   plan.virtual_stages = static_cast<int>(config.virtual_stages);
   plan.micro_batch = config.batch_size;
-  plan.micro_batches = config.accumulation_steps() / mesh.dp;
+  plan.micro_batches = config.accumulation_steps() / mesh.degree("dp");
   plan.zero = static_cast<int>(config.zero);
   plan.recompute = parse_recompute_mode(config.recompute, "train.recompute");
   if (config.cluster.empty()) {

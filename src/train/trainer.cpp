@@ -145,7 +145,7 @@ void Trainer::apply_plan() {
   plan_threads_ = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_.ranks_on_this_host()) : 0;
   if (plan_threads_ > 0) omp_set_num_threads(plan_threads_);
   AppliedPlan applied;
-  const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree(), .pp = pipeline_.degree()};
+  const MeshShape mesh = mesh_shape();
   if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh, plan_threads_);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
@@ -218,8 +218,7 @@ void Trainer::find_held_parameters() {
     head_copy_entry_ = entries_.size() - 1;
   }
   holders_ = pipeline_.holders(specs_.size(), held_);
-  const MeshShape mesh{.dp = parallel_.degree(), .tp = tensor_.degree(), .pp = pipeline_.degree()};
-  checkpoint_pieces_ = checkpoint_pieces(specs_, model_family(config_.model).sharding_plan(), mesh, holders_);
+  checkpoint_pieces_ = checkpoint_pieces(specs_, model_family(config_.model).sharding_plan(), mesh_shape(), holders_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)), device());
   param_tensors_ = tensors_of(params_);
 }
@@ -662,6 +661,10 @@ void Trainer::print(const std::string& text) const {
 RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
                                         GradientBuckets& second_moments) {
   return {held_, std::move(parameters), first_moments.grads(), second_moments.grads()};
+}
+
+MeshShape Trainer::mesh_shape() const {
+  return MeshShape({{"dp", parallel_.degree()}, {"tp", tensor_.degree()}, {"pp", pipeline_.degree()}});
 }
 
 nlohmann::json Trainer::layout_json() const {

@@ -105,6 +105,7 @@ class Trainer {
                                  GradientBuckets& second_moments);
   // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
   static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
+  MeshShape mesh_shape() const;  // the degrees of the groups this rank was given
   nlohmann::json layout_json() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding

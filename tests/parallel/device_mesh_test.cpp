@@ -10,18 +10,19 @@ namespace strata {
 namespace {
 
 TEST(DeviceMesh, TensorParallelRanksAreNeighboursThenDataThenPipeline) {
-  const MeshShape shape{.dp = 2, .tp = 4, .pp = 3};
-  EXPECT_EQ(group_ranks(0, shape, MeshDimension::Tensor), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(group_ranks(5, shape, MeshDimension::Tensor), (std::vector<int>{4, 5, 6, 7}));
-  EXPECT_EQ(group_ranks(5, shape, MeshDimension::Data), (std::vector<int>{1, 5}));
-  EXPECT_EQ(group_ranks(5, shape, MeshDimension::Pipeline), (std::vector<int>{5, 13, 21}));
-  EXPECT_EQ(coordinates_of(13, shape), (MeshCoordinates{.dp = 1, .tp = 1, .pp = 1}));
+  const MeshShape shape({{"dp", 2}, {"tp", 4}, {"pp", 3}});
+  EXPECT_EQ(group_ranks(0, shape, "tp"), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(group_ranks(5, shape, "tp"), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(group_ranks(5, shape, "dp"), (std::vector<int>{1, 5}));
+  EXPECT_EQ(group_ranks(5, shape, "pp"), (std::vector<int>{5, 13, 21}));
+  EXPECT_EQ(coordinates_of(13, shape), (MeshCoordinates{{"dp", 1}, {"tp", 1}, {"pp", 1}}));
 }
 
 TEST(DeviceMesh, EveryDimensionPartitionsTheWorld) {
-  for (const MeshShape& shape : {MeshShape{1, 1, 1}, MeshShape{3, 1, 1}, MeshShape{2, 3, 2}, MeshShape{1, 2, 4}}) {
+  for (const MeshShape& shape : {MeshShape({{"dp", 1}, {"tp", 1}, {"pp", 1}}), MeshShape({{"dp", 3}, {"tp", 1}, {"pp", 1}}),
+                                 MeshShape({{"dp", 2}, {"tp", 3}, {"pp", 2}}), MeshShape({{"dp", 1}, {"tp", 2}, {"pp", 4}})}) {
     for (int rank = 0; rank < shape.size(); ++rank) EXPECT_EQ(rank_at(coordinates_of(rank, shape), shape), rank);
-    for (MeshDimension dimension : {MeshDimension::Data, MeshDimension::Tensor, MeshDimension::Pipeline}) {
+    for (const char* dimension : {"dp", "tp", "pp"}) {
       std::set<int> seen;
       std::set<std::vector<int>> groups;
       for (int rank = 0; rank < shape.size(); ++rank) {

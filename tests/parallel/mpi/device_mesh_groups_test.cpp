@@ -16,7 +16,7 @@ std::vector<MeshShape> every_shape(int ranks) {
   std::vector<MeshShape> shapes;
   for (int tp = 1; tp <= ranks; ++tp) {
     for (int pp = 1; tp * pp <= ranks; ++pp) {
-      if (ranks % (tp * pp) == 0) shapes.push_back({ranks / (tp * pp), tp, pp});
+      if (ranks % (tp * pp) == 0) shapes.push_back(MeshShape({{"dp", ranks / (tp * pp)}, {"tp", tp}, {"pp", pp}}));
     }
   }
   return shapes;
@@ -27,11 +27,11 @@ TEST(DeviceMeshGroups, EveryFactoringSplitsTheWorldAsTheLayoutSays) {
   for (const MeshShape& shape : every_shape(world.size())) {
     DeviceMesh mesh(world, shape);
     EXPECT_EQ(mesh.coordinates(), coordinates_of(world.rank(), shape));
-    for (MeshDimension dimension : {MeshDimension::Data, MeshDimension::Tensor, MeshDimension::Pipeline}) {
+    for (const char* dimension : {"dp", "tp", "pp"}) {
       comm::Communicator& group = mesh.group(dimension);
       std::vector<int> expected = group_ranks(world.rank(), shape, dimension);
-      const std::string what = fmt::format("{} group of rank {} in dp={} tp={} pp={}", mesh_dimension_name(dimension),
-                                           world.rank(), shape.dp, shape.tp, shape.pp);
+      const std::string what = fmt::format("{} group of rank {} in dp={} tp={} pp={}", dimension, world.rank(),
+                                           shape.degree("dp"), shape.degree("tp"), shape.degree("pp"));
       ASSERT_EQ(group.size(), static_cast<int>(expected.size())) << what;
       EXPECT_EQ(expected[static_cast<size_t>(group.rank())], world.rank()) << what;
       for (int member = 0; member < group.size(); ++member) {
@@ -48,7 +48,7 @@ TEST(DeviceMeshGroups, EveryFactoringSplitsTheWorldAsTheLayoutSays) {
 TEST(DeviceMeshGroups, AShapeThatIsNotTheWorldNamesTheKeys) {
   comm::Communicator world = comm::Communicator::world();
   try {
-    DeviceMesh mesh(world, {world.size(), 2, 1});
+    DeviceMesh mesh(world, MeshShape({{"dp", world.size()}, {"tp", 2}, {"pp", 1}}));
     ADD_FAILURE() << "accepted a mesh twice the world";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find(fmt::format("keys 'parallel.dp' ({}), 'parallel.tp' (2) and "

@@ -37,7 +37,7 @@ double max_difference(const Tensor& a, const Tensor& b) {
 
 TEST(SequenceParallelCollectives, GatherAndReduceScatterAreEachOthersAdjoint) {
   comm::Communicator world = comm::Communicator::world();
-  DeviceMesh mesh(world, {.dp = 1, .tp = world.size(), .pp = 1});
+  DeviceMesh mesh(world, MeshShape({{"dp", 1}, {"tp", world.size()}}));
   register_mesh_groups(mesh);
   const int p = world.size(), r = world.rank();
   const double total_scale = p * (p + 1) / 2.0;  // sum of c_q = q + 1

@@ -74,11 +74,11 @@ TEST(TensorParallelGpt2, LossAndEveryGradientShardMatchOneProcess) {
   const Tensor tokens = token_ids(1, config.vocab_size), targets = token_ids(2, config.vocab_size);
   for (int tp : {2, 3, 4, 6}) {
     if (world.size() % tp != 0) continue;
-    DeviceMesh mesh(world, {.dp = world.size() / tp, .tp = tp, .pp = 1});
+    DeviceMesh mesh(world, MeshShape({{"dp", world.size() / tp}, {"tp", tp}}));
     MeshGroupsRegistration groups(mesh);
     for (bool sequence_parallel : {false, true}) {
       if (sequence_parallel && kSeq % tp != 0) continue;
-      const TensorParallelRank rank{tp, mesh.coordinates().tp, "tp", sequence_parallel};
+      const TensorParallelRank rank{tp, mesh.coordinates().at("tp"), "tp", sequence_parallel};
       const std::vector<ParameterShard> shards = parameter_shards(specs, model_family("gpt2").sharding_plan(), rank);
       for (const auto& [backend, dtype, fuse, tolerance] :
            {std::tuple{"ref", DType::F64, false, 1e-11}, std::tuple{"cpu", DType::F32, true, 1e-5}}) {

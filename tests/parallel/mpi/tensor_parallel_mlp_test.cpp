@@ -73,9 +73,9 @@ TEST(TensorParallelMlp, MatchesTheWholeMlpInOneProcess) {
   comm::Communicator world = comm::Communicator::world();
   for (int64_t tp : {2, 3}) {
     if (world.size() % tp != 0) continue;
-    DeviceMesh mesh(world, {.dp = static_cast<int>(world.size() / tp), .tp = static_cast<int>(tp), .pp = 1});
+    DeviceMesh mesh(world, MeshShape({{"dp", static_cast<int>(world.size() / tp)}, {"tp", static_cast<int>(tp)}}));
     register_mesh_groups(mesh);
-    const int64_t t = mesh.coordinates().tp, shard = kHidden / tp;
+    const int64_t t = mesh.coordinates().at("tp"), shard = kHidden / tp;
     for (const auto& [backend, dtype, tolerance] :
          {std::tuple{"ref", DType::F64, 1e-13}, std::tuple{"cpu", DType::F32, 2e-6}}) {
       const Tensor x = random({kRows, kWidth}, 1, dtype), w1 = random({kWidth, kHidden}, 2, dtype),
@@ -97,7 +97,7 @@ TEST(TensorParallelMlp, MatchesTheWholeMlpInOneProcess) {
 TEST(TensorParallelMlp, AGraphBuiltForAnotherGroupSizeIsRefused) {
   comm::Communicator world = comm::Communicator::world();
   if (world.size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
-  DeviceMesh mesh(world, {.dp = world.size() / 2, .tp = 2, .pp = 1});
+  DeviceMesh mesh(world, MeshShape({{"dp", world.size() / 2}, {"tp", 2}}));
   register_mesh_groups(mesh);
   Tensor x = random({kRows, kWidth}, 1, DType::F32);
   auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);

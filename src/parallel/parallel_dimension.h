@@ -1,0 +1,32 @@
+#pragma once
+// Parallel dimensions as named, registered parts of the device mesh. Each dimension has a name
+// (its process group's, the collective ops' `group` attribute and its config key
+// `parallel.<name>`), a nesting (where its ranks sit in the world: the lowest varies fastest, so
+// Megatron's order puts tensor-parallel ranks on consecutive world ranks, inside a node where their
+// per-layer collectives are cheap, then data parallelism, and pipeline stages outermost, where stage
+// boundaries cross the slowest links least often), and whether its group carries ordered
+// point-to-point flows besides collectives (pipeline stage boundaries). The mesh, the collective
+// groups and the checkpoint's rank layout loop over the registered dimensions; adding one is its own
+// files, one entry in `builtin_dimensions()` (or `register_parallel_dimension`), and its config key.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+struct ParallelDimension {
+  std::string name;
+  int nesting = 0;
+  bool point_to_point = false;
+};
+
+// Every dimension: the built-in ones, then those registered, in that order (the order their
+// config keys are named in messages).
+const std::vector<ParallelDimension>& parallel_dimensions();
+// Adds a dimension (a test's, or a plug-in's); fails on a name already taken.
+void register_parallel_dimension(ParallelDimension dimension);
+// Removes a registered (not a built-in) dimension.
+void unregister_parallel_dimension(std::string_view name);
+const ParallelDimension& parallel_dimension(std::string_view name);  // fails naming an unknown one
+
+}  // namespace strata
