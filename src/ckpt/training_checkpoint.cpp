@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <set>
 #include <type_traits>
+#include <variant>
 
 #include "core/error.h"
 
@@ -34,36 +36,24 @@ T metadata_value(const Checkpoint& checkpoint, const std::string& pointer, std::
   }
 }
 
+// The model keys every checkpoint has: those from before model families hold GPT-2 and these alone, so
+// any other key missing keeps its default.
+const std::set<std::string> kKeysOfEveryCheckpoint = {"n_layer",    "n_head",     "n_embd",
+                                                      "vocab_size", "block_size", "layer_norm_eps"};
+
+// The inverse of model_config_json, field by field.
 ModelConfig model_config(const Checkpoint& checkpoint) {
   ModelConfig config;
-  config.n_layer = metadata_value<int64_t>(checkpoint, "/model/n_layer");
-  config.n_head = metadata_value<int64_t>(checkpoint, "/model/n_head");
-  config.n_embd = metadata_value<int64_t>(checkpoint, "/model/n_embd");
-  config.vocab_size = metadata_value<int64_t>(checkpoint, "/model/vocab_size");
-  config.block_size = metadata_value<int64_t>(checkpoint, "/model/block_size");
-  config.layer_norm_eps = metadata_value<double>(checkpoint, "/model/layer_norm_eps");
-  // Checkpoints from before model families hold GPT-2 and none of the keys below: the defaults.
-  const ModelConfig d;
-  config.family = metadata_value<std::string>(checkpoint, "/model/family", d.family);
-  config.n_kv_head = metadata_value<int64_t>(checkpoint, "/model/n_kv_head", d.n_kv_head);
-  config.head_dim = metadata_value<int64_t>(checkpoint, "/model/head_dim", d.head_dim);
-  config.intermediate_size = metadata_value<int64_t>(checkpoint, "/model/intermediate_size", d.intermediate_size);
-  config.max_position_embeddings =
-      metadata_value<int64_t>(checkpoint, "/model/max_position_embeddings", d.max_position_embeddings);
-  config.rope_theta = metadata_value<double>(checkpoint, "/model/rope_theta", d.rope_theta);
-  RopeScaling& rope = config.rope_scaling;
-  rope.type = metadata_value<std::string>(checkpoint, "/model/rope_scaling/type", d.rope_scaling.type);
-  rope.factor = metadata_value<double>(checkpoint, "/model/rope_scaling/factor", d.rope_scaling.factor);
-  rope.low_freq_factor =
-      metadata_value<double>(checkpoint, "/model/rope_scaling/low_freq_factor", d.rope_scaling.low_freq_factor);
-  rope.high_freq_factor =
-      metadata_value<double>(checkpoint, "/model/rope_scaling/high_freq_factor", d.rope_scaling.high_freq_factor);
-  rope.original_max_positions = metadata_value<int64_t>(checkpoint, "/model/rope_scaling/original_max_positions",
-                                                        d.rope_scaling.original_max_positions);
-  config.tie_word_embeddings =
-      metadata_value<bool>(checkpoint, "/model/tie_word_embeddings", d.tie_word_embeddings);
-  config.attention_bias = metadata_value<bool>(checkpoint, "/model/attention_bias", d.attention_bias);
-  config.mlp_bias = metadata_value<bool>(checkpoint, "/model/mlp_bias", d.mlp_bias);
+  for (const ModelField& field : model_fields(config)) {
+    std::visit(
+        [&](auto* value) {
+          using Value = std::remove_pointer_t<decltype(value)>;
+          const std::optional<Value> fallback =
+              kKeysOfEveryCheckpoint.count(field.key) ? std::nullopt : std::optional<Value>(*value);
+          *value = metadata_value<Value>(checkpoint, "/model" + field.json_pointer(), fallback);
+        },
+        field.value);
+  }
   config.validate();
   return config;
 }

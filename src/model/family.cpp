@@ -21,6 +21,11 @@ const std::vector<const ModelFamily*>& families() {
 
 }  // namespace
 
+double ModelFamily::training_flops_per_token(const ModelConfig& config) const {
+  return 6.0 * static_cast<double>(config.num_parameters()) +
+         12.0 * static_cast<double>(config.n_layer * config.n_head * config.head_size() * config.block_size);
+}
+
 const ModelFamily& model_family(std::string_view name) {
   for (const ModelFamily* family : families()) {
     if (family->name() == name) return *family;

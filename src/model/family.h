@@ -64,6 +64,12 @@ class ModelFamily {
   virtual int64_t kv_width(const ModelConfig& config) const = 0;
   // The labels of the ops on the residual stream (the planner prices sequence parallelism's split of them).
   virtual ResidualStream residual_stream() const = 0;
+  // Model FLOPs of training on one token of a block_size sequence, forward and backward (no
+  // recomputation): the numerator of the trainer's MFU. This default is a dense transformer's, in the
+  // form of PaLM's appendix B, 6·N + 12·L·H·Q·T (T = block_size), with N every parameter (embeddings
+  // included, a tied head once) as llm.c counts. A family whose tokens do not each pass through every
+  // parameter (a mixture of experts: only the active experts count) overrides it.
+  virtual double training_flops_per_token(const ModelConfig& config) const;
 
   // The layers, at tensor-parallel degree `tp` (shard shapes). `positions` [T] i32 are the
   // tokens' absolute positions.

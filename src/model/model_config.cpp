@@ -47,40 +47,24 @@ std::vector<ModelField> model_fields(ModelConfig& c) {
       {"intermediate_size", &c.intermediate_size},
       {"max_position_embeddings", &c.max_position_embeddings},
       {"rope_theta", &c.rope_theta},
-      {"rope_scaling", &c.rope_scaling.type},
-      {"rope_factor", &c.rope_scaling.factor},
-      {"rope_low_freq_factor", &c.rope_scaling.low_freq_factor},
-      {"rope_high_freq_factor", &c.rope_scaling.high_freq_factor},
-      {"rope_original_max_positions", &c.rope_scaling.original_max_positions},
+      {"rope_scaling", &c.rope_scaling.type, "/rope_scaling/type"},
+      {"rope_factor", &c.rope_scaling.factor, "/rope_scaling/factor"},
+      {"rope_low_freq_factor", &c.rope_scaling.low_freq_factor, "/rope_scaling/low_freq_factor"},
+      {"rope_high_freq_factor", &c.rope_scaling.high_freq_factor, "/rope_scaling/high_freq_factor"},
+      {"rope_original_max_positions", &c.rope_scaling.original_max_positions, "/rope_scaling/original_max_positions"},
       {"tie_word_embeddings", &c.tie_word_embeddings},
       {"attention_bias", &c.attention_bias},
       {"mlp_bias", &c.mlp_bias},
   };
 }
 
-nlohmann::json model_config_json(const ModelConfig& c) {
-  const RopeScaling& rope = c.rope_scaling;
-  return {{"family", c.family},
-          {"n_layer", c.n_layer},
-          {"n_head", c.n_head},
-          {"n_embd", c.n_embd},
-          {"vocab_size", c.vocab_size},
-          {"block_size", c.block_size},
-          {"layer_norm_eps", c.layer_norm_eps},
-          {"n_kv_head", c.n_kv_head},
-          {"head_dim", c.head_dim},
-          {"intermediate_size", c.intermediate_size},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rope_theta", c.rope_theta},
-          {"rope_scaling",
-           {{"type", rope.type},
-            {"factor", rope.factor},
-            {"low_freq_factor", rope.low_freq_factor},
-            {"high_freq_factor", rope.high_freq_factor},
-            {"original_max_positions", rope.original_max_positions}}},
-          {"tie_word_embeddings", c.tie_word_embeddings},
-          {"attention_bias", c.attention_bias},
-          {"mlp_bias", c.mlp_bias}};
+nlohmann::json model_config_json(const ModelConfig& config) {
+  ModelConfig copy = config;  // model_fields hands out pointers that could change it
+  nlohmann::json json = nlohmann::json::object();
+  for (const ModelField& field : model_fields(copy)) {
+    std::visit([&](auto* value) { json[nlohmann::json::json_pointer(field.json_pointer())] = *value; }, field.value);
+  }
+  return json;
 }
 
 int64_t ModelConfig::num_parameters() const {

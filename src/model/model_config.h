@@ -48,15 +48,21 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// The [model] keys of a config file ("n_layer", ...) and the fields they set: the trainer's and the
-// planner's config readers both read the table through this one list.
+// The [model] keys of a config file ("n_layer", ...) and the fields they set: the one list of
+// ModelConfig's fields. The trainer's and the planner's config readers, a HuggingFace model
+// directory's adoption, the trainer's model comparison and the checkpoints' JSON all go through it.
 struct ModelField {
   const char* key;
   std::variant<int64_t*, double*, std::string*, bool*> value;
+  // Where model_config_json holds the field when not at "/<key>": the rope scaling is one object
+  // there ("/rope_scaling/factor"), as checkpoints have always recorded it.
+  const char* nested_pointer = nullptr;
+
+  std::string json_pointer() const { return nested_pointer ? nested_pointer : "/" + std::string(key); }
 };
 std::vector<ModelField> model_fields(ModelConfig& config);
 
-// Every field by its model.* key (rope scaling as an object), as checkpoints record the model.
+// Every field at its json_pointer, as checkpoints record the model.
 nlohmann::json model_config_json(const ModelConfig& config);
 
 }  // namespace strata

@@ -16,7 +16,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   int64_t tokens = 0;         // seen since the run's first step, over every rank
   double elapsed_s = 0;       // wall time since this process started training
-  std::optional<double> mfu;  // model FLOPs per second over the peak (6N + 12 L C T per token)
+  std::optional<double> mfu;  // model FLOPs per second over the peak (per token: the family's training_flops_per_token)
   std::optional<double> val_loss;
   std::optional<double> loss_scale;  // fp16: the scale the step's gradients were computed with
   bool skipped = false;              // parameters left unchanged: the gradients held inf or nan

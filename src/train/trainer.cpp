@@ -616,10 +616,7 @@ void Trainer::update(StepMetrics& metrics, double loss_scale) {
 }
 
 double Trainer::model_flops_per_token() const {
-  // PaLM's (and llm.c's) count: 6 per parameter, forward and backward, plus attention's 12 L C T.
-  const ModelConfig& m = config_.model;
-  return 6.0 * static_cast<double>(m.num_parameters()) +
-         12.0 * static_cast<double>(m.n_layer * m.n_head * m.head_size() * m.block_size);
+  return model_family(config_.model).training_flops_per_token(config_.model);
 }
 
 std::string Trainer::first_nonfinite_gradient() {
