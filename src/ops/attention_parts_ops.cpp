@@ -82,6 +82,7 @@ void add_head_layout_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "merge_heads",
@@ -99,6 +100,7 @@ void add_head_layout_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -130,6 +132,7 @@ void add_bmm(OpRegistry& registry) {
                    static_cast<double>(d.k);
           },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -152,6 +155,7 @@ void add_causal_softmax(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "causal_softmax_backward",
@@ -172,6 +176,7 @@ void add_causal_softmax(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[0]); },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 

@@ -23,6 +23,7 @@ void add_cast_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::Elementwise,
   });
 }
 

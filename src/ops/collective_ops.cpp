@@ -87,6 +87,7 @@ void add_collective_ops(OpRegistry& registry) {
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
       .comm = one_call(CommPattern::AllReduce),
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "copy_to_group",
@@ -100,6 +101,7 @@ void add_collective_ops(OpRegistry& registry) {
       .may_reuse = {{0, 0}},
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "all_gather",
@@ -118,6 +120,7 @@ void add_collective_ops(OpRegistry& registry) {
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
       .comm = one_call(CommPattern::AllGather),
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "split_to_group",
@@ -131,6 +134,7 @@ void add_collective_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "reduce_scatter",
@@ -152,6 +156,7 @@ void add_collective_ops(OpRegistry& registry) {
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
       .comm = one_call(CommPattern::ReduceScatter),
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "send_to_stage",
@@ -171,6 +176,7 @@ void add_collective_ops(OpRegistry& registry) {
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
       .comm = one_call(CommPattern::PointToPoint),
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "receive_from_stage",
@@ -188,6 +194,7 @@ void add_collective_ops(OpRegistry& registry) {
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
       .comm = one_call(CommPattern::PointToPoint),
+      .placement = PlacementRule::None,
   });
 }
 

@@ -47,6 +47,7 @@ void add_add_layernorm(OpRegistry& registry) {
       .may_reuse = {{0, 0}},
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -79,6 +80,7 @@ void add_layernorm_backward_add(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 15.0 * count(in[1]); },
       .may_reuse = {{0, 5}},
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -107,6 +109,7 @@ void add_add_rms_norm(OpRegistry& registry) {
       .may_reuse = {{0, 0}},
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -134,6 +137,7 @@ void add_rms_norm_backward_add(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 11.0 * count(in[1]); },
       .may_reuse = {{0, 3}},
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -204,6 +208,7 @@ void add_fused_elementwise(OpRegistry& registry, int num_inputs) {
           },
       .may_reuse = reuse,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 

@@ -82,6 +82,7 @@ void add_grouped_attention_ops(OpRegistry& registry) {
       .differentiable = Differentiable::Yes,
       .recomputed_selectively = true,
       .kind = OpKind::Attention,
+      .placement = PlacementRule::AttentionByHeads,
   });
   registry.add({
       .name = "grouped_attention_backward",
@@ -110,6 +111,7 @@ void add_grouped_attention_ops(OpRegistry& registry) {
       .decomposes_into = {"split_heads", "bmm", "causal_softmax", "causal_softmax_backward", "merge_heads"},
       .differentiable = Differentiable::No,
       .kind = OpKind::Attention,
+      .placement = PlacementRule::None,
   });
 }
 

@@ -45,6 +45,7 @@ void add_rms_norm(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::RowwiseNorm,
   });
   registry.add({
       .name = "rms_norm_backward",
@@ -66,6 +67,7 @@ void add_rms_norm(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 10.0 * count(in[1]); },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -99,6 +101,7 @@ void add_rope(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 3.0 * count(in[0]); },
       .may_reuse = {{0, 0}},
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::RotaryByHeads,
   });
 }
 
@@ -120,6 +123,7 @@ void add_swiglu(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 6.0 * count(in[0]); },
       .may_reuse = {{0, 0}, {0, 1}},
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::Elementwise,
   });
   registry.add({
       .name = "swiglu_backward",
@@ -138,6 +142,7 @@ void add_swiglu(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 10.0 * count(in[0]); },
       .may_reuse = {{0, 0}, {0, 1}, {1, 2}},
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 

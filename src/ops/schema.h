@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "ops/attrs.h"
+#include "ops/placement_rule.h"
 
 namespace strata {
 
@@ -98,6 +99,7 @@ struct OpSchema {
   OpKind kind = OpKind::Other;
   // The calls one run of the op makes over its group; unset: none.
   std::function<CommCalls(const Metas& inputs, const Metas& outputs, const Attrs& attrs)> comm;
+  PlacementRule placement = PlacementRule::Unstated;  // every op must say
 };
 
 struct OpCost {

@@ -151,6 +151,7 @@ void add_embedding(OpRegistry& registry) {
       },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::VocabLookup,
   });
   registry.add({
       .name = "embedding_backward",
@@ -172,6 +173,7 @@ void add_embedding(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return count(in[0]); },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -208,6 +210,7 @@ void add_elementwise(OpRegistry& registry) {
       .may_reuse = {{0, 0}, {0, 1}},
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::Elementwise,
   });
   registry.add({
       .name = "sum_to",
@@ -227,6 +230,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return count(in[0]); },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "scale",
@@ -243,6 +247,7 @@ void add_elementwise(OpRegistry& registry) {
       .may_reuse = {{0, 0}},
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::Elementwise,
   });
   registry.add({
       .name = "sum_squares",
@@ -257,6 +262,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "square_sum_exact",
@@ -274,6 +280,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "gelu",
@@ -288,6 +295,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = elementwise_flops(10),
       .may_reuse = {{0, 0}},
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::Elementwise,
   });
   registry.add({
       .name = "gelu_backward",
@@ -304,6 +312,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = elementwise_flops(16),
       .may_reuse = {{0, 0}, {0, 1}},
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "adamw",
@@ -317,6 +326,7 @@ void add_elementwise(OpRegistry& registry) {
       .flops = elementwise_flops(12),
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "adamw_with_copy",
@@ -344,6 +354,7 @@ void add_elementwise(OpRegistry& registry) {
       .decomposes_into = {"adamw", "cast"},
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -370,6 +381,7 @@ void add_layernorm(OpRegistry& registry) {
       .flops = elementwise_flops(8),
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::RowwiseNorm,
   });
   registry.add({
       .name = "layernorm_backward",
@@ -395,6 +407,7 @@ void add_layernorm(OpRegistry& registry) {
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 14.0 * count(in[0]); },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -411,6 +424,7 @@ void add_matmuls(OpRegistry& registry) {
       .flops = matmul_flops,
       .differentiable = Differentiable::Yes,
       .kind = OpKind::Gemm,
+      .placement = PlacementRule::Matmul,
   });
   registry.add({
       .name = "linear",
@@ -436,6 +450,7 @@ void add_matmuls(OpRegistry& registry) {
       .decomposes_into = {"matmul", "add"},
       .differentiable = Differentiable::Yes,
       .kind = OpKind::Gemm,
+      .placement = PlacementRule::Linear,
   });
 }
 
@@ -464,6 +479,7 @@ void add_attention(OpRegistry& registry) {
       .differentiable = Differentiable::Yes,
       .recomputed_selectively = true,
       .kind = OpKind::Attention,
+      .placement = PlacementRule::AttentionByHeads,
   });
   registry.add({
       .name = "attention_backward",
@@ -493,6 +509,7 @@ void add_attention(OpRegistry& registry) {
       .decomposes_into = {"split_heads", "bmm", "causal_softmax", "causal_softmax_backward", "merge_heads"},
       .differentiable = Differentiable::No,
       .kind = OpKind::Attention,
+      .placement = PlacementRule::None,
   });
   registry.add({
       .name = "attention_cached",
@@ -535,6 +552,7 @@ void add_attention(OpRegistry& registry) {
             return 4.0 * count(in[0]) * keys;
           },
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 
@@ -576,6 +594,7 @@ void add_cross_entropy(OpRegistry& registry) {
         return CommCalls{{CommPattern::AllReduce, per_rank},
                          {CommPattern::AllGather, per_rank * static_cast<double>(attrs.get_int("ranks"))}};
       },
+      .placement = PlacementRule::VocabLoss,
   });
   registry.add({
       .name = "cross_entropy_backward",
@@ -605,6 +624,7 @@ void add_cross_entropy(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 4.0 * count(in[1]); },
       .may_reuse = {{0, 1}},
       .differentiable = Differentiable::No,
+      .placement = PlacementRule::None,
   });
 }
 

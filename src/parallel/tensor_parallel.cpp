@@ -121,38 +121,66 @@ class TensorParallelPass {
     fail("tensor parallelism (parallel.tp = {}): node '{}' (op '{}') {}", tp_.degree, n.label, n.op, why);
   }
 
+  bool reads(const Node& n, Placement where) const {
+    return std::any_of(n.inputs.begin(), n.inputs.end(), [&](int input) { return placement(input) == where; });
+  }
+  bool reads_only(const Node& n, Placement where) const {
+    return std::all_of(n.inputs.begin(), n.inputs.end(), [&](int input) { return placement(input) == where; });
+  }
+
+  // The op's placement rule (ops/placement_rule.h) picks the transform.
   void place_node(int id) {
     const Node& n = node(id);
-    bool all_replicated = true;
-    for (int input : n.inputs) all_replicated = all_replicated && placement(input) == Placement::Replicated;
-    if (n.op == "linear" && placement(n.inputs[1]) == Placement::SplitColumns) return column_linear(n);
-    if (n.op == "linear" && placement(n.inputs[1]) == Placement::SplitRows) return row_linear(n);
-    if (n.op == "embedding" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_embedding(n);
-    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitVocab) return vocab_head(n);
-    if (n.op == "cross_entropy" && placement(n.inputs[0]) == Placement::SplitVocab) return vocab_loss(n);
-    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitColumns) return column_matmul(n);
-    if (n.op == "matmul" && placement(n.inputs[1]) == Placement::SplitRows) return row_matmul(n);
-    if ((n.op == "attention" || n.op == "grouped_attention") && placement(n.inputs[0]) == Placement::SplitColumns) {
-      return local_heads(n);
-    }
-    if (all_replicated) {
+    if (reads_only(n, Placement::Replicated)) {
       rewriter_.copy_node(id);
       return;
     }
-    bool sequence_split = false;
-    for (int input : n.inputs) sequence_split = sequence_split || placement(input) == Placement::SplitSequence;
-    if (sequence_split && sequence_local(n)) return sequence_region(n);
-    if (n.op == "cast" || n.op == "gelu" || n.op == "scale") return elementwise(n, placement(n.inputs[0]));
-    if ((n.op == "add" || n.op == "swiglu") && placement(n.inputs[0]) == placement(n.inputs[1]) &&
-        placement(n.inputs[0]) == Placement::SplitColumns) {
-      return elementwise(n, Placement::SplitColumns);
+    const PlacementRule rule = OpRegistry::global().get(n.op).placement;
+    if (reads(n, Placement::SplitSequence) && passes_sequence_split(rule)) return sequence_region(n);
+    switch (rule) {
+      case PlacementRule::Linear:
+        if (placement(n.inputs[1]) == Placement::SplitColumns) return column_linear(n);
+        if (placement(n.inputs[1]) == Placement::SplitRows) return row_linear(n);
+        break;
+      case PlacementRule::Matmul:
+        if (placement(n.inputs[1]) == Placement::SplitVocab) return vocab_head(n);
+        if (placement(n.inputs[1]) == Placement::SplitColumns) return column_matmul(n);
+        if (placement(n.inputs[1]) == Placement::SplitRows) return row_matmul(n);
+        break;
+      case PlacementRule::AttentionByHeads:
+        if (reads_only(n, Placement::SplitColumns)) return local_heads(n);
+        break;
+      case PlacementRule::RotaryByHeads:
+        if (placement(n.inputs[0]) == Placement::SplitColumns && placement(n.inputs[1]) == Placement::Replicated) {
+          return elementwise(n, Placement::SplitColumns);
+        }
+        break;
+      case PlacementRule::VocabLookup:
+        if (placement(n.inputs[0]) == Placement::SplitVocab) return vocab_embedding(n);
+        break;
+      case PlacementRule::VocabLoss:
+        if (placement(n.inputs[0]) == Placement::SplitVocab) return vocab_loss(n);
+        break;
+      case PlacementRule::Elementwise:
+        if (n.inputs.size() == 1) return elementwise(n, placement(n.inputs[0]));
+        if (reads_only(n, Placement::SplitColumns)) return elementwise(n, Placement::SplitColumns);
+        break;
+      case PlacementRule::RowwiseNorm:
+      case PlacementRule::None:
+      case PlacementRule::Unstated:
+        break;
     }
-    // Rotary embeddings turn each head on its own: local to a rank's whole heads.
-    if (n.op == "rope" && placement(n.inputs[0]) == Placement::SplitColumns &&
-        placement(n.inputs[1]) == Placement::Replicated) {
-      return elementwise(n, Placement::SplitColumns);
+    refuse_placement(n, rule);
+  }
+
+  [[noreturn]] void refuse_placement(const Node& n, PlacementRule rule) const {
+    const std::string split =
+        reads(n, Placement::SplitSequence) ? "a value split along the sequence (parallel.sp)" : "a split value";
+    if (rule == PlacementRule::None || rule == PlacementRule::Unstated) {
+      refuse(n, fmt::format("reads {}, and its op has no placement rule", split));
     }
-    refuse(n, "reads a split value in a way the tensor-parallel pass does not know how to place");
+    refuse(n, fmt::format("reads {} in a way its op's placement rule ({}) does not place", split,
+                          placement_rule_name(rule)));
   }
 
   std::vector<int> inputs_of(const Node& n) const {
@@ -210,15 +238,9 @@ class TensorParallelPass {
     return source.value(source_value).kind == ValueKind::Param ? source_value : -1;
   }
 
-  // Ops that work position by position along the sequence: they run on this rank's block.
-  static bool sequence_local(const Node& n) {
-    return n.op == "layernorm" || n.op == "rms_norm" || n.op == "add" || n.op == "gelu" || n.op == "cast" ||
-           n.op == "scale";
-  }
-
-  // A sequence-local op reading a sequence-split value: replicated parameters enter through
-  // copy_to_group (each rank's gradient covers its positions only: they are summed), other
-  // replicated values (position embeddings) are split along the sequence.
+  // An op whose rule passes a sequence split, reading a sequence-split value: replicated parameters
+  // enter through copy_to_group (each rank's gradient covers its positions only: they are summed),
+  // other replicated values (position embeddings) are split along the sequence.
   void sequence_region(const Node& n) {
     std::vector<int> inputs = inputs_of(n);
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -21,11 +21,13 @@
 // embedding, the position embeddings are split_to_group, and the replicated
 // parameters those regions read (LayerNorm weights and biases, c_proj's bias)
 // enter through copy_to_group, so their gradients are summed over the group.
-// Every other op must read replicated values; anything else is refused,
-// naming the node. The backward pass derived from the result is then the
-// tensor-parallel backward (the collectives' gradient rules are Megatron's
-// conjugate pairs), and every replicated parameter's gradient comes out the
-// same on every rank of the group.
+// Which of these applies is the op's placement rule (ops/placement_rule.h),
+// declared with its schema; element-wise ops follow their inputs' split. An op
+// whose rule does not place the split it reads is refused, naming the node,
+// the op and the parallel.* key. The backward pass derived from the result is
+// then the tensor-parallel backward (the collectives' gradient rules are
+// Megatron's conjugate pairs), and every replicated parameter's gradient comes
+// out the same on every rank of the group.
 #include <string>
 
 #include "core/tensor.h"

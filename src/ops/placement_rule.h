@@ -1,0 +1,44 @@
+#pragma once
+// How tensor parallelism (parallel/tensor_parallel.cpp) places an op that reads
+// a value split across the group: a fact of the op, declared with its schema
+// (OpSchema::placement), as DTensor registers a sharding strategy per op. The
+// pass picks its transform by the rule, not by the op's name; an op whose rule
+// does not place the split it reads is refused, naming the op and the
+// parallel.* key of that split.
+#include <string_view>
+
+namespace strata {
+
+enum class PlacementRule {
+  Unstated,  // every op must say (a registry-wide test checks)
+  None,      // refused on any split input: ops made after the pass, inference-only ops, collectives
+  // Each output element reads the same element of each input: outputs are split as the inputs are. One
+  // input may be split any way; several must all be split by features (the last axis of each: the one
+  // split that lies on the same axis of every value they combine). A sequence split passes through.
+  Elementwise,
+  // Normalises each position over its features: a sequence split passes through, a split of the
+  // features is refused.
+  RowwiseNorm,
+  // x W^T + b: W split by output features makes a split output; by input features, partial products
+  // summed over the group, b added once after the sum.
+  Linear,
+  // a b: b split by columns or rows as Linear's weight, or a vocabulary-split table as the tied LM head
+  // (a b^T), which makes the logits' vocabulary columns.
+  Matmul,
+  // Heads independent of each other: inputs split by whole heads make the output split by the same heads.
+  AttentionByHeads,
+  // Rotates each head on its own: x split by whole heads, the positions whole.
+  RotaryByHeads,
+  // A lookup in a vocabulary-split table: each rank's rows (zeros for the other ids), summed over the group.
+  VocabLookup,
+  // A loss over vocabulary-split logits: the shards' log-sum-exps and target logits combined.
+  VocabLoss,
+};
+
+std::string_view placement_rule_name(PlacementRule rule);
+
+// Whether the op runs on a rank's block of the sequence under sequence
+// parallelism: each position's outputs read that position's inputs only.
+bool passes_sequence_split(PlacementRule rule);
+
+}  // namespace strata
