@@ -107,6 +107,11 @@ int train(const TrainConfig& given, const Instrumentation& instrumentation) {
          world.size());
   }
   const int dp = config.dp == 0 ? world.size() / (tp * pp) : static_cast<int>(config.dp);
+  if (tp == 1 && pp == 1 && dp != world.size()) {
+    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
+         "number of ranks (or be 0)",
+         dp, world.size());
+  }
   DeviceMesh mesh(world, MeshShape({{"dp", dp}, {"tp", tp}, {"pp", pp}}));
   MeshGroupsRegistration groups(mesh);  // the collective ops of a tensor-parallel graph run over these
   Trainer trainer(config, DataParallel(mesh.group("dp"), world),

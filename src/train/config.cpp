@@ -145,58 +145,78 @@ void apply_override(toml::table& table, const std::string& assignment) {
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+void check_finite(const char* key, T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) fail("key '{}' must be a finite number, got {}", key, value);
+  }
+}
+
+template <typename T>
+void check_positive(const char* key, T value) {
+  check_finite(key, value);
+  if (!(value > 0)) fail("key '{}' must be positive, got {}", key, value);
+}
+
+template <typename T>
+void check_non_negative(const char* key, T value) {
+  check_finite(key, value);
+  if (value < 0) fail("key '{}' must be at least 0, got {}", key, value);
+}
+
+}  // namespace
+
+// In the order the keys' checks run: the first impossible value is the one named.
 void TrainConfig::validate() const {
   model.validate();
-  auto finite = [](const char* key, auto value) {
-    if constexpr (std::is_floating_point_v<decltype(value)>) {
-      if (!std::isfinite(value)) fail("key '{}' must be a finite number, got {}", key, value);
-    }
-  };
-  auto positive = [&](const char* key, auto value) {
-    finite(key, value);
-    if (!(value > 0)) fail("key '{}' must be positive, got {}", key, value);
-  };
-  auto non_negative = [&](const char* key, auto value) {
-    finite(key, value);
-    if (value < 0) fail("key '{}' must be at least 0, got {}", key, value);
-  };
-  positive("train.batch_size", batch_size);
-  positive("train.global_batch", global_batch);
+  validate_training();
+  validate_parallel();
+  validate_precision_and_ops();
+}
+
+void TrainConfig::validate_training() const {
+  check_positive("train.batch_size", batch_size);
+  check_positive("train.global_batch", global_batch);
   if (global_batch % batch_size != 0) {
     fail("key 'train.batch_size' ({}) must divide 'train.global_batch' ({})", batch_size, global_batch);
   }
-  positive("train.steps", steps);
-  non_negative("train.exit_at_step", exit_at_step);
+  check_positive("train.steps", steps);
+  check_non_negative("train.exit_at_step", exit_at_step);
   if (exit_at_step > steps) {
     fail("key 'train.exit_at_step' ({}) is past the run's last step, train.steps = {}", exit_at_step, steps);
   }
-  positive("train.lr", lr);
-  non_negative("train.lr_min", lr_min);
+  check_positive("train.lr", lr);
+  check_non_negative("train.lr_min", lr_min);
   if (lr_min > lr) fail("key 'train.lr_min' ({}) must not exceed 'train.lr' ({})", lr_min, lr);
-  non_negative("train.warmup_steps", warmup_steps);
-  non_negative("train.weight_decay", weight_decay);
+  check_non_negative("train.warmup_steps", warmup_steps);
+  check_non_negative("train.weight_decay", weight_decay);
   if (!(beta1 >= 0 && beta1 < 1)) fail("key 'train.beta1' must be in [0, 1), got {}", beta1);
   if (!(beta2 >= 0 && beta2 < 1)) fail("key 'train.beta2' must be in [0, 1), got {}", beta2);
-  positive("train.adam_eps", adam_eps);
-  non_negative("train.grad_clip", grad_clip);
-  non_negative("train.max_skipped_steps", max_skipped_steps);
-  non_negative("train.val_every", val_every);
-  positive("train.val_batches", val_batches);
-  non_negative("ops.threads", threads);
-  non_negative("checkpoint.every", checkpoint_every);
-  non_negative("checkpoint.keep", checkpoint_keep);
+  check_positive("train.adam_eps", adam_eps);
+  check_non_negative("train.grad_clip", grad_clip);
+  check_non_negative("train.max_skipped_steps", max_skipped_steps);
+  check_non_negative("train.val_every", val_every);
+  check_positive("train.val_batches", val_batches);
+  check_non_negative("ops.threads", threads);
+  check_non_negative("checkpoint.every", checkpoint_every);
+  check_non_negative("checkpoint.keep", checkpoint_keep);
   if (train_shards.empty() != val_shards.empty()) {
     fail("keys 'data.train' and 'data.val' go together: set both (shard paths or globs) or neither (data.dir)");
   }
   if (data_dir.empty() && train_shards.empty()) fail("key 'data.dir' must not be empty");
   if (run_dir.empty()) fail("key 'checkpoint.dir' must not be empty");
+}
+
+void TrainConfig::validate_parallel() const {
   if (plan != "manual" && plan != "auto") fail("key 'parallel.plan' must be \"manual\" or \"auto\", got \"{}\"", plan);
   if (plan == "auto" && cluster.empty()) {
     fail("key 'parallel.cluster' must name a cluster file (a preset in configs/clusters/, or the one "
          "`strata calibrate` writes) when parallel.plan = \"auto\"");
   }
-  non_negative("parallel.dp", dp);
-  positive("parallel.tp", tp);
+  check_non_negative("parallel.dp", dp);
+  check_positive("parallel.tp", tp);
   if (model.n_head % tp != 0) {
     fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
          model.n_head);
@@ -211,25 +231,28 @@ void TrainConfig::validate() const {
     fail("key 'parallel.sp': model.block_size ({}) must be a multiple of parallel.tp ({}) to split the sequence",
          model.block_size, tp);
   }
-  positive("parallel.pp", pp);
+  check_positive("parallel.pp", pp);
   if (pp > model.n_layer) {
     fail("key 'parallel.pp' ({}) exceeds model.n_layer ({}): every pipeline stage needs at least one layer", pp,
          model.n_layer);
   }
-  positive("parallel.virtual_stages", virtual_stages);
+  check_positive("parallel.virtual_stages", virtual_stages);
   check_pipeline_layout(parse_schedule(schedule, "key 'parallel.schedule'"), static_cast<int>(pp),
                         static_cast<int>(virtual_stages), static_cast<int>(model.n_layer));
   if (model.vocab_size < tp) {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
          model.vocab_size);
   }
-  positive("parallel.bucket_mb", bucket_mb);
+  check_positive("parallel.bucket_mb", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
+}
+
+void TrainConfig::validate_precision_and_ops() const {
   parse_precision_mode(precision, "key 'precision.compute'");
   precision_policy();  // validates precision.fp32_ops
-  positive("precision.loss_scale", loss_scale);
-  positive("precision.growth_interval", loss_scale_growth_interval);
-  finite("precision.growth", loss_scale_growth);
+  check_positive("precision.loss_scale", loss_scale);
+  check_positive("precision.growth_interval", loss_scale_growth_interval);
+  check_finite("precision.growth", loss_scale_growth);
   if (!(loss_scale_growth > 1)) fail("key 'precision.growth' must exceed 1, got {}", loss_scale_growth);
   if (!(loss_scale_backoff > 0 && loss_scale_backoff < 1)) {
     fail("key 'precision.backoff' must be in (0, 1), got {}", loss_scale_backoff);

@@ -89,6 +89,11 @@ struct TrainConfig {
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;
+
+ private:
+  void validate_training() const;           // train.*, data.*, checkpoint.*
+  void validate_parallel() const;           // parallel.*, against the model's shape
+  void validate_precision_and_ops() const;  // precision.*, train.recompute, ops.*
 };
 
 // How the trainer builds its graphs from the config: precision policy,

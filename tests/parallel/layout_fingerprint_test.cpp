@@ -7,6 +7,7 @@
 // file names the CPU it was recorded on; elsewhere the test is skipped, saying so. To record anew
 // (only when a change is meant to move bits, said in its commit):
 //   STRATA_RECORD_FINGERPRINTS=tests/parallel/layout_fingerprints.json ctest -R LayoutFingerprint
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -43,12 +44,12 @@ std::string cpu_signature() {
   std::string model, flags;
   for (std::string line; std::getline(in, line);) {
     if (model.empty() && line.starts_with("model name")) model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.starts_with("flags")) flags = " " + line.substr(line.find(':') + 2) + " ";
+    if (flags.empty() && line.starts_with("flags")) flags = fmt::format(" {} ", line.substr(line.find(':') + 2));
   }
   std::string signature = model;
   for (const char* extension : {"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_tile",
                                 "amx_bf16", "avx_vnni"}) {
-    if (flags.find(" " + std::string(extension) + " ") != std::string::npos) signature += " " + std::string(extension);
+    if (flags.find(fmt::format(" {} ", extension)) != std::string::npos) signature += fmt::format(" {}", extension);
   }
   return signature;
 }
