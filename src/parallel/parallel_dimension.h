@@ -8,16 +8,36 @@
 // point-to-point flows besides collectives (pipeline stage boundaries). The mesh, the collective
 // groups and the checkpoint's rank layout loop over the registered dimensions; adding one is its own
 // files, one entry in `builtin_dimensions()` (or `register_parallel_dimension`), and its config key.
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "model/model_graph.h"
+#include "model/sharding_plan.h"
+
 namespace strata {
+
+struct RankLayout;
+
+// What a dimension's graph pass reads: the family's plan and layer labels, and where this rank sits.
+struct DimensionPassInput {
+  const ShardingPlan& plan;
+  const std::string& layer_prefix;
+  const RankLayout& layout;
+};
+// The part of `forward` this rank runs along the dimension, or nothing where the layout does not
+// split the model along it (one coordinate).
+using DimensionPass = std::function<std::optional<ParallelForward>(const Graph& forward, const DimensionPassInput&)>;
 
 struct ParallelDimension {
   std::string name;
   int nesting = 0;
   bool point_to_point = false;
+  // Unset: the dimension leaves every rank's graph whole (replicas, as data parallelism). Passes
+  // run innermost first: a layer is split before the model is cut into stages.
+  DimensionPass pass;
 };
 
 // Every dimension: the built-in ones, then those registered, in that order (the order their

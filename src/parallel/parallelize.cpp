@@ -1,27 +1,45 @@
 #include "parallel/parallelize.h"
 
+#include <algorithm>
+
+#include "parallel/parallel_dimension.h"
+
 namespace strata {
+
+namespace {
+
+// `second` rewrote `first`'s graph: one rewrite of the original, the layouts and stage-boundary
+// values `first` recorded carried to the values of `second` that stand for them.
+ParallelForward chain(ParallelForward first, ParallelForward second) {
+  const std::vector<int>& kept = second.rewritten.value_map;
+  auto carried = [&](int value) { return value < 0 ? -1 : kept.at(static_cast<size_t>(value)); };
+  for (const auto& [value, layout] : first.layouts) {
+    if (const int now = carried(value); now >= 0) second.layouts.emplace(now, layout);
+  }
+  second.gradient_labels.insert(first.gradient_labels.begin(), first.gradient_labels.end());
+  if (second.received < 0) second.received = carried(first.received);
+  if (second.sent < 0) second.sent = carried(first.sent);
+  second.rewritten = chain_rewrites(std::move(first.rewritten), std::move(second.rewritten));
+  return second;
+}
+
+}  // namespace
 
 ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,
                                     const RankLayout& layout) {
-  const bool split_layers = layout.tp.degree > 1, cut = layout.part.parts() > 1;
-  STRATA_CHECK(split_layers || cut, "parallelize_forward without tensor or pipeline parallelism");
-  if (!cut) {
-    TensorParallelForward split = parallelize_tensors(forward, plan, layout.tp);
-    return {.rewritten = std::move(split.rewritten), .layouts = std::move(split.layouts),
-            .gradient_labels = std::move(split.gradient_labels)};
+  std::vector<ParallelDimension> dimensions = parallel_dimensions();
+  std::stable_sort(dimensions.begin(), dimensions.end(),
+                   [](const ParallelDimension& a, const ParallelDimension& b) { return a.nesting < b.nesting; });
+  const DimensionPassInput input{plan, layer_prefix, layout};
+  std::optional<ParallelForward> done;
+  for (const ParallelDimension& dimension : dimensions) {
+    if (!dimension.pass) continue;
+    std::optional<ParallelForward> part = dimension.pass(done ? done->rewritten.graph : forward, input);
+    if (!part) continue;
+    done = done ? chain(std::move(*done), std::move(*part)) : std::move(part);
   }
-  if (!split_layers) return cut_pipeline_part(forward, layout.part, layer_prefix);
-  TensorParallelForward split = parallelize_tensors(forward, plan, layout.tp);
-  ParallelForward part = cut_pipeline_part(split.rewritten.graph, layout.part, layer_prefix);
-  // The part's values: those of the split graph it kept.
-  for (const auto& [value, value_layout] : split.layouts) {
-    const int kept = part.rewritten.value_map.at(static_cast<size_t>(value));
-    if (kept >= 0) part.layouts[kept] = value_layout;
-  }
-  part.gradient_labels = std::move(split.gradient_labels);
-  part.rewritten = chain_rewrites(std::move(split.rewritten), std::move(part.rewritten));
-  return part;
+  STRATA_CHECK(done.has_value(), "parallelize_forward with no dimension that splits the model");
+  return std::move(*done);
 }
 
 }  // namespace strata

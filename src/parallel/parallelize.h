@@ -1,6 +1,7 @@
 #pragma once
-// The forward graph one rank runs: the tensor-parallel part of every layer
-// (tensor_parallel.h), then the layers of its pipeline stage (pipeline_part.h).
+// The forward graph one rank runs: every registered dimension's graph pass in turn, innermost
+// first (parallel_dimension.h): the tensor-parallel part of every layer (tensor_parallel.h), then
+// the layers of its pipeline stage (pipeline_part.h).
 #include <string>
 
 #include "parallel/pipeline_part.h"
@@ -8,6 +9,7 @@
 
 namespace strata {
 
+// Where a rank sits along each dimension with a graph pass.
 struct RankLayout {
   TensorParallelRank tp;
   PipelinePart part;  // no parts, or one: the whole model

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/parallelize.h"
 #include "parallel/tensor_parallel_group.h"
 
 namespace strata {
@@ -60,6 +61,13 @@ std::vector<double> PipelineParallel::from_last_stage(std::vector<double> values
 
 ExactSquareSum PipelineParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
-ParallelDimension pipeline_parallel_dimension() { return {.name = "pp", .nesting = 2, .point_to_point = true}; }
+ParallelDimension pipeline_parallel_dimension() {
+  return {.name = "pp", .nesting = 2, .point_to_point = true,
+          .pass = [](const Graph& forward, const DimensionPassInput& input) {
+            std::optional<ParallelForward> part;
+            if (input.layout.part.parts() > 1) part = cut_pipeline_part(forward, input.layout.part, input.layer_prefix);
+            return part;
+          }};
+}
 
 }  // namespace strata

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel/parallelize.h"
+
 namespace strata {
 
 ExactSquareSum exact_sum_over(comm::Communicator& group, const ExactSquareSum& mine) {
@@ -20,6 +22,16 @@ TensorParallel::TensorParallel(comm::Communicator group) : group_(std::move(grou
 
 ExactSquareSum TensorParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
-ParallelDimension tensor_parallel_dimension() { return {.name = "tp", .nesting = 0}; }
+ParallelDimension tensor_parallel_dimension() {
+  return {.name = "tp", .nesting = 0, .pass = [](const Graph& forward, const DimensionPassInput& input) {
+            std::optional<ParallelForward> split;
+            if (input.layout.tp.degree <= 1) return split;
+            TensorParallelForward part = parallelize_tensors(forward, input.plan, input.layout.tp);
+            split = ParallelForward{.rewritten = std::move(part.rewritten),
+                                    .layouts = std::move(part.layouts),
+                                    .gradient_labels = std::move(part.gradient_labels)};
+            return split;
+          }};
+}
 
 }  // namespace strata
