@@ -80,13 +80,12 @@ int run_instrumented(Trainer& trainer, const TrainConfig& config, const Instrume
 // Returns the signal that stopped the run early (its checkpoint saved), or 0.
 int train(const TrainConfig& given, const Instrumentation& instrumentation) {
   if (!launched_by_mpirun()) {
-    for (auto [key, degree] : {std::pair{"parallel.dp", given.dp}, std::pair{"parallel.tp", given.tp},
-                               std::pair{"parallel.pp", given.pp}}) {
-      if (degree > 1) {
-        const int64_t ranks = std::max<int64_t>(given.dp, 1) * given.tp * given.pp;
-        fail("key '{}' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
+    const MeshShape mesh = given.mesh();
+    for (const ParallelDimension& dimension : parallel_dimensions()) {
+      if (const int degree = mesh.degree(dimension.name); degree > 1) {
+        fail("key 'parallel.{}' is {} but this is one process: launch with `mpirun -np {} strata train ...` or add "
              "`--nproc {}`",
-             key, degree, ranks, ranks);
+             dimension.name, degree, mesh.size(), mesh.size());
       }
     }
     Trainer trainer(given);

@@ -151,10 +151,8 @@ void capture_step_figures(int64_t step, double loss, double grad_norm, const Par
 }
 
 CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options, const CaptureSink& sink) {
-  if (config.dp > 1 || config.tp > 1 || config.pp > 1) {
-    fail("strata compare runs each side in one process: parallel.dp, parallel.tp and parallel.pp must be 1 (got {}, "
-         "{}, {})",
-         config.dp, config.tp, config.pp);
+  if (const MeshShape mesh = config.mesh(); mesh.size() > 1) {
+    fail("strata compare runs each side in one process: {} must all be 1", mesh.keys());
   }
   if (config.plan == "auto") fail("strata compare runs the configured layout: set parallel.plan = \"manual\"");
   Trainer trainer(config);

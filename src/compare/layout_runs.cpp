@@ -62,9 +62,7 @@ int64_t copy_starting_checkpoint(const TrainConfig& config, const fs::path& work
 
 }  // namespace
 
-int layout_ranks(const TrainConfig& config) {
-  return static_cast<int>(std::max<int64_t>(config.dp, 1) * config.tp * config.pp);
-}
+int layout_ranks(const TrainConfig& config) { return config.mesh().size(); }
 
 void capture_layout_steps(const std::string& config_path, const std::vector<std::string>& overrides,
                           const TrainConfig& config, int64_t steps, const fs::path& work,

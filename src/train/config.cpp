@@ -268,6 +268,11 @@ void TrainConfig::validate_precision_and_ops() const {
   }
 }
 
+MeshShape TrainConfig::mesh() const {
+  return MeshShape({{"dp", static_cast<int>(std::max<int64_t>(dp, 1))}, {"tp", static_cast<int>(tp)},
+                    {"pp", static_cast<int>(pp)}});
+}
+
 ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {
   return {.precision = config.precision_policy(),
           .recompute = training ? parse_recompute_mode(config.recompute, "train.recompute") : RecomputeMode::None,

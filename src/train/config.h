@@ -8,6 +8,7 @@
 
 #include "graph/autocast.h"
 #include "model/model_graph.h"
+#include "parallel/device_mesh.h"
 
 namespace strata {
 
@@ -89,6 +90,8 @@ struct TrainConfig {
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;
+  // The parallel.* degrees as a mesh (parallel.dp = 0, "the ranks left", counted as 1).
+  MeshShape mesh() const;
 
  private:
   void validate_training() const;           // train.*, data.*, checkpoint.*

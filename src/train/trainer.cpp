@@ -559,7 +559,10 @@ StepMetrics Trainer::step() {
   const int64_t tokens = config_.global_batch * config_.model.block_size;
   metrics.tokens_per_s = static_cast<double>(tokens) / seconds;
   metrics.tokens = metrics.step * tokens;
-  if (peak_.flops > 0) metrics.mfu = model_flops_per_token() * metrics.tokens_per_s / peak_.flops;
+  if (peak_.flops > 0) {
+    const double flops_per_token = model_family(config_.model).training_flops_per_token(config_.model);
+    metrics.mfu = flops_per_token * metrics.tokens_per_s / peak_.flops;
+  }
   return metrics;
 }
 
@@ -613,10 +616,6 @@ void Trainer::update(StepMetrics& metrics, double loss_scale) {
          metrics.step, consecutive_skips_, config_.max_skipped_steps, first_nonfinite_gradient());
   }
   print(fmt::format("step {}: skipped, {}\n", metrics.step, metrics.skip_reason));
-}
-
-double Trainer::model_flops_per_token() const {
-  return model_family(config_.model).training_flops_per_token(config_.model);
 }
 
 std::string Trainer::first_nonfinite_gradient() {

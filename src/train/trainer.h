@@ -142,7 +142,6 @@ class Trainer {
   void supply_weight_copies(bool supply);
   void print(const std::string& text) const;  // on the reporting rank only
   std::string first_nonfinite_gradient();     // the first parameter (in order) over every rank
-  double model_flops_per_token() const;
   // The training graph's kernel time per op type (--profile), for the run's record.
   std::optional<KernelProfile> kernel_profile() const;
 
