@@ -41,4 +41,12 @@ bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback
   return found->get<bool>();
 }
 
+void json_for_each_item(const nlohmann::json& object, std::string_view key, std::string_view where,
+                        const std::function<void(const nlohmann::json& item, const std::string& item_where)>& visit) {
+  const nlohmann::json& list = json_required(object, key, where);
+  const std::string list_where = json_member(where, key);
+  if (!list.is_array()) fail("{} is {}, expected a list", list_where, json_excerpt(list));
+  for (size_t i = 0; i < list.size(); ++i) visit(list[i], fmt::format("{}[{}]", list_where, i));
+}
+
 }  // namespace strata

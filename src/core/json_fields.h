@@ -2,6 +2,7 @@
 // Typed reads of an untrusted JSON object's members (tokenizer.json, run records). `where`
 // names the object read, as "'FILE'" or "'FILE': KEY.PATH", so every error
 // names the file and the key at fault ("'t.json': model.merges[3] is 7, ...").
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,10 @@ bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback
 
 // object[key] as a finite number (integers accepted).
 double json_number(const nlohmann::json& object, std::string_view key, std::string_view where);
+
+// object[key], which must be a list, item by item with each item's name ("WHERE.KEY[i]").
+void json_for_each_item(const nlohmann::json& object, std::string_view key, std::string_view where,
+                        const std::function<void(const nlohmann::json& item, const std::string& item_where)>& visit);
 
 // Fails unless `value` is an object, naming it.
 void expect_json_object(const nlohmann::json& value, std::string_view where);

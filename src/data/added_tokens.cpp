@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
-#include "data/bpe_model.h"
+#include "data/token_model.h"
 #include "core/json_fields.h"
 #include "data/normalizer.h"
 #include "data/utf8.h"
@@ -24,7 +24,7 @@ bool is_continuation(char byte) { return (static_cast<unsigned char>(byte) & 0xC
 
 }  // namespace
 
-AddedTokens::AddedTokens(const nlohmann::json& list, const BpeModel& model, const Normalizer& normalizer,
+AddedTokens::AddedTokens(const nlohmann::json& list, const TokenModel& model, const Normalizer& normalizer,
                          std::string_view where)
     : whitespace_(kRustWhitespace, UnicodeRegex::Syntax::kRegex, "Rust's \\s"),
       word_char_(kRustWordChar, UnicodeRegex::Syntax::kRegex, "Rust's \\w") {

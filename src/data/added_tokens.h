@@ -19,14 +19,14 @@
 
 namespace strata {
 
-class BpeModel;
+class TokenModel;
 class Normalizer;
 
 class AddedTokens {
  public:
   // `list` is the added_tokens value; an id the model's vocabulary gives to
   // another string is an error. `where` names the list in errors.
-  AddedTokens(const nlohmann::json& list, const BpeModel& model, const Normalizer& normalizer, std::string_view where);
+  AddedTokens(const nlohmann::json& list, const TokenModel& model, const Normalizer& normalizer, std::string_view where);
 
   struct Segment {
     std::string_view text;

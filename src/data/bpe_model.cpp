@@ -84,9 +84,7 @@ std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge, con
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& model, std::string_view where) {
-  const std::string type = json_string(model, "type", where);
-  if (type != "BPE") fail("{} is \"{}\": this build reads BPE models only", json_member(where, "type"), type);
-  // Options that would make encoding random or respell pieces; no byte-level model uses them.
+  // Options that would make encoding random or respell pieces; none of the models read here uses them.
   const nlohmann::json& dropout = model.contains("dropout") ? model["dropout"] : nlohmann::json();
   if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0)) {
     fail("{} is {}: dropout makes encoding random; this build reads null or 0", json_member(where, "dropout"),
@@ -95,7 +93,7 @@ BpeModel::BpeModel(const nlohmann::json& model, std::string_view where) {
   // Current transformers writes "" for an absent prefix or suffix: the same as none.
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null() && model[key] != "") {
-      fail("{} is {}: this build reads byte-level BPE models, which have none", json_member(where, key),
+      fail("{} is {}: this build reads BPE models without one", json_member(where, key),
            json_excerpt(model[key]));
     }
   }
@@ -192,14 +190,8 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& ids) const {
       continue;
     }
     if (byte_fallback_) {
-      std::vector<int32_t> bytes;
-      for (char byte : character) {
-        std::optional<int32_t> id = id_of(fmt::format("<0x{:02X}>", static_cast<unsigned char>(byte)));
-        if (!id) break;
-        bytes.push_back(*id);
-      }
-      if (bytes.size() == character.size()) {
-        for (int32_t id : bytes) add(id);
+      if (std::optional<std::vector<int32_t>> bytes = byte_fallback_ids(*this, character)) {
+        for (int32_t id : *bytes) add(id);
         continue;
       }
     }

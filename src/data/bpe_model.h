@@ -15,27 +15,21 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data/token_model.h"
+
 namespace strata {
 
-class BpeModel {
+class BpeModel : public TokenModel {
  public:
   // `model` is the "model" value; `where` names it in errors.
   BpeModel(const nlohmann::json& model, std::string_view where);
 
-  // Appends the ids of one pre-tokenized piece (valid UTF-8) to `ids`.
-  void encode(std::string_view piece, std::vector<int32_t>& ids) const;
-
-  std::optional<int32_t> id_of(std::string_view token) const;
-  // The token spelled by `id`, or nullptr when the vocabulary has no such id.
-  const std::string* token_of(int32_t id) const;
-  // One past the highest id of the vocabulary.
-  int32_t id_limit() const { return id_limit_; }
+  void encode(std::string_view piece, std::vector<int32_t>& ids) const override;
+  std::optional<int32_t> id_of(std::string_view token) const override;
+  const std::string* token_of(int32_t id) const override;
+  int32_t id_limit() const override { return id_limit_; }
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
-  };
   struct Merge {
     uint32_t rank;
     int32_t merged_id;
@@ -46,7 +40,7 @@ class BpeModel {
   // The merge of two adjacent tokens, or nullptr.
   const Merge* find_merge(int32_t left, int32_t right) const;
 
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_;
+  std::unordered_map<std::string, int32_t, TokenHash, std::equal_to<>> vocab_;
   std::unordered_map<int32_t, const std::string*> tokens_;  // points at vocab_'s keys, which never move
   std::unordered_map<uint64_t, Merge> merges_;
   std::optional<int32_t> unk_id_;

@@ -8,11 +8,11 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "data/added_tokens.h"
-#include "data/bpe_model.h"
-#include "data/byte_level.h"
 #include "core/json_fields.h"
+#include "data/decoder.h"
 #include "data/normalizer.h"
 #include "data/pre_tokenizer.h"
+#include "data/token_model.h"
 #include "data/utf8.h"
 
 namespace strata {
@@ -35,26 +35,19 @@ class HfTokenizer : public TokenizerBackend {
         where_(fmt::format("'{}'", path.string())),
         normalizer_(member_or_null(document, "normalizer"), json_member(where_, "normalizer")),
         pre_tokenizer_(member_or_null(document, "pre_tokenizer"), json_member(where_, "pre_tokenizer")),
-        model_(json_required(document, "model", where_), json_member(where_, "model")),
-        added_(member_or_null(document, "added_tokens"), model_, normalizer_, json_member(where_, "added_tokens")) {
-    const json& decoder = member_or_null(document, "decoder");
-    const std::string decoder_where = json_member(where_, "decoder");
-    if (decoder.is_null()) {
-      fail("{} is missing: this build reads byte-level BPE, whose decoder is ByteLevel", decoder_where);
-    }
-    const std::string decoder_type = json_string(decoder, "type", decoder_where);
-    if (decoder_type != "ByteLevel") {
-      fail("{} is \"{}\": this build reads byte-level BPE, whose decoder is ByteLevel",
-           json_member(decoder_where, "type"), decoder_type);
-    }
-    vocab_size_ = std::max(model_.id_limit(), added_.id_limit());
+        model_(read_token_model(json_required(document, "model", where_), json_member(where_, "model"))),
+        added_(member_or_null(document, "added_tokens"), *model_, normalizer_, json_member(where_, "added_tokens")),
+        decoder_(member_or_null(document, "decoder"), json_member(where_, "decoder")) {
+    vocab_size_ = std::max(model_->id_limit(), added_.id_limit());
     read_config();
   }
 
-  std::vector<int32_t> encode(std::string_view text) const override {
-    if (std::optional<size_t> bad = first_invalid_utf8(text)) {
-      fail("tokenizer '{}' cannot encode text that is not UTF-8 (invalid byte at offset {})", path_.string(), *bad);
-    }
+  // Bytes that are not UTF-8 are read as U+FFFD, one per maximal invalid subsequence: the text that
+  // Python's bytes.decode(errors="replace") hands the library (and SentencePiece's reading of them).
+  std::vector<int32_t> encode(std::string_view input) const override {
+    std::string repaired;
+    if (first_invalid_utf8(input)) repaired = utf8_lossy(input);
+    const std::string_view text = repaired.empty() ? input : repaired;
     std::vector<int32_t> ids;
     for (const AddedTokens::Segment& raw : added_.split(text, false)) {
       if (raw.id) {
@@ -67,23 +60,25 @@ class HfTokenizer : public TokenizerBackend {
           ids.push_back(*segment.id);
           continue;
         }
-        for (const std::string& piece : pre_tokenizer_.split(segment.text)) model_.encode(piece, ids);
+        const bool at_text_start = raw.text.data() == text.data() && segment.text.data() == normalized.data();
+        for (const std::string& piece : pre_tokenizer_.split(segment.text, at_text_start)) model_->encode(piece, ids);
       }
     }
     return ids;
   }
 
   std::string decode(std::span<const int32_t> ids) const override {
-    std::string bytes;
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
     for (int32_t id : ids) {
       const std::string* token = added_.token_of(id);
-      if (token == nullptr) token = model_.token_of(id);
+      if (token == nullptr) token = model_->token_of(id);
       if (token == nullptr) {
         fail("tokenizer '{}' cannot decode id {}: neither the vocab nor added_tokens has it", path_.string(), id);
       }
-      byte_level_decode(*token, bytes);
+      tokens.push_back(*token);
     }
-    return utf8_lossy(bytes);
+    return decoder_.decode(std::move(tokens));
   }
 
   int32_t vocab_size() const override { return vocab_size_; }
@@ -118,7 +113,7 @@ class HfTokenizer : public TokenizerBackend {
         fail("{} is {}, expected a string, {{\"content\": ...}} or null", key_where, json_excerpt(value));
       }
       if (std::optional<int32_t> id = added_.id_of(token)) return *id;
-      if (std::optional<int32_t> id = model_.id_of(token)) return *id;
+      if (std::optional<int32_t> id = model_->id_of(token)) return *id;
       fail("{} is {}, which neither the vocab nor added_tokens of '{}' has", key_where, json(token).dump(),
            path_.string());
     };
@@ -130,8 +125,9 @@ class HfTokenizer : public TokenizerBackend {
   std::string where_;
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
-  BpeModel model_;
+  std::unique_ptr<TokenModel> model_;
   AddedTokens added_;
+  Decoder decoder_;
   int32_t vocab_size_ = 0;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;

@@ -9,29 +9,97 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "core/json_file.h"
+#include "data/unicode_regex.h"
 
 namespace strata {
 
-Normalizer::Normalizer(const nlohmann::json& node, std::string_view where) {
-  if (node.is_null()) return;
+struct Normalizer::Step {
+  virtual ~Step() = default;
+  virtual std::string apply(std::string_view text) const = 0;
+};
+
+namespace {
+
+class NfcStep : public Normalizer::Step {
+ public:
+  std::string apply(std::string_view text) const override {
+    if (text.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      fail("NFC normalization takes at most 2 GiB of text at once (ICU's limit), not {} bytes", text.size());
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+    std::string normalized;
+    icu::StringByteSink<std::string> sink(&normalized, static_cast<int32_t>(text.size()));
+    if (U_SUCCESS(status)) {
+      nfc->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink, nullptr, status);
+    }
+    if (U_FAILURE(status)) fail("NFC normalization failed: {}", u_errorName(status));
+    return normalized;
+  }
+};
+
+// The library prepends to non-empty text only.
+class PrependStep : public Normalizer::Step {
+ public:
+  explicit PrependStep(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::string apply(std::string_view text) const override {
+    return text.empty() ? std::string() : prefix_ + std::string(text);
+  }
+
+ private:
+  std::string prefix_;
+};
+
+class ReplaceStep : public Normalizer::Step {
+ public:
+  ReplaceStep(UnicodeRegex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  std::string apply(std::string_view text) const override {
+    std::string replaced;
+    size_t kept = 0;
+    for (auto [begin, end] : pattern_.find_all(text)) {
+      replaced.append(text.substr(kept, begin - kept)).append(content_);
+      kept = end;
+    }
+    return replaced.append(text.substr(kept));
+  }
+
+ private:
+  UnicodeRegex pattern_;
+  std::string content_;
+};
+
+void parse_steps(const nlohmann::json& node, const std::string& where,
+                 std::vector<std::unique_ptr<const Normalizer::Step>>& steps) {
   const std::string type = json_string(node, "type", where);
-  if (type != "NFC") fail("{} is \"{}\": this build reads no normalizer or NFC", json_member(where, "type"), type);
-  nfc_ = true;
+  if (type == "Sequence") {
+    json_for_each_item(node, "normalizers", where,
+                       [&](const nlohmann::json& item, const std::string& item_where) { parse_steps(item, item_where, steps); });
+  } else if (type == "NFC") {
+    steps.push_back(std::make_unique<NfcStep>());
+  } else if (type == "Prepend") {
+    steps.push_back(std::make_unique<PrependStep>(json_string(node, "prepend", where)));
+  } else if (type == "Replace") {
+    steps.push_back(std::make_unique<ReplaceStep>(read_pattern(node, where), json_string(node, "content", where)));
+  } else {
+    fail("{} is \"{}\": this build reads the normalizers NFC, Prepend, Replace and Sequence",
+         json_member(where, "type"), type);
+  }
 }
 
+}  // namespace
+
+Normalizer::Normalizer(const nlohmann::json& node, std::string_view where) {
+  if (!node.is_null()) parse_steps(node, std::string(where), steps_);
+}
+
+Normalizer::~Normalizer() = default;
+Normalizer::Normalizer(Normalizer&&) noexcept = default;
+Normalizer& Normalizer::operator=(Normalizer&&) noexcept = default;
+
 std::string Normalizer::apply(std::string_view text) const {
-  if (!nfc_) return std::string(text);
-  if (text.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    fail("NFC normalization takes at most 2 GiB of text at once (ICU's limit), not {} bytes", text.size());
-  }
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-  std::string normalized;
-  icu::StringByteSink<std::string> sink(&normalized, static_cast<int32_t>(text.size()));
-  if (U_SUCCESS(status)) {
-    nfc->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink, nullptr, status);
-  }
-  if (U_FAILURE(status)) fail("NFC normalization failed: {}", u_errorName(status));
+  std::string normalized(text);
+  for (const auto& step : steps_) normalized = step->apply(normalized);
   return normalized;
 }
 

@@ -101,8 +101,8 @@ void split_piece(const UnicodeRegex& regex, Behavior behavior, bool invert, std:
 
 struct PreTokenizer::Step {
   virtual ~Step() = default;
-  // Replaces every piece by what this step makes of it.
-  virtual std::vector<std::string> apply(const std::vector<std::string>& pieces) const = 0;
+  // Replaces every piece by what this step makes of it; `at_text_start`: the first piece begins the text.
+  virtual std::vector<std::string> apply(const std::vector<std::string>& pieces, bool at_text_start) const = 0;
 };
 
 namespace {
@@ -112,7 +112,7 @@ class SplitStep : public PreTokenizer::Step {
   SplitStep(UnicodeRegex regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
 
-  std::vector<std::string> apply(const std::vector<std::string>& pieces) const override {
+  std::vector<std::string> apply(const std::vector<std::string>& pieces, bool) const override {
     std::vector<std::string> out;
     for (const std::string& piece : pieces) split_piece(regex_, behavior_, invert_, piece, out);
     return out;
@@ -130,7 +130,7 @@ class ByteLevelStep : public PreTokenizer::Step {
     if (use_regex) regex_.emplace(kGpt2Pattern, UnicodeRegex::Syntax::kRegex, where);
   }
 
-  std::vector<std::string> apply(const std::vector<std::string>& pieces) const override {
+  std::vector<std::string> apply(const std::vector<std::string>& pieces, bool) const override {
     std::vector<std::string> out;
     std::vector<std::string> parts;
     for (const std::string& piece : pieces) {
@@ -151,41 +151,87 @@ class ByteLevelStep : public PreTokenizer::Step {
   std::optional<UnicodeRegex> regex_;
 };
 
+// SentencePiece's spaces: each piece's spaces become `replacement` ("▁"), which is prepended to every piece
+// (prepend_scheme "always"), to the text's first ("first") or to none ("never"), unless the piece starts
+// with it; with `split`, each "▁" then starts a new piece.
+class MetaspaceStep : public PreTokenizer::Step {
+ public:
+  enum class Prepend { kAlways, kFirst, kNever };
+  MetaspaceStep(std::string replacement, Prepend prepend, bool split, std::string_view where)
+      : replacement_(std::move(replacement)),
+        prepend_(prepend),
+        split_(split),
+        space_(" ", UnicodeRegex::Syntax::kLiteral, where),
+        marker_(replacement_, UnicodeRegex::Syntax::kLiteral, where) {}
+
+  std::vector<std::string> apply(const std::vector<std::string>& pieces, bool at_text_start) const override {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::string piece;
+      size_t kept = 0;
+      for (auto [begin, end] : space_.find_all(pieces[i])) {
+        piece.append(pieces[i], kept, begin - kept).append(replacement_);
+        kept = end;
+      }
+      piece.append(pieces[i], kept);
+      const bool prepend = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && i == 0 && at_text_start);
+      if (prepend && !piece.starts_with(replacement_)) piece.insert(0, replacement_);
+      if (split_) {
+        split_piece(marker_, Behavior::kMergedWithNext, false, piece, out);
+      } else {
+        out.push_back(std::move(piece));
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::string replacement_;
+  Prepend prepend_;
+  bool split_;
+  UnicodeRegex space_, marker_;
+};
+
+// Metaspace's prepend_scheme, or the older add_prefix_space (false: "never").
+MetaspaceStep::Prepend parse_prepend_scheme(const nlohmann::json& node, std::string_view where) {
+  if (!json_bool(node, "add_prefix_space", true, where)) return MetaspaceStep::Prepend::kNever;
+  if (!node.contains("prepend_scheme")) return MetaspaceStep::Prepend::kAlways;
+  const std::string scheme = json_string(node, "prepend_scheme", where);
+  if (scheme == "always") return MetaspaceStep::Prepend::kAlways;
+  if (scheme == "first") return MetaspaceStep::Prepend::kFirst;
+  if (scheme == "never") return MetaspaceStep::Prepend::kNever;
+  fail("{} is \"{}\", expected always, first or never", json_member(where, "prepend_scheme"), scheme);
+}
+
 void parse_steps(const nlohmann::json& node, const std::string& where,
                  std::vector<std::unique_ptr<const PreTokenizer::Step>>& steps) {
   const std::string type = json_string(node, "type", where);
   if (type == "Sequence") {
-    const nlohmann::json& list = json_required(node, "pretokenizers", where);
-    const std::string list_where = json_member(where, "pretokenizers");
-    if (!list.is_array()) fail("{} is {}, expected a list", list_where, json_excerpt(list));
-    for (size_t i = 0; i < list.size(); ++i) parse_steps(list[i], fmt::format("{}[{}]", list_where, i), steps);
+    json_for_each_item(node, "pretokenizers", where,
+                       [&](const nlohmann::json& item, const std::string& item_where) { parse_steps(item, item_where, steps); });
   } else if (type == "ByteLevel") {
     // HuggingFace's defaults for keys a file leaves out.
     steps.push_back(std::make_unique<ByteLevelStep>(json_bool(node, "add_prefix_space", true, where),
                                                     json_bool(node, "use_regex", true, where), where));
   } else if (type == "Split") {
-    const nlohmann::json& pattern = json_required(node, "pattern", where);
-    const std::string pattern_where = json_member(where, "pattern");
-    expect_json_object(pattern, pattern_where);
-    std::optional<UnicodeRegex> regex;
-    if (pattern.contains("Regex")) {
-      regex.emplace(json_string(pattern, "Regex", pattern_where), UnicodeRegex::Syntax::kRegex,
-                    json_member(pattern_where, "Regex"));
-    } else if (pattern.contains("String")) {
-      regex.emplace(json_string(pattern, "String", pattern_where), UnicodeRegex::Syntax::kLiteral,
-                    json_member(pattern_where, "String"));
-    } else {
-      fail("{} is {}, expected {{\"Regex\": ...}} or {{\"String\": ...}}", pattern_where, json_excerpt(pattern));
-    }
-    steps.push_back(std::make_unique<SplitStep>(std::move(*regex), parse_behavior(node, where),
+    steps.push_back(std::make_unique<SplitStep>(read_pattern(node, where), parse_behavior(node, where),
                                                 json_bool(node, "invert", false, where)));
   } else if (type == "Digits") {
     // Rust's char::is_numeric is the N category; alone or in runs.
     bool individual = json_bool(node, "individual_digits", false, where);
     steps.push_back(std::make_unique<SplitStep>(UnicodeRegex(R"(\p{N})", UnicodeRegex::Syntax::kRegex, where),
                                                 individual ? Behavior::kIsolated : Behavior::kContiguous, false));
+  } else if (type == "Metaspace") {
+    const MetaspaceStep::Prepend prepend = parse_prepend_scheme(node, where);
+    // Only the text's first piece can start it: after another step, which piece that is is not tracked.
+    if (prepend == MetaspaceStep::Prepend::kFirst && !steps.empty()) {
+      fail("{}: Metaspace with prepend_scheme \"first\" after another pre-tokenizer is not read by this build",
+           where);
+    }
+    steps.push_back(std::make_unique<MetaspaceStep>(json_string(node, "replacement", where), prepend,
+                                                    json_bool(node, "split", true, where), where));
   } else {
-    fail("{} is \"{}\": this build reads the pre-tokenizers ByteLevel, Split, Digits and Sequence",
+    fail("{} is \"{}\": this build reads the pre-tokenizers ByteLevel, Split, Digits, Metaspace and Sequence",
          json_member(where, "type"), type);
   }
 }
@@ -200,10 +246,10 @@ PreTokenizer::~PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
-std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+std::vector<std::string> PreTokenizer::split(std::string_view text, bool at_text_start) const {
   std::vector<std::string> pieces;
   if (!text.empty()) pieces.emplace_back(text);
-  for (const auto& step : steps_) pieces = step->apply(pieces);
+  for (const auto& step : steps_) pieces = step->apply(pieces, at_text_start);
   return pieces;
 }
 

@@ -4,7 +4,8 @@
 // byte-level alphabet. Read from tokenizer.json's "pre_tokenizer":
 // ByteLevel (add_prefix_space, use_regex: GPT-2's split pattern), Split
 // (a Regex or String pattern, any of the five behaviors, invert), Digits
-// (individual_digits) and Sequence of these. Anything else is an error naming
+// (individual_digits), Metaspace (SentencePiece's "▁" for spaces:
+// replacement, prepend_scheme or add_prefix_space, split) and Sequence of these. Anything else is an error naming
 // the key, since skipping a step would silently change every encoding.
 #include <memory>
 #include <string>
@@ -23,8 +24,9 @@ class PreTokenizer {
   PreTokenizer(PreTokenizer&&) noexcept;
   PreTokenizer& operator=(PreTokenizer&&) noexcept;
 
-  // The non-empty pieces of `text` (valid UTF-8), in order.
-  std::vector<std::string> split(std::string_view text) const;
+  // The non-empty pieces of `text` (valid UTF-8), in order; `at_text_start`: `text` begins the text
+  // being encoded (not after an added token), where Metaspace's prepend_scheme "first" prepends.
+  std::vector<std::string> split(std::string_view text, bool at_text_start) const;
 
   struct Step;  // one pre-tokenizer of the sequence, defined in pre_tokenizer.cpp
 

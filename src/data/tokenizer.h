@@ -1,8 +1,8 @@
 #pragma once
 // One tokenizer whatever file backs it: a SentencePiece model (tokenizer.model:
 // LLaMA 2, TinyLlama, and the ones `strata data prepare` trains, see
-// sentencepiece_tokenizer.h) or a HuggingFace tokenizer.json with a byte-level
-// BPE model (GPT-2, SmolLM, LLaMA 3, Qwen2; see hf_tokenizer.h). Encoding adds
+// sentencepiece_tokenizer.h) or a HuggingFace tokenizer.json (GPT-2, SmolLM,
+// LLaMA 3, Qwen2, LLaMA 2, Mistral, T5; see hf_tokenizer.h). Encoding adds
 // no bos/eos (nor a post-processor's tokens); decoding keeps special tokens.
 #include <cstdint>
 #include <filesystem>

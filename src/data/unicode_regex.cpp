@@ -3,7 +3,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "core/json_fields.h"
+#include "core/json_file.h"
 #include "data/utf8.h"
 
 namespace strata {
@@ -83,6 +87,21 @@ bool UnicodeRegex::matches_at(std::string_view text, size_t pos) const {
   if (result == PCRE2_ERROR_NOMATCH) return false;
   if (result < 0) fail("{}: matching failed: {}", what_, pcre2_message(result));
   return true;
+}
+
+UnicodeRegex read_pattern(const nlohmann::json& step, std::string_view where) {
+  const nlohmann::json& pattern = json_required(step, "pattern", where);
+  const std::string pattern_where = json_member(where, "pattern");
+  expect_json_object(pattern, pattern_where);
+  if (pattern.contains("Regex")) {
+    return UnicodeRegex(json_string(pattern, "Regex", pattern_where), UnicodeRegex::Syntax::kRegex,
+                        json_member(pattern_where, "Regex"));
+  }
+  if (pattern.contains("String")) {
+    return UnicodeRegex(json_string(pattern, "String", pattern_where), UnicodeRegex::Syntax::kLiteral,
+                        json_member(pattern_where, "String"));
+  }
+  fail("{} is {}, expected {{\"Regex\": ...}} or {{\"String\": ...}}", pattern_where, json_excerpt(pattern));
 }
 
 }  // namespace strata

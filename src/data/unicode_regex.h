@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace strata {
 
 class UnicodeRegex {
@@ -33,5 +35,9 @@ class UnicodeRegex {
   void* code_ = nullptr;  // pcre2_code_8, kept out of this header
   std::string what_;
 };
+
+// The "pattern" of a tokenizer.json step (Split, Replace): {"Regex": ...} or {"String": ...} (literal).
+// `where` names the step in errors.
+UnicodeRegex read_pattern(const nlohmann::json& step, std::string_view where);
 
 }  // namespace strata

@@ -234,10 +234,10 @@ TEST(Corpus, ABadTokenizerFailsBeforeTheDirectoryChanges) {
 
   std::string message = error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", dir / "absent"); });
   EXPECT_THAT(message, HasSubstr((dir / "absent").string()));
-  write_bytes(dir / "broken.json", "{\"model\": {\"type\": \"Unigram\"}}");
+  write_bytes(dir / "broken.json", "{\"model\": {\"type\": \"WordPiece\"}}");
   message = error_of([&] { prepare_corpus({dir / "a.txt"}, dir / "out", dir / "broken.json"); });
   EXPECT_THAT(message, HasSubstr((dir / "broken.json").string()));
-  EXPECT_THAT(message, HasSubstr("model.type is \"Unigram\""));
+  EXPECT_THAT(message, HasSubstr("model.type is \"WordPiece\""));
   EXPECT_EQ(read_bytes(dir / "out" / "meta.json"), before);
 }
 
