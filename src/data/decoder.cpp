@@ -8,6 +8,7 @@
 #include "core/json_fields.h"
 #include "core/json_file.h"
 #include "data/byte_level.h"
+#include "data/step_list.h"
 #include "data/unicode_regex.h"
 #include "data/utf8.h"
 
@@ -161,34 +162,32 @@ size_t json_count(const nlohmann::json& node, std::string_view key, std::string_
   return value.get<size_t>();
 }
 
-void parse_steps(const nlohmann::json& node, const std::string& where,
-                 std::vector<std::unique_ptr<const Decoder::Step>>& steps) {
-  const std::string type = json_string(node, "type", where);
-  if (type == "Sequence") {
-    json_for_each_item(node, "decoders", where,
-                       [&](const nlohmann::json& item, const std::string& item_where) { parse_steps(item, item_where, steps); });
-  } else if (type == "ByteLevel") {
-    steps.push_back(std::make_unique<ByteLevelStep>());
-  } else if (type == "Replace") {
-    steps.push_back(std::make_unique<ReplaceStep>(read_pattern(node, where), json_string(node, "content", where)));
-  } else if (type == "ByteFallback") {
-    steps.push_back(std::make_unique<ByteFallbackStep>());
-  } else if (type == "Fuse") {
-    steps.push_back(std::make_unique<FuseStep>());
-  } else if (type == "Strip") {
-    steps.push_back(std::make_unique<StripStep>(json_character(node, "content", where), json_count(node, "start", where),
-                                                json_count(node, "stop", where)));
-  } else if (type == "Metaspace") {
-    // prepend_scheme "never" (or the older add_prefix_space false) keeps the first token's "▁" as spaces.
-    const bool never = !json_bool(node, "add_prefix_space", true, where) ||
-                       (node.contains("prepend_scheme") && json_string(node, "prepend_scheme", where) == "never");
-    steps.push_back(std::make_unique<MetaspaceStep>(json_character(node, "replacement", where), !never));
-  } else {
-    fail("{} is \"{}\": this build reads the decoders ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace "
-         "and Sequence",
-         json_member(where, "type"), type);
-  }
+template <typename StepType>
+StepReader<Decoder::Step> without_settings() {
+  return [](const nlohmann::json&, const std::string&, const auto&) { return std::make_unique<StepType>(); };
 }
+
+const StepTypes<Decoder::Step> kDecoders{
+    "decoders",
+    "decoders",
+    {{"ByteLevel", without_settings<ByteLevelStep>()},
+     {"Replace",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        return std::make_unique<ReplaceStep>(read_pattern(node, where), json_string(node, "content", where));
+      }},
+     {"ByteFallback", without_settings<ByteFallbackStep>()},
+     {"Fuse", without_settings<FuseStep>()},
+     {"Strip",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        return std::make_unique<StripStep>(json_character(node, "content", where), json_count(node, "start", where),
+                                           json_count(node, "stop", where));
+      }},
+     {"Metaspace", [](const nlohmann::json& node, const std::string& where, const auto&) {
+        // prepend_scheme "never" (or the older add_prefix_space false) keeps the first token's "▁" as spaces.
+        const bool never = !json_bool(node, "add_prefix_space", true, where) ||
+                           (node.contains("prepend_scheme") && json_string(node, "prepend_scheme", where) == "never");
+        return std::make_unique<MetaspaceStep>(json_character(node, "replacement", where), !never);
+      }}}};
 
 }  // namespace
 
@@ -197,7 +196,7 @@ Decoder::Decoder(const nlohmann::json& node, std::string_view where) {
     joins_with_spaces_ = true;
     return;
   }
-  parse_steps(node, std::string(where), steps_);
+  read_steps(node, std::string(where), kDecoders, steps_);
 }
 
 Decoder::~Decoder() = default;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/json_file.h"
+#include "data/step_list.h"
 #include "data/unicode_regex.h"
 
 namespace strata {
@@ -69,28 +70,22 @@ class ReplaceStep : public Normalizer::Step {
   std::string content_;
 };
 
-void parse_steps(const nlohmann::json& node, const std::string& where,
-                 std::vector<std::unique_ptr<const Normalizer::Step>>& steps) {
-  const std::string type = json_string(node, "type", where);
-  if (type == "Sequence") {
-    json_for_each_item(node, "normalizers", where,
-                       [&](const nlohmann::json& item, const std::string& item_where) { parse_steps(item, item_where, steps); });
-  } else if (type == "NFC") {
-    steps.push_back(std::make_unique<NfcStep>());
-  } else if (type == "Prepend") {
-    steps.push_back(std::make_unique<PrependStep>(json_string(node, "prepend", where)));
-  } else if (type == "Replace") {
-    steps.push_back(std::make_unique<ReplaceStep>(read_pattern(node, where), json_string(node, "content", where)));
-  } else {
-    fail("{} is \"{}\": this build reads the normalizers NFC, Prepend, Replace and Sequence",
-         json_member(where, "type"), type);
-  }
-}
+const StepTypes<Normalizer::Step> kNormalizers{
+    "normalizers",
+    "normalizers",
+    {{"NFC", [](const nlohmann::json&, const std::string&, const auto&) { return std::make_unique<NfcStep>(); }},
+     {"Prepend",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        return std::make_unique<PrependStep>(json_string(node, "prepend", where));
+      }},
+     {"Replace", [](const nlohmann::json& node, const std::string& where, const auto&) {
+        return std::make_unique<ReplaceStep>(read_pattern(node, where), json_string(node, "content", where));
+      }}}};
 
 }  // namespace
 
 Normalizer::Normalizer(const nlohmann::json& node, std::string_view where) {
-  if (!node.is_null()) parse_steps(node, std::string(where), steps_);
+  if (!node.is_null()) read_steps(node, std::string(where), kNormalizers, steps_);
 }
 
 Normalizer::~Normalizer() = default;

@@ -9,6 +9,7 @@
 #include "core/json_file.h"
 #include "data/byte_level.h"
 #include "core/json_fields.h"
+#include "data/step_list.h"
 #include "data/unicode_regex.h"
 
 namespace strata {
@@ -203,43 +204,42 @@ MetaspaceStep::Prepend parse_prepend_scheme(const nlohmann::json& node, std::str
   fail("{} is \"{}\", expected always, first or never", json_member(where, "prepend_scheme"), scheme);
 }
 
-void parse_steps(const nlohmann::json& node, const std::string& where,
-                 std::vector<std::unique_ptr<const PreTokenizer::Step>>& steps) {
-  const std::string type = json_string(node, "type", where);
-  if (type == "Sequence") {
-    json_for_each_item(node, "pretokenizers", where,
-                       [&](const nlohmann::json& item, const std::string& item_where) { parse_steps(item, item_where, steps); });
-  } else if (type == "ByteLevel") {
-    // HuggingFace's defaults for keys a file leaves out.
-    steps.push_back(std::make_unique<ByteLevelStep>(json_bool(node, "add_prefix_space", true, where),
-                                                    json_bool(node, "use_regex", true, where), where));
-  } else if (type == "Split") {
-    steps.push_back(std::make_unique<SplitStep>(read_pattern(node, where), parse_behavior(node, where),
-                                                json_bool(node, "invert", false, where)));
-  } else if (type == "Digits") {
-    // Rust's char::is_numeric is the N category; alone or in runs.
-    bool individual = json_bool(node, "individual_digits", false, where);
-    steps.push_back(std::make_unique<SplitStep>(UnicodeRegex(R"(\p{N})", UnicodeRegex::Syntax::kRegex, where),
-                                                individual ? Behavior::kIsolated : Behavior::kContiguous, false));
-  } else if (type == "Metaspace") {
-    const MetaspaceStep::Prepend prepend = parse_prepend_scheme(node, where);
-    // Only the text's first piece can start it: after another step, which piece that is is not tracked.
-    if (prepend == MetaspaceStep::Prepend::kFirst && !steps.empty()) {
-      fail("{}: Metaspace with prepend_scheme \"first\" after another pre-tokenizer is not read by this build",
-           where);
-    }
-    steps.push_back(std::make_unique<MetaspaceStep>(json_string(node, "replacement", where), prepend,
-                                                    json_bool(node, "split", true, where), where));
-  } else {
-    fail("{} is \"{}\": this build reads the pre-tokenizers ByteLevel, Split, Digits, Metaspace and Sequence",
-         json_member(where, "type"), type);
-  }
-}
+const StepTypes<PreTokenizer::Step> kPreTokenizers{
+    "pretokenizers",
+    "pre-tokenizers",
+    {{"ByteLevel",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        // HuggingFace's defaults for keys a file leaves out.
+        return std::make_unique<ByteLevelStep>(json_bool(node, "add_prefix_space", true, where),
+                                               json_bool(node, "use_regex", true, where), where);
+      }},
+     {"Split",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        return std::make_unique<SplitStep>(read_pattern(node, where), parse_behavior(node, where),
+                                           json_bool(node, "invert", false, where));
+      }},
+     {"Digits",
+      [](const nlohmann::json& node, const std::string& where, const auto&) {
+        // Rust's char::is_numeric is the N category; alone or in runs.
+        const bool individual = json_bool(node, "individual_digits", false, where);
+        return std::make_unique<SplitStep>(UnicodeRegex(R"(\p{N})", UnicodeRegex::Syntax::kRegex, where),
+                                           individual ? Behavior::kIsolated : Behavior::kContiguous, false);
+      }},
+     {"Metaspace", [](const nlohmann::json& node, const std::string& where, const auto& before) {
+        const MetaspaceStep::Prepend prepend = parse_prepend_scheme(node, where);
+        // Only the text's first piece can start it: after another step, which piece that is is not tracked.
+        if (prepend == MetaspaceStep::Prepend::kFirst && !before.empty()) {
+          fail("{}: Metaspace with prepend_scheme \"first\" after another pre-tokenizer is not read by this build",
+               where);
+        }
+        return std::make_unique<MetaspaceStep>(json_string(node, "replacement", where), prepend,
+                                               json_bool(node, "split", true, where), where);
+      }}}};
 
 }  // namespace
 
 PreTokenizer::PreTokenizer(const nlohmann::json& node, std::string_view where) {
-  if (!node.is_null()) parse_steps(node, std::string(where), steps_);
+  if (!node.is_null()) read_steps(node, std::string(where), kPreTokenizers, steps_);
 }
 
 PreTokenizer::~PreTokenizer() = default;
