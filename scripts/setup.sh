@@ -20,6 +20,7 @@ packages=(
   iproute2  # the two-"host" data-parallel test (network namespaces)
   python3-torch python3-numpy
   python3-matplotlib  # strata report's plots
+  python3-venv  # the golden tests against PyPI's tokenizers make a venv
   chromium  # the report test renders the page in headless Chromium
   bible-kjv bible-kjv-text
 )
