@@ -24,6 +24,7 @@ struct BenchArgs {
   int rounds = 5;
   std::vector<std::string> algorithms = {"auto", "baseline"};
   int root = 0;
+  double skew = 0.0;
   bool in_place = false;
   bool check_cost = false;
   std::string json;
@@ -67,6 +68,7 @@ void bench(const BenchArgs& args) {
   options.rounds = args.rounds;
   options.algorithms = args.algorithms;
   options.root = args.root;
+  options.skew = args.skew;
   options.in_place = args.in_place;
   options.check_cost = args.check_cost;
 
@@ -84,7 +86,7 @@ void bench(const BenchArgs& args) {
 void add_comm_bench_command(CLI::App& app) {
   auto* command = app.add_subcommand("comm-bench", "Benchmark collectives like nccl-tests (run under mpirun)");
   auto args = std::make_shared<BenchArgs>();
-  command->add_option("-o,--op", args->op, "all_reduce, reduce_scatter, all_gather or broadcast");
+  command->add_option("-o,--op", args->op, "all_reduce, reduce_scatter, all_gather, broadcast, all_to_all or all_to_all_v");
   command->add_option("-d,--dtype", args->dtype, "f32 or bf16");
   command->add_option("-r,--reduce", args->reduce, "sum, avg or max");
   command->add_option("-b,--minbytes", args->min_bytes, "Smallest size (K, M, G suffixes)");
@@ -94,9 +96,11 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("-n,--iters", args->iters, "Timed iterations per round")->check(CLI::PositiveNumber);
   command->add_option("--rounds", args->rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
   command->add_option("-a,--algorithms", args->algorithms,
-                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, mpi, baseline")
+                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, pairwise, mpi, baseline")
       ->delimiter(',');
   command->add_option("--root", args->root, "Broadcast root");
+  command->add_option("--skew", args->skew,
+                      "all_to_all_v: every rank sends rank j a share 1/(j+1)^skew of its buffer (0: equal shares)");
   command->add_flag("--in-place", args->in_place, "all_reduce in place");
   command->add_flag("--check-cost", args->check_cost,
                     "Also run each algorithm with the call check off (rows marked unchecked): what the check costs");

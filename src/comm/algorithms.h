@@ -7,6 +7,7 @@
 
 #include "comm/collective.h"
 #include "comm/engine.h"
+#include "comm/exchange_layout.h"
 #include "core/dtype.h"
 
 namespace strata::comm {
@@ -78,11 +79,30 @@ Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_
 Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
                        size_t count);
 
+// All-to-all: every rank's layout.send blocks of `in` land in the receivers'
+// layout.recv blocks of `out` (elements of `width` bytes; in and out disjoint).
+// Pairwise over MPI: every exchange posted at once, rank r + k's block sent
+// and rank r - k's received at step k, so each pair's messages meet early.
+Task pairwise_all_to_all(Context ctx, const void* in, void* out, const ExchangeLayout& layout, size_t width);
+// Pairwise on one host: each rank reads its blocks straight from the
+// senders' inputs (cross-memory attach, one copy), meeting them only on entry
+// and when nobody reads its input any more.
+Task direct_all_to_all(Context ctx, GroupState* group, const void* in, void* out, const ExchangeLayout& layout,
+                       size_t width);
+// Two levels, uniform blocks of `block_bytes`: an all-to-all inside the node
+// hands each local rank the blocks for its column (its position on every
+// node), an all-to-all along the column delivers them, and one copy puts them
+// in sender order. Between nodes each rank sends nodes - 1 messages, not
+// ranks - ranks_per_node.
+Task hierarchical_all_to_all(Context local, Context column, const std::vector<int>& node_of_rank, const void* in,
+                             void* out, size_t block_bytes);
+
 // The MPI library's own non-blocking collectives (MPI_Iallreduce, ...).
 Task mpi_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);
 Task mpi_reduce_scatter(Context ctx, ReduceBuffers buffers, size_t block_count);
 Task mpi_all_gather(Context ctx, void* data, size_t block_bytes);
 Task mpi_broadcast(Context ctx, void* data, size_t bytes, int root);
+Task mpi_all_to_all(Context ctx, const void* in, void* out, const ExchangeLayout& layout, size_t width);
 
 // Runs the all-reduce `algorithm` (not Hierarchical, not Auto) on one channel.
 Task flat_all_reduce(Context ctx, Algorithm algorithm, ReduceBuffers buffers, size_t count);

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/bench_exchange.h"
+#include "comm/bench_pattern.h"
 #include "comm/scratch.h"
 #include "core/error.h"
 
@@ -21,28 +23,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Small integers: sums over up to hundreds of ranks stay exact in f32 and bf16.
-float pattern(int rank, size_t index) { return static_cast<float>(static_cast<long>((index * 7 + rank * 13) % 9) - 4); }
-
 void fill(void* data, DType dtype, size_t count, int rank, size_t first_index) {
   if (dtype == DType::BF16) {
     bf16* out = static_cast<bf16*>(data);
-    for (size_t i = 0; i < count; ++i) out[i] = float_to_bf16(pattern(rank, first_index + i));
+    for (size_t i = 0; i < count; ++i) out[i] = float_to_bf16(bench_pattern(rank, first_index + i));
   } else {
     float* out = static_cast<float*>(data);
-    for (size_t i = 0; i < count; ++i) out[i] = pattern(rank, first_index + i);
+    for (size_t i = 0; i < count; ++i) out[i] = bench_pattern(rank, first_index + i);
   }
 }
 
-float load(const void* data, DType dtype, size_t index) {
-  if (dtype == DType::BF16) return bf16_to_float(static_cast<const bf16*>(data)[index]);
-  return static_cast<const float*>(data)[index];
-}
-
 float reduced(ReduceOp op, int ranks, size_t index, DType dtype, bool sum_only) {
-  float total = pattern(0, index);
+  float total = bench_pattern(0, index);
   for (int rank = 1; rank < ranks; ++rank) {
-    float value = pattern(rank, index);
+    float value = bench_pattern(rank, index);
     total = op == ReduceOp::Max && !sum_only ? std::max(total, value) : total + value;
   }
   if (op == ReduceOp::Avg && !sum_only) total /= static_cast<float>(ranks);
@@ -51,30 +45,32 @@ float reduced(ReduceOp op, int ranks, size_t index, DType dtype, bool sum_only) 
 
 // Elements of this rank's output that differ from the exact answer.
 long long count_wrong(const BenchOptions& options, int ranks, int rank, const void* out, size_t count,
-                      bool baseline) {
+                      bool baseline, const std::vector<size_t>& exchange_counts) {
   // The MPI library has no average: the baseline computes sums.
   bool sum_only = baseline && options.reduce == ReduceOp::Avg;
   long long wrong = 0;
   switch (options.op) {
     case Collective::AllReduce:
-      for (size_t i = 0; i < count; ++i) wrong += load(out, options.dtype, i) != reduced(options.reduce, ranks, i, options.dtype, sum_only);
+      for (size_t i = 0; i < count; ++i) wrong += bench_load(out, options.dtype, i) != reduced(options.reduce, ranks, i, options.dtype, sum_only);
       break;
     case Collective::ReduceScatter:
       for (size_t i = 0; i < count; ++i) {
         size_t index = static_cast<size_t>(rank) * count + i;
-        wrong += load(out, options.dtype, i) != reduced(options.reduce, ranks, index, options.dtype, sum_only);
+        wrong += bench_load(out, options.dtype, i) != reduced(options.reduce, ranks, index, options.dtype, sum_only);
       }
       break;
     case Collective::AllGather:
       for (int from = 0; from < ranks; ++from) {
         for (size_t i = 0; i < count; ++i) {
-          wrong += load(out, options.dtype, static_cast<size_t>(from) * count + i) != pattern(from, i);
+          wrong += bench_load(out, options.dtype, static_cast<size_t>(from) * count + i) != bench_pattern(from, i);
         }
       }
       break;
     case Collective::Broadcast:
-      for (size_t i = 0; i < count; ++i) wrong += load(out, options.dtype, i) != pattern(options.root, i);
+      for (size_t i = 0; i < count; ++i) wrong += bench_load(out, options.dtype, i) != bench_pattern(options.root, i);
       break;
+    case Collective::AllToAll:
+    case Collective::AllToAllV: wrong = exchange_wrong(options, out, exchange_counts, rank); break;
   }
   return wrong;
 }
@@ -83,10 +79,13 @@ long long count_wrong(const BenchOptions& options, int ranks, int rank, const vo
 // waited by polling, so that a dead peer ends the job after the timeout instead of hanging it
 // (a blocking MPI call never returns when the launcher keeps the job alive).
 void run_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out, size_t count,
-                  double timeout_s) {
+                  const std::vector<size_t>& exchange_counts, double timeout_s) {
   MPI_Op op = options.reduce == ReduceOp::Max ? MPI_MAX : MPI_SUM;
   int n = static_cast<int>(count);
   MPI_Request request = MPI_REQUEST_NULL;
+  MpiExchangeCounts exchange;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   switch (options.op) {
     case Collective::AllReduce:
       MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, op, comm, &request);
@@ -94,13 +93,15 @@ void run_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, vo
     case Collective::ReduceScatter: MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, op, comm, &request); break;
     case Collective::AllGather: MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm, &request); break;
     case Collective::Broadcast: MPI_Ibcast(out, n, MPI_FLOAT, options.root, comm, &request); break;
+    case Collective::AllToAll:
+    case Collective::AllToAllV:
+      request = start_exchange_baseline(options, comm, in, out, exchange_counts, rank, exchange);
+      break;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (int done = 0; !done;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (!done && std::chrono::steady_clock::now() > deadline) {
-      int rank = 0;
-      MPI_Comm_rank(comm, &rank);
       std::fprintf(stderr,
                    "strata comm error on world rank %d: %s (baseline, %zu elements of f32): no progress for %.1f s "
                    "(the timeout); a peer is gone or stopped calling\n",
@@ -119,7 +120,7 @@ struct Buffers {
 // Input and output elements of one rank's call for nccl-tests size `bytes`.
 size_t count_for(const BenchOptions& options, size_t bytes, int ranks) {
   size_t count = bytes / dtype_size(options.dtype);
-  if (options.op == Collective::ReduceScatter || options.op == Collective::AllGather) count /= static_cast<size_t>(ranks);
+  if (options.op != Collective::AllReduce && options.op != Collective::Broadcast) count /= static_cast<size_t>(ranks);
   return count;
 }
 
@@ -218,8 +219,11 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
 
   // Buffers for the largest size, allocated once (first touch is slow).
   size_t largest = count_for(options, options.max_bytes, p);
-  size_t in_elements = options.op == Collective::ReduceScatter ? largest * static_cast<size_t>(p) : largest;
-  size_t out_elements = options.op == Collective::AllGather ? largest * static_cast<size_t>(p) : largest;
+  const bool exchange = options.op == Collective::AllToAll || options.op == Collective::AllToAllV;
+  const size_t ranks = static_cast<size_t>(p);
+  size_t in_elements = options.op == Collective::ReduceScatter || exchange ? largest * ranks : largest;
+  size_t out_elements = options.op == Collective::AllGather || exchange ? largest * ranks : largest;
+  if (options.op == Collective::AllToAllV) out_elements *= ranks;  // skewed: up to everything to one rank
   Buffers buffers{ScratchPool::instance().acquire(std::max<size_t>(in_elements, 1) * width),
                   ScratchPool::instance().acquire(std::max<size_t>(out_elements, 1) * width)};
   std::memset(buffers.input(), 0, in_elements * width);
@@ -228,13 +232,16 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   for (double size = static_cast<double>(options.min_bytes); size <= static_cast<double>(options.max_bytes) * 1.0000001;
        size *= options.factor) {
     size_t count = count_for(options, static_cast<size_t>(size), p);
-    size_t bytes = count * width * ((options.op == Collective::ReduceScatter || options.op == Collective::AllGather) ? p : 1);
+    size_t bytes = count * width * ((options.op == Collective::AllReduce || options.op == Collective::Broadcast) ? 1 : ranks);
     if (count == 0) continue;
+    const std::vector<size_t> exchange_counts =
+        exchange ? bench_exchange_counts(count * ranks, p, options.op == Collective::AllToAllV ? options.skew : 0.0)
+                 : std::vector<size_t>{};
     size_t model_count = bytes / width;
     void* out = buffers.output();
     void* in = options.in_place && options.op == Collective::AllReduce ? out : buffers.input();
     auto prepare = [&] {
-      size_t input_count = options.op == Collective::ReduceScatter ? count * static_cast<size_t>(p) : count;
+      size_t input_count = options.op == Collective::ReduceScatter || exchange ? count * ranks : count;
       if (options.op == Collective::Broadcast) {
         if (me == options.root) fill(out, options.dtype, count, me, 0);
       } else {
@@ -243,7 +250,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
     };
     auto run_once = [&](size_t index) {
       if (!entries[index].algorithm) {
-        run_baseline(options, baseline_comm, in, out, count, group.config().timeout_s);
+        run_baseline(options, baseline_comm, in, out, count, exchange_counts, group.config().timeout_s);
         return;
       }
       Algorithm algorithm = *entries[index].algorithm;
@@ -253,10 +260,12 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
         case Collective::ReduceScatter: on.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
         case Collective::AllGather: on.all_gather(in, out, count, options.dtype, algorithm); break;
         case Collective::Broadcast: on.broadcast(out, count, options.dtype, options.root, algorithm); break;
+        case Collective::AllToAll:
+        case Collective::AllToAllV: run_exchange(on, options, in, out, exchange_counts, algorithm); break;
       }
     };
     auto check = [&](size_t index) {
-      long long wrong = count_wrong(options, p, me, out, count, !entries[index].algorithm);
+      long long wrong = count_wrong(options, p, me, out, count, !entries[index].algorithm, exchange_counts);
       float local = static_cast<float>(wrong), total = 0.0f;
       group.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
       return static_cast<long long>(total);
@@ -304,7 +313,15 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
         Decision decision = group.plan(options.op, model_count, options.dtype, *entries[a].algorithm);
         row.ran = std::string(algorithm_name(decision.algorithm));
         row.predicted_us = decision.predicted_s * 1e6;
-        if (modeled(decision.algorithm)) {
+        if (exchange && modeled(decision.algorithm)) {
+          // all_to_all_v's decision cannot see the counts: the row prices them.
+          ModelOptions uncalibrated;
+          Cost raw = predict_exchange(options, exchange_counts, decision.algorithm, group.topology(), uncalibrated);
+          row.predicted_us =
+              predict_exchange(options, exchange_counts, decision.algorithm, group.topology(), group.model()).total() * 1e6;
+          row.model_latency_us = raw.latency_s * 1e6;
+          row.model_transfer_us = raw.transfer_s * 1e6;
+        } else if (modeled(decision.algorithm)) {
           CallShape shape{options.op, static_cast<double>(bytes), options.dtype};
           ModelOptions uncalibrated;
           uncalibrated.chunk_bytes = group.model().chunk_bytes;
@@ -322,12 +339,14 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
 
 std::string format_table(const BenchReport& report) {
   const BenchOptions& options = report.options;
+  std::string detail;
+  if (options.op == Collective::AllReduce || options.op == Collective::ReduceScatter) {
+    detail = fmt::format(" {}", reduce_op_name(options.reduce));
+  }
+  if (options.op == Collective::AllToAllV) detail = fmt::format(" skew {:g}", options.skew);
   std::string text = fmt::format("# strata comm-bench: {} {}{}, {} ranks on {} node(s); links: {}\n",
-                                 collective_name(options.op), dtype_name(options.dtype),
-                                 options.op == Collective::AllReduce || options.op == Collective::ReduceScatter
-                                     ? fmt::format(" {}", reduce_op_name(options.reduce))
-                                     : "",
-                                 report.ranks, report.nodes, report.links);
+                                 collective_name(options.op), dtype_name(options.dtype), detail, report.ranks,
+                                 report.nodes, report.links);
   text += fmt::format("# memcpy bandwidth of one rank (the ceiling): {:.2f} GB/s\n", report.memcpy_GBps);
   text += fmt::format("# {:>11} {:>11}  {:<28} {:>11} {:>11} {:>11} {:>7} {:>13} {:>9}\n", "size(B)", "count",
                       "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "predicted(us)", "error(%)");

@@ -35,6 +35,9 @@ struct BenchOptions {
   // Also runs every algorithm (not the baseline) on a twin of the world group
   // with the call check off (rows marked unchecked): the check's cost (world only).
   bool check_cost = false;
+  // all_to_all_v: every rank sends rank j a share 1 / (j + 1)^skew of its
+  // buffer (0: equal shares), as expert loads are uneven.
+  double skew = 0.0;
 };
 
 struct BenchRow {

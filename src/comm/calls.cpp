@@ -190,18 +190,40 @@ Task broadcast_call(Context ctx, CallSpec spec, void* data) {
   }
 }
 
+Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
+  const size_t width = dtype_size(spec.dtype);
+  const ExchangeLayout& layout = *spec.layout;
+  switch (spec.algorithm) {
+    case Algorithm::Pairwise:
+      if (reads_directly(*group)) {
+        co_await direct_all_to_all(ctx, group, in, out, layout, width);
+      } else {
+        co_await pairwise_all_to_all(ctx, in, out, layout, width);
+      }
+      break;
+    case Algorithm::Hierarchical:
+      co_await hierarchical_all_to_all(sibling(ctx, group->local), sibling(ctx, group->column), group->node_of_rank, in,
+                                       out, spec.count * width);
+      break;
+    case Algorithm::Mpi: co_await mpi_all_to_all(ctx, in, out, layout, width); break;
+    default: STRATA_CHECK(false, "all_to_all by {}", algorithm_name(spec.algorithm));
+  }
+}
+
 // The call itself, after or alongside its check.
 Task call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   if (spec.barrier) {
     co_await dissemination_barrier(ctx);
     co_return;
   }
-  if (spec.count == 0) co_return;
+  if (spec.count == 0 && spec.op != Collective::AllToAllV) co_return;
   switch (spec.op) {
     case Collective::AllReduce: co_await all_reduce_call(ctx, group, spec, in, out); break;
     case Collective::ReduceScatter: co_await reduce_scatter_call(ctx, spec, in, out); break;
     case Collective::AllGather: co_await all_gather_call(ctx, spec, in, out); break;
     case Collective::Broadcast: co_await broadcast_call(ctx, spec, out); break;
+    case Collective::AllToAll:
+    case Collective::AllToAllV: co_await all_to_all_call(ctx, group, spec, in, out); break;
   }
 }
 
@@ -209,7 +231,8 @@ Task call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, vo
 
 std::string describe_call(const CallSpec& spec) {
   if (spec.barrier) return "barrier";
-  std::string detail = fmt::format("count {}, {}", spec.count, dtype_name(spec.dtype));
+  std::string detail = spec.op == Collective::AllToAllV ? fmt::format("counts per rank, {}", dtype_name(spec.dtype))
+                                                         : fmt::format("count {}, {}", spec.count, dtype_name(spec.dtype));
   if (spec.op == Collective::AllReduce || spec.op == Collective::ReduceScatter) {
     detail += fmt::format(", {}", reduce_op_name(spec.reduce));
   }

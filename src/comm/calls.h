@@ -2,6 +2,8 @@
 // Internal: the coroutine behind each public collective call. It runs the
 // call check (before or alongside the call, see CallCheck), prepares fp32 working buffers for
 // reductions, then runs the chosen algorithm.
+#include <memory>
+
 #include "comm/algorithms.h"
 #include "comm/group_state.h"
 
@@ -16,6 +18,9 @@ struct CallSpec {
   Algorithm algorithm = Algorithm::Ring;
   Algorithm across = Algorithm::Ring;  // hierarchical: the all-reduce between nodes
   bool barrier = false;
+  // all_to_all(_v): the blocks (count is all_to_all's block; 0 for all_to_all_v,
+  // whose counts differ by rank and are checked by the data paths instead).
+  std::shared_ptr<const ExchangeLayout> layout;
 };
 
 std::string describe_call(const CallSpec& spec);  // "all_reduce(count 10, f32, sum, ring)"

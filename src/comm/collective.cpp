@@ -12,6 +12,8 @@ std::string_view collective_name(Collective op) {
     case Collective::ReduceScatter: return "reduce_scatter";
     case Collective::AllGather: return "all_gather";
     case Collective::Broadcast: return "broadcast";
+    case Collective::AllToAll: return "all_to_all";
+    case Collective::AllToAllV: return "all_to_all_v";
   }
   return "?";
 }
@@ -35,6 +37,7 @@ std::string_view algorithm_name(Algorithm algorithm) {
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::SharedMemory: return "shm";
     case Algorithm::DirectRead: return "direct";
+    case Algorithm::Pairwise: return "pairwise";
     case Algorithm::Mpi: return "mpi";
   }
   return "?";
@@ -44,7 +47,7 @@ Collective parse_collective(std::string_view name, std::string_view what) {
   for (Collective op : kCollectives) {
     if (collective_name(op) == name) return op;
   }
-  fail("{}: unknown collective '{}' (expected all_reduce, reduce_scatter, all_gather or broadcast)", what,
+  fail("{}: unknown collective '{}' (expected all_reduce, reduce_scatter, all_gather, broadcast, all_to_all or all_to_all_v)", what,
        name);
 }
 
@@ -61,20 +64,22 @@ Algorithm parse_algorithm(std::string_view name, std::string_view what) {
     if (algorithm_name(algorithm) == name) return algorithm;
   }
   fail("{}: unknown algorithm '{}' (expected auto, ring, rhd, recursive_doubling, binomial, "
-       "hierarchical, shm, direct or mpi)",
+       "hierarchical, shm, direct, pairwise or mpi)",
        what, name);
 }
 
 bool implements(Algorithm algorithm, Collective op) {
+  const bool exchange = op == Collective::AllToAll || op == Collective::AllToAllV;
   switch (algorithm) {
     case Algorithm::Auto: return true;
-    case Algorithm::Ring: return true;
     case Algorithm::Mpi: return true;
+    case Algorithm::Pairwise: return exchange;
+    case Algorithm::Ring: return !exchange;
     case Algorithm::RecursiveHalvingDoubling:
       return op == Collective::AllReduce || op == Collective::ReduceScatter;
     case Algorithm::RecursiveDoubling: return op == Collective::AllReduce || op == Collective::AllGather;
     case Algorithm::BinomialTree: return op == Collective::AllReduce || op == Collective::Broadcast;
-    case Algorithm::Hierarchical: return op == Collective::AllReduce;
+    case Algorithm::Hierarchical: return op == Collective::AllReduce || op == Collective::AllToAll;
     case Algorithm::SharedMemory: return op == Collective::AllReduce;
     case Algorithm::DirectRead: return op == Collective::AllReduce;
   }
@@ -87,7 +92,9 @@ double bus_bandwidth_factor(Collective op, int ranks) {
   switch (op) {
     case Collective::AllReduce: return 2.0 * (n - 1.0) / n;
     case Collective::ReduceScatter:
-    case Collective::AllGather: return (n - 1.0) / n;
+    case Collective::AllGather:
+    case Collective::AllToAll:
+    case Collective::AllToAllV: return (n - 1.0) / n;
     case Collective::Broadcast: return 1.0;
   }
   return 1.0;

@@ -6,9 +6,11 @@
 
 namespace strata::comm {
 
-enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
-inline constexpr std::array kCollectives = {Collective::AllReduce, Collective::ReduceScatter,
-                                            Collective::AllGather, Collective::Broadcast};
+// AllToAll: rank i's block j goes to rank j's block i, all blocks of one size;
+// AllToAllV: the same with a count per (sender, receiver) pair.
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, AllToAll, AllToAllV };
+inline constexpr std::array kCollectives = {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+                                            Collective::Broadcast, Collective::AllToAll,      Collective::AllToAllV};
 
 // Avg is a sum divided once by the group size at the end.
 enum class ReduceOp { Sum, Avg, Max };
@@ -17,6 +19,9 @@ enum class ReduceOp { Sum, Avg, Max };
 // reduce-scatter (recursive halving) followed by all-gather (recursive doubling).
 // SharedMemory: ranks of one host sum each other's chunks in a shared segment.
 // DirectRead: ranks of one host read each other's inputs (cross-memory attach).
+// Pairwise: all-to-all as p - 1 exchanges with rank r + k and r - k; on one
+// host the ranks read their blocks straight from the senders (cross-memory
+// attach), between hosts they are MPI messages.
 enum class Algorithm {
   Auto,
   Ring,
@@ -26,6 +31,7 @@ enum class Algorithm {
   Hierarchical,
   SharedMemory,
   DirectRead,
+  Pairwise,
   Mpi,
 };
 // In order of preference when the cost model prices two alike: rhd before
@@ -34,8 +40,8 @@ enum class Algorithm {
 inline constexpr std::array kConcreteAlgorithms = {
     Algorithm::RecursiveHalvingDoubling, Algorithm::Ring,         Algorithm::RecursiveDoubling,
     Algorithm::BinomialTree,             Algorithm::Hierarchical, Algorithm::SharedMemory,
-    Algorithm::DirectRead,               Algorithm::Mpi};
-inline constexpr size_t kAlgorithmSlots = 9;  // indexable by static_cast<size_t>(Algorithm)
+    Algorithm::DirectRead,               Algorithm::Pairwise,     Algorithm::Mpi};
+inline constexpr size_t kAlgorithmSlots = 10;  // indexable by static_cast<size_t>(Algorithm)
 
 std::string_view collective_name(Collective op);  // "all_reduce", ...
 std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "max"
@@ -50,8 +56,8 @@ Algorithm parse_algorithm(std::string_view name, std::string_view what);
 // is replaced by the automatic choice, and the decision says so).
 bool implements(Algorithm algorithm, Collective op);
 
-// nccl-tests' bus bandwidth factor: all_reduce 2(n-1)/n, reduce_scatter and
-// all_gather (n-1)/n, broadcast 1.
+// nccl-tests' bus bandwidth factor: all_reduce 2(n-1)/n, reduce_scatter,
+// all_gather and all_to_all(_v) (n-1)/n, broadcast 1.
 double bus_bandwidth_factor(Collective op, int ranks);
 
 }  // namespace strata::comm

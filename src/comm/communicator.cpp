@@ -34,7 +34,10 @@ std::shared_ptr<Operation> launch(GroupState& group, const std::shared_ptr<Group
     label.algorithm = spec.algorithm;
     label.dtype = spec.dtype;
     label.bytes = spec.count * dtype_size(spec.dtype);
-    if (spec.op == Collective::ReduceScatter || spec.op == Collective::AllGather) label.bytes *= group.size();
+    if (spec.op == Collective::ReduceScatter || spec.op == Collective::AllGather || spec.op == Collective::AllToAll) {
+      label.bytes *= group.size();
+    }
+    if (spec.op == Collective::AllToAllV) label.bytes = spec.layout->send_total() * dtype_size(spec.dtype);
     if (spec.op == Collective::AllReduce || spec.op == Collective::ReduceScatter) label.reduce = static_cast<int>(spec.reduce);
     if (spec.op == Collective::Broadcast) label.root = spec.root;
   }
@@ -192,8 +195,10 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
     CallShape shape{spec.op, static_cast<double>(decision.bytes), spec.dtype};
     spec.across = hierarchical_inner_algorithm(shape, group.topology, group.model);
   }
-  bool uses_segment = spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead;
-  if (uses_segment && spec.count > 0) group.shm_queue.push_back(sequence);
+  bool uses_segment = spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead ||
+                      (spec.algorithm == Algorithm::Pairwise && reads_directly(group));
+  bool moves_data = spec.count > 0 || spec.op == Collective::AllToAllV;
+  if (uses_segment && moves_data) group.shm_queue.push_back(sequence);
   if (group.config.log_decisions && group.rank() == 0) {
     std::fprintf(stderr, "strata comm [%s] call #%llu %s\n", group.name.c_str(),
                  static_cast<unsigned long long>(sequence), format_decision(decision).c_str());
@@ -235,6 +240,53 @@ Handle Communicator::broadcast_async(void* data, size_t count, DType dtype, int 
   CallSpec spec{Collective::Broadcast, count, dtype};
   spec.root = root;
   return start_collective(state_, spec, count, data, data, algorithm);
+}
+
+namespace {
+
+void require_disjoint(const void* in, size_t in_bytes, const void* out, size_t out_bytes, std::string_view what) {
+  auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+  if (in_bytes > 0 && out_bytes > 0 && a < b + out_bytes && b < a + in_bytes) {
+    fail("{}: the input and output buffers overlap (peers read the input while the output is written)", what);
+  }
+}
+
+}  // namespace
+
+Handle Communicator::all_to_all_async(const void* in, void* out, size_t count, DType dtype, Algorithm algorithm) {
+  require_buffer(in, count, "all_to_all", "input");
+  require_buffer(out, count, "all_to_all", "output");
+  size_t bytes = count * static_cast<size_t>(size()) * dtype_size(dtype);
+  require_disjoint(in, bytes, out, bytes, "all_to_all");
+  CallSpec spec{Collective::AllToAll, count, dtype};
+  spec.layout = std::make_shared<const ExchangeLayout>(ExchangeLayout::uniform(count, size()));
+  return start_collective(state_, spec, count * static_cast<size_t>(size()), in, out, algorithm);
+}
+
+Handle Communicator::all_to_all_v_async(const void* in, std::span<const size_t> send_counts, void* out,
+                                        std::span<const size_t> recv_counts, DType dtype, Algorithm algorithm) {
+  auto layout = std::make_shared<const ExchangeLayout>(ExchangeLayout::packed(send_counts, recv_counts, size(), "all_to_all_v"));
+  const auto me = static_cast<size_t>(rank());
+  if (send_counts[me] != recv_counts[me]) {
+    fail("all_to_all_v: rank {} sends itself {} elements but expects {} from itself", rank(), send_counts[me],
+         recv_counts[me]);
+  }
+  require_buffer(in, layout->send_total(), "all_to_all_v", "input");
+  require_buffer(out, layout->recv_total(), "all_to_all_v", "output");
+  const size_t width = dtype_size(dtype);
+  require_disjoint(in, layout->send_total() * width, out, layout->recv_total() * width, "all_to_all_v");
+  CallSpec spec{Collective::AllToAllV, 0, dtype};
+  spec.layout = std::move(layout);
+  return start_collective(state_, spec, 0, in, out, algorithm);
+}
+
+std::vector<size_t> Communicator::all_to_all_counts(std::span<const size_t> send_counts) {
+  if (send_counts.size() != static_cast<size_t>(size())) {
+    fail("all_to_all_counts: {} counts for a group of {} ranks", send_counts.size(), size());
+  }
+  std::vector<int64_t> sent(send_counts.begin(), send_counts.end()), received(send_counts.size());
+  all_to_all(sent.data(), received.data(), 1, DType::I64);
+  return {received.begin(), received.end()};
 }
 
 Handle Communicator::barrier_async() {

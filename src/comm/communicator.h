@@ -15,6 +15,7 @@
 // Reductions accumulate in fp32 (bf16 inputs are widened and partial sums
 // travel as fp32); every rank receives bit-identical results.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,17 @@ class Communicator {
   Handle all_gather_async(const void* in, void* out, size_t count, DType dtype,
                           Algorithm algorithm = Algorithm::Auto);
   Handle broadcast_async(void* data, size_t count, DType dtype, int root, Algorithm algorithm = Algorithm::Auto);
+  // Any dtype; in and out must not overlap. all_to_all: in holds size() blocks
+  // of count elements, block j for rank j; out gets block i from rank i.
+  Handle all_to_all_async(const void* in, void* out, size_t count, DType dtype, Algorithm algorithm = Algorithm::Auto);
+  // in holds send_counts[j] elements for each rank j, packed in rank order; out
+  // gets recv_counts[i] elements from each rank i, packed in rank order. Each
+  // pair must agree (recv_counts[i] here is send_counts[rank()] on rank i):
+  // all_to_all_counts learns recv_counts when only the senders know them.
+  // The algorithm is chosen from the topology alone (ranks cannot agree on
+  // sizes they do not know); the counts are copied.
+  Handle all_to_all_v_async(const void* in, std::span<const size_t> send_counts, void* out,
+                            std::span<const size_t> recv_counts, DType dtype, Algorithm algorithm = Algorithm::Auto);
   Handle send_async(const void* data, size_t count, DType dtype, int peer);
   Handle recv_async(void* data, size_t count, DType dtype, int peer);
   Handle barrier_async();
@@ -127,6 +139,15 @@ class Communicator {
   void broadcast(void* data, size_t count, DType dtype, int root, Algorithm algorithm = Algorithm::Auto) {
     broadcast_async(data, count, dtype, root, algorithm).wait();
   }
+  void all_to_all(const void* in, void* out, size_t count, DType dtype, Algorithm algorithm = Algorithm::Auto) {
+    all_to_all_async(in, out, count, dtype, algorithm).wait();
+  }
+  void all_to_all_v(const void* in, std::span<const size_t> send_counts, void* out, std::span<const size_t> recv_counts,
+                    DType dtype, Algorithm algorithm = Algorithm::Auto) {
+    all_to_all_v_async(in, send_counts, out, recv_counts, dtype, algorithm).wait();
+  }
+  // The counts every rank sends this one (an all_to_all of one count per rank).
+  std::vector<size_t> all_to_all_counts(std::span<const size_t> send_counts);
   void send(const void* data, size_t count, DType dtype, int peer) { send_async(data, count, dtype, peer).wait(); }
   void recv(void* data, size_t count, DType dtype, int peer) { recv_async(data, count, dtype, peer).wait(); }
   void barrier() { barrier_async().wait(); }

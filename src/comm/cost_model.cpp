@@ -192,6 +192,56 @@ void doubling_steps(Schedule& schedule, const Fold& fold, const std::vector<doub
 Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
               const ModelOptions& options);
 
+// Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host
+// with cross-memory attach each rank reads its p - 1 blocks itself after one
+// meeting and before another; otherwise step k is every rank's message to
+// rank + k, as long as its largest message.
+Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct) {
+  const int p = topology.ranks();
+  if (direct) {
+    double busiest = 0.0;
+    for (int to = 0; to < p; ++to) {
+      double received = 0.0;
+      for (int from = 0; from < p; ++from) {
+        if (from != to) received += bytes[static_cast<size_t>(from)][static_cast<size_t>(to)];
+      }
+      busiest = std::max(busiest, received);
+    }
+    return {2.0 * topology.intra.latency_s, busiest / topology.intra.bandwidth_Bps};
+  }
+  Schedule schedule(topology);
+  for (int k = 1; k < p; ++k) {
+    Flows flows;
+    double largest = 0.0;
+    for (int from = 0; from < p; ++from) {
+      flows.emplace_back(from, (from + k) % p);
+      largest = std::max(largest, bytes[static_cast<size_t>(from)][static_cast<size_t>((from + k) % p)]);
+    }
+    // An empty message still costs its latency.
+    schedule.step(flows, std::max(largest, 1e-9), 0.0);
+  }
+  return schedule.cost;
+}
+
+std::vector<std::vector<double>> uniform_blocks(double block_bytes, int ranks) {
+  return std::vector<std::vector<double>>(static_cast<size_t>(ranks), std::vector<double>(static_cast<size_t>(ranks), block_bytes));
+}
+
+bool reads_directly(const TopologyDesc& topology) { return topology.nodes == 1 && topology.cross_memory; }
+
+// bytes: nccl-tests' size, one rank's whole buffer.
+Cost all_to_all_cost(double bytes, Algorithm algorithm, const TopologyDesc& topology) {
+  const int p = topology.ranks();
+  if (algorithm == Algorithm::Pairwise) return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology));
+  // Hierarchical: an all-to-all inside the node, one along the column (the
+  // node's link shared by all columns), and three copies of the buffer.
+  TopologyDesc node = node_topology(topology);
+  TopologyDesc column = column_topology(topology);
+  Cost inside = pairwise_cost(uniform_blocks(bytes / node.ranks(), node.ranks()), node, false);
+  Cost across = pairwise_cost(uniform_blocks(bytes / column.ranks(), column.ranks()), column, false);
+  return {inside.latency_s + across.latency_s, inside.transfer_s + across.transfer_s + 3.0 * bytes / topology.reduce_Bps};
+}
+
 Cost all_reduce_cost(double count, double width, Algorithm algorithm, const TopologyDesc& topology,
                      const ModelOptions& options, const CallShape& shape) {
   int p = topology.ranks();
@@ -272,6 +322,9 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
   if (shape.op == Collective::AllReduce) {
     return all_reduce_cost(count, width, algorithm, topology, options, shape);
   }
+  if (shape.op == Collective::AllToAll || shape.op == Collective::AllToAllV) {
+    return all_to_all_cost(shape.bytes, algorithm, topology);
+  }
   Schedule schedule(topology);
   Fold fold(p);
   double block = count / p;
@@ -303,7 +356,9 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
         for (int mask = 1; mask < p; mask *= 2) schedule.step(binomial_flows(p, mask, false), shape.bytes, 0.0);
       }
       break;
-    case Collective::AllReduce: break;
+    case Collective::AllReduce:
+    case Collective::AllToAll:
+    case Collective::AllToAllV: break;
   }
   return schedule.cost;
 }
@@ -403,6 +458,24 @@ Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& to
     fail("cannot price {}: {}", collective_name(shape.op), why);
   }
   return calibrated(raw_cost(shape, algorithm, topology, options), options.of(algorithm), shape.bytes);
+}
+
+Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
+                          const ModelOptions& options) {
+  const int p = topology.ranks();
+  if (bytes.size() != static_cast<size_t>(p)) fail("all_to_all_v cost: {} rows of counts for {} ranks", bytes.size(), p);
+  if (p <= 1) return {};
+  double busiest = 0.0;
+  for (int rank = 0; rank < p; ++rank) {
+    double sent = 0.0, received = 0.0;
+    for (int peer = 0; peer < p; ++peer) {
+      sent += bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
+      received += bytes[static_cast<size_t>(peer)][static_cast<size_t>(rank)];
+    }
+    busiest = std::max({busiest, sent, received});
+  }
+  Cost raw = pairwise_cost(bytes, topology, reads_directly(topology));
+  return calibrated(raw, options.of(Algorithm::Pairwise), busiest);
 }
 
 Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options) {

@@ -92,7 +92,8 @@ struct ModelOptions {
 
 // One call: `bytes` is nccl-tests' size (the whole buffer for all_reduce and
 // broadcast, the whole input of reduce_scatter, the whole output of
-// all_gather). Reducing phases move fp32 partial sums whatever the dtype,
+// all_gather, one rank's whole send buffer for all_to_all; all_to_all_v is
+// priced as the all_to_all of that size, predict_all_to_all_v prices uneven counts). Reducing phases move fp32 partial sums whatever the dtype,
 // unless ModelOptions::fused_reduction.
 struct CallShape {
   Collective op = Collective::AllReduce;
@@ -120,6 +121,11 @@ inline double predict_seconds(const CallShape& shape, Algorithm algorithm, const
                               const ModelOptions& options = {}) {
   return predict(shape, algorithm, topology, options).total();
 }
+
+// all_to_all_v with bytes[i][j] sent from rank i to rank j, by its one
+// modeled algorithm (pairwise), calibrated at the busiest rank's buffer size.
+Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
+                          const ModelOptions& options = {});
 
 struct Choice {
   Algorithm algorithm = Algorithm::Ring;

@@ -5,13 +5,12 @@
 // to learn where each input is, and to know nobody reads theirs any more.
 // No rank waits for another's progress in between, which keeps it fast when
 // ranks are descheduled (more processes than cores).
-#include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 
 #include "comm/algorithms.h"
+#include "comm/cross_memory.h"
 #include "comm/group_state.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
@@ -20,26 +19,6 @@
 #include "core/file_io.h"
 
 namespace strata::comm {
-namespace {
-
-// Reads `bytes` at `address` in process `pid`; returns errno, or 0.
-int read_remote(pid_t pid, uint64_t address, void* target, size_t bytes) {
-  size_t done = 0;
-  while (done < bytes) {
-    iovec local{static_cast<std::byte*>(target) + done, bytes - done};
-    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (got == 0) return EFAULT;
-    done += static_cast<size_t>(got);
-  }
-  return 0;
-}
-
-}  // namespace
 
 Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
                        size_t count) {

@@ -48,6 +48,12 @@ struct GroupState {
   int size() const { return data.size; }
 };
 
+// Whether the pairwise all-to-all reads its blocks straight from the senders
+// (one host, a shared segment, cross-memory attach), as the cost model assumes.
+inline bool reads_directly(const GroupState& group) {
+  return group.shm != nullptr && group.topology.cross_memory && group.nodes == 1;
+}
+
 // The group's channels over `comm` (which it takes over), with dups for control and p2p.
 void build_channels(GroupState& group, MPI_Comm comm);
 // Records each rank's node (any labels; renumbered by first appearance) and,

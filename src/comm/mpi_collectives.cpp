@@ -3,6 +3,7 @@
 // like any other, though MPI cannot say which peer is missing.
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
@@ -69,6 +70,29 @@ Task mpi_broadcast(Context ctx, void* data, size_t bytes, int root) {
     co_await requests.all();
     done += piece;
   }
+}
+
+Task mpi_all_to_all(Context ctx, const void* in, void* out, const ExchangeLayout& layout, size_t width) {
+  const size_t p = static_cast<size_t>(ctx.size());
+  // MPI counts are ints: bytes of each block and their displacements.
+  std::vector<int> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
+  auto to_int = [&](uint64_t elements) {
+    uint64_t bytes = elements * width;
+    if (bytes > kMaxMpiCount) fail("mpi all_to_all: {} bytes exceed MPI's int count", bytes);
+    return static_cast<int>(bytes);
+  };
+  for (size_t i = 0; i < p; ++i) {
+    send_counts[i] = to_int(layout.send[i].count);
+    send_displs[i] = to_int(layout.send[i].offset);
+    recv_counts[i] = to_int(layout.recv[i].count);
+    recv_displs[i] = to_int(layout.recv[i].offset);
+  }
+  RequestSet requests(ctx.op, ctx.channel, ctx.tag, 1);
+  MPI_Request request;
+  MPI_Ialltoallv(in, send_counts.data(), send_displs.data(), MPI_BYTE, out, recv_counts.data(), recv_displs.data(),
+                 MPI_BYTE, ctx.channel.comm, &request);
+  requests.adopt(0, request);
+  co_await requests.all();
 }
 
 }  // namespace strata::comm

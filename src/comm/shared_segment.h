@@ -52,9 +52,11 @@ class SharedSegment {
     uint64_t sequence;
     uint64_t count;
     uint64_t input_address;
-    uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16)
+    uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16); any dtype's for all_to_all
     int64_t pid;
+    uint64_t layout_address;  // all_to_all: where this rank's blocks for each receiver are (ExchangeLayout::send)
   };
+  static_assert(sizeof(CallHeader) <= 64, "the call header fills one cache line");
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 4 * kLine); }
 
   // Touches this rank's part once, so later copies do not pay first-touch faults.

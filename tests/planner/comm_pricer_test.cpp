@@ -40,5 +40,13 @@ TEST(PlannerCommPricer, PricesThroughTheCostModel) {
   EXPECT_EQ(pricer.collective(comm::Collective::AllReduce, 64e6, 1, 1), 0.0);
 }
 
+TEST(PlannerCommPricer, PricesExpertAllToAll) {
+  ClusterSpec cluster = testing::test_cluster(2, 4, 16, 10, 100);
+  CommPricer pricer(cluster);
+  // Four devices of one node exchanging 16 MB each: three pairwise steps of a quarter each.
+  EXPECT_NEAR(pricer.collective(comm::Collective::AllToAll, 16e6, 4, 1), 3 * (1e-6 + 4e6 / 100e9), 1e-12);
+  EXPECT_GT(pricer.collective(comm::Collective::AllToAll, 16e6, 8, 1), pricer.collective(comm::Collective::AllToAll, 16e6, 4, 1));
+}
+
 }  // namespace
 }  // namespace strata

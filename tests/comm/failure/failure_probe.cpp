@@ -1,6 +1,8 @@
 // An MPI job that goes wrong on purpose, for the failure tests:
 //   killed [ALGORITHM] - rank 1 dies (SIGKILL) in the middle of a large all_reduce (default ring)
 //   killed-before [ALGORITHM] - rank 1 dies just before making that call
+//   killed-all-to-all [ALGORITHM] - rank 1 dies in the middle of the first of a few large all_to_alls
+//             (default pairwise)
 //   absent  - rank 1 never makes the call (it sleeps), the others wait for it
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -22,9 +25,28 @@
 
 using namespace strata;
 
+namespace {
+
+// Makes `calls` calls; the victim dies in the first once some chunks have
+// moved, so the others are mid-call.
+int make_calls(const comm::Communicator& world, bool victim, int calls, const std::function<comm::Handle()>& start) {
+  for (int i = 0; i < calls; ++i) {
+    comm::Handle call = start();
+    if (victim) {
+      for (int poll = 0; poll < 200; ++poll) call.test();
+      raise(SIGKILL);
+    }
+    call.wait();
+  }
+  std::printf("rank %d finished\n", world.rank());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: %s killed|killed-before|absent|healthy|mismatch|mismatch-direct|late [ALGORITHM]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s killed|killed-before|killed-all-to-all|absent|healthy|mismatch|mismatch-direct|late [ALGORITHM]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -63,16 +85,17 @@ int main(int argc, char** argv) {
     world.all_reduce(in.data(), out.data(), mine, DType::F32, comm::ReduceOp::Sum, algorithm);
     return 0;
   }
+  if (mode == "killed-all-to-all") {
+    const comm::Algorithm algorithm = argc == 3 ? comm::parse_algorithm(argv[2], "the probe's algorithm") : comm::Algorithm::Pairwise;
+    const size_t block = count / static_cast<size_t>(world.size());
+    // Several exchanges, as a training step makes: a survivor that received all
+    // of the victim's first exchange (MPI may pull it alone) waits in the next.
+    return make_calls(world, victim, 3, [&] { return world.all_to_all_async(in.data(), out.data(), block, DType::F32, algorithm); });
+  }
   const comm::Algorithm algorithm = argc == 3 ? comm::parse_algorithm(argv[2], "the probe's algorithm") : comm::Algorithm::Ring;
   // Larger calls than its segment's slots hold go to the ring, so shm gets a small one.
   const size_t call_count = algorithm == comm::Algorithm::SharedMemory ? 1000 : count;
-  comm::Handle call = world.all_reduce_async(in.data(), out.data(), call_count, DType::F32, comm::ReduceOp::Sum, algorithm);
-  if (victim) {
-    // Let some chunks move first, so the others are mid-collective.
-    for (int i = 0; i < 200; ++i) call.test();
-    raise(SIGKILL);
-  }
-  call.wait();
-  std::printf("rank %d finished\n", world.rank());
-  return 0;
+  return make_calls(world, victim, 1, [&] {
+    return world.all_reduce_async(in.data(), out.data(), call_count, DType::F32, comm::ReduceOp::Sum, algorithm);
+  });
 }

@@ -21,7 +21,9 @@ TEST(Bench, ChecksEveryRunAndReportsNcclTestsBandwidths) {
     options.warmup = 0;
     options.iters = 2;
     options.rounds = 1;
-    options.algorithms = {"auto", "ring", "baseline"};
+    const bool exchange = op == Collective::AllToAll || op == Collective::AllToAllV;
+    options.algorithms = {"auto", exchange ? "pairwise" : "ring", "baseline"};
+    options.skew = 1.0;
     BenchReport report = run_bench(world, options);
     ASSERT_EQ(report.rows.size(), 3u * 3u) << collective_name(op);
     for (const BenchRow& row : report.rows) {
