@@ -19,12 +19,14 @@ Usage: check_hf_tokenizers.py --strata PATH --repo DIR --work-dir DIR [--venv DI
 """
 
 import argparse
+import functools
 import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,11 +71,24 @@ def stress_cases():
     return cases + [b"\n".join(cases)]
 
 
+@functools.lru_cache(maxsize=None)
+def kjv_text(repo):
+    """The corpus the default job trains on: data/kjv.txt where the quick start wrote it, else written
+    afresh from Debian's bible-kjv-text by the script the quick start uses (a clean clone has no data/)."""
+    path = os.path.join(repo, "data", "kjv.txt")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read()
+    with tempfile.TemporaryDirectory() as scratch:
+        written = os.path.join(scratch, "kjv.txt")
+        subprocess.run(["bash", os.path.join(repo, "scripts", "default_corpus.sh"), written], check=True)
+        with open(written, "rb") as f:
+            return f.read()
+
+
 def text_sample(repo):
-    """About 1 MB: KJV text (the corpus the default job trains on) and this repository's own code,
-    which is full of indented lines."""
-    with open(os.path.join(repo, "data", "kjv.txt"), "rb") as f:
-        kjv = f.read()
+    """About 1 MB: KJV text and this repository's own code, which is full of indented lines."""
+    kjv = kjv_text(repo)
     code = b""
     for path in sorted(glob.glob(os.path.join(repo, "src", "**", "*.*"), recursive=True)):
         if len(code) >= SAMPLE_BYTES // 2:
@@ -86,8 +101,7 @@ def text_sample(repo):
 def training_text(repo, with_stress):
     """KJV text and Python code, and the stress texts when `with_stress` (else their rare characters
     take the unknown-token and byte-fallback paths)."""
-    with open(os.path.join(repo, "data", "kjv.txt"), "rb") as f:
-        kjv = f.read(400_000)
+    kjv = kjv_text(repo)[:400_000]
     code = b"".join(open(p, "rb").read() for p in sorted(glob.glob(os.path.join(repo, "tests", "**", "*.py"),
                                                                          recursive=True)))[:200_000]
     text = kjv + code + (b"\n".join(stress_cases()) if with_stress else b"")
