@@ -75,6 +75,11 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("all_gather", {dy[0]}, n.attrs, grad_label(n, "x"))};
        }},
+      // The exchange is a permutation that is its own transpose: the gradient goes back the same way.
+      {"all_to_all",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("all_to_all", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
       // A stage boundary: the gradient goes back to the same stage on the other flow.
       {"send_to_stage",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {

@@ -17,6 +17,7 @@ class SingleRank final : public CollectiveGroup {
   int rank() const override { return 0; }
   void all_reduce_sum(void*, size_t, DType) override {}
   void all_gather_bytes(const void* in, void* out, size_t bytes) override { std::memmove(out, in, bytes); }
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override { std::memmove(out, in, bytes); }
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
     std::memmove(out, in, count * dtype_size(dtype));
   }
@@ -155,6 +156,20 @@ void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const 
   for (size_t o = 0; o < split.outer; ++o) {
     std::memcpy(to + o * split.block_bytes, from + (o * ranks + rank) * split.block_bytes, split.block_bytes);
   }
+}
+
+void all_to_all_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
+  CollectiveGroup& group = group_of("all_to_all", attrs);
+  const Tensor& x = inputs[0];
+  const size_t ranks = static_cast<size_t>(group.size());
+  // The blocks along `dim` in rank order, exchanged, and back in tensor order.
+  Shape block_shape = x.shape();
+  block_shape[static_cast<size_t>(attrs.get_int("dim"))] /= static_cast<int64_t>(ranks);
+  const DimSplit split = split_at(block_shape, attrs.get_int("dim"), x.dtype());
+  std::vector<char> sent(x.nbytes()), received(x.nbytes());
+  regroup(static_cast<const char*>(x.raw()), sent.data(), split, ranks, /*into_rank_order=*/true);
+  group.all_to_all_bytes(sent.data(), received.data(), x.nbytes() / ranks);
+  regroup(received.data(), static_cast<char*>(outputs[0].raw()), split, ranks, /*into_rank_order=*/false);
 }
 
 void send_to_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {

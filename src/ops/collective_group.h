@@ -33,6 +33,9 @@ class CollectiveGroup {
   virtual void all_gather_bytes(const void* in, void* out, size_t bytes) = 0;
   // in holds size() blocks of count elements; out = the sum over the ranks of block rank().
   virtual void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) = 0;
+  // in and out hold size() blocks of `bytes` each: block j of in goes to rank j, out's block i came
+  // from rank i (expert parallelism's token exchange); in and out do not overlap.
+  virtual void all_to_all_bytes(const void* in, void* out, size_t bytes) = 0;
   // A pipeline's stage boundary. send_bytes sends `bytes` of `data` to rank
   // `peer` on `flow` without waiting (from a copy the group keeps until
   // finish_sends); receive_bytes waits for `bytes` from `peer` on `flow`.
@@ -53,6 +56,7 @@ CollectiveGroup& collective_group(const std::string& name);
 // all_gather concatenates the ranks' `x` along attr `dim`; reduce_scatter
 // sums `x` over the ranks and keeps this rank's block along `dim`;
 // split_to_group keeps this rank's block of `x` along `dim` (no communication);
+// all_to_all sends block j of `x` along `dim` to rank j and puts the block from rank i at i;
 // send_to_stage sends `x` to stage `peer` and passes it through;
 // receive_from_stage receives into `out` (`x` only stands for the sent value).
 void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
@@ -60,6 +64,7 @@ void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const A
 void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
+void all_to_all_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void send_to_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 void receive_from_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);
 

@@ -5,6 +5,8 @@
 // this rank's block of it, each the other's gradient (sequence parallelism);
 // split_to_group keeps this rank's block of a value every rank holds, its
 // gradient all_gather (Megatron's scatter to the sequence-parallel region).
+// all_to_all exchanges blocks along a dimension (expert parallelism's token
+// dispatch and combine); the exchange is its own adjoint, so it is its gradient.
 // send_to_stage and receive_from_stage are a pipeline's stage boundary, each
 // the other's gradient: the value leaving one stage's part of the model and
 // entering the next one's (attr `flow` keeps activations going forward apart
@@ -134,6 +136,29 @@ void add_collective_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::None,
+  });
+  registry.add({
+      .name = "all_to_all",
+      .summary = "out = x with its blocks along axis attr `dim` exchanged over the group named by attr `group` "
+                 "(attr `ranks` of them): block j goes to rank j, and the block from rank i lands at i; its "
+                 "gradient is all_to_all",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "dim"},
+      .infer = [](const Metas& in, const Attrs& attrs) {
+        resized_along_dim("all_to_all", in, attrs, false);  // the blocks must divide evenly
+        return Metas{in[0]};
+      },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      // Regrouped into rank order and back, besides the (p - 1) / p of x sent and received.
+      .bytes = [](const Metas& in, const Metas& out, const Attrs& attrs) {
+        const double p = static_cast<double>(attrs.get_int("ranks"));
+        return static_cast<double>(2 * in[0].nbytes() + 2 * out[0].nbytes()) + 2.0 * (p - 1.0) / p * in[0].nbytes();
+      },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::AllToAll),
       .placement = PlacementRule::None,
   });
   registry.add({

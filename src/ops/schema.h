@@ -55,7 +55,7 @@ enum class OpKind { Gemm, Attention, Other };
 // `ranks` of them), as the planner prices it: a pattern on a buffer of
 // `bytes` (the whole tensor the group combines, gathers or scatters, or the
 // one a stage sends), by comm's algorithm choice for that size and group.
-enum class CommPattern { AllReduce, AllGather, ReduceScatter, PointToPoint };
+enum class CommPattern { AllReduce, AllGather, ReduceScatter, AllToAll, PointToPoint };
 struct CommCall {
   CommPattern pattern = CommPattern::AllReduce;
   double bytes = 0;

@@ -45,6 +45,10 @@ class CommGroup final : public CollectiveGroup {
     group_.all_gather(in, out, units(bytes), DType::BF16);
   }
 
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
+    group_.all_to_all(in, out, units(bytes), DType::BF16);
+  }
+
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
     if (dtype == DType::F32 || dtype == DType::BF16) {
       group_.reduce_scatter(in, out, count, dtype, comm::ReduceOp::Sum);

@@ -29,6 +29,7 @@ Collective collective_of(CommPattern pattern) {
     case CommPattern::AllReduce: return Collective::AllReduce;
     case CommPattern::AllGather: return Collective::AllGather;
     case CommPattern::ReduceScatter: return Collective::ReduceScatter;
+    case CommPattern::AllToAll: return Collective::AllToAll;
     case CommPattern::PointToPoint: break;
   }
   fail("a point-to-point transfer priced as a collective");

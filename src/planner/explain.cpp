@@ -26,6 +26,7 @@ const char* pattern_name(CommPattern pattern) {
     case CommPattern::AllReduce: return "tensor-parallel all-reduce";
     case CommPattern::AllGather: return "tensor-parallel all-gather";
     case CommPattern::ReduceScatter: return "tensor-parallel reduce-scatter";
+    case CommPattern::AllToAll: return "all-to-all";
     case CommPattern::PointToPoint: return "tensor-parallel point-to-point";
   }
   return "tensor-parallel";

@@ -120,6 +120,7 @@ void register_elementwise(Backend& backend) {
     backend.add_kernel("all_gather", dtype, all_gather_kernel);
     backend.add_kernel("reduce_scatter", dtype, reduce_scatter_kernel);
     backend.add_kernel("split_to_group", dtype, split_to_group_kernel);
+    backend.add_kernel("all_to_all", dtype, all_to_all_kernel);
     backend.add_kernel("send_to_stage", dtype, send_to_stage_kernel);
     backend.add_kernel("receive_from_stage", dtype, receive_from_stage_kernel);
   }

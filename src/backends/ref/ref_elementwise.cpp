@@ -121,6 +121,7 @@ void register_elementwise(Backend& backend) {
   add_float_kernels(backend, "all_gather", all_gather_kernel);
   add_float_kernels(backend, "reduce_scatter", reduce_scatter_kernel);
   add_float_kernels(backend, "split_to_group", split_to_group_kernel);
+  add_float_kernels(backend, "all_to_all", all_to_all_kernel);
   add_float_kernels(backend, "send_to_stage", send_to_stage_kernel);
   add_float_kernels(backend, "receive_from_stage", receive_from_stage_kernel);
 }
