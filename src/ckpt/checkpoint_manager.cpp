@@ -15,9 +15,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
-
-// Every key of model_fields, the list ModelConfig's equality covers.
+// The [model] keys whose values differ, "model.n_embd = 64 there, 32 here": every key of
+// model_fields, the list ModelConfig's equality covers.
 std::string model_difference(ModelConfig there, ModelConfig here) {
   std::string text;
   const std::vector<ModelField> theirs = model_fields(there), ours = model_fields(here);
@@ -33,6 +32,8 @@ std::string model_difference(ModelConfig there, ModelConfig here) {
   }
   return text;
 }
+
+}  // namespace
 
 CheckpointManager::CheckpointManager(CheckpointSettings settings, DataParallel& world)
     : settings_(std::move(settings)), world_(world) {

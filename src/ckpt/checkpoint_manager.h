@@ -43,7 +43,4 @@ class CheckpointManager {
   std::optional<DirectoryLock> lock_;
 };
 
-// The [model] keys whose values differ, "model.n_embd = 64 there, 32 here".
-std::string model_difference(ModelConfig there, ModelConfig here);
-
 }  // namespace strata

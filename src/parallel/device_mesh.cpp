@@ -10,10 +10,7 @@ namespace strata {
 
 MeshShape::MeshShape(const std::map<std::string, int>& degrees) {
   for (const auto& [name, degree] : degrees) parallel_dimension(name);  // fails naming an unknown one
-  std::vector<ParallelDimension> dimensions = parallel_dimensions();
-  std::stable_sort(dimensions.begin(), dimensions.end(),
-                   [](const ParallelDimension& a, const ParallelDimension& b) { return a.nesting < b.nesting; });
-  for (const ParallelDimension& dimension : dimensions) {
+  for (const ParallelDimension& dimension : dimensions_innermost_first()) {
     const auto given = degrees.find(dimension.name);
     extents_.push_back({dimension.name, given == degrees.end() ? 1 : given->second});
   }
@@ -66,10 +63,11 @@ int rank_at(const MeshCoordinates& coordinates, const MeshShape& shape) {
 }
 
 std::vector<int> group_ranks(int rank, const MeshShape& shape, std::string_view dimension) {
+  const int degree = shape.degree(dimension);  // fails naming a dimension the mesh does not have
   MeshCoordinates coordinates = coordinates_of(rank, shape);
   std::vector<int> ranks;
   int& moving = coordinates.find(dimension)->second;
-  for (moving = 0; moving < shape.degree(dimension); ++moving) ranks.push_back(rank_at(coordinates, shape));
+  for (moving = 0; moving < degree; ++moving) ranks.push_back(rank_at(coordinates, shape));
   return ranks;
 }
 

@@ -99,7 +99,7 @@ class CommGroup final : public CollectiveGroup {
 
   // The comm layer moves any dtype; every dtype's size is even, so bytes travel as 2-byte units.
   static size_t units(size_t bytes) {
-    STRATA_CHECK(bytes % 2 == 0, "a stage transfer of {} bytes", bytes);
+    STRATA_CHECK(bytes % 2 == 0, "a transfer of {} bytes, not whole 16-bit units", bytes);
     return bytes / 2;
   }
 

@@ -26,6 +26,13 @@ std::vector<ParallelDimension>& registry() {
 
 const std::vector<ParallelDimension>& parallel_dimensions() { return registry(); }
 
+std::vector<ParallelDimension> dimensions_innermost_first() {
+  std::vector<ParallelDimension> dimensions = registry();
+  std::stable_sort(dimensions.begin(), dimensions.end(),
+                   [](const ParallelDimension& a, const ParallelDimension& b) { return a.nesting < b.nesting; });
+  return dimensions;
+}
+
 void register_parallel_dimension(ParallelDimension dimension) {
   for (const ParallelDimension& existing : registry()) {
     STRATA_CHECK(existing.name != dimension.name, "parallel dimension '{}' registered twice", dimension.name);

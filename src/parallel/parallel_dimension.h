@@ -43,6 +43,8 @@ struct ParallelDimension {
 // Every dimension: the built-in ones, then those registered, in that order (the order their
 // config keys are named in messages).
 const std::vector<ParallelDimension>& parallel_dimensions();
+// The same, innermost (lowest nesting) first: the mesh's order, and the order passes run in.
+std::vector<ParallelDimension> dimensions_innermost_first();
 // Adds a dimension (a test's, or a plug-in's); fails on a name already taken.
 void register_parallel_dimension(ParallelDimension dimension);
 // Removes a registered (not a built-in) dimension.

@@ -1,7 +1,5 @@
 #include "parallel/parallelize.h"
 
-#include <algorithm>
-
 #include "parallel/parallel_dimension.h"
 
 namespace strata {
@@ -27,12 +25,9 @@ ParallelForward chain(ParallelForward first, ParallelForward second) {
 
 ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,
                                     const RankLayout& layout) {
-  std::vector<ParallelDimension> dimensions = parallel_dimensions();
-  std::stable_sort(dimensions.begin(), dimensions.end(),
-                   [](const ParallelDimension& a, const ParallelDimension& b) { return a.nesting < b.nesting; });
   const DimensionPassInput input{plan, layer_prefix, layout};
   std::optional<ParallelForward> done;
-  for (const ParallelDimension& dimension : dimensions) {
+  for (const ParallelDimension& dimension : dimensions_innermost_first()) {
     if (!dimension.pass) continue;
     std::optional<ParallelForward> part = dimension.pass(done ? done->rewritten.graph : forward, input);
     if (!part) continue;
