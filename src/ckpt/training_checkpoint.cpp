@@ -48,9 +48,9 @@ ModelConfig model_config(const Checkpoint& checkpoint) {
     std::visit(
         [&](auto* value) {
           using Value = std::remove_pointer_t<decltype(value)>;
-          const std::optional<Value> fallback =
-              kKeysOfEveryCheckpoint.count(field.key) ? std::nullopt : std::optional<Value>(*value);
-          *value = metadata_value<Value>(checkpoint, "/model" + field.json_pointer(), fallback);
+          const std::string pointer = std::string("/model").append(field.json_pointer());
+          *value = kKeysOfEveryCheckpoint.count(field.key) ? metadata_value<Value>(checkpoint, pointer)
+                                                           : metadata_value<Value>(checkpoint, pointer, *value);
         },
         field.value);
   }

@@ -58,7 +58,7 @@ struct ModelField {
   // there ("/rope_scaling/factor"), as checkpoints have always recorded it.
   const char* nested_pointer = nullptr;
 
-  std::string json_pointer() const { return nested_pointer ? nested_pointer : "/" + std::string(key); }
+  std::string json_pointer() const { return nested_pointer ? std::string(nested_pointer) : std::string("/").append(key); }
 };
 std::vector<ModelField> model_fields(ModelConfig& config);
 
