@@ -7,12 +7,7 @@
 
 #include "ckpt/training_checkpoint.h"
 #include "core/error.h"
-#include "model/model_graph.h"
-#include "model/family.h"
-#include "parallel/pipeline_parallel.h"
-#include "parallel/pipeline_part.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/tensor_parallel_group.h"
+#include "parallel/parameter_placement.h"
 
 namespace strata {
 
@@ -54,50 +49,21 @@ CheckpointLayout parse_checkpoint_layout(const std::string& text) {
   return {MeshShape(degrees), virtual_stages};
 }
 
-std::vector<std::vector<int>> pipeline_stage_holders(const ModelConfig& config, int pp, int virtual_stages) {
-  const size_t count = model_param_specs(config).size();
-  std::vector<std::vector<int>> holders(count);
-  if (pp == 1 && virtual_stages == 1) {
-    for (std::vector<int>& stages : holders) stages = {0};
-    return holders;
-  }
-  check_pipeline_layout(virtual_stages > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB, pp,
-                        virtual_stages, static_cast<int>(config.n_layer));
-  const int parts = pp * virtual_stages;
-  const std::vector<int> split = balanced_layers(parts, static_cast<int>(config.n_layer));
-  for (int part = 0; part < parts; ++part) {
-    ModelBuildOptions options;
-    const PipelinePart cut{part, split, virtual_stages};
-    options.parallelize = [cut, prefix = std::string(model_family(config).layer_prefix())](const Graph& forward) {
-      return cut_pipeline_part(forward, cut, prefix);
-    };
-    const ModelGraph model = build_model_graph(config, 1, 1, /*training=*/false, options);
-    for (size_t i = 0; i < count; ++i) {
-      std::vector<int>& stages = holders[i];
-      if (model.params[i] >= 0 && std::find(stages.begin(), stages.end(), part % pp) == stages.end()) {
-        stages.push_back(part % pp);
-      }
-    }
-  }
-  for (std::vector<int>& stages : holders) std::sort(stages.begin(), stages.end());
-  return holders;
-}
-
 fs::path convert_training_checkpoint(const Checkpoint& source, const fs::path& out, const CheckpointLayout& layout) {
   if (has_checkpoints(out)) fail("'{}' already holds checkpoints: convert into a new directory", out.string());
   TrainingCheckpoint state = read_training_checkpoint(source);
-  const int tp = layout.mesh.degree(tensor_parallel_dimension().name);
-  if (state.model.n_head % tp != 0) {
-    fail("--layout: tp = {} does not divide the model's {} heads (model.n_head)", tp, state.model.n_head);
-  }
   const std::vector<ParamSpec> specs = model_param_specs(state.model);
   std::vector<size_t> every(specs.size());
   std::iota(every.begin(), every.end(), size_t{0});
   check_training_tensors(source, specs, every);  // before anything is written
-  const std::vector<ShardPiece> pieces =
-      checkpoint_pieces(specs, model_family(state.model).sharding_plan(), layout.mesh,
-                        pipeline_stage_holders(state.model, layout.mesh.degree(pipeline_parallel_dimension().name),
-                                               layout.virtual_stages));
+  MeshPlacements placements;
+  try {
+    placements = place_parameters(layout.mesh, {.model = state.model, .specs = specs,
+                                                .parts_per_stage = layout.virtual_stages});
+  } catch (const Error& error) {
+    fail("--layout: {}", error.what());
+  }
+  const std::vector<ShardPiece> pieces = checkpoint_pieces(specs, layout.mesh, placements);
   state.layout = {{"virtual_stages", layout.virtual_stages}, {"converted_from", source.dir().string()}};
   for (const MeshExtent& extent : layout.mesh.extents()) state.layout[extent.dimension] = extent.degree;
   const fs::path temp_dir = begin_checkpoint(out, state.step);

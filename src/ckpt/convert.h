@@ -24,11 +24,6 @@ struct CheckpointLayout {
 // fails naming the text and the bad part.
 CheckpointLayout parse_checkpoint_layout(const std::string& text);
 
-// The pipeline stages that hold each parameter of `config` (in model_param_specs
-// order) when it is cut into pp × virtual_stages balanced parts, part q on
-// stage q mod pp, found by cutting the model's graph as the trainer does.
-std::vector<std::vector<int>> pipeline_stage_holders(const ModelConfig& config, int pp, int virtual_stages);
-
 // Writes `source` as run directory `out` (step_XXXXXXXX and `latest`), saved
 // under `layout`: a run of that layout resumes from it reading only its own
 // pieces. `out` must not hold checkpoints already.

@@ -100,22 +100,9 @@ int train(const TrainConfig& given, const Instrumentation& instrumentation) {
     for (int rank = 0; rank < world.size(); ++rank) ranks_here += world.node_of(rank) == world.node_of(world.rank());
     choose_auto_layout(config, world.size(), world.size() > 1 ? threads_per_rank(config, ranks_here) : 0);
   }
-  const int tp = static_cast<int>(config.tp), pp = static_cast<int>(config.pp);
-  if (world.size() % (tp * pp) != 0) {
-    fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tp, pp,
-         world.size());
-  }
-  const int dp = config.dp == 0 ? world.size() / (tp * pp) : static_cast<int>(config.dp);
-  if (tp == 1 && pp == 1 && dp != world.size()) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
-         "number of ranks (or be 0)",
-         dp, world.size());
-  }
-  DeviceMesh mesh(world, MeshShape({{"dp", dp}, {"tp", tp}, {"pp", pp}}));
+  DeviceMesh mesh(world, config.mesh_for(world.size()));
   MeshGroupsRegistration groups(mesh);  // the collective ops of a tensor-parallel graph run over these
-  Trainer trainer(config, DataParallel(mesh.group("dp"), world),
-                  tp > 1 ? TensorParallel(mesh.group("tp")) : TensorParallel(),
-                  pp > 1 ? PipelineParallel(mesh.group("pp")) : PipelineParallel());
+  Trainer trainer(config, &mesh);
   return run_instrumented(trainer, config, instrumentation);
 }
 

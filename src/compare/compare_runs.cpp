@@ -10,6 +10,7 @@
 #include "core/file_io.h"
 #include "core/toml_reader.h"
 #include "model/family.h"
+#include "parallel/parallel_dimension.h"
 #include "train/config.h"
 
 namespace strata {
@@ -49,9 +50,14 @@ bool same_tokens(const Tensor& dumped, const Tensor& ours) {
   return true;
 }
 
+// "dp=2 tp=2 pp=1 zero=1 sp": every dimension's degree, in the order their config keys are named.
 std::string layout_text(const TrainConfig& config) {
-  return fmt::format("dp={} tp={} pp={}{}{}", std::max<int64_t>(config.dp, 1), config.tp, config.pp,
-                     config.zero > 0 ? fmt::format(" zero={}", config.zero) : "", config.sp ? " sp" : "");
+  const MeshShape mesh = config.mesh();
+  std::string text;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimension.name, mesh.degree(dimension.name));
+  }
+  return text + (config.zero > 0 ? fmt::format(" zero={}", config.zero) : "") + (config.sp ? " sp" : "");
 }
 
 // Both sides run by `strata train` under their layouts, compared after each step.

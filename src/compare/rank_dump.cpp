@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <list>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/json_file.h"
+#include "parallel/parallel_dimension.h"
 #include "parallel/value_assembly.h"
 
 namespace strata {
@@ -21,8 +24,19 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kEntriesKey = "strata.capture";
-constexpr const char* kDegreeKey = "strata.tp_degree";
-constexpr const char* kRankKey = "strata.tp_rank";
+
+// A file's metadata keys for its rank's place along a dimension: "strata.tp_rank", "strata.tp_degree".
+std::string rank_key(const std::string& dimension) { return "strata." + dimension + "_rank"; }
+std::string degree_key(const std::string& dimension) { return "strata." + dimension + "_degree"; }
+
+// The dimensions whose passes give ranks different parts of the graph (the others hold replicas).
+std::vector<std::string> splitting_dimensions() {
+  std::vector<std::string> names;
+  for (const ParallelDimension& dimension : dimensions_innermost_first()) {
+    if (dimension.pass) names.push_back(dimension.name);
+  }
+  return names;
+}
 
 std::string_view kind_name(ValueLayout::Kind kind) {
   switch (kind) {
@@ -55,7 +69,7 @@ struct DumpedTensor {
 
 struct RankGraphDump::State {
   fs::path file;
-  TensorParallelRank tp;
+  std::map<std::string, std::string> place;  // the rank's coordinate and degree along each splitting dimension
   ModelConfig model;
   std::map<int, GraphCapture> parts;  // per model part the rank runs
   std::vector<DumpedTensor> captured;
@@ -63,10 +77,20 @@ struct RankGraphDump::State {
 
 RankGraphDump::RankGraphDump(Trainer& trainer, const TrainConfig& config, fs::path dir)
     : state_(std::make_unique<State>()) {
-  if (trainer.data_parallel_rank() != 0) return;
-  state_->tp = trainer.tensor_parallel_rank();
+  const MeshCoordinates& at = trainer.mesh_coordinates();
+  const std::vector<std::string> splitting = splitting_dimensions();
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    const bool replica = std::find(splitting.begin(), splitting.end(), dimension.name) == splitting.end();
+    if (replica && at.at(dimension.name) != 0) return;
+  }
   state_->model = config.model;
-  state_->file = dir / fmt::format("rank-tp{}-pp{}.safetensors", state_->tp.rank, trainer.pipeline_stage());
+  std::string name = "rank";
+  for (const std::string& dimension : splitting) {
+    name += fmt::format("-{}{}", dimension, at.at(dimension));
+    state_->place[rank_key(dimension)] = std::to_string(at.at(dimension));
+    state_->place[degree_key(dimension)] = std::to_string(trainer.mesh().degree(dimension));
+  }
+  state_->file = dir / (name + ".safetensors");
   State* state = state_.get();
   trainer.observe_first_micro_batch([state, &trainer](const Trainer::ObservedNode& observed) {
     auto found = state->parts.find(observed.part);
@@ -104,13 +128,13 @@ void RankGraphDump::write() const {
                        {"layout", kind_name(t.layout.kind)},
                        {"dim", t.layout.dim},
                        {"parts", t.layout.parts},
+                       {"group", t.layout.group},
                        {"part", dumped.part},
                        {"order", dumped.order}});
   }
-  write_safetensors(state_->file, tensors,
-                    {{kEntriesKey, entries.dump()},
-                     {kDegreeKey, std::to_string(state_->tp.degree)},
-                     {kRankKey, std::to_string(state_->tp.rank)}});
+  std::map<std::string, std::string> metadata = state_->place;
+  metadata[kEntriesKey] = entries.dump();
+  write_safetensors(state_->file, tensors, metadata);
 }
 
 namespace {
@@ -127,6 +151,7 @@ DumpedTensor read_entry(const SafetensorsReader& file, const nlohmann::json& ent
   t.layout.kind = parse_kind(json_string(entry, "layout", where), where);
   t.layout.dim = static_cast<int64_t>(json_number(entry, "dim", where));
   t.layout.parts = static_cast<int64_t>(json_number(entry, "parts", where));
+  t.layout.group = json_string(entry, "group", where);
   t.tensor = file.load(json_string(entry, "tensor", where));
   t.layout.shape = t.tensor.shape();
   dumped.part = static_cast<int>(json_number(entry, "part", where));
@@ -134,15 +159,37 @@ DumpedTensor read_entry(const SafetensorsReader& file, const nlohmann::json& ent
   return dumped;
 }
 
-// A tensor whole from its tensor-parallel ranks' pieces (all of one model part).
-CapturedTensor whole_of(const std::string& name, std::vector<std::pair<int, DumpedTensor>> pieces, int degree) {
-  std::sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (static_cast<int>(pieces.size()) != degree) {
-    fail("'{}': captured on {} of the {} tensor-parallel ranks", name, pieces.size(), degree);
+// A rank's dump file: where the rank sits along each splitting dimension, and its tensors.
+struct DumpFile {
+  MeshCoordinates coordinates;
+  std::map<std::string, int, std::less<>> degrees;
+};
+
+// A tensor whole from the pieces of the ranks running its model part: a split or partial value's
+// from the ranks of its group, in their order there; a whole value is every rank's.
+CapturedTensor whole_of(const std::string& name, std::vector<std::pair<const DumpFile*, DumpedTensor>> pieces,
+                        size_t part_ranks) {
+  if (pieces.size() != part_ranks) {
+    fail("'{}': captured on {} of the {} ranks running its model part", name, pieces.size(), part_ranks);
   }
+  std::sort(pieces.begin(), pieces.end(),
+            [](const auto& a, const auto& b) { return a.first->coordinates < b.first->coordinates; });
   CapturedTensor whole = pieces.front().second.tensor;
+  const std::string& group = whole.layout.group;
+  if (whole.layout.kind != ValueLayout::Kind::Whole) {
+    const auto degree = pieces.front().first->degrees.find(group);
+    if (degree == pieces.front().first->degrees.end()) fail("'{}': laid out over '{}', which no file names", name, group);
+    std::stable_sort(pieces.begin(), pieces.end(), [&](const auto& a, const auto& b) {
+      return a.first->coordinates.at(group) < b.first->coordinates.at(group);
+    });
+    for (size_t r = 0; r < pieces.size(); ++r) {
+      if (pieces[r].first->coordinates.at(group) != static_cast<int>(r) || static_cast<int>(pieces.size()) != degree->second) {
+        fail("'{}': its pieces are not one per rank of its '{}' group of {}", name, group, degree->second);
+      }
+    }
+  }
   std::vector<Tensor> tensors;
-  for (const auto& [rank, piece] : pieces) tensors.push_back(piece.tensor.tensor);
+  for (const auto& [file, piece] : pieces) tensors.push_back(piece.tensor.tensor);
   whole.tensor = assemble_value(name, tensors, whole.layout);
   if (whole.layout.kind == ValueLayout::Kind::Partial && whole.factor != 1.0) {
     double* values = whole.tensor.data<double>();  // summed in f64: the factor applies once
@@ -157,19 +204,21 @@ CapturedTensor whole_of(const std::string& name, std::vector<std::pair<int, Dump
 }  // namespace
 
 void assemble_rank_dumps(const fs::path& dir, const CaptureSink& sink) {
-  std::map<std::string, std::map<int, std::vector<std::pair<int, DumpedTensor>>>> by_name;  // name -> part -> pieces
-  std::optional<int> degree;
+  using Pieces = std::vector<std::pair<const DumpFile*, DumpedTensor>>;
+  std::map<std::string, std::map<int, Pieces>> by_name;  // name -> part -> pieces
+  std::list<DumpFile> files;
+  std::map<int, size_t> part_ranks;  // how many ranks run each model part
   if (!fs::is_directory(dir)) fail("{}: the layout run captured no graph tensors", dir.string());
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".safetensors") continue;
     const SafetensorsReader file(entry.path());
     const std::string where = entry.path().string();
-    auto meta = [&](const char* key) -> const std::string& {
+    auto meta = [&](const std::string& key) -> const std::string& {
       auto found = file.metadata().find(key);
       if (found == file.metadata().end()) fail("{}: no '{}' in its metadata", where, key);
       return found->second;
     };
-    auto meta_count = [&](const char* key) {
+    auto meta_count = [&](const std::string& key) {
       const std::string& text = meta(key);
       int value = -1;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -178,16 +227,25 @@ void assemble_rank_dumps(const fs::path& dir, const CaptureSink& sink) {
       }
       return value;
     };
-    const int rank = meta_count(kRankKey), file_degree = meta_count(kDegreeKey);
-    if (degree && *degree != file_degree) fail("{}: a tensor-parallel group of {}, another file's is {}", where, file_degree, *degree);
-    degree = file_degree;
+    DumpFile& dump = files.emplace_back();
+    for (const std::string& dimension : splitting_dimensions()) {
+      dump.coordinates[dimension] = meta_count(rank_key(dimension));
+      dump.degrees[dimension] = meta_count(degree_key(dimension));
+      const int first_files = files.front().degrees.at(dimension);
+      if (dump.degrees[dimension] != first_files) {
+        fail("{}: a '{}' group of {}, another file's is {}", where, dimension, dump.degrees[dimension], first_files);
+      }
+    }
     const nlohmann::json entries = parse_json(meta(kEntriesKey), where + " metadata");
+    std::set<int> parts;
     for (size_t i = 0; i < entries.size(); ++i) {
       DumpedTensor dumped = read_entry(file, entries[i], fmt::format("{} entry {}", where, i));
-      by_name[dumped.tensor.name][dumped.part].emplace_back(rank, std::move(dumped));
+      parts.insert(dumped.part);
+      by_name[dumped.tensor.name][dumped.part].emplace_back(&dump, std::move(dumped));
     }
+    for (int part : parts) ++part_ranks[part];
   }
-  if (!degree) fail("{}: the layout run captured no graph tensors", dir.string());
+  if (files.empty()) fail("{}: the layout run captured no graph tensors", dir.string());
   struct Ordered {
     std::tuple<int, int, int> key;  // forward by part, then backward from the last part
     CapturedTensor tensor;
@@ -200,7 +258,7 @@ void assemble_rank_dumps(const fs::path& dir, const CaptureSink& sink) {
       const DumpedTensor& first = pieces.front().second;
       const bool backward = backward_tensor(first.tensor);
       const std::tuple<int, int, int> key{backward ? 1 : 0, backward ? -part : part, first.order};
-      CapturedTensor tensor = whole_of(name, std::move(pieces), *degree);
+      CapturedTensor tensor = whole_of(name, std::move(pieces), part_ranks.at(part));
       terms.push_back(tensor.tensor);
       if (!latest || key > latest->key) latest = Ordered{key, std::move(tensor)};
     }

@@ -1,14 +1,15 @@
 #pragma once
 // A layout run's graph tensors, across processes. `strata train --capture-graph DIR`
-// (what `strata compare` runs a layout side with) has every tensor-parallel and
-// pipeline rank of data-parallel rank 0 write what it captured of the first
-// step's first micro-batch (each model part's forward and backward tensors, its
-// parameters' gradients, each with its layout) to DIR/rank-tp<T>-pp<S>.safetensors.
-// Data-parallel rank 0's first micro-batch is the step's first, the one a
-// process running the whole step alone captures. The comparison then reads
-// every rank's file back and puts each tensor together whole: a split value
-// from the group's pieces, a partial one summed, a parameter's gradient summed
-// over the pipeline stages that use it (the tied embedding's two).
+// (what `strata compare` runs a layout side with) has every rank at coordinate 0 of
+// the dimensions that replicate the model (data parallelism) write what it captured
+// of the first step's first micro-batch (each model part's forward and backward
+// tensors, its parameters' gradients, each with its layout) to
+// DIR/rank-<dim><coordinate>-....safetensors, one <dim><coordinate> per dimension
+// whose graph pass splits the model (rank-tp1-pp0). That micro-batch is the step's
+// first, the one a process running the whole step alone captures. The comparison
+// then reads every rank's file back and puts each tensor together whole: a split
+// value from its group's pieces, a partial one summed, a parameter's gradient summed
+// over the model parts that use it (the tied embedding's two).
 #include <filesystem>
 #include <memory>
 

@@ -23,9 +23,11 @@ ValueLayout gradient_layout(const std::vector<ValueLayout>& read, size_t input, 
   ValueLayout layout = read[input];
   layout.shape = shape;
   if (layout.kind == ValueLayout::Kind::Split) return layout;
-  const bool sharded = std::any_of(read.begin(), read.end(),
-                                   [](const ValueLayout& other) { return other.kind == ValueLayout::Kind::Split; });
-  layout.kind = layout.kind == ValueLayout::Kind::Whole && sharded ? ValueLayout::Kind::Partial : ValueLayout::Kind::Whole;
+  const auto sharded = std::find_if(read.begin(), read.end(),
+                                    [](const ValueLayout& other) { return other.kind == ValueLayout::Kind::Split; });
+  const bool partial = layout.kind == ValueLayout::Kind::Whole && sharded != read.end();
+  layout.kind = partial ? ValueLayout::Kind::Partial : ValueLayout::Kind::Whole;
+  layout.group = partial ? sharded->group : "";
   layout.dim = 0;
   layout.parts = 1;
   return layout;

@@ -1,7 +1,7 @@
 #pragma once
-// How a tensor-parallel rank's tensor of a named value stands to the whole
-// model's value of the same name, as the tensor-parallel pass placed it
-// (parallel/tensor_parallel.h). `strata compare` reads it to put a layout's
+// How a rank's tensor of a named value stands to the whole model's value of
+// the same name, as a parallel dimension's graph pass placed it (the
+// tensor-parallel pass, parallel/tensor_parallel.h). `strata compare` reads it to put a layout's
 // tensors back together before comparing them with another layout's.
 #include <cstdint>
 #include <map>
@@ -21,6 +21,7 @@ struct ValueLayout {
   Kind kind = Kind::Whole;
   int64_t dim = 0;    // Split: the dim cut
   int64_t parts = 1;  // Split: fused parts along dim (c_attn's q, k and v), each cut into the group's pieces
+  std::string group;  // Split, Partial: the parallel dimension whose ranks hold the pieces or the terms
   Shape shape;        // this rank's shape (a value of the same name but another shape is not this one)
   // False for a value the pass made for its own collectives (a partial sum before its reduction, a
   // copy into the group): it stands for no value of the whole model, and is not compared.

@@ -61,6 +61,10 @@ std::string broadcast_text(comm::Communicator& group, const std::string& text, i
 DataParallel::DataParallel(comm::Communicator group, comm::Communicator world)
     : group_(std::move(group)), world_(std::move(world)) {}
 
+DataParallel DataParallel::of(DeviceMesh* mesh) {
+  return mesh ? DataParallel(mesh->group(data_parallel_dimension().name), mesh->world()) : DataParallel();
+}
+
 int DataParallel::ranks_on_this_host() const {
   if (!world_) return 1;
   int here = world_->node_of(world_->rank());
@@ -161,6 +165,6 @@ void DataParallel::check_ranks_agree(const std::string& resolved_config) {
        culprit, broadcast_text(group, differing_key, culprit));
 }
 
-ParallelDimension data_parallel_dimension() { return {.name = "dp", .nesting = 1}; }
+ParallelDimension data_parallel_dimension() { return {.name = "dp", .nesting = 1, .runs_on_devices = true}; }
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/device_mesh.h"
 #include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "parallel/gradient_buckets.h"
@@ -28,6 +29,8 @@ class DataParallel {
   // The data-parallel group of this rank (DeviceMesh::group(MeshDimension::Data))
   // and the job's world, for what concerns every rank (start-up checks, stops).
   DataParallel(comm::Communicator group, comm::Communicator world);
+  // This rank's, along the mesh's data-parallel dimension (one process without a mesh).
+  static DataParallel of(DeviceMesh* mesh);
 
   int degree() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }

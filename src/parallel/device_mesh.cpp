@@ -71,7 +71,7 @@ std::vector<int> group_ranks(int rank, const MeshShape& shape, std::string_view 
   return ranks;
 }
 
-DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : shape_(std::move(shape)) {
+DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : world_(world), shape_(std::move(shape)) {
   const bool positive = std::all_of(shape_.extents().begin(), shape_.extents().end(),
                                     [](const MeshExtent& extent) { return extent.degree >= 1; });
   if (!positive || shape_.size() != world.size()) {

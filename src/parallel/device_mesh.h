@@ -53,8 +53,10 @@ class DeviceMesh {
   const MeshCoordinates& coordinates() const { return coordinates_; }
   // The group along `dimension` through this rank.
   comm::Communicator& group(std::string_view dimension);
+  comm::Communicator& world() { return world_; }  // every rank of the job
 
  private:
+  comm::Communicator world_;
   MeshShape shape_;
   MeshCoordinates coordinates_;
   std::map<std::string, comm::Communicator, std::less<>> groups_;

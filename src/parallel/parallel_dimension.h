@@ -16,6 +16,7 @@
 
 #include "model/model_graph.h"
 #include "model/sharding_plan.h"
+#include "parallel/parameter_placement.h"
 
 namespace strata {
 
@@ -30,14 +31,22 @@ struct DimensionPassInput {
 // The part of `forward` this rank runs along the dimension, or nothing where the layout does not
 // split the model along it (one coordinate).
 using DimensionPass = std::function<std::optional<ParallelForward>(const Graph& forward, const DimensionPassInput&)>;
+// Every parameter's placement along the dimension (parallel/parameter_placement.h); fails naming the
+// parallel.* key when the model cannot be placed at that degree.
+using PlaceParameters = std::function<std::vector<ParameterPlacement>(const PlacementInput&)>;
 
 struct ParallelDimension {
   std::string name;
   int nesting = 0;
   bool point_to_point = false;
+  // Its runtime works on a device's memory (else it runs on host memory only, and a job on a device
+  // is refused at a degree above 1).
+  bool runs_on_devices = false;
   // Unset: the dimension leaves every rank's graph whole (replicas, as data parallelism). Passes
   // run innermost first: a layer is split before the model is cut into stages.
   DimensionPass pass;
+  // Unset: every coordinate holds every parameter whole.
+  PlaceParameters place;
 };
 
 // Every dimension: the built-in ones, then those registered, in that order (the order their

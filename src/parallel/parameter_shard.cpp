@@ -6,7 +6,7 @@ namespace strata {
 ParameterShard::ParameterShard(const std::string& name, const Shape& full, const ShardRule& rule,
                                const TensorParallelRank& tp)
     : name_(name), full_(full), shape_(full), style_(rule.style), parts_(rule.fused_parts), degree_(tp.degree),
-      rank_(tp.rank) {
+      rank_(tp.rank), group_(tp.group) {
   if (!split()) return;
   if (full.empty()) fail("parameter '{}' is a scalar: a {} split needs a dim", name, shard_style_name(style_));
   // The output features are the last dim of [in, out] weights and 1-D biases, the first of [out, in].
@@ -38,6 +38,7 @@ ValueLayout ParameterShard::layout() const {
   layout.shape = shape_;
   if (split()) {
     layout.kind = ValueLayout::Kind::Split;
+    layout.group = group_;
     layout.dim = static_cast<int64_t>(dim_);
     layout.parts = parts_;
   }

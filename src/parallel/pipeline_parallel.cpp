@@ -1,30 +1,22 @@
 #include "parallel/pipeline_parallel.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
+#include "model/family.h"
 #include "parallel/parallelize.h"
+#include "parallel/pipeline_part.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 
 PipelineParallel::PipelineParallel(comm::Communicator group) : group_(std::move(group)) {}
 
-std::vector<std::vector<int>> PipelineParallel::holders(size_t count, const std::vector<size_t>& held) {
-  std::vector<int32_t> mine(count, 0), all(count * static_cast<size_t>(degree()));
-  for (size_t index : held) mine.at(index) = 1;
-  if (group_) {
-    group_->all_gather(mine.data(), all.data(), count, DType::I32);
-  } else {
-    all = mine;
-  }
-  std::vector<std::vector<int>> holders(count);
-  for (int stage = 0; stage < degree(); ++stage) {
-    for (size_t i = 0; i < count; ++i) {
-      if (all[static_cast<size_t>(stage) * count + i]) holders[i].push_back(stage);
-    }
-  }
-  return holders;
+PipelineParallel PipelineParallel::of(DeviceMesh* mesh) {
+  const std::string& name = pipeline_parallel_dimension().name;
+  return mesh && mesh->shape().degree(name) > 1 ? PipelineParallel(mesh->group(name)) : PipelineParallel();
 }
 
 comm::Handle PipelineParallel::send_async(const Tensor& tensor, int stage) {
@@ -61,13 +53,52 @@ std::vector<double> PipelineParallel::from_last_stage(std::vector<double> values
 
 ExactSquareSum PipelineParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
+namespace {
+
+std::optional<ParallelForward> cut_stage(const Graph& forward, const DimensionPassInput& input) {
+  std::optional<ParallelForward> part;
+  if (input.layout.part.parts() > 1) part = cut_pipeline_part(forward, input.layout.part, input.layer_prefix);
+  return part;
+}
+
+// The stages holding each parameter: those whose parts read it (the tied embedding's two, through
+// either copy), found by cutting the model's graph as the trainer does.
+std::vector<ParameterPlacement> place_stages(const PlacementInput& input) {
+  std::vector<ParameterPlacement> placements(input.specs.size(), ParameterPlacement{.holders = {0}});
+  const int parts = input.degree * input.parts_per_stage;
+  if (parts == 1) return placements;
+  const int layers = static_cast<int>(input.model.n_layer);
+  check_pipeline_layout(input.parts_per_stage > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB,
+                        input.degree, input.parts_per_stage, layers);
+  const std::vector<int> split = static_cast<int>(input.layers_per_part.size()) == parts
+                                     ? input.layers_per_part
+                                     : balanced_layers(parts, layers);
+  const ModelFamily& family = model_family(input.model);
+  const std::string tied = family.tied_embedding(input.model);
+  for (ParameterPlacement& placement : placements) placement.holders.clear();
+  for (int part = 0; part < parts; ++part) {
+    ModelBuildOptions options;
+    const PipelinePart cut{part, split, input.parts_per_stage};
+    options.parallelize = [cut, prefix = std::string(family.layer_prefix())](const Graph& forward) {
+      return cut_pipeline_part(forward, cut, prefix);
+    };
+    const ModelGraph model = build_model_graph(input.model, 1, 1, /*training=*/false, options);
+    for (size_t i = 0; i < input.specs.size(); ++i) {
+      const bool reads = model.params[i] >= 0 || (input.specs[i].name == tied && model.head_copy >= 0);
+      std::vector<int>& holders = placements[i].holders;
+      if (reads && std::find(holders.begin(), holders.end(), part % input.degree) == holders.end()) {
+        holders.push_back(part % input.degree);
+      }
+    }
+  }
+  for (ParameterPlacement& placement : placements) std::sort(placement.holders.begin(), placement.holders.end());
+  return placements;
+}
+
+}  // namespace
+
 ParallelDimension pipeline_parallel_dimension() {
-  return {.name = "pp", .nesting = 2, .point_to_point = true,
-          .pass = [](const Graph& forward, const DimensionPassInput& input) {
-            std::optional<ParallelForward> part;
-            if (input.layout.part.parts() > 1) part = cut_pipeline_part(forward, input.layout.part, input.layer_prefix);
-            return part;
-          }};
+  return {.name = "pp", .nesting = 2, .point_to_point = true, .pass = cut_stage, .place = place_stages};
 }
 
 }  // namespace strata

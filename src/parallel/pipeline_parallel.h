@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/device_mesh.h"
 #include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "core/tensor.h"
@@ -19,14 +20,13 @@ class PipelineParallel {
   PipelineParallel() = default;  // one stage
   // The pipeline group of this rank (DeviceMesh::group(MeshDimension::Pipeline)), rank = stage.
   explicit PipelineParallel(comm::Communicator group);
+  // This rank's, along the mesh's pipeline dimension (one stage without a mesh or a cut).
+  static PipelineParallel of(DeviceMesh* mesh);
 
   int degree() const { return group_ ? group_->size() : 1; }
   int stage() const { return group_ ? group_->rank() : 0; }
   bool first() const { return stage() == 0; }
   bool last() const { return stage() == degree() - 1; }
-
-  // Per parameter of `count`, the stages holding it, from every stage's `held` indices.
-  std::vector<std::vector<int>> holders(size_t count, const std::vector<size_t>& held);
 
   // Transfers of whole contiguous tensors outside a step (the step's go through the graph's stage
   // boundary ops); a send's tensor must stay untouched until its handle completes.

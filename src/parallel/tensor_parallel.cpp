@@ -88,6 +88,7 @@ class TensorParallelPass {
       if (where == Placement::Replicated) continue;
       const Shape& whole = rewriter_.source().value(source).meta.shape;
       layout.kind = ValueLayout::Kind::Split;
+      layout.group = tp_.group;
       layout.dim = static_cast<int64_t>(std::mismatch(whole.begin(), whole.end(), layout.shape.begin()).first - whole.begin());
       STRATA_CHECK(layout.dim < static_cast<int64_t>(whole.size()), "tensor parallelism: split value '{}' of whole shape {}",
                    target().value(made).name, shape_str(whole));
@@ -105,6 +106,7 @@ class TensorParallelPass {
   int own_value(int value, ValueLayout::Kind kind) {
     ValueLayout& layout = layouts_[value];
     layout.kind = kind;
+    layout.group = kind == ValueLayout::Kind::Whole ? "" : tp_.group;
     layout.shape = target().value(value).meta.shape;
     if (kind == ValueLayout::Kind::Split) layout.dim = sequence_axis(layout.shape);
     layout.of_whole_model = false;

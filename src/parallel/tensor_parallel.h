@@ -36,6 +36,7 @@
 #include "model/parameters.h"
 #include "model/sharding_plan.h"
 #include "model/value_layout.h"
+#include "parallel/parameter_placement.h"
 
 namespace strata {
 
@@ -67,10 +68,7 @@ class ParameterShard {
 
   // Where the shard lies in the full parameter: one box per fused part (the
   // whole, for a parameter not split), each with its offsets in the shard.
-  struct Box {
-    TensorBox full;
-    std::vector<int64_t> shard_offsets;
-  };
+  using Box = ShardBox;
   std::vector<Box> boxes() const;
 
   // shard = this rank's part of full.
@@ -85,6 +83,7 @@ class ParameterShard {
   int64_t parts_;
   int degree_;
   int rank_;
+  std::string group_;
   size_t dim_ = 0;  // the split dim
 };
 

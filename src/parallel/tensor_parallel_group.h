@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "comm/communicator.h"
+#include "parallel/device_mesh.h"
 #include "parallel/parallel_dimension.h"
 #include "core/exact_square_sum.h"
 #include "parallel/tensor_parallel.h"
@@ -18,6 +19,8 @@ class TensorParallel {
   TensorParallel() = default;  // one rank
   // The tensor-parallel group of this rank (DeviceMesh::group(MeshDimension::Tensor)).
   explicit TensorParallel(comm::Communicator group);
+  // This rank's, along the mesh's tensor-parallel dimension (one rank without a mesh or a split).
+  static TensorParallel of(DeviceMesh* mesh);
 
   int degree() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }

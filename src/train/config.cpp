@@ -268,6 +268,21 @@ void TrainConfig::validate_precision_and_ops() const {
   }
 }
 
+MeshShape TrainConfig::mesh_for(int ranks) const {
+  const int tensor = static_cast<int>(tp), pipeline = static_cast<int>(pp);
+  if (ranks % (tensor * pipeline) != 0) {
+    fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tensor,
+         pipeline, ranks);
+  }
+  const int data = dp == 0 ? ranks / (tensor * pipeline) : static_cast<int>(dp);
+  if (tensor == 1 && pipeline == 1 && data != ranks) {
+    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
+         "number of ranks (or be 0)",
+         data, ranks);
+  }
+  return MeshShape({{"dp", data}, {"tp", tensor}, {"pp", pipeline}});
+}
+
 MeshShape TrainConfig::mesh() const {
   return MeshShape({{"dp", static_cast<int>(std::max<int64_t>(dp, 1))}, {"tp", static_cast<int>(tp)},
                     {"pp", static_cast<int>(pp)}});

@@ -92,6 +92,9 @@ struct TrainConfig {
   PrecisionPolicy precision_policy() const;
   // The parallel.* degrees as a mesh (parallel.dp = 0, "the ranks left", counted as 1).
   MeshShape mesh() const;
+  // The mesh of a job of `ranks`: parallel.dp = 0 takes the ranks left; fails naming the keys
+  // when the degrees do not make the ranks.
+  MeshShape mesh_for(int ranks) const;
 
  private:
   void validate_training() const;           // train.*, data.*, checkpoint.*

@@ -20,6 +20,7 @@
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
 #include "model/family.h"
+#include "parallel/parameter_placement.h"
 #include "train/op_coverage.h"
 #include "train/stop_signals.h"
 
@@ -100,11 +101,13 @@ ModelGraph build_rank_model(const TrainConfig& config, bool training, const Rank
   return build_model_graph(config.model, config.batch_size, config.model.block_size, training, options);
 }
 
-Trainer::Trainer(TrainConfig config, DataParallel parallel, TensorParallel tensor, PipelineParallel pipeline)
-    : config_(fits_in_memory(std::move(config), parallel)),
-      parallel_(std::move(parallel)),
-      tensor_(std::move(tensor)),
-      pipeline_(std::move(pipeline)),
+Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
+    : parallel_(DataParallel::of(mesh)),
+      config_(fits_in_memory(std::move(config), parallel_)),
+      tensor_(TensorParallel::of(mesh)),
+      pipeline_(PipelineParallel::of(mesh)),
+      mesh_(mesh ? mesh->shape() : MeshShape()),
+      coordinates_(mesh ? mesh->coordinates() : coordinates_of(0, mesh_)),
       specs_(model_param_specs(config_.model)),
       shards_(parameter_shards(specs_, model_family(config_.model).sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
@@ -129,24 +132,32 @@ void Trainer::check_job() {
          "it in f32 there, rounding each result to {} (reported as emulated), or use another precision",
          dtype_name(low), device().name(), dtype_name(low), fmt::join(native, ", "), dtype_name(low));
   }
-  if (!device().is_host() && (tensor_.degree() > 1 || pipeline_.degree() > 1 || config_.zero > 0)) {
-    fail("ops.backend = \"{}\" runs on {}: tensor and pipeline parallelism and ZeRO do not run on a device yet "
-         "(their collectives read host memory); data parallelism with parallel.zero = 0 does",
+  for (const MeshExtent& extent : mesh_.extents()) {
+    if (!device().is_host() && extent.degree > 1 && !parallel_dimension(extent.dimension).runs_on_devices) {
+      fail("ops.backend = \"{}\" runs on {}: parallel.{} = {} does not run on a device yet (its collectives read "
+           "host memory); data parallelism with parallel.zero = 0 does",
+           config_.backend, device().name(), extent.dimension, extent.degree);
+    }
+  }
+  if (!device().is_host() && config_.zero > 0) {
+    fail("ops.backend = \"{}\" runs on {}: ZeRO does not run on a device yet (its collectives read host memory); "
+         "data parallelism with parallel.zero = 0 does",
          config_.backend, device().name());
   }
-  STRATA_CHECK(tensor_.degree() == config_.tp && pipeline_.degree() == config_.pp,
-               "a tensor-parallel group of {} and a pipeline of {} for parallel.tp = {} and parallel.pp = {}",
-               tensor_.degree(), pipeline_.degree(), config_.tp, config_.pp);
+  const MeshShape configured = config_.mesh_for(mesh_.size());
+  for (const MeshExtent& extent : mesh_.extents()) {
+    STRATA_CHECK(extent.degree == configured.degree(extent.dimension), "a '{}' group of {} for the config's {}",
+                 extent.dimension, extent.degree, configured.degree(extent.dimension));
+  }
 }
 
 void Trainer::apply_plan() {
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
-  const int ranks = parallel_.degree() * tensor_.degree() * pipeline_.degree();
+  const int ranks = mesh_.size();
   plan_threads_ = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_.ranks_on_this_host()) : 0;
   if (plan_threads_ > 0) omp_set_num_threads(plan_threads_);
   AppliedPlan applied;
-  const MeshShape mesh = mesh_shape();
-  if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh, plan_threads_);
+  if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh_, plan_threads_);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
     fail("key 'train.global_batch' ({}) must be a multiple of train.batch_size ({}) times the {} data-parallel "
          "ranks, so that every rank runs the same number of micro-batches",
@@ -157,7 +168,7 @@ void Trainer::apply_plan() {
                          {pipeline_.degree(), static_cast<int>(config_.accumulation_steps() / parallel_.degree()),
                           static_cast<int>(config_.virtual_stages), static_cast<int>(config_.model.n_layer)});
   }
-  if (config_.plan != "auto") applied = describe_manual_plan(config_, mesh, plan_threads_);
+  if (config_.plan != "auto") applied = describe_manual_plan(config_, mesh_, plan_threads_);
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
   peak_ = peak_flops(config_, ranks, plan_threads_);
@@ -217,8 +228,14 @@ void Trainer::find_held_parameters() {
     entries_.push_back(copy);
     head_copy_entry_ = entries_.size() - 1;
   }
-  holders_ = pipeline_.holders(specs_.size(), held_);
-  checkpoint_pieces_ = checkpoint_pieces(specs_, model_family(config_.model).sharding_plan(), mesh_shape(), holders_);
+  const MeshPlacements placements =
+      place_parameters(mesh_, {.model = config_.model, .specs = specs_, .layers_per_part = layers_per_stage_,
+                                      .parts_per_stage = static_cast<int>(config_.virtual_stages)});
+  holders_.clear();
+  for (const ParameterPlacement& placement : placements.at(pipeline_parallel_dimension().name)) {
+    holders_.push_back(placement.holders);
+  }
+  checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)), device());
   param_tensors_ = tensors_of(params_);
 }
@@ -659,14 +676,13 @@ RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, Gradient
   return {held_, std::move(parameters), first_moments.grads(), second_moments.grads()};
 }
 
-MeshShape Trainer::mesh_shape() const {
-  return MeshShape({{"dp", parallel_.degree()}, {"tp", tensor_.degree()}, {"pp", pipeline_.degree()}});
-}
-
 nlohmann::json Trainer::layout_json() const {
-  return {{"dp", parallel_.degree()}, {"tp", tensor_.degree()},          {"pp", pipeline_.degree()},
-          {"sp", config_.sp},         {"zero", config_.zero},            {"virtual_stages", config_.virtual_stages},
-          {"schedule", config_.schedule}};
+  nlohmann::json layout = {{"sp", config_.sp},
+                            {"zero", config_.zero},
+                            {"virtual_stages", config_.virtual_stages},
+                            {"schedule", config_.schedule}};
+  for (const MeshExtent& extent : mesh_.extents()) layout[extent.dimension] = extent.degree;
+  return layout;
 }
 
 std::vector<Tensor> Trainer::host_copies(const std::vector<Tensor>& tensors) {

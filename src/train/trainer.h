@@ -36,11 +36,9 @@ ModelGraph build_rank_model(const TrainConfig& config, bool training, const Rank
 
 class Trainer {
  public:
-  // `parallel` spreads each step's micro-batches over data-parallel ranks,
-  // `tensor` each layer over tensor-parallel ranks and `pipeline` the layers
-  // over stages; the defaults are one process.
-  explicit Trainer(TrainConfig config, DataParallel parallel = {}, TensorParallel tensor = {},
-                   PipelineParallel pipeline = {});
+  // This rank of `mesh`'s layout (collective over it; its groups registered for the graphs'
+  // collective ops, parallel/group_collectives.h), or without one the whole job in one process.
+  explicit Trainer(TrainConfig config, DeviceMesh* mesh = nullptr);
 
   // Trains from the current step to train.steps, validating and saving on
   // schedule and at the end. Prints the fallback summary. Returns 0, or the
@@ -74,10 +72,9 @@ class Trainer {
   void observe_first_micro_batch(NodeObserver observer) { node_observer_ = std::move(observer); }
   // What the backward pass is seeded with this step: loss scale / micro-batches per step.
   double backward_seed() const { return loss_seed_.to_host().item(); }
-  // Where this rank sits in the layout.
-  int data_parallel_rank() const { return parallel_.rank(); }
-  int pipeline_stage() const { return pipeline_.stage(); }
-  TensorParallelRank tensor_parallel_rank() const { return tensor_.graph_rank(); }
+  // The layout's mesh and where this rank sits in it.
+  const MeshShape& mesh() const { return mesh_; }
+  const MeshCoordinates& mesh_coordinates() const { return coordinates_; }
 
   int64_t completed_steps() const { return completed_steps_; }
   const ParameterSet& params() const { return params_; }
@@ -105,7 +102,6 @@ class Trainer {
                                  GradientBuckets& second_moments);
   // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
   static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
-  MeshShape mesh_shape() const;  // the degrees of the groups this rank was given
   nlohmann::json layout_json() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
@@ -148,10 +144,12 @@ class Trainer {
   // First, so that it outlives every communication handle the members below may still hold.
   std::unique_ptr<TraceSession> trace_;
 
+  DataParallel parallel_;  // before config_, which is checked against every rank's memory through it
   TrainConfig config_;
-  DataParallel parallel_;
   TensorParallel tensor_;
   PipelineParallel pipeline_;
+  MeshShape mesh_;  // the degrees of the groups this rank was given
+  MeshCoordinates coordinates_;
   std::vector<ParamSpec> specs_;        // the whole model's parameters, in order
   std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)

@@ -17,6 +17,7 @@
 #include "compare/capture.h"
 #include "model/family.h"
 #include "parallel/device_mesh.h"
+#include "parallel/parameter_placement.h"
 #include "train/tiny_training_test.h"
 #include "train/trainer.h"
 
@@ -104,12 +105,11 @@ TEST_F(ToyDimension, JoinsTheMeshAndTrainingCheckpointsThePlannerAndCompareRunWi
 TEST_F(ToyDimension, TwoCoordinatesAreReplicasTheCheckpointSavesOnce) {
   const ModelConfig model = config("unused").model;
   const std::vector<ParamSpec> specs = model_param_specs(model);
-  const ShardingPlan plan = model_family(model).sharding_plan();
-  const std::vector<std::vector<int>> one_stage(specs.size(), std::vector<int>{0});
-  const std::vector<ShardPiece> plain = checkpoint_pieces(specs, plan, MeshShape({{"tp", 2}}), one_stage);
+  const MeshShape split({{"tp", 2}});
+  const std::vector<ShardPiece> plain = checkpoint_pieces(specs, split, place_parameters(split, {model, specs}));
   RegisteredToyDimension toy;
   const MeshShape doubled({{"tp", 2}, {"xp", 2}});
-  const std::vector<ShardPiece> replicated = checkpoint_pieces(specs, plan, doubled, one_stage);
+  const std::vector<ShardPiece> replicated = checkpoint_pieces(specs, doubled, place_parameters(doubled, {model, specs}));
   ASSERT_EQ(replicated.size(), plain.size());
   std::set<int> writers;
   for (size_t p = 0; p < plain.size(); ++p) {
@@ -117,7 +117,7 @@ TEST_F(ToyDimension, TwoCoordinatesAreReplicasTheCheckpointSavesOnce) {
     EXPECT_TRUE(replicated[p].box == plain[p].box) << plain[p].key;
     const MeshCoordinates writer = coordinates_of(replicated[p].writer, doubled);
     if (plain[p].key != specs[plain[p].param].name) {  // a tensor-parallel shard's box
-      EXPECT_EQ(writer.at("tp"), replicated[p].tp_rank) << plain[p].key;
+      EXPECT_EQ(writer.at(replicated[p].split_by), replicated[p].shard) << plain[p].key;
     }
     writers.insert(writer.at("xp"));
   }
