@@ -67,7 +67,7 @@ def train_config(work, name, model_lines, vocab_size):
     path = os.path.join(work, f"{name}.toml")
     with open(path, "w") as f:
         f.write(f"[model]\n{model_lines}vocab_size = {vocab_size}\nblock_size = 64\n"
-                f'[data]\ndir = "{work}/{name}_corpus"\n[ops]\nbackend = "cpu"\n'
+                f'[data]\ndir = "{work}/{name}_corpus"\n[ops]\nbackend = "cpu"\nthreads = 1\n'
                 "[train]\nseed = 7\nbatch_size = 8\nglobal_batch = 8\nsteps = 40\nlr = 3e-3\nlr_min = 3e-4\n"
                 "warmup_steps = 4\nval_every = 0\n"
                 f'[checkpoint]\ndir = "{work}/{name}_run"\nevery = 40\nresume = false\n')
