@@ -3,7 +3,8 @@
 // LLaMA 2, TinyLlama, and the ones `strata data prepare` trains, see
 // sentencepiece_tokenizer.h) or a HuggingFace tokenizer.json (GPT-2, SmolLM,
 // LLaMA 3, Qwen2, LLaMA 2, Mistral, T5; see hf_tokenizer.h). Encoding adds
-// no bos/eos (nor a post-processor's tokens); decoding keeps special tokens.
+// no bos/eos (nor a post-processor's tokens); decoding keeps a tokenizer.json's
+// special tokens (SentencePiece's drops control tokens such as </s>).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
