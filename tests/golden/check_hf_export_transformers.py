@@ -8,8 +8,9 @@ For two runs, each a few training steps on a small text:
     with that tokenizer.json;
 `AutoTokenizer` and `AutoModelForCausalLM` load the export (no sentencepiece, no protobuf in the venv),
 and must give
-  - the ids `strata data tokenize` gives with the run's tokenizer, over a stress text (runs of spaces,
-    tabs, newlines, accents, CJK, emoji through byte fallback), and decode them back to that text;
+  - the ids `strata data tokenize` gives with the run's tokenizer (libsentencepiece for the GPT-2 run),
+    over a stress text (runs of spaces, tabs, newlines, accents, CJK, emoji through byte fallback) and over
+    the training text and 200 KB of this repository's C++, and decode them back to that text;
   - `strata sample --temperature 0`'s greedy ids and decoded text (spaces kept, no '▁') for a prompt;
   - config.json's bos/eos/pad ids as the tokenizer's, never GPT-2's 50256.
 Greedy decoding is a loop of full forward passes here: transformers' generate() imports
@@ -22,6 +23,7 @@ Usage: check_hf_export_transformers.py --strata PATH --repo DIR --work-dir DIR [
 """
 
 import argparse
+import glob
 import json
 import os
 import random
@@ -61,6 +63,17 @@ def corpus_text(repo, work):
         kjv = f.read()
     start = len(kjv) // 3
     return kjv[start:start + 150_000] + "\n" + STRESS + "\n"
+
+
+def code_text(repo, limit=200_000):
+    """This repository's C++ sources, full of indented lines and runs of spaces."""
+    code = ""
+    for path in sorted(glob.glob(os.path.join(repo, "src", "**", "*.cpp"), recursive=True)):
+        with open(path, encoding="utf-8") as f:
+            code += f.read()
+        if len(code) >= limit:
+            break
+    return code[:limit]
 
 
 def train_config(work, name, model_lines, vocab_size):
@@ -117,7 +130,7 @@ def greedy(model, prompt_ids, count):
     return ids[len(prompt_ids):]
 
 
-def check_export(args, name, tokenizer_path, run_dir, export, failures):
+def check_export(args, name, tokenizer_path, run_dir, export, sample, failures):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(export)
     model = AutoModelForCausalLM.from_pretrained(export).eval()
@@ -130,13 +143,16 @@ def check_export(args, name, tokenizer_path, run_dir, export, failures):
     if tokenizer.bos_token_id is None or tokenizer.eos_token_id is None:
         failures.append(f"{name}: the exported tokenizer has no bos or eos token")
 
-    theirs = tokenizer.encode(STRESS, add_special_tokens=False)
-    ours = [int(w) for w in run([args.strata, "data", "tokenize", "--tokenizer", tokenizer_path], input=STRESS).split()]
-    if ours != theirs:
-        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        failures.append(f"{name}: stress ids differ at {at}: strata {ours[at:at + 6]}, transformers {theirs[at:at + 6]}")
-    if tokenizer.decode(theirs) != STRESS:
-        failures.append(f"{name}: the stress text decodes as {tokenizer.decode(theirs)!r}")
+    for label, text in (("the stress text", STRESS), ("the corpus and code", sample)):
+        theirs = tokenizer.encode(text, add_special_tokens=False)
+        ours = [int(w) for w in run([args.strata, "data", "tokenize", "--tokenizer", tokenizer_path], input=text).split()]
+        if ours != theirs:
+            at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            failures.append(f"{name}: ids of {label} differ at {at} of {len(theirs)}: strata {ours[at:at + 6]}, "
+                            f"transformers {theirs[at:at + 6]}")
+        if tokenizer.decode(theirs) != text:
+            failures.append(f"{name}: {label} does not decode back to itself")
+    print(f"{name}: {len(theirs)} ids of {len(sample)} characters of text compared", flush=True)
 
     printed = run([args.strata, "sample", run_dir, "--prompt", PROMPT, "--tokens", str(SAMPLE_TOKENS),
                    "--temperature", "0", "--ids"])
@@ -175,12 +191,14 @@ def main():
     text_file = os.path.join(args.work_dir, "corpus.txt")
     with open(text_file, "w", encoding="utf-8") as f:
         f.write(corpus_text(args.repo, args.work_dir))
+    with open(text_file, encoding="utf-8") as f:
+        sample = f.read() + code_text(args.repo)
     failures = []
 
     corpus, export = prepare_and_train(args, "gpt2", text_file, ["--vocab-size", "512"],
                                        "n_layer = 2\nn_head = 2\nn_embd = 64\n")
     check_export(args, "gpt2", os.path.join(corpus, "tokenizer.model"), os.path.join(args.work_dir, "gpt2_run"),
-                 export, failures)
+                 export, sample, failures)
 
     hf_dir = os.path.join(args.work_dir, "llama_hf")
     with open(text_file, encoding="utf-8") as f:
@@ -188,7 +206,7 @@ def main():
     corpus, export = prepare_and_train(args, "llama", text_file, ["--tokenizer", hf_dir],
                                        f'family = "llama"\ninit_from = "{hf_dir}"\n')
     check_export(args, "llama", os.path.join(corpus, "tokenizer.json"), os.path.join(args.work_dir, "llama_run"),
-                 export, failures)
+                 export, sample, failures)
 
     for failure in failures:
         print("FAILED:", failure)
