@@ -14,6 +14,7 @@ packages=(
   pocl-opencl-icd  # an OpenCL device on the CPU, so the opencl backend runs everywhere
   libsentencepiece-dev
   libpcre2-dev libicu-dev  # HuggingFace tokenizer.json: Unicode pre-tokenizer regexes, NFC (Qwen2)
+  zlib1g-dev libzstd-dev  # strata data prepare reads gzip- and zstd-compressed inputs
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin libhwloc-dev

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/training_checkpoint.h"
+#include "data/hf_tokenizer_files.h"
 #include "data/tokenizer.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -62,17 +63,15 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
   // The special ids are the run's tokenizer's, or null where it has none: a missing key would make
   // transformers take the family's stock ids (GPT-2's 50256), outside a small vocabulary.
   json config = model_family(state.model).to_hf_config(state.model);
-  auto special = [&](int32_t id) { return tokenizer && id >= 0 ? json(id) : json(nullptr); };
+  auto special = [&](int32_t id) { return id >= 0 ? json(id) : json(nullptr); };
   config["bos_token_id"] = special(tokenizer ? tokenizer->bos_id() : -1);
   config["eos_token_id"] = special(tokenizer ? tokenizer->eos_id() : -1);
+  config["pad_token_id"] = special(tokenizer ? tokenizer->pad_id() : -1);
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
-  // The run's tokenizer files under their own names (tokenizer.model, or tokenizer.json and
-  // tokenizer_config.json), as a model directory holds them.
   if (tokenizer) {
-    for (const fs::path& file : tokenizer->files()) {
-      fs::copy_file(file, out / file.filename(), fs::copy_options::overwrite_existing, error);
-      if (error) fail("cannot copy the tokenizer file '{}' to '{}': {}", file.string(), out.string(), error.message());
-    }
+    const int64_t max_length =
+        state.model.max_position_embeddings > 0 ? state.model.max_position_embeddings : state.model.block_size;
+    write_hf_tokenizer_files(*tokenizer, out, max_length);
   }
 }
 

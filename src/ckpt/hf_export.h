@@ -5,9 +5,11 @@
 // `model-0000i-of-0000n.safetensors` shards with `model.safetensors.index.json`
 // (huggingface_hub's convention: greedy in parameter order, a tensor larger
 // than the limit alone in its shard, `total_size` the payload bytes), every
-// file with `__metadata__ {"format": "pt"}`; `config.json` (the family's);
-// and the run's tokenizer files when it has them (`tokenizer.model`, or
-// `tokenizer.json` with `tokenizer_config.json`).
+// file with `__metadata__ {"format": "pt"}`; `config.json` (the family's, with
+// bos/eos/pad ids from the run's tokenizer, null where it has none); and the
+// run's tokenizer as transformers' fast tokenizer reads it (`tokenizer.json`,
+// converted from a SentencePiece `tokenizer.model`, which is copied too;
+// `tokenizer_config.json`, `special_tokens_map.json`; data/hf_tokenizer_files.h).
 #include <cstddef>
 #include <filesystem>
 

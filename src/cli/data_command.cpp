@@ -21,18 +21,25 @@ struct PrepareArgs {
   std::string tokenizer;  // empty: train one
   int vocab_size = 4096;
   double val_fraction = 0.05;
+  std::string field = "text";
+  bool skip_bad_lines = false;
 };
 
 void prepare(const PrepareArgs& args) {
   std::vector<std::filesystem::path> inputs(args.inputs.begin(), args.inputs.end());
   CorpusOptions options;
   options.val_fraction = args.val_fraction;
+  options.input = CorpusInputOptions{args.field, args.skip_bad_lines};
   CorpusMeta meta = args.tokenizer.empty()
                         ? prepare_corpus(inputs, args.out_dir, args.vocab_size, options)
                         : prepare_corpus(inputs, args.out_dir, std::filesystem::path(args.tokenizer), options);
   fmt::print("corpus {}: tokenizer {}, vocab {}, {} train tokens in {} shard(s), {} val tokens\n", meta.dir.string(),
              meta.tokenizer.filename().string(), meta.vocab_size, meta.train_tokens, meta.train_shards.size(),
              meta.val_tokens);
+  fmt::print("{} document(s), each followed by {}{}\n", meta.documents,
+             meta.document_end_id >= 0 ? fmt::format("end-of-text token {}", meta.document_end_id)
+                                       : std::string("nothing (the tokenizer has no eos token)"),
+             meta.skipped_lines > 0 ? fmt::format("; {} bad JSON Lines record(s) skipped", meta.skipped_lines) : "");
   fmt::print("unigram entropy of train tokens: {:.4f} nats/token; val cross-entropy under it: {:.4f}\n",
              meta.train_unigram_entropy, meta.val_unigram_cross_entropy);
 }
@@ -72,7 +79,10 @@ void add_data_command(CLI::App& app) {
   auto* command = data->add_subcommand(
       "prepare", "Tokenize raw text (with a SentencePiece tokenizer trained on it, or --tokenizer) into token shards");
   auto args = std::make_shared<PrepareArgs>();
-  command->add_option("inputs", args->inputs, "Raw UTF-8 text files")->required();
+  command->add_option("inputs", args->inputs,
+                      "UTF-8 text files (each one document), or JSON Lines files (.jsonl, .ndjson, .json: one document "
+                      "per line); any of them may be gzip- or zstd-compressed")
+      ->required();
   command->add_option("--out", args->out_dir, "Output directory")->required();
   auto* tokenizer = command->add_option(
       "--tokenizer", args->tokenizer,
@@ -83,6 +93,10 @@ void add_data_command(CLI::App& app) {
       ->excludes(tokenizer);
   command->add_option("--val-fraction", args->val_fraction, "Share of the text held out for validation")
       ->check(CLI::Range(0.0, 0.5));
+  command->add_option("--field", args->field, "The field of a JSON Lines record that holds its text");
+  command->add_flag("--skip-bad-lines", args->skip_bad_lines,
+                    "Skip and count JSON Lines records that are not JSON objects with a string --field (default: an "
+                    "error naming the file and line)");
   command->callback([args] { prepare(*args); });
 
   auto* tokenize_command = data->add_subcommand(

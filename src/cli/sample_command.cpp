@@ -1,6 +1,7 @@
 #include <filesystem>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "backends/backends.h"
 #include "ckpt/hf_weights.h"
@@ -25,6 +26,7 @@ struct SampleArgs {
   double temperature = 0.8;
   int64_t top_k = 40;
   uint64_t seed = 1;
+  bool print_ids = false;
 };
 
 // A model to sample: its config, weights and tokenizer file.
@@ -72,6 +74,7 @@ void sample(const SampleArgs& args) {
   SamplingOptions options{args.temperature, args.top_k, args.seed};
   std::vector<int32_t> generated = sampler.generate(prompt, args.tokens, options);
   fmt::print("{}{}\n", args.prompt, tokenizer.decode(generated));
+  if (args.print_ids) fmt::print("{}\n", fmt::join(generated, " "));
 }
 
 }  // namespace
@@ -90,6 +93,7 @@ void add_sample_command(CLI::App& app) {
   command->add_option("--top-k", args->top_k, "Sample among the k most likely tokens (0 = all)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--seed", args->seed, "Sampling seed");
+  command->add_flag("--ids", args->print_ids, "Also print the generated token ids, on a last line of their own");
   command->add_option("--tokenizer", args->tokenizer,
                       "tokenizer.model, tokenizer.json or a directory holding one (default: the run's, or the model "
                       "directory's)");

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_file.h"
+#include "data/corpus_input.h"
 #include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shard.h"
@@ -34,29 +36,16 @@ constexpr int kCorpusVersion = 1;
 // this many places spread over the text.
 constexpr size_t kMinValidationChunks = 10;
 
-// The inputs concatenated in order, each ending with a newline.
-std::string read_inputs(const std::vector<fs::path>& inputs) {
-  if (inputs.empty()) fail("cannot prepare a corpus: no input text files given");
-  std::string text;
-  for (const fs::path& input : inputs) {
-    if (!fs::exists(input)) fail("corpus file '{}' does not exist", input.string());
-    std::string content = read_text_file(input);
-    if (content.empty()) fail("corpus file '{}' is empty", input.string());
-    text += content;
-    if (text.back() != '\n') text += '\n';
-  }
-  return text;
-}
-
 struct Split {
   std::vector<std::string_view> train;
   std::vector<std::string_view> val;
   size_t chunk_bytes = 0;
 };
 
-// Cuts the text into consecutive chunks of whole lines, each closed as soon as
-// it reaches chunk_bytes, and sends every k-th chunk to validation.
-Split split_text(std::string_view text, size_t every_kth, size_t max_chunk_bytes) {
+// Cuts the text into consecutive chunks, each closed at the first line or document end once it holds
+// chunk_bytes, and sends every k-th chunk to validation.
+Split split_text(const CorpusDocuments& documents, size_t every_kth, size_t max_chunk_bytes) {
+  const std::string_view text = documents.text;
   Split split;
   size_t target = (text.size() + kMinValidationChunks * every_kth - 1) / (kMinValidationChunks * every_kth);
   split.chunk_bytes = std::clamp<size_t>(target, 1, max_chunk_bytes);
@@ -67,9 +56,12 @@ Split split_text(std::string_view text, size_t every_kth, size_t max_chunk_bytes
   };
   size_t start = 0;
   size_t position = 0;
+  auto next_end = documents.ends.begin();
   while (position < text.size()) {
-    size_t newline = text.find('\n', position);
-    position = newline == std::string_view::npos ? text.size() : newline + 1;
+    while (next_end != documents.ends.end() && *next_end <= position) ++next_end;
+    const size_t newline = text.find('\n', position);
+    position = std::min(newline == std::string_view::npos ? text.size() : newline + 1,
+                        next_end == documents.ends.end() ? text.size() : *next_end);
     if (position - start >= split.chunk_bytes) {
       emit(text.substr(start, position - start));
       start = position;
@@ -79,11 +71,47 @@ Split split_text(std::string_view text, size_t every_kth, size_t max_chunk_bytes
   return split;
 }
 
-std::vector<int32_t> encode_chunks(const Tokenizer& tokenizer, const std::vector<std::string_view>& chunks) {
+// A chunk's text between document ends, and whether a document ends after it.
+struct Segment {
+  std::string_view text;
+  bool document_end = false;
+};
+
+std::vector<Segment> segments_of(std::string_view chunk, const CorpusDocuments& documents) {
+  const size_t begin = static_cast<size_t>(chunk.data() - documents.text.data());
+  const size_t end = begin + chunk.size();
+  std::vector<Segment> segments;
+  size_t start = begin;
+  for (auto it = std::upper_bound(documents.ends.begin(), documents.ends.end(), begin);
+       it != documents.ends.end() && *it <= end; ++it) {
+    segments.push_back({chunk.substr(start - begin, *it - start), true});
+    start = *it;
+  }
+  if (start < end) segments.push_back({chunk.substr(start - begin), false});
+  return segments;
+}
+
+// The chunks' text split at document ends: what the tokenizer is trained on.
+std::vector<std::string_view> document_pieces(const std::vector<std::string_view>& chunks,
+                                              const CorpusDocuments& documents) {
+  std::vector<std::string_view> pieces;
+  for (std::string_view chunk : chunks) {
+    for (const Segment& segment : segments_of(chunk, documents)) pieces.push_back(segment.text);
+  }
+  return pieces;
+}
+
+// Each chunk encoded on its own, a document's text apart from the next, `end_token` after each document
+// that ends (none when it is negative).
+std::vector<int32_t> encode_chunks(const Tokenizer& tokenizer, const std::vector<std::string_view>& chunks,
+                                   const CorpusDocuments& documents, int32_t end_token) {
   std::vector<int32_t> tokens;
   for (std::string_view chunk : chunks) {
-    std::vector<int32_t> encoded = tokenizer.encode(chunk);
-    tokens.insert(tokens.end(), encoded.begin(), encoded.end());
+    for (const Segment& segment : segments_of(chunk, documents)) {
+      std::vector<int32_t> encoded = tokenizer.encode(segment.text);
+      tokens.insert(tokens.end(), encoded.begin(), encoded.end());
+      if (segment.document_end && end_token >= 0) tokens.push_back(end_token);
+    }
   }
   return tokens;
 }
@@ -178,8 +206,7 @@ struct TokenizerChoice {
   const fs::path* given = nullptr;
 };
 
-CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir, const TokenizerChoice& choice,
-                   const CorpusOptions& options) {
+void check_options(const fs::path& out_dir, const CorpusOptions& options) {
   if (!(options.val_fraction > 0 && options.val_fraction <= 0.5)) {
     fail("cannot prepare corpus '{}': val_fraction {} must be in (0, 0.5]", out_dir.string(), options.val_fraction);
   }
@@ -187,12 +214,49 @@ CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir,
     fail("cannot prepare corpus '{}': shard_tokens ({}) and max_chunk_bytes ({}) must be positive", out_dir.string(),
          options.shard_tokens, options.max_chunk_bytes);
   }
+}
+
+// Creates out_dir, or readies an existing one: until the new meta.json lands, it must not pass for a
+// complete corpus.
+void start_directory(const fs::path& out_dir) {
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error) fail("cannot create corpus directory '{}': {}", out_dir.string(), error.message());
+  fs::remove(out_dir / kCorpusMetaFile, error);
+  if (error) fail("cannot remove the old '{}': {}", (out_dir / kCorpusMetaFile).string(), error.message());
+}
+
+// The token streams, shards and baselines of both splits, into `meta`; returns the shard names.
+std::pair<std::vector<std::string>, std::vector<std::string>> write_splits(const Tokenizer& tokenizer,
+                                                                           const Split& split,
+                                                                           const CorpusDocuments& documents,
+                                                                           const CorpusOptions& options,
+                                                                           CorpusMeta& meta) {
+  const int64_t vocab = tokenizer.vocab_size();
+  const std::vector<int32_t> train_tokens = encode_chunks(tokenizer, split.train, documents, tokenizer.eos_id());
+  const std::vector<int32_t> val_tokens = encode_chunks(tokenizer, split.val, documents, tokenizer.eos_id());
+  meta.vocab_size = vocab;
+  meta.train_tokens = static_cast<int64_t>(train_tokens.size());
+  meta.val_tokens = static_cast<int64_t>(val_tokens.size());
+  std::vector<int64_t> counts = unigram_counts(train_tokens, vocab);
+  meta.train_unigram_entropy = entropy_nats(counts, meta.train_tokens);
+  meta.val_unigram_cross_entropy = smoothed_cross_entropy_nats(val_tokens, counts, meta.train_tokens);
+  auto names = std::make_pair(write_shards(meta.dir, "train", train_tokens, options.shard_tokens, vocab),
+                              write_shards(meta.dir, "val", val_tokens, options.shard_tokens, vocab));
+  for (const auto& name : names.first) meta.train_shards.push_back(meta.dir / name);
+  for (const auto& name : names.second) meta.val_shards.push_back(meta.dir / name);
+  return names;
+}
+
+CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir, const TokenizerChoice& choice,
+                   const CorpusOptions& options) {
+  check_options(out_dir, options);
   std::vector<std::string> input_names(inputs.begin(), inputs.end());
   const std::string corpus_name = fmt::format("'{}'", fmt::join(input_names, "', '"));
 
-  const std::string text = read_inputs(inputs);
+  const CorpusDocuments documents = read_corpus_documents(inputs, options.input);
   const size_t every_kth = static_cast<size_t>(std::lround(1.0 / options.val_fraction));
-  Split split = split_text(text, every_kth, options.max_chunk_bytes);
+  Split split = split_text(documents, every_kth, options.max_chunk_bytes);
   if (split.val.empty()) {
     fail("corpus {} is too small to split: it makes {} chunk(s) of whole lines, and validation takes every {}-th",
          corpus_name, split.train.size(), every_kth);
@@ -201,37 +265,21 @@ CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir,
   // Loaded before anything is written, so that a bad tokenizer leaves the directory as it was.
   std::optional<Tokenizer> given;
   if (choice.given != nullptr) given.emplace(load_tokenizer(*choice.given));
-
-  std::error_code error;
-  fs::create_directories(out_dir, error);
-  if (error) fail("cannot create corpus directory '{}': {}", out_dir.string(), error.message());
-  // Until the new meta.json lands, the directory must not pass for a complete corpus.
-  fs::remove(out_dir / kCorpusMetaFile, error);
-  if (error) fail("cannot remove the old '{}': {}", (out_dir / kCorpusMetaFile).string(), error.message());
-
+  start_directory(out_dir);
   const Tokenizer tokenizer = [&] {
     if (given) return copy_tokenizer(*given, out_dir);
     remove_stale_tokenizer_files(out_dir, {out_dir / kCorpusTokenizerFile});
-    return train_tokenizer(split.train, out_dir / kCorpusTokenizerFile, choice.vocab_size, corpus_name);
+    return train_tokenizer(document_pieces(split.train, documents), out_dir / kCorpusTokenizerFile, choice.vocab_size,
+                           corpus_name);
   }();
-  const int64_t vocab = tokenizer.vocab_size();
-  std::vector<int32_t> train_tokens = encode_chunks(tokenizer, split.train);
-  std::vector<int32_t> val_tokens = encode_chunks(tokenizer, split.val);
 
   CorpusMeta meta;
   meta.dir = out_dir;
   meta.tokenizer = tokenizer.path();
-  meta.vocab_size = vocab;
-  meta.train_tokens = static_cast<int64_t>(train_tokens.size());
-  meta.val_tokens = static_cast<int64_t>(val_tokens.size());
-  std::vector<int64_t> counts = unigram_counts(train_tokens, vocab);
-  meta.train_unigram_entropy = entropy_nats(counts, meta.train_tokens);
-  meta.val_unigram_cross_entropy = smoothed_cross_entropy_nats(val_tokens, counts, meta.train_tokens);
-
-  std::vector<std::string> train_names = write_shards(out_dir, "train", train_tokens, options.shard_tokens, vocab);
-  std::vector<std::string> val_names = write_shards(out_dir, "val", val_tokens, options.shard_tokens, vocab);
-  for (const auto& name : train_names) meta.train_shards.push_back(out_dir / name);
-  for (const auto& name : val_names) meta.val_shards.push_back(out_dir / name);
+  meta.documents = static_cast<int64_t>(documents.ends.size());
+  meta.skipped_lines = documents.skipped_lines;
+  meta.document_end_id = tokenizer.eos_id();
+  const auto [train_names, val_names] = write_splits(tokenizer, split, documents, options, meta);
 
   std::vector<std::string> input_paths;
   for (const fs::path& input : inputs) input_paths.push_back(fs::absolute(input).string());
@@ -240,7 +288,7 @@ CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir,
       {"version", kCorpusVersion},
       {"tokenizer", tokenizer.path().filename().string()},
       {"tokenizer_format", std::string(tokenizer.format())},
-      {"vocab_size", vocab},
+      {"vocab_size", meta.vocab_size},
       {"train_tokens", meta.train_tokens},
       {"val_tokens", meta.val_tokens},
       {"train_shards", train_names},
@@ -251,7 +299,10 @@ CorpusMeta prepare(const std::vector<fs::path>& inputs, const fs::path& out_dir,
       {"chunk_bytes", split.chunk_bytes},
       {"train_chunks", split.train.size()},
       {"val_chunks", split.val.size()},
-      {"text_bytes", text.size()},
+      {"text_bytes", documents.text.size()},
+      {"documents", meta.documents},
+      {"document_end_token", meta.document_end_id >= 0 ? json(meta.document_end_id) : json(nullptr)},
+      {"skipped_lines", meta.skipped_lines},
       {"inputs", input_paths},
   };
   if (choice.given != nullptr) document["tokenizer_source"] = fs::absolute(*choice.given).string();

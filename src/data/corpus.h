@@ -1,13 +1,17 @@
 #pragma once
-// Turns raw text into a training corpus directory: the tokenizer (trained
-// here as tokenizer.model, or a copy of the one given), train_NNN.bin /
-// val_NNN.bin token shards and meta.json (written last, so a directory with
-// meta.json is complete). The split rule is in data/README.md.
+// Turns documents (plain text or JSON Lines files, possibly gzip or zstd
+// compressed: corpus_input.h) into a training corpus directory: the tokenizer
+// (trained here as tokenizer.model, or a copy of the one given),
+// train_NNN.bin / val_NNN.bin token shards with the tokenizer's end-of-text
+// token after every document, and meta.json (written last, so a directory
+// with meta.json is complete). The split rule is in data/README.md.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string_view>
 #include <vector>
+
+#include "data/corpus_input.h"
 
 namespace strata {
 
@@ -18,6 +22,7 @@ struct CorpusOptions {
   double val_fraction = 0.05;          // every round(1/val_fraction)-th chunk is validation
   int64_t shard_tokens = 100'000'000;  // most tokens per shard file
   size_t max_chunk_bytes = 64 * 1024;  // chunks are smaller for small corpora (see README)
+  CorpusInputOptions input;            // JSON Lines: the text's field, bad lines skipped or an error
 };
 
 struct CorpusMeta {
@@ -26,6 +31,9 @@ struct CorpusMeta {
   int64_t vocab_size = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
+  int64_t documents = 0;       // plain text files and JSON Lines records read
+  int64_t skipped_lines = 0;   // bad JSON Lines records skipped
+  int32_t document_end_id = -1;  // the token after every document (the tokenizer's eos), -1: none
   std::vector<std::filesystem::path> train_shards;
   std::vector<std::filesystem::path> val_shards;
   // Entropy of the train tokens' unigram distribution, in nats per token.

@@ -71,8 +71,7 @@ class HfTokenizer : public TokenizerBackend {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (int32_t id : ids) {
-      const std::string* token = added_.token_of(id);
-      if (token == nullptr) token = model_->token_of(id);
+      const std::string* token = spelling(id);
       if (token == nullptr) {
         fail("tokenizer '{}' cannot decode id {}: neither the vocab nor added_tokens has it", path_.string(), id);
       }
@@ -84,6 +83,13 @@ class HfTokenizer : public TokenizerBackend {
   int32_t vocab_size() const override { return vocab_size_; }
   int32_t bos_id() const override { return bos_id_; }
   int32_t eos_id() const override { return eos_id_; }
+  int32_t unk_id() const override { return unk_id_; }
+  int32_t pad_id() const override { return pad_id_; }
+  std::string token(int32_t id) const override {
+    const std::string* token = spelling(id);
+    if (token == nullptr) fail("tokenizer '{}' has no token {} (a gap in the vocabulary)", path_.string(), id);
+    return *token;
+  }
   std::string_view format() const override { return "huggingface"; }
   std::vector<fs::path> files() const override {
     std::vector<fs::path> read{path_};
@@ -92,7 +98,13 @@ class HfTokenizer : public TokenizerBackend {
   }
 
  private:
-  // bos_token and eos_token of tokenizer_config.json: a string, {"content": ...} or null.
+  // The added token or vocabulary entry `id`, or nullptr for a gap.
+  const std::string* spelling(int32_t id) const {
+    const std::string* token = added_.token_of(id);
+    return token != nullptr ? token : model_->token_of(id);
+  }
+
+  // bos_token, eos_token, unk_token and pad_token of tokenizer_config.json: a string, {"content": ...} or null.
   void read_config() {
     const fs::path config = path_.parent_path() / kHfTokenizerConfigFile;
     if (!fs::exists(config)) return;
@@ -119,6 +131,8 @@ class HfTokenizer : public TokenizerBackend {
     };
     bos_id_ = id_of("bos_token");
     eos_id_ = id_of("eos_token");
+    unk_id_ = id_of("unk_token");
+    pad_id_ = id_of("pad_token");
   }
 
   fs::path path_;
@@ -131,6 +145,8 @@ class HfTokenizer : public TokenizerBackend {
   int32_t vocab_size_ = 0;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
+  int32_t unk_id_ = -1;
+  int32_t pad_id_ = -1;
   std::optional<fs::path> config_;
 };
 

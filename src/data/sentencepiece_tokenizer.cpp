@@ -91,6 +91,9 @@ class SentencePieceTokenizer : public TokenizerBackend {
   int32_t vocab_size() const override { return processor_.GetPieceSize(); }
   int32_t bos_id() const override { return processor_.bos_id(); }
   int32_t eos_id() const override { return processor_.eos_id(); }
+  int32_t unk_id() const override { return processor_.unk_id(); }
+  int32_t pad_id() const override { return processor_.pad_id(); }
+  std::string token(int32_t id) const override { return processor_.IdToPiece(id); }
   std::string_view format() const override { return "sentencepiece"; }
   std::vector<fs::path> files() const override { return {path_}; }
 

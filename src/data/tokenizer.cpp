@@ -32,6 +32,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   return backend_->decode(ids);
 }
 
+std::string Tokenizer::token(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    fail("tokenizer '{}' has no token {}: the vocabulary has {} tokens", path_.string(), id, vocab_size());
+  }
+  return backend_->token(id);
+}
+
 Tokenizer load_tokenizer(const fs::path& path) {
   std::error_code error;
   if (fs::is_directory(path, error)) {

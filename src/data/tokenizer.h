@@ -3,7 +3,8 @@
 // LLaMA 2, TinyLlama, and the ones `strata data prepare` trains, see
 // sentencepiece_tokenizer.h) or a HuggingFace tokenizer.json (GPT-2, SmolLM,
 // LLaMA 3, Qwen2, LLaMA 2, Mistral, T5; see hf_tokenizer.h). Encoding adds
-// no bos/eos (nor a post-processor's tokens); decoding keeps special tokens.
+// no bos/eos (nor a post-processor's tokens); decoding keeps a tokenizer.json's
+// special tokens (SentencePiece's drops control tokens such as </s>).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -24,6 +25,10 @@ class TokenizerBackend {
   virtual int32_t vocab_size() const = 0;  // one past the highest id
   virtual int32_t bos_id() const = 0;      // -1 when the files do not say
   virtual int32_t eos_id() const = 0;
+  virtual int32_t unk_id() const = 0;
+  virtual int32_t pad_id() const = 0;
+  // The token `id` as the vocabulary spells it (a special token's own text, which decode may drop).
+  virtual std::string token(int32_t id) const = 0;
   virtual std::string_view format() const = 0;  // "sentencepiece" or "huggingface"
   // Every file read, the main one first: copying them elsewhere copies the tokenizer.
   virtual std::vector<std::filesystem::path> files() const = 0;
@@ -44,6 +49,9 @@ class Tokenizer {
   int32_t vocab_size() const { return backend_->vocab_size(); }
   int32_t bos_id() const { return backend_->bos_id(); }
   int32_t eos_id() const { return backend_->eos_id(); }
+  int32_t unk_id() const { return backend_->unk_id(); }
+  int32_t pad_id() const { return backend_->pad_id(); }
+  std::string token(int32_t id) const;  // fails on an id outside the vocabulary
   std::string_view format() const { return backend_->format(); }
   std::vector<std::filesystem::path> files() const { return backend_->files(); }
   // The main file: tokenizer.model or tokenizer.json.

@@ -3,8 +3,9 @@ that check Strata against them (as bench/train_throughput.py does for current Py
 
 `reexec_in_venv(directory, packages, probe)` returns when the running Python already imports what `probe`
 imports; otherwise it makes the venv (under a lock, since CTest runs tests side by side), installs the
-packages and runs the calling script again under the venv's Python. When the venv cannot be made (no
-python3-venv, no network) the test exits with SKIP_RETURN_CODE, saying why.
+packages and runs the calling script again under the venv's Python. With `system_site_packages` the venv
+also sees the running Python's packages (Debian's python3-torch for transformers). When the venv cannot be
+made (no python3-venv, no network) the test exits with SKIP_RETURN_CODE, saying why.
 """
 
 import fcntl
@@ -25,7 +26,7 @@ def _skip(reason):
     sys.exit(SKIP_RETURN_CODE)
 
 
-def reexec_in_venv(directory, packages, probe):
+def reexec_in_venv(directory, packages, probe, system_site_packages=False):
     try:
         exec(probe, {})
         return
@@ -37,7 +38,8 @@ def reexec_in_venv(directory, packages, probe):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (os.path.exists(python) and _imports(python, probe)):
             print(f"making {directory}: python3 -m venv, pip install {' '.join(packages)}", flush=True)
-            made = subprocess.run([sys.executable, "-m", "venv", directory], capture_output=True, text=True)
+            options = ["--system-site-packages"] if system_site_packages else []
+            made = subprocess.run([sys.executable, "-m", "venv", *options, directory], capture_output=True, text=True)
             if made.returncode != 0:
                 _skip(f"python3 -m venv {directory} failed (apt-get install python3-venv): {made.stderr.strip()}")
             installed = subprocess.run([python, "-m", "pip", "install", "-q", *packages], capture_output=True, text=True)
