@@ -98,7 +98,9 @@ class PythonScan(ast.NodeVisitor):
         callee = self.qualified(function)
         if isinstance(function, ast.Name) and function.id == "getattr" and function.id not in self.aliases:
             if self.dynamic_getattr(node):
-                return  # its name argument is the API reached, reported once
+                for argument in node.args[2:] if self.dynamic_getattr_resolved else node.args[1:]:
+                    self.visit(argument)
+                return  # the getattr is the one finding: not its owner module again
         elif callee in DYNAMIC_IMPORTERS or (isinstance(function, ast.Name) and function.id == "__import__"):
             self.dynamic_import(node)
         elif callee is None and isinstance(function, ast.Attribute):
@@ -114,21 +116,25 @@ class PythonScan(ast.NodeVisitor):
         self.generic_visit(node)
 
     def dynamic_getattr(self, node):
+        """Reports getattr on a platform module; True when it did (dynamic_getattr_resolved says how)."""
         if len(node.args) < 2:
             return False
         owner = self.qualified(node.args[0])
         if owner is None or owner.split(".")[0] not in self.rules.module_roots:
             return False
         name = node.args[1]
-        shown = f"getattr({ast.unparse(node.args[0])}, {ast.unparse(name)[:40]})"
+        named = ast.unparse(name)
+        shown = f"getattr({ast.unparse(node.args[0])}, {named if len(named) <= 60 else named[:57] + '...'})"
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
             reached = self.rules.name(f"{owner}.{name.value}")
             if reached is not None:
                 self.report_reached("getattr-resolved", node, shown, f"{owner}.{name.value}", reached)
+                self.dynamic_getattr_resolved = True
                 return True
-        else:
-            self.report(self.rules.structure("getattr-computed"), node, shown)
-        return False
+            return False
+        self.report(self.rules.structure("getattr-computed"), node, shown)
+        self.dynamic_getattr_resolved = False
+        return True
 
     def dynamic_import(self, node):
         if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
@@ -144,12 +150,14 @@ class PythonScan(ast.NodeVisitor):
 
     # --- definitions --------------------------------------------------------------------------
     def visit_FunctionDef(self, node):
-        kernel = False  # a decorated kernel (@triton.jit): one finding spans it, its body is the kernel's
+        # A function a blocking decorator makes a kernel or custom op (@triton.jit): one finding spans
+        # it, and its body is the kernel's own code, not more findings.
+        kernel = False
         for decorator in node.decorator_list:
             target = decorator.func if isinstance(decorator, ast.Call) else decorator
             qualified = self.qualified(target)
             rule = self.rules.name(qualified) if qualified else None
-            if rule is not None:
+            if rule is not None and rule.severity == "blocks":
                 kernel = True
                 self.findings.append(finding(rule, self.file, decorator.lineno, node.end_lineno, "@" + qualified))
                 if isinstance(decorator, ast.Call):
@@ -157,7 +165,8 @@ class PythonScan(ast.NodeVisitor):
                         self.visit(argument)
             else:
                 self.visit(decorator)
-        for child in (node.args, *([] if kernel else node.body)):
+        defaults = [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
+        for child in defaults if kernel else (node.args, *node.body):
             self.visit(child)
         if node.returns:
             self.visit(node.returns)
