@@ -6,6 +6,7 @@ against the sizes its source states, the verdict, the CSV/JSON/text formats, --e
 usage: check_scan.py --strata PATH --work-dir DIR"""
 import argparse
 import csv
+import html.parser
 import json
 import os
 import shutil
@@ -168,6 +169,65 @@ class Formats(unittest.TestCase):
         self.assertEqual(summary["by_category"], {"cuda": 9, "distributed": 6, "dynamic": 2, "precision": 4, "shapes": 5})
         self.assertEqual(summary["by_severity"], {"change": 16, "info": 1, "risk": 9})
         self.assertEqual(summary["top_files"][0], {"file": "train.py", "findings": 21})
+
+
+class TableRows(html.parser.HTMLParser):
+    """Every table row's cell texts, and the text of the element with id scan-verdict."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.cell, self.verdict, self.in_verdict = [], None, "", False
+
+    def handle_starttag(self, tag, attributes):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self.cell = ""
+        self.in_verdict = dict(attributes).get("id") == "scan-verdict"
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(self.cell)
+            self.cell = None
+        self.in_verdict = False
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+        if self.in_verdict:
+            self.verdict += data
+
+
+class Report(unittest.TestCase):
+    def test_scan_section(self):
+        directory = work_dir("report")
+        scan, page = os.path.join(directory, "scan.json"), os.path.join(directory, "report.html")
+        strata("scan", os.path.join(FIXTURES, "llama_kernels"), "--format", "json", "--out", scan)
+        strata("report", "--scan", scan, "--out", page)
+        with open(scan, encoding="utf-8") as handle:
+            document = json.load(handle)
+        parser = TableRows()
+        with open(page, encoding="utf-8") as handle:
+            parser.feed(handle.read())
+        self.assertEqual(parser.verdict, "backend cpu, f32: rewrite")
+        severities = ["blocks", "change", "risk", "info"]
+        expected = {}
+        for f in document["findings"]:
+            expected.setdefault(f["category"], [0] * 4)[severities.index(f["severity"])] += 1
+        shown = {row[0]: [int(v) for v in row[1:]] for row in parser.rows if len(row) == 5 and row[0] in expected}
+        self.assertEqual(shown, expected)
+
+    def test_damaged_scan_names_the_key(self):
+        directory = work_dir("report_damaged")
+        scan = os.path.join(directory, "scan.json")
+        with open(scan, "w", encoding="utf-8") as handle:
+            json.dump({"root": "x", "files_scanned": 1, "lines_scanned": 1, "findings": [],
+                       "summary": {"findings": 0, "unreadable": 0, "top_files": []}}, handle)
+        run = strata("report", "--scan", scan, "--out", os.path.join(directory, "r.html"), check=False)
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("scan.json': verdict", run.stderr + run.stdout)
+        run = strata("report", "--out", os.path.join(directory, "r.html"), check=False)
+        self.assertIn("give run directories, --scan SCAN.json, or both", run.stderr + run.stdout)
 
 
 class Options(unittest.TestCase):
