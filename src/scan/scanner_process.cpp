@@ -1,6 +1,5 @@
 #include "scan/scanner_process.h"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -18,13 +17,6 @@ namespace {
 
 // The scanner's exit status when its Python lacks tomllib (before 3.11): try the next one.
 constexpr int kPythonTooOld = 3;
-
-// $STRATA_PYTHON alone when set; else the PATH's python3, then Debian's own.
-std::vector<std::string> python_interpreters() {
-  const char* chosen = std::getenv("STRATA_PYTHON");
-  if (chosen != nullptr && *chosen != '\0') return {chosen};
-  return {"python3", "/usr/bin/python3"};
-}
 
 void write_scanner(const std::filesystem::path& directory) {
   for (const ScannerFile& file : kScannerFiles) {
