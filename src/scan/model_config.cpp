@@ -33,7 +33,9 @@ std::string config_text(const ModelCheck& check, const nlohmann::json& keys, con
       "# Written by strata scan: the model of {}.\n# {}.\n# Keys marked 'assumed' were not in the project: "
       "defaults of the family (transformers' or Strata's). Check them.\n[model]\n",
       check.evidence, check.reason);
+  text += fmt::format("family = {}\n", toml_value(json_required(keys, "family", kWhere), "family"));
   for (const auto& [key, value] : keys.items()) {
+    if (key == "family") continue;
     const bool assumed = std::find(check.assumed.begin(), check.assumed.end(), key) != check.assumed.end();
     text += fmt::format("{} = {}{}\n", key, toml_value(value, key), assumed ? "  # assumed" : "");
   }
