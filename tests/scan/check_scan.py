@@ -268,6 +268,10 @@ class Robustness(unittest.TestCase):
             handle.write("x = 1\n" * 300000)  # 1.7 MiB
         with open(os.path.join(root, "deep.py"), "w", encoding="utf-8") as handle:
             handle.write("x = " + "1 + " * 100000 + "1\n")
+        with open(os.path.join(root, "chain.py"), "w", encoding="utf-8") as handle:
+            handle.write("x = " + "1 + " * 9000 + "1\nimport torch\ntorch.cuda.synchronize()\n")  # deep, but read
+        with open(os.path.join(os.fsencode(root), b"caf\xe9.py"), "wb") as handle:  # a name that is not UTF-8
+            handle.write(b"import torch\ntorch.cuda.synchronize()\n")
         document = scan_json(root, "--max-file-mb", "1")
         reasons = {u["file"]: u["reason"] for u in document["unreadable"]}
         self.assertEqual(sorted(reasons), ["blob.py", "broken.py", "deep.py", "huge.py", "legacy.py"])
@@ -276,7 +280,9 @@ class Robustness(unittest.TestCase):
         self.assertIn("looks like Python 2", reasons["legacy.py"])
         self.assertIn("larger than the limit of 1 MiB", reasons["huge.py"])
         self.assertIn("nested too deeply", reasons["deep.py"])
-        self.assertEqual(finding_lines(document), expected_lines("unreadable"))
+        self.assertEqual(finding_lines(document), ["caf?.py:2-2 cuda change torch.cuda.synchronize",
+                                                   "chain.py:3-3 cuda change torch.cuda.synchronize"]
+                         + expected_lines("unreadable"))
         self.assertEqual(document["verdict"]["answer"], "needs changes")
 
 

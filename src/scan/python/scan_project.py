@@ -140,7 +140,9 @@ def main(arguments):
         return 2
     document = scan(arguments.root, rules, models, arguments.exclude, arguments.max_file_mb * 2**20)
     document["seconds"] = round(time.monotonic() - started, 3)
-    json.dump(document, sys.stdout)
+    # File names that are not UTF-8 (held by Python as lone surrogates) are written with '?' in place
+    # of the bytes, so the document is always valid UTF-8 JSON.
+    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8", "replace"))
     return 0
 
 
@@ -155,5 +157,7 @@ def parse_arguments():
 
 
 if __name__ == "__main__":
-    sys.setrecursionlimit(5000)  # long elif chains nest deeply; deeper files are reported unreadable
+    # Long elif chains and generated expressions nest deeply; Python 3.11's own calls do not use the C
+    # stack, and the parser checks its depth, so deeper files are reported unreadable, never a crash.
+    sys.setrecursionlimit(20000)
     sys.exit(main(parse_arguments()))
