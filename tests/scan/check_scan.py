@@ -130,6 +130,13 @@ class ModelsAndVerdicts(unittest.TestCase):
         self.assertIn("sliding-window", document["model"]["reason"])
         self.assertEqual(document["verdict"]["answer"], "rewrite")
 
+    def test_encoder_is_not_a_decoder_family(self):
+        # the parts of a GPT (two or more embeddings, LayerNorm, GELU, blocks, a head) but no causal mask
+        document = scan_json(os.path.join(FIXTURES, "encoder_module"))
+        self.assertFalse(document["model"]["supported"])
+        self.assertIn("without a causal mask", document["model"]["reason"])
+        self.assertEqual(document["verdict"]["answer"], "rewrite")
+
     def test_emit_config_loads(self):
         path = os.path.join(work_dir("emit"), "gpt2.toml")
         strata("scan", os.path.join(FIXTURES, "hf_quick"), "--emit-config", path, "--backend", "ref")

@@ -67,6 +67,8 @@ class ModelFacts:
                 uses.add(inner.attr)
             elif isinstance(inner, ast.Name):
                 uses.add(inner.id)
+            elif isinstance(inner, ast.keyword) and inner.arg:
+                uses.add(inner.arg)  # is_causal=True
         for statement in node.body:
             target, value = None, None
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:

@@ -1,7 +1,8 @@
 """A GPT- or LLaMA-style nn.Module recognised by its structure: a class that constructs a token
 embedding, a list of blocks and a head, whose blocks (followed through the project's own classes)
 hold attention and an MLP and a norm. The family follows from the parts: LayerNorm, GELU and a
-learned position table are GPT-2; RMSNorm, SiLU (SwiGLU) and rotary positions are LLaMA."""
+learned position table are GPT-2; RMSNorm, SiLU (SwiGLU) and rotary positions are LLaMA; either needs
+a causal mask (tril/triu, is_causal, a "causal" name), else it is an encoder Strata has no family for."""
 
 SYNONYMS = {
     "n_layer": ("n_layer", "n_layers", "num_layers", "num_hidden_layers", "depth"),
@@ -46,6 +47,8 @@ def _tags(name, info):
         tags["silu"] = True
     if any("rotary" in u or "rope" in u or u in ("rotate_half", "freqs_cis", "polar") for u in uses):
         tags["rotary"] = True
+    if "causal" in lowered or any("causal" in u or u in ("tril", "triu") for u in uses):
+        tags["causal"] = True  # a causal mask: a decoder, not an encoder
     return tags
 
 
@@ -82,10 +85,12 @@ def find_model_class(classes):
     if not candidates:
         return None
     name, tags = candidates[0]
-    if tags.get("rmsnorm") and tags.get("silu") and (tags.get("rotary") or tags["embedding"] == 1):
-        return name, "llama", "RMSNorm, SiLU-gated MLP and rotary positions: the LLaMA family"
-    if tags.get("layernorm") and tags.get("gelu") and tags["embedding"] >= 2 and not tags.get("rotary"):
-        return name, "gpt2", "LayerNorm, GELU MLP and a learned position table: the GPT-2 family"
+    if not tags.get("causal"):
+        return name, None, "a transformer without a causal mask (an encoder?): Strata's families are decoder-only"
+    if tags.get("rmsnorm") and tags.get("silu") and tags.get("rotary") and tags["embedding"] == 1:
+        return name, "llama", "RMSNorm, SiLU-gated MLP, rotary positions and a causal mask: the LLaMA family"
+    if tags.get("layernorm") and tags.get("gelu") and tags["embedding"] == 2 and not tags.get("rotary"):
+        return name, "gpt2", "LayerNorm, GELU MLP, a learned position table and a causal mask: the GPT-2 family"
     parts = ", ".join(sorted(k for k, v in tags.items() if v and k != "embedding"))
     return name, None, f"a decoder-only transformer ({parts}) that is neither GPT-2's nor LLaMA's layout"
 
