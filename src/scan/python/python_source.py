@@ -97,10 +97,11 @@ class PythonScan(ast.NodeVisitor):
         function = node.func
         callee = self.qualified(function)
         if isinstance(function, ast.Name) and function.id == "getattr" and function.id not in self.aliases:
-            if self.dynamic_getattr(node):
-                for argument in node.args[2:] if self.dynamic_getattr_resolved else node.args[1:]:
+            unvisited = self.dynamic_getattr(node)
+            if unvisited is not None:  # the getattr is the one finding: not its owner module again
+                for argument in unvisited:
                     self.visit(argument)
-                return  # the getattr is the one finding: not its owner module again
+                return
         elif callee in DYNAMIC_IMPORTERS or (isinstance(function, ast.Name) and function.id == "__import__"):
             self.dynamic_import(node)
         elif callee is None and isinstance(function, ast.Attribute):
@@ -116,12 +117,13 @@ class PythonScan(ast.NodeVisitor):
         self.generic_visit(node)
 
     def dynamic_getattr(self, node):
-        """Reports getattr on a platform module; True when it did (dynamic_getattr_resolved says how)."""
+        """Reports getattr on a platform module, returning the arguments still to visit; None when it
+        is not one (or its constant name reaches no rule)."""
         if len(node.args) < 2:
-            return False
+            return None
         owner = self.qualified(node.args[0])
         if owner is None or owner.split(".")[0] not in self.rules.module_roots:
-            return False
+            return None
         name = node.args[1]
         named = ast.unparse(name)
         shown = f"getattr({ast.unparse(node.args[0])}, {named if len(named) <= 60 else named[:57] + '...'})"
@@ -129,12 +131,10 @@ class PythonScan(ast.NodeVisitor):
             reached = self.rules.name(f"{owner}.{name.value}")
             if reached is not None:
                 self.report_reached("getattr-resolved", node, shown, f"{owner}.{name.value}", reached)
-                self.dynamic_getattr_resolved = True
-                return True
-            return False
+                return node.args[2:]
+            return None
         self.report(self.rules.structure("getattr-computed"), node, shown)
-        self.dynamic_getattr_resolved = False
-        return True
+        return node.args[1:]  # the computed name may hold findings of its own
 
     def dynamic_import(self, node):
         if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
