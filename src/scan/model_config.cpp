@@ -46,6 +46,15 @@ std::string config_text(const ModelCheck& check, const nlohmann::json& keys, con
   return text;
 }
 
+std::vector<std::string> string_list(const nlohmann::json& model, std::string_view key) {
+  std::vector<std::string> items;
+  json_for_each_item(model, key, kWhere, [&](const nlohmann::json& item, const std::string& where) {
+    if (!item.is_string()) fail("{}: must be a string", where);
+    items.push_back(item.get<std::string>());
+  });
+  return items;
+}
+
 // The config's op coverage; a config Strata refuses is recorded with its error, not thrown.
 void judge_config(ModelCheck& check) {
   try {
@@ -76,13 +85,11 @@ ModelCheck check_model(const nlohmann::json& model, const std::string& backend, 
   check.reason = json_string(model, "reason", kWhere);
   if (!check.found) return check;
   check.evidence = json_string(model, "evidence", kWhere);
+  check.also_found = string_list(model, "also_found");
   check.supported = json_bool(model, "supported", false, kWhere);
   if (!check.supported) return check;
   check.family = json_string(model, "family", kWhere);
-  json_for_each_item(model, "assumed", kWhere, [&](const nlohmann::json& item, const std::string& where) {
-    if (!item.is_string()) fail("{}: must be a key name", where);
-    check.assumed.push_back(item.get<std::string>());
-  });
+  check.assumed = string_list(model, "assumed");
   const nlohmann::json& keys = json_required(model, "keys", kWhere);
   expect_json_object(keys, fmt::format("{}.keys", kWhere));
   check.config_toml = config_text(check, keys, backend, precision);

@@ -18,10 +18,12 @@ void append_counts(std::string& text, const std::string& title, const std::vecto
 
 std::string model_text(const ModelCheck& model) {
   if (!model.found) return fmt::format("model: none recognised ({})\n", model.reason);
-  if (!model.supported) return fmt::format("model: {}: not a Strata family: {}\n", model.evidence, model.reason);
-  std::string text = fmt::format("model: {} from {} ({})\n", model.family, model.evidence, model.reason);
+  std::string text = model.supported
+                         ? fmt::format("model: {} from {} ({})\n", model.family, model.evidence, model.reason)
+                         : fmt::format("model: {}: not a Strata family: {}\n", model.evidence, model.reason);
   if (!model.assumed.empty()) text += fmt::format("  assumed (not in the project): {}\n", fmt::join(model.assumed, ", "));
   if (!model.config_error.empty()) text += fmt::format("  the config does not load: {}\n", model.config_error);
+  if (!model.also_found.empty()) text += fmt::format("  also found: {}\n", fmt::join(model.also_found, "; "));
   return text;
 }
 

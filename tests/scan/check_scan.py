@@ -137,6 +137,21 @@ class ModelsAndVerdicts(unittest.TestCase):
         self.assertIn("without a causal mask", document["model"]["reason"])
         self.assertEqual(document["verdict"]["answer"], "rewrite")
 
+    def test_two_models_with_a_shared_class_name(self):
+        # a GPT and a LLaMA whose block classes are both called Block: each is followed in its own file
+        root = work_dir("two_models")
+        shutil.copytree(os.path.join(FIXTURES, "gpt_cuda"), os.path.join(root, "a_gpt"))
+        os.makedirs(os.path.join(root, "b_llama"))
+        with open(os.path.join(FIXTURES, "llama_module", "model.py"), encoding="utf-8") as source:
+            text = source.read().replace("TransformerBlock", "Block")
+        with open(os.path.join(root, "b_llama", "model.py"), "w", encoding="utf-8") as target:
+            target.write(text)
+        model = scan_json(root)["model"]
+        self.assertEqual((model["family"], model["evidence"]), ("gpt2", "class GPT at a_gpt/model.py:65"))
+        self.assertEqual(model["also_found"], ["class Transformer at b_llama/model.py:75 (llama)"])
+        config = tomllib.loads(model["config"])["model"]
+        self.assertEqual((config["n_layer"], config["n_embd"], config["vocab_size"]), (6, 384, 50304))
+
     def test_emit_config_loads(self):
         path = os.path.join(work_dir("emit"), "gpt2.toml")
         strata("scan", os.path.join(FIXTURES, "hf_quick"), "--emit-config", path, "--backend", "ref")

@@ -34,7 +34,7 @@ class ModelFacts:
         self.pretrained = []      # {name, receiver, file, line}
         self.config_calls = []    # transformers *Config(...): {cls, values, file, line}
         self.instantiations = []  # other calls with literal keywords: {callee, values, file, line}
-        self.classes = {}         # simple name -> {bases, constructs, uses, fields, file, line}
+        self.classes = {}         # (file, name) -> {name, bases, constructs, uses, fields, file, line}
         self.constants = []       # module-level NAME = number: {name, value, file, line}
 
     def call(self, scan, node, callee):
@@ -79,7 +79,7 @@ class ModelFacts:
             if target and isinstance(value, (int, float)) and not isinstance(value, bool):
                 fields[target] = value
         bases = [scan.qualified(b) or (b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")) for b in node.bases]
-        self.classes[node.name] = {"bases": bases, "constructs": constructs, "uses": uses, "fields": fields,
+        self.classes[(scan.file, node.name)] = {"name": node.name, "bases": bases, "constructs": constructs, "uses": uses, "fields": fields,
                                    "file": scan.file, "line": node.lineno}
 
     def module_constants(self, scan, tree):

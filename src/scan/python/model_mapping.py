@@ -5,8 +5,10 @@ import json
 import os
 
 from hf_config import map_hf_config, model_type_of_class
-from model_structure import find_model_class, shape_values
+from model_structure import find_model_classes, shape_values
 
+# The keys of transformers' GPT-2 and LLaMA configs that give a model's size.
+SIZE_KEYS = {"n_layer", "n_head", "n_embd", "num_hidden_layers", "num_attention_heads", "hidden_size"}
 STRUCTURE_DEFAULTS = {"gpt2": {"layer_norm_eps": 1e-5}, "llama": {"layer_norm_eps": 1e-5, "rope_theta": 10000.0}}
 
 
@@ -35,34 +37,33 @@ def _result(source, evidence, mapped):
             "assumed": mapped.get("assumed", []), "reason": mapped.get("reason", "")}
 
 
-def _from_pretrained(facts, root, models):
-    for use in facts.pretrained:
-        evidence = f"{use['receiver']}.from_pretrained({use['name']!r}) at {use['file']}:{use['line']}"
-        key, keys = _known_name(use["name"], models)
-        if keys is not None:
-            keys["block_size"] = keys["max_position_embeddings"]
-            return _result("from_pretrained", evidence, {"family": keys["family"], "keys": keys,
-                                                         "reason": f"'{key}' is in Strata's table of known models"})
-        local = os.path.join(root, use["name"], "config.json")
-        document = _config_json(local) if os.path.isfile(local) else None
-        if document is not None:
-            return _result("from_pretrained", evidence, map_hf_config(document["model_type"], document))
-        return _result("from_pretrained", evidence, {"unsupported": f"'{use['name']}' is not a model Strata knows by "
-                       "name (rules/models.toml); if it is GPT-2 or LLaMA, model.init_from = its downloaded directory "
-                       "reads its config.json"})
-    return None
+def _from_pretrained(use, root, models):
+    evidence = f"{use['receiver']}.from_pretrained({use['name']!r}) at {use['file']}:{use['line']}"
+    key, keys = _known_name(use["name"], models)
+    if keys is not None:
+        keys["block_size"] = keys["max_position_embeddings"]
+        return _result("from_pretrained", evidence, {"family": keys["family"], "keys": keys,
+                                                     "reason": f"'{key}' is in Strata's table of known models"})
+    local = os.path.join(root, use["name"], "config.json")
+    document = _config_json(local) if os.path.isfile(local) else None
+    if document is not None:
+        return _result("from_pretrained", evidence, map_hf_config(document["model_type"], document))
+    return _result("from_pretrained", evidence, {"unsupported": f"'{use['name']}' is not a model Strata knows by name "
+                   "(rules/models.toml); if it is GPT-2 or LLaMA, model.init_from = its downloaded directory reads "
+                   "its config.json"})
 
 
-def _structure(facts):
-    found = find_model_class(facts.classes)
-    if found is None:
-        return None
-    name, family, why = found
-    info = facts.classes[name]
-    evidence = f"class {name} at {info['file']}:{info['line']}"
+def _config_class(call):
+    evidence = f"transformers.{call['cls']}(...) at {call['file']}:{call['line']}"
+    return _result("config class", evidence, map_hf_config(model_type_of_class(call["cls"]), call["values"]))
+
+
+def _structure(facts, key, family, why):
+    info = facts.classes[key]
+    evidence = f"class {info['name']} at {info['file']}:{info['line']}"
     if family is None:
         return _result("structure", evidence, {"unsupported": why})
-    values, origin = shape_values(facts)
+    values, origin = shape_values(facts, info["file"])
     keys, assumed = {"family": family, **STRUCTURE_DEFAULTS[family]}, []
     for key in ("layer_norm_eps", "rope_theta"):
         if key in keys and key not in values:
@@ -76,20 +77,31 @@ def _structure(facts):
                                            "reason": f"{why}; sizes from {origin}"})
 
 
+def _candidates(facts, config_files, root, models):
+    """Every model the project shows, mapped, most trusted first."""
+    for use in facts.pretrained:
+        yield _from_pretrained(use, root, models)
+    for relative in config_files:
+        document = _config_json(os.path.join(root, relative))
+        if document is not None:
+            yield _result("config.json", relative, map_hf_config(document["model_type"], document))
+    sized = [c for c in facts.config_calls if any(k in SIZE_KEYS for k in c["values"])]
+    for call in sorted(sized, key=lambda c: -len(c["values"])):
+        yield _config_class(call)
+    for key, family, why in find_model_classes(facts.classes):
+        yield _structure(facts, key, family, why)
+    for call in facts.config_calls:  # a config class with no literal sizes: every size assumed
+        if call not in sized:
+            yield _config_class(call)
+
+
 def map_model(facts, config_files, root, models):
-    """The model found, or {'found': False}."""
-    mapped = _from_pretrained(facts, root, models)
-    if mapped is None:
-        for relative in config_files:
-            document = _config_json(os.path.join(root, relative))
-            if document is not None:
-                mapped = _result("config.json", relative, map_hf_config(document["model_type"], document))
-                break
-    if mapped is None and facts.config_calls:
-        call = facts.config_calls[0]
-        evidence = f"transformers.{call['cls']}(...) at {call['file']}:{call['line']}"
-        mapped = _result("config class", evidence, map_hf_config(model_type_of_class(call["cls"]), call["values"]))
-    if mapped is None:
-        mapped = _structure(facts)
-    return mapped or {"found": False, "reason": "no from_pretrained name, config.json, transformers config class or "
-                                                "GPT/LLaMA-style nn.Module was found"}
+    """The most trusted model found, with the evidence of the others; or {'found': False}."""
+    candidates = list(_candidates(facts, config_files, root, models))
+    if not candidates:
+        return {"found": False, "reason": "no from_pretrained name, config.json, transformers config class or "
+                                          "GPT/LLaMA-style nn.Module was found"}
+    chosen = candidates[0]
+    chosen["also_found"] = [f"{c['evidence']} ({c['family'] if c['supported'] else 'not a Strata family'})"
+                            for c in candidates[1:]]
+    return chosen

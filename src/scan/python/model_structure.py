@@ -52,57 +52,71 @@ def _tags(name, info):
     return tags
 
 
-def _union(name, classes, cache, seen=()):
+def _resolve(short, file, index):
+    """The project class a constructor name means: the one defined in the same file, else the only one."""
+    keys = index.get(short, ())
+    same_file = [k for k in keys if k[0] == file]
+    return same_file[0] if same_file else (keys[0] if len(keys) == 1 else None)
+
+
+def _union(key, classes, index, cache, seen=()):
     """The tags of a class and of every project class it constructs."""
-    if name in cache:
-        return cache[name]
-    info = classes[name]
+    if key in cache:
+        return cache[key]
+    info = classes[key]
     tags = dict(info["tags"])
     for construct in info["constructs"]:
-        short = construct.rsplit(".", 1)[-1]
-        if short in classes and short not in seen and short != name:
-            inner = _union(short, classes, cache, seen + (name,))
+        inner_key = _resolve(construct.rsplit(".", 1)[-1], key[0], index)
+        if inner_key is not None and inner_key not in seen and inner_key != key:
+            inner = _union(inner_key, classes, index, cache, seen + (key,))
             tags["embedding"] += inner["embedding"]
             tags.update({k: v for k, v in inner.items() if k != "embedding" and v})
-    cache[name] = tags
+    cache[key] = tags
     return tags
 
 
-def find_model_class(classes):
-    """(name, family or None, why) of the outermost class that looks like a decoder-only transformer."""
-    for name, info in classes.items():
+def _family(tags):
+    """(family or None, why) of a transformer's parts."""
+    if not tags.get("causal"):
+        return None, "a transformer without a causal mask (an encoder?): Strata's families are decoder-only"
+    if tags.get("rmsnorm") and tags.get("silu") and tags.get("rotary") and tags["embedding"] == 1:
+        return "llama", "RMSNorm, SiLU-gated MLP, rotary positions and a causal mask: the LLaMA family"
+    if tags.get("layernorm") and tags.get("gelu") and tags["embedding"] == 2 and not tags.get("rotary"):
+        return "gpt2", "LayerNorm, GELU MLP, a learned position table and a causal mask: the GPT-2 family"
+    parts = ", ".join(sorted(k for k, v in tags.items() if v and k != "embedding"))
+    return None, f"a decoder-only transformer ({parts}) that is neither GPT-2's nor LLaMA's layout"
+
+
+def find_model_classes(classes):
+    """((file, name), family or None, why) of every class that looks like a whole transformer, the
+    outermost (constructed by no other class) first, then in source order."""
+    index = {}
+    for key, info in classes.items():
         info["constructs_short"] = {c.rsplit(".", 1)[-1] for c in info["constructs"]}
-        info["tags"] = _tags(name, info)
+        info["tags"] = _tags(info["name"], info)
+        index.setdefault(info["name"], []).append(key)
     cache, candidates = {}, []
-    for name, info in classes.items():
+    for key, info in classes.items():
         own = info["tags"]
         if own["embedding"] and own.get("blocks") and own.get("linear"):
-            whole = _union(name, classes, cache)
+            whole = _union(key, classes, index, cache)
             if whole.get("attention") and (whole.get("layernorm") or whole.get("rmsnorm")):
-                candidates.append((name, whole))
+                candidates.append((key, whole))
     constructed = {c.rsplit(".", 1)[-1] for info in classes.values() for c in info["constructs"]}
-    candidates.sort(key=lambda c: (c[0] in constructed, classes[c[0]]["file"], classes[c[0]]["line"]))
-    if not candidates:
-        return None
-    name, tags = candidates[0]
-    if not tags.get("causal"):
-        return name, None, "a transformer without a causal mask (an encoder?): Strata's families are decoder-only"
-    if tags.get("rmsnorm") and tags.get("silu") and tags.get("rotary") and tags["embedding"] == 1:
-        return name, "llama", "RMSNorm, SiLU-gated MLP, rotary positions and a causal mask: the LLaMA family"
-    if tags.get("layernorm") and tags.get("gelu") and tags["embedding"] == 2 and not tags.get("rotary"):
-        return name, "gpt2", "LayerNorm, GELU MLP, a learned position table and a causal mask: the GPT-2 family"
-    parts = ", ".join(sorted(k for k, v in tags.items() if v and k != "embedding"))
-    return name, None, f"a decoder-only transformer ({parts}) that is neither GPT-2's nor LLaMA's layout"
+    candidates.sort(key=lambda c: (c[0][1] in constructed, c[0][0], classes[c[0]]["line"]))
+    return [(key, *_family(tags)) for key, tags in candidates]
 
 
-def shape_values(facts):
-    """Strata keys from the project's config-like class (defaults, then the literal instantiation
-    setting most of them), else from module-level constants; with where each came from."""
-    best = None
-    for name, info in facts.classes.items():
+def shape_values(facts, model_file):
+    """Strata keys from the project's config-like class (one in the model's file first; its defaults,
+    then the literal instantiation setting most of them), else from module-level constants; with
+    where each came from."""
+    best, best_rank = None, None
+    for (_, name), info in facts.classes.items():
         known = {NAME_OF[f]: v for f, v in info["fields"].items() if f in NAME_OF}
-        if len(known) >= 3 and (best is None or len(known) > len(best[1])):
-            best = (name, known, info)
+        rank = (info["file"] == model_file, len(known))
+        if len(known) >= 3 and (best_rank is None or rank > best_rank):
+            best, best_rank = (name, known, info), rank
     if best is not None:
         name, values, info = best
         calls = [c for c in facts.instantiations if c["callee"] == name]
@@ -112,7 +126,8 @@ def shape_values(facts):
             values = {**values, **mapped[chosen]}
             return values, f"{name}(...) at {calls[chosen]['file']}:{calls[chosen]['line']} over its defaults"
         return values, f"the defaults of {name} ({info['file']}:{info['line']})"
-    constants = {NAME_OF[c["name"]]: c for c in facts.constants if c["name"] in NAME_OF}
+    constants = {NAME_OF[c["name"]]: c for c in sorted(facts.constants, key=lambda c: c["file"] != model_file)
+                 if c["name"] in NAME_OF}
     if len(constants) >= 3:
         first = min(constants.values(), key=lambda c: (c["file"], c["line"]))
         return {k: c["value"] for k, c in constants.items()}, f"module constants ({first['file']})"
