@@ -17,12 +17,29 @@ def _blank(match):
     return re.sub(r"[^\n]", " ", match.group(0))
 
 
+def _rule_for(token, table):
+    """An exact rule, else a prefix rule; a prefix ending in a letter (cublas*) only where the name goes
+    on with a capital, as the library's API does (cublasSgemm, cublasHandle_t), not a variable (cublas_handle)."""
+    rule = table.exact.get(token)
+    if rule is not None:
+        return rule
+    best = None
+    for prefix, candidate in table.prefixes.items():
+        if not token.startswith(prefix) or (best is not None and len(prefix) <= len(best[0])):
+            continue
+        rest = token[len(prefix):]
+        if prefix[-1].isalpha() and not (rest[:1].isupper()):
+            continue
+        best = (prefix, candidate)
+    return best[1] if best else None
+
+
 def _token_findings(text, pattern, table, file):
     cleaned = pattern.sub(_blank, text)
     line_starts = [0] + [i + 1 for i, c in enumerate(cleaned) if c == "\n"]
     found, line = [], 0
     for match in IDENTIFIER.finditer(cleaned):
-        rule = table.find(match.group(0)) or table.find_prefix(match.group(0))
+        rule = _rule_for(match.group(0), table)
         if rule is None:
             continue
         while line + 1 < len(line_starts) and line_starts[line + 1] <= match.start():
