@@ -42,7 +42,9 @@ ScanOutcome scan_project(const ScanArgs& args) {
 std::string formatted(const ScanArgs& args, const ScanOutcome& outcome) {
   if (args.format == "csv") return scan_csv(outcome.scan);
   if (args.format == "json") return scan_json(outcome).dump(2) + "\n";
-  return scan_summary_text(outcome) + "\nfindings:\n" + scan_findings_text(outcome.scan);
+  // The summary first, for people; the verdict again last, where a long list ends on a terminal.
+  return scan_summary_text(outcome) + "\nfindings:\n" + scan_findings_text(outcome.scan) + "\n" +
+         scan_verdict_line(outcome);
 }
 
 void run_scan(const ScanArgs& args) {

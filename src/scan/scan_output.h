@@ -22,6 +22,7 @@ struct ScanOutcome {
 };
 
 std::string scan_summary_text(const ScanOutcome& outcome);
+std::string scan_verdict_line(const ScanOutcome& outcome);  // "verdict on backend 'cpu' in f32: rewrite"
 std::string scan_findings_text(const ScanFindings& scan);  // one line per finding, then the unreadable files
 std::string scan_csv(const ScanFindings& scan);
 nlohmann::json scan_json(const ScanOutcome& outcome);

@@ -49,10 +49,14 @@ std::string scan_summary_text(const ScanOutcome& outcome) {
   append_counts(text, "blocks the move", outcome.verdict.blockers, 10);
   append_counts(text, "needs changes", outcome.verdict.changes, 15);
   append_counts(text, "risks to check", outcome.verdict.risks, 5);
-  text += fmt::format("verdict on backend '{}' in {}: {}\n", outcome.backend, outcome.precision,
-                      answer_name(outcome.verdict.answer));
+  text += scan_verdict_line(outcome);
   for (const std::string& why : outcome.verdict.why) text += fmt::format("  - {}\n", why);
   return text;
+}
+
+std::string scan_verdict_line(const ScanOutcome& outcome) {
+  return fmt::format("verdict on backend '{}' in {}: {}\n", outcome.backend, outcome.precision,
+                     answer_name(outcome.verdict.answer));
 }
 
 std::string scan_findings_text(const ScanFindings& scan) {

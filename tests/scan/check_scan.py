@@ -185,6 +185,7 @@ class Formats(unittest.TestCase):
         self.assertIn("files with most findings:  model.py (7)  csrc/scale.cu (4)  setup.py (4)", text)
         self.assertLess(text.index("verdict on backend 'cpu' in f32: rewrite"), text.index("findings:\n"))
         self.assertIn("model.py:21-24: @triton.jit [extension, blocks]", text)
+        self.assertEqual(lines[-1], "verdict on backend 'cpu' in f32: rewrite")  # and last, after the findings
 
     def test_json_summary(self):
         summary = scan_json(os.path.join(FIXTURES, "gpt_cuda"))["summary"]
