@@ -108,6 +108,27 @@ class ModelsAndVerdicts(unittest.TestCase):
                                                    "block_size": 1024}, "quick switch")
         self.assertEqual(document["summary"]["findings"], 0)
 
+    def test_known_llama_name(self):
+        # meta-llama/Meta-Llama-3-8B's config.json: hidden 4096, 32 layers, 32 heads, 8 key/value heads,
+        # SwiGLU 14336, 128256 tokens, rope_theta 500000, 8192 positions, untied
+        root = work_dir("known_llama")
+        with open(os.path.join(root, "finetune.py"), "w", encoding="utf-8") as handle:
+            handle.write("from transformers import LlamaForCausalLM\n\n"
+                         "model = LlamaForCausalLM.from_pretrained('meta-llama/Meta-Llama-3-8B-Instruct')\n")
+        document = scan_json(root, "--precision", "bf16")
+        config = tomllib.loads(document["model"]["config"])
+        expected = {"family": "llama", "n_embd": 4096, "n_layer": 32, "n_head": 32, "n_kv_head": 8,
+                    "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0, "block_size": 8192,
+                    "tie_word_embeddings": False}
+        self.assertEqual({k: config["model"][k] for k in expected}, expected)
+        self.assertEqual(config["precision"]["compute"], "bf16")
+        self.assertEqual(document["model"]["config_error"], "")
+        path = os.path.join(root, "llama3.toml")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(document["model"]["config"])
+        ops = json.loads(strata("ops", path, "--json").stdout)  # no findings: the ops verdict decides
+        self.assertEqual(document["verdict"]["answer"], "quick switch" if ops["verdict"]["quick_switch"] else "needs changes")
+
     def test_structural_llama(self):
         # ModelArgs' defaults; the SwiGLU width by LLaMA's rule: 256 * ceil(int(2 * 4 * 512 / 3) / 256) = 1536
         document = scan_json(os.path.join(FIXTURES, "llama_module"))
