@@ -90,6 +90,7 @@ ModelCheck check_model(const nlohmann::json& model, const std::string& backend, 
   if (!check.supported) return check;
   check.family = json_string(model, "family", kWhere);
   check.assumed = string_list(model, "assumed");
+  if (model.contains("missing")) check.missing = string_list(model, "missing");
   const nlohmann::json& keys = json_required(model, "keys", kWhere);
   expect_json_object(keys, fmt::format("{}.keys", kWhere));
   check.config_toml = config_text(check, keys, backend, precision);

@@ -18,6 +18,7 @@ struct ModelCheck {
   std::string reason;      // why it maps (or why not)
   std::string family;
   std::vector<std::string> assumed;     // [model] keys not read from the project (defaults)
+  std::vector<std::string> missing;     // sizes the project does not give (the config has Strata's defaults)
   std::vector<std::string> also_found;  // other models the project shows, less trusted (evidence, family)
   std::string config_toml;              // the Strata config (empty unless supported)
   std::string config_error;             // the config Strata refused, and why (empty: it loads)

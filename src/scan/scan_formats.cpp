@@ -25,7 +25,7 @@ nlohmann::json counts_json(const std::vector<ApiCount>& counts) {
 
 nlohmann::json model_json(const ModelCheck& model) {
   nlohmann::json json{{"found", model.found}, {"supported", model.supported}, {"evidence", model.evidence},
-                      {"reason", model.reason}, {"family", model.family}, {"assumed", model.assumed}, {"also_found", model.also_found},
+                      {"reason", model.reason}, {"family", model.family}, {"assumed", model.assumed}, {"missing", model.missing}, {"also_found", model.also_found},
                       {"config", model.config_toml}, {"config_error", model.config_error}};
   json["coverage"] = model.coverage ? coverage_json(*model.coverage) : nlohmann::json(nullptr);
   return json;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace strata {
 
@@ -50,6 +51,11 @@ void judge_model(const ModelCheck& model, ScanVerdict& verdict, bool& rewrite, b
     change = true;
     verdict.why.push_back(fmt::format("the {} model of {} does not load as a Strata config: {}", model.family,
                                       model.evidence, model.config_error));
+  } else if (!model.missing.empty()) {
+    change = true;
+    verdict.why.push_back(fmt::format("the {} model of {}: its {} were not found in the project; set them in the "
+                                      "config before judging its ops",
+                                      model.family, model.evidence, fmt::join(model.missing, ", ")));
   } else if (!model.coverage->quick_switch()) {
     change = true;
     verdict.why.push_back(fmt::format("the {} model of {}: {}", model.family, model.evidence,

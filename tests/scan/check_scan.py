@@ -173,6 +173,16 @@ class ModelsAndVerdicts(unittest.TestCase):
         config = tomllib.loads(model["config"])["model"]
         self.assertEqual((config["n_layer"], config["n_embd"], config["vocab_size"]), (6, 384, 50304))
 
+    def test_sizes_not_in_the_project_are_named(self):
+        root = work_dir("no_sizes")
+        with open(os.path.join(FIXTURES, "gpt_cuda", "model.py"), encoding="utf-8") as source:
+            text = source.read().replace("    block_size: int = 1024\n", "").replace("    n_layer: int = 12\n", "")
+        with open(os.path.join(root, "model.py"), "w", encoding="utf-8") as target:
+            target.write(text)
+        document = scan_json(root)
+        self.assertEqual(document["model"]["missing"], ["n_layer", "block_size"])
+        self.assertEqual(document["verdict"]["answer"], "needs changes")
+
     def test_emit_config_loads(self):
         path = os.path.join(work_dir("emit"), "gpt2.toml")
         strata("scan", os.path.join(FIXTURES, "hf_quick"), "--emit-config", path, "--backend", "ref")

@@ -59,6 +59,9 @@ TEST(ScanVerdict, TheModelDecidesToo) {
   ModelCheck gap = standard_model();
   gap.coverage->gaps.push_back({"matmul", DType::BF16, Route::Emulated, {}, 10, 0.9});
   EXPECT_EQ(judge_scan(scan, gap).answer, ScanAnswer::NeedsChanges);
+  ModelCheck unsized = standard_model();
+  unsized.missing = {"n_layer", "block_size"};
+  EXPECT_EQ(judge_scan(scan, unsized).answer, ScanAnswer::NeedsChanges);
   ModelCheck refused = standard_model();
   refused.coverage.reset();
   refused.config_error = "key 'model.n_head' must divide n_embd";

@@ -9,6 +9,7 @@ from model_structure import find_model_classes, shape_values
 
 # The keys of transformers' GPT-2 and LLaMA configs that give a model's size.
 SIZE_KEYS = {"n_layer", "n_head", "n_embd", "num_hidden_layers", "num_attention_heads", "hidden_size"}
+REQUIRED_SIZES = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")
 STRUCTURE_DEFAULTS = {"gpt2": {"layer_norm_eps": 1e-5}, "llama": {"layer_norm_eps": 1e-5, "rope_theta": 10000.0}}
 
 
@@ -73,8 +74,13 @@ def _structure(facts, key, family, why):
     if family == "llama" and "intermediate_size" not in keys and "n_embd" in keys and multiple_of:
         hidden = int(2 * 4 * keys["n_embd"] / 3)  # LLaMA's reference sizing of the SwiGLU width
         keys["intermediate_size"] = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-    return _result("structure", evidence, {"family": family, "keys": keys, "assumed": assumed,
-                                           "reason": f"{why}; sizes from {origin}"})
+    needed = REQUIRED_SIZES + (("intermediate_size",) if family == "llama" else ())
+    missing = [k for k in needed if k not in keys]
+    unfound = f"; not found in the project, so Strata's defaults (set them): {', '.join(missing)}" if missing else ""
+    mapped = _result("structure", evidence, {"family": family, "keys": keys, "assumed": assumed,
+                                             "reason": f"{why}; sizes from {origin}{unfound}"})
+    mapped["missing"] = missing
+    return mapped
 
 
 def _candidates(facts, config_files, root, models):
