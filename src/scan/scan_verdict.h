@@ -3,7 +3,8 @@
 // - rewrite: custom kernels or extensions, custom communication, CUDA-only libraries with no
 //   Strata replacement (findings that block the move), or a model architecture Strata lacks;
 // - needs changes: findings that need a change (listed by API with counts), ops of the mapped
-//   model that do not run natively on the backend, no model recognised, or unreadable files;
+//   model that do not run natively on the backend, no model recognised (or its sizes not found),
+//   or unreadable files;
 // - quick switch: a standard architecture, nothing blocking or to change, every op native.
 #include <cstdint>
 #include <string>
