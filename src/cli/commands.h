@@ -17,5 +17,6 @@ void add_ckpt_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_scan_command(CLI::App& app);
 
 }  // namespace strata::cli

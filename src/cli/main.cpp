@@ -21,5 +21,6 @@ int main(int argc, char** argv) {
   strata::cli::add_export_command(app);
   strata::cli::add_compare_command(app);
   strata::cli::add_report_command(app);
+  strata::cli::add_scan_command(app);
   return strata::cli::run_app(app, argc, argv);
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -48,6 +49,12 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, bool capture_st
   }
   outcome.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return outcome;
+}
+
+std::vector<std::string> python_interpreters() {
+  const char* chosen = std::getenv("STRATA_PYTHON");
+  if (chosen != nullptr && *chosen != '\0') return {chosen};
+  return {"python3", "/usr/bin/python3"};
 }
 
 }  // namespace strata

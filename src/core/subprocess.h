@@ -14,6 +14,11 @@ struct ProcessOutcome {
   std::string output;   // its stdout, and its stderr too when asked
 };
 
+// The Python interpreters to try for a command's Python part, in order: $STRATA_PYTHON alone when
+// set; else the PATH's python3, then Debian's own (where apt puts python3-* modules), since the
+// PATH's may be a pyenv or venv interpreter without them.
+std::vector<std::string> python_interpreters();
+
 // Runs argv[0] (looked up on the PATH) with `argv` and waits for it. Its stdout is returned;
 // its stderr too with `capture_stderr`, else it goes where this process's goes.
 ProcessOutcome run_process(const std::vector<std::string>& argv, bool capture_stderr);

@@ -1,6 +1,5 @@
 #include "report/html_renderer.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -17,14 +16,6 @@ namespace {
 
 // The renderer's exit status when it cannot import matplotlib.
 constexpr int kMissingMatplotlib = 3;
-
-// $STRATA_PYTHON alone when set; else the PATH's python3, then Debian's own (where apt puts
-// python3-matplotlib), since the PATH's may be a pyenv or venv interpreter without it.
-std::vector<std::string> python_interpreters() {
-  const char* chosen = std::getenv("STRATA_PYTHON");
-  if (chosen != nullptr && *chosen != '\0') return {chosen};
-  return {"python3", "/usr/bin/python3"};
-}
 
 }  // namespace
 

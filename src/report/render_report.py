@@ -200,6 +200,65 @@ def ops_section(document):
     return "<h2>Operators</h2>" + "".join(ops_run(runs[i]["label"], entry) for i, entry in enumerate(document["ops"]))
 
 
+SEVERITIES = (("blocks", "blocks the move", "#b3261e"), ("change", "needs a change", "#d9822b"),
+              ("risk", "performance or numerics risk", "#c9b037"), ("info", "information", "#8a8a8a"))
+
+
+def scan_counts_svg(categories):
+    figure, axes = plt.subplots(figsize=(7.2, 0.6 + 0.35 * len(categories)))
+    left = [0] * len(categories)
+    names = [row["category"] for row in categories]
+    for severity, words, color in SEVERITIES:
+        values = [row[severity] for row in categories]
+        bars = axes.barh(names, values, left=left, color=color, label=words)
+        for bar, name in zip(bars, names):
+            bar.set_gid(f"scan-{severity}-{name}")
+        left = [a + b for a, b in zip(left, values)]
+    axes.invert_yaxis()
+    axes.set_xlabel("findings")
+    axes.legend(loc="best", fontsize=8)
+    return svg_of(figure, "scan")
+
+
+def api_table(title, rows, limit=15):
+    if not rows:
+        return ""
+    body = [[f"{row['count']:.0f}", f"<code>{esc(row['api'])}</code>", esc(row["category"]), esc(row["tip"])]
+            for row in rows]
+    parts = [f"<p>{esc(title)}:</p>", table(["findings", "API", "category", "tip"], body[:limit])]
+    if len(body) > limit:
+        parts.append(f"<details><summary>all {len(body)}</summary>{table(['findings', 'API', 'category', 'tip'], body)}"
+                     "</details>")
+    return "".join(parts)
+
+
+def scan_section(scan):
+    answer = scan["answer"]
+    verdict_class = "pass" if answer == "quick switch" else "fail"
+    parts = [f"<h2>Migration scan: <code>{esc(scan['root'])}</code></h2>",
+             f'<p class="verdict {verdict_class}" id="scan-verdict">backend {esc(scan["backend"])}, '
+             f"{esc(scan['precision'])}: {esc(answer)}</p>",
+             "<ul>" + "".join(f"<li>{esc(why)}</li>" for why in scan["why"]) + "</ul>",
+             f"<p>{scan['files_scanned']:.0f} files, {scan['lines_scanned']:.0f} lines: {scan['findings']:.0f} "
+             f"findings, {scan['unreadable']:.0f} unreadable files.</p>"]
+    model = scan["model"]
+    if not model["found"]:
+        parts.append(f'<p>Model: <span class="note">none recognised ({esc(model["reason"])})</span></p>')
+    else:
+        family = f"Strata family {esc(model['family'])}" if model["supported"] else "not a Strata family"
+        parts.append(f"<p>Model: {esc(model['evidence'])}: {family} ({esc(model['reason'])})</p>")
+    if scan["categories"]:
+        rows = [[esc(row["category"])] + [f"{row[s]:.0f}" for s, _, _ in SEVERITIES] for row in scan["categories"]]
+        parts.append(table(["category"] + [words for _, words, _ in SEVERITIES], rows))
+        parts.append(f'<figure class="plot" id="figure-scan">{scan_counts_svg(scan["categories"])}</figure>')
+        parts.append("<p>Files with most findings:</p>" + table(
+            ["file", "findings"], [[f"<code>{esc(r['file'])}</code>", f"{r['findings']:.0f}"] for r in scan["top_files"]]))
+    parts.append(api_table("Blocks the move", scan["blockers"]))
+    parts.append(api_table("Needs changes", scan["changes"]))
+    parts.append(api_table("Risks to check", scan["risks"]))
+    return "".join(parts)
+
+
 STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 64em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
@@ -217,11 +276,14 @@ def main():
     with open(sys.argv[1], encoding="utf-8") as source:
         document = json.load(source)
     labels = ", ".join(run["label"] for run in document["runs"])
-    sections = [runs_section(document["runs"]), plots_section(document), config_section(document),
-                planner_section(document), ops_section(document)]
+    sections = [scan_section(document["scan"])] if "scan" in document else []
+    if document["runs"]:
+        sections += [runs_section(document["runs"]), plots_section(document), config_section(document),
+                     planner_section(document), ops_section(document)]
+    title = f"Strata run report: {esc(labels)}" if labels else f"Strata scan report: {esc(document['scan']['root'])}"
     sys.stdout.write("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     f"<title>Strata run report: {esc(labels)}</title><style>{STYLE}</style></head><body>"
-                     f"<h1>Strata run report: {esc(labels)}</h1>" + "".join(sections) + "</body></html>\n")
+                     f"<title>{title}</title><style>{STYLE}</style></head><body>"
+                     f"<h1>{title}</h1>" + "".join(sections) + "</body></html>\n")
 
 
 main()
