@@ -35,7 +35,7 @@ std::string model_difference(ModelConfig there, ModelConfig here) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(CheckpointSettings settings, DataParallel& world)
+CheckpointManager::CheckpointManager(CheckpointSettings settings, JobWorld& world)
     : settings_(std::move(settings)), world_(world) {
   if (!world_.reports()) return;
   lock_.emplace(settings_.run_dir, "run directory (checkpoint.dir)");
@@ -56,7 +56,7 @@ void CheckpointManager::save(const TrainingCheckpoint& state, const std::vector<
                              const std::vector<ShardPiece>& pieces, const RankTensors& tensors) {
   const auto start = std::chrono::steady_clock::now();
   const std::filesystem::path saved =
-      save_training_checkpoint(settings_.run_dir, state, specs, pieces, world_.world_rank(), tensors,
+      save_training_checkpoint(settings_.run_dir, state, specs, pieces, world_.rank(), tensors,
                                settings_.keep_last, [this](bool mine) { return world_.all_succeeded(mine); });
   const double seconds = seconds_since(start);
   if (!world_.reports()) return;

@@ -8,7 +8,7 @@
 
 #include "ckpt/training_checkpoint.h"
 #include "core/file_lock.h"
-#include "parallel/data_parallel.h"
+#include "parallel/job_world.h"
 
 namespace strata {
 
@@ -21,7 +21,7 @@ struct CheckpointSettings {
 class CheckpointManager {
  public:
   // Locks the run directory on the reporting rank and clears temporaries of saves killed midway.
-  CheckpointManager(CheckpointSettings settings, DataParallel& world);
+  CheckpointManager(CheckpointSettings settings, JobWorld& world);
 
   // The checkpoint this run continues from, or none: a fresh start. Fails, naming the key, when
   // the directory holds an earlier run's checkpoints and checkpoint.resume is off.
@@ -39,7 +39,7 @@ class CheckpointManager {
 
  private:
   CheckpointSettings settings_;
-  DataParallel& world_;
+  JobWorld& world_;
   std::optional<DirectoryLock> lock_;
 };
 

@@ -58,6 +58,11 @@ void DistributedGradients::split_head_copy(const std::vector<ParameterRange>& en
                head_copy_targets_.size(), head_copy_grads_.size());
 }
 
+std::optional<std::string> DistributedGradients::sharded_over() const {
+  if (!sharded_optimizer()) return std::nullopt;
+  return data_parallel_dimension().name;
+}
+
 void DistributedGradients::start_overlap(const std::vector<int>& ready_after, int nodes) {
   sync_ = std::make_unique<GradientSync>(parallel_, *buckets_, reduction_, ready_after, nodes);
 }

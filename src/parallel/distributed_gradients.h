@@ -49,6 +49,8 @@ class DistributedGradients {
   const std::vector<ParameterRange>& ranges() const { return ranges_; }
   std::vector<Tensor>& range_gradients() { return range_grads_; }
   bool sharded_optimizer() const { return zero_.has_value(); }
+  // The dimension whose ranks split the optimizer's ranges between them (ZeRO), if any.
+  std::optional<std::string> sharded_over() const;
 
   // Waits for the step's reductions and adds the head copy's gradient to the embedding's; returns
   // the seconds of communication backward did not hide.

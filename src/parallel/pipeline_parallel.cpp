@@ -51,7 +51,6 @@ std::vector<double> PipelineParallel::from_last_stage(std::vector<double> values
   return values;
 }
 
-ExactSquareSum PipelineParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
 namespace {
 

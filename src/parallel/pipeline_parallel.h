@@ -2,7 +2,7 @@
 // Pipeline parallelism as the trainer sees it: this rank's stage, the sum of
 // the tied embedding's two copies' gradients (first and last stage),
 // and the values one stage has that every stage needs (the last stage's
-// losses, exact square sums). One process is
+// losses). One process is
 // the same object with one stage.
 #include <optional>
 #include <vector>
@@ -10,7 +10,6 @@
 #include "comm/communicator.h"
 #include "parallel/device_mesh.h"
 #include "parallel/parallel_dimension.h"
-#include "core/exact_square_sum.h"
 #include "core/tensor.h"
 
 namespace strata {
@@ -37,7 +36,6 @@ class PipelineParallel {
   void sum_tied_gradient(Tensor& grad);
   // The last stage's `values` on every stage (`count` of them; the others pass anything of that size).
   std::vector<double> from_last_stage(std::vector<double> values);
-  ExactSquareSum sum(const ExactSquareSum& mine);
 
  private:
   std::optional<comm::Communicator> group_;

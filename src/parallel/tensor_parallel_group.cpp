@@ -10,16 +10,6 @@
 
 namespace strata {
 
-ExactSquareSum exact_sum_over(comm::Communicator& group, const ExactSquareSum& mine) {
-  // Integer bins: gathered and added here, in any order, they stay exact (an f32 reduction would not).
-  std::array<int64_t, ExactSquareSum::kWords> words = mine.words();
-  std::vector<int64_t> all(words.size() * static_cast<size_t>(group.size()));
-  group.all_gather(words.data(), all.data(), words.size(), DType::I64);
-  ExactSquareSum total;
-  for (int r = 0; r < group.size(); ++r) total.merge(ExactSquareSum::from_words(all.data() + r * words.size()));
-  return total;
-}
-
 TensorParallel::TensorParallel(comm::Communicator group) : group_(std::move(group)) {}
 
 TensorParallel TensorParallel::of(DeviceMesh* mesh) {
@@ -27,7 +17,6 @@ TensorParallel TensorParallel::of(DeviceMesh* mesh) {
   return mesh && mesh->shape().degree(name) > 1 ? TensorParallel(mesh->group(name)) : TensorParallel();
 }
 
-ExactSquareSum TensorParallel::sum(const ExactSquareSum& mine) { return group_ ? exact_sum_over(*group_, mine) : mine; }
 
 namespace {
 

@@ -1,15 +1,12 @@
 #pragma once
 // Tensor parallelism as the trainer sees it: this rank's place in its
-// tensor-parallel group (for the graph pass, parallel/tensor_parallel.h), the
-// exact sum of the split parameters' square sums over the group (so the
-// gradient norm is one process's). One process is the same object with a
-// degree of 1.
+// tensor-parallel group (for the graph pass, parallel/tensor_parallel.h).
+// One process is the same object with a degree of 1.
 #include <optional>
 
 #include "comm/communicator.h"
 #include "parallel/device_mesh.h"
 #include "parallel/parallel_dimension.h"
-#include "core/exact_square_sum.h"
 #include "parallel/tensor_parallel.h"
 
 namespace strata {
@@ -26,14 +23,9 @@ class TensorParallel {
   int rank() const { return group_ ? group_->rank() : 0; }
   TensorParallelRank graph_rank() const { return {degree(), rank(), "tp"}; }
 
-  ExactSquareSum sum(const ExactSquareSum& mine);
-
  private:
   std::optional<comm::Communicator> group_;
 };
-
-// The exact sum over a group's ranks of their exact square sums.
-ExactSquareSum exact_sum_over(comm::Communicator& group, const ExactSquareSum& mine);
 
 // "tp": each layer split over the group; innermost (consecutive world ranks, inside a node).
 ParallelDimension tensor_parallel_dimension();

@@ -23,10 +23,10 @@ double peak_rss_mib_of_this_process() {
 
 }  // namespace
 
-RunRecorder::RunRecorder(RunRecorderSettings settings, DataParallel& parallel, const std::string& config_toml,
+RunRecorder::RunRecorder(RunRecorderSettings settings, JobWorld& world, const std::string& config_toml,
                      const AutoPlan& plan)
-    : settings_(std::move(settings)), parallel_(parallel), plan_(plan) {
-  if (!parallel_.reports()) return;
+    : settings_(std::move(settings)), world_(world), plan_(plan) {
+  if (!world_.reports()) return;
   std::filesystem::create_directories(settings_.run_dir);
   write_file_atomic(settings_.run_dir / "config.toml", config_toml);
   write_plan_record(settings_.run_dir, plan_);
@@ -35,7 +35,7 @@ RunRecorder::RunRecorder(RunRecorderSettings settings, DataParallel& parallel, c
 }
 
 void RunRecorder::print(const std::string& text) const {
-  if (parallel_.reports()) fmt::print("{}", text);
+  if (world_.reports()) fmt::print("{}", text);
 }
 
 void RunRecorder::record_step(const StepMetrics& metrics, int64_t steps_this_run) {
@@ -70,7 +70,7 @@ void RunRecorder::print_measured_step(const std::vector<double>& peak_rss_mib) {
 void RunRecorder::finish(const Dispatcher& dispatcher, const std::string& backend,
                        const std::function<nlohmann::json()>& coverage, const std::optional<KernelProfile>& profile,
                        const std::string& trace_report) {
-  const std::vector<double> peak_rss_mib = parallel_.gather({peak_rss_mib_of_this_process()}, parallel_.degree());
+  const std::vector<double> peak_rss_mib = world_.gather(peak_rss_mib_of_this_process());
   if (!log_) return;
   log_->finish();
   print_measured_step(peak_rss_mib);

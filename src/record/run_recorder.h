@@ -15,7 +15,7 @@
 
 #include "graph/profile_report.h"
 #include "ops/dispatcher.h"
-#include "parallel/data_parallel.h"
+#include "parallel/job_world.h"
 #include "planner/auto_plan.h"
 #include "record/metrics.h"
 
@@ -40,7 +40,7 @@ struct KernelProfile {
 class RunRecorder {
  public:
   // The reporting rank writes `config_toml` as config.toml and `plan` as plan.json, and opens metrics.jsonl.
-  RunRecorder(RunRecorderSettings settings, DataParallel& parallel, const std::string& config_toml, const AutoPlan& plan);
+  RunRecorder(RunRecorderSettings settings, JobWorld& world, const std::string& config_toml, const AutoPlan& plan);
 
   void print(const std::string& text) const;  // on the reporting rank only
   // A step's line of metrics.jsonl; `steps_this_run`: steps since this process started.
@@ -54,7 +54,7 @@ class RunRecorder {
   void print_measured_step(const std::vector<double>& peak_rss_mib);
 
   RunRecorderSettings settings_;
-  DataParallel& parallel_;
+  JobWorld& world_;
   AutoPlan plan_;
   std::optional<MetricsLog> log_;
   std::vector<double> step_seconds_, comm_waits_, pipeline_waits_;

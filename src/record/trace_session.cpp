@@ -41,8 +41,8 @@ TraceOptions parse_trace_steps(const std::string& text) {
   return options;
 }
 
-TraceSession::TraceSession(TraceOptions options, DataParallel& world)
-    : options_(std::move(options)), world_(world), tracer_(std::make_unique<trace::Tracer>(world.world_rank())) {
+TraceSession::TraceSession(TraceOptions options, JobWorld& world)
+    : options_(std::move(options)), world_(world), tracer_(std::make_unique<trace::Tracer>(world.rank())) {
   if (options_.path.empty()) fail("--trace: give the file to write the timeline to");
   tracer_->install();
 }
@@ -50,7 +50,7 @@ TraceSession::TraceSession(TraceOptions options, DataParallel& world)
 nlohmann::json TraceSession::finish() {
   if (!tracer_) return {};
   tracer_->set_recording(false);
-  const int rank = world_.world_rank(), ranks = world_.world_size();
+  const int rank = world_.rank(), ranks = world_.size();
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   // A common instant right after a barrier over the world: lines up ranks on hosts whose clocks differ.

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/trace.h"
-#include "parallel/data_parallel.h"
+#include "parallel/job_world.h"
 
 namespace strata {
 
@@ -27,7 +27,7 @@ TraceOptions parse_trace_steps(const std::string& text);
 class TraceSession {
  public:
   // Installs this rank's tracer; recording starts with the first traced step.
-  TraceSession(TraceOptions options, DataParallel& world);
+  TraceSession(TraceOptions options, JobWorld& world);
 
   void before_step(int64_t step) { tracer_->set_recording(options_.includes(step)); }
   // Called by every rank: writes the trace (each rank's part beside it, merged by the reporting
@@ -39,7 +39,7 @@ class TraceSession {
 
  private:
   TraceOptions options_;
-  DataParallel& world_;
+  JobWorld& world_;
   std::unique_ptr<trace::Tracer> tracer_;
 };
 

@@ -61,11 +61,11 @@ std::vector<Tensor> tensors_of(ParameterSet& params) {
 
 // Refuses, before anything is allocated, a model whose weights, gradients and
 // AdamW state alone cannot fit in this machine's memory with every rank on it.
-TrainConfig fits_in_memory(TrainConfig config, const DataParallel& parallel) {
+TrainConfig fits_in_memory(TrainConfig config, const JobWorld& world, const DataParallel& parallel) {
   config.validate();
   const double parameters =
       static_cast<double>(config.model.num_parameters()) / static_cast<double>(config.tp * config.pp);
-  const int ranks = parallel.ranks_on_this_host();
+  const int ranks = world.ranks_on_this_host();
   const double moment_share = config.zero >= 1 ? 1.0 / parallel.degree() : 1.0;
   const double bytes = parameters * (4 + 4 + 8 * moment_share) * ranks;
   const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
@@ -102,8 +102,9 @@ ModelGraph build_rank_model(const TrainConfig& config, bool training, const Rank
 }
 
 Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
-    : parallel_(DataParallel::of(mesh)),
-      config_(fits_in_memory(std::move(config), parallel_)),
+    : world_(JobWorld::of(mesh)),
+      parallel_(DataParallel::of(mesh)),
+      config_(fits_in_memory(std::move(config), world_, parallel_)),
       tensor_(TensorParallel::of(mesh)),
       pipeline_(PipelineParallel::of(mesh)),
       mesh_(mesh ? mesh->shape() : MeshShape()),
@@ -124,7 +125,7 @@ Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
 }
 
 void Trainer::check_job() {
-  parallel_.check_ranks_agree(to_toml(config_));
+  world_.check_ranks_agree(to_toml(config_));
   if (const DType low = config_.precision_policy().low; !device().capabilities().computes(low) && !config_.emulate) {
     std::vector<std::string> native;
     for (DType dtype : device().capabilities().native_dtypes) native.emplace_back(dtype_name(dtype));
@@ -154,7 +155,7 @@ void Trainer::check_job() {
 void Trainer::apply_plan() {
   // 0: one process on every core, as the runtime's default (and a profile's largest measured count).
   const int ranks = mesh_.size();
-  plan_threads_ = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, parallel_.ranks_on_this_host()) : 0;
+  plan_threads_ = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, world_.ranks_on_this_host()) : 0;
   if (plan_threads_ > 0) omp_set_num_threads(plan_threads_);
   AppliedPlan applied;
   if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh_, plan_threads_);
@@ -228,14 +229,14 @@ void Trainer::find_held_parameters() {
     entries_.push_back(copy);
     head_copy_entry_ = entries_.size() - 1;
   }
-  const MeshPlacements placements =
+  placements_ =
       place_parameters(mesh_, {.model = config_.model, .specs = specs_, .layers_per_part = layers_per_stage_,
                                       .parts_per_stage = static_cast<int>(config_.virtual_stages)});
   holders_.clear();
-  for (const ParameterPlacement& placement : placements.at(pipeline_parallel_dimension().name)) {
+  for (const ParameterPlacement& placement : placements_.at(pipeline_parallel_dimension().name)) {
     holders_.push_back(placement.holders);
   }
-  checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements);
+  checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements_);
   params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)), device());
   param_tensors_ = tensors_of(params_);
 }
@@ -301,7 +302,7 @@ void Trainer::compile_graphs() {
 
 void Trainer::start_or_resume() {
   checkpoints_.emplace(CheckpointSettings{config_.run_dir, config_.resume, static_cast<int>(config_.checkpoint_keep)},
-                       parallel_);
+                       world_);
   if (const std::optional<std::filesystem::path> from = checkpoints_->resume_point()) {
     restore(*from);
   } else {
@@ -455,20 +456,26 @@ void Trainer::keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& h
   for (size_t k = 0; k < held_.size(); ++k) shards_[held_[k]].slice(whole[held_[k]], held[k]);
 }
 
+// Each distinct piece of a gradient counts once over the job: along every dimension that neither
+// splits the parameter nor (ZeRO) the optimizer's ranges of it, only on the first coordinate holding
+// it (a replicated parameter on tensor-parallel rank 0, the tied embedding on its first stage). The
+// exact sum over every rank is then one process's, bit for bit.
 ExactSquareSum Trainer::gradient_square_sum() {
-  // Split parameters' squares are summed over the tensor-parallel group; replicated ones are the
-  // same on every rank of it and count once; so is the tied embedding on the later of its stages.
-  std::vector<Tensor> split, replicated;
+  const std::optional<std::string> sharded_over = gradients_->sharded_over();
+  auto counted_here = [&](size_t index) {
+    for (const auto& [dimension, placed] : placements_) {
+      const ParameterPlacement& placement = placed[index];
+      if (placement.split() || dimension == sharded_over) continue;
+      if (coordinates_.at(dimension) != (placement.holders.empty() ? 0 : placement.holders.front())) return false;
+    }
+    return true;
+  };
+  std::vector<Tensor> counted;
   const std::vector<ParameterRange>& ranges = optimizer_->ranges();
   for (size_t r = 0; r < ranges.size(); ++r) {
-    const size_t index = held_[ranges[r].parameter];
-    if (holders_[index].front() != pipeline_.stage()) continue;
-    (shards_[index].split() ? split : replicated).push_back(gradients_->range_gradients()[r]);
+    if (counted_here(held_[ranges[r].parameter])) counted.push_back(gradients_->range_gradients()[r]);
   }
-  ExactSquareSum squares = square_sum(replicated, *dispatcher_);
-  if (tensor_.degree() > 1) squares.merge(tensor_.sum(square_sum(split, *dispatcher_)));
-  if (gradients_->sharded_optimizer()) squares = parallel_.sum(squares);
-  return pipeline_.sum(squares);
+  return world_.sum(square_sum(counted, *dispatcher_));
 }
 
 void Trainer::sum_tied_gradients() {
@@ -668,7 +675,7 @@ double Trainer::validation_loss() {
 }
 
 void Trainer::print(const std::string& text) const {
-  if (parallel_.reports()) fmt::print("{}", text);
+  if (world_.reports()) fmt::print("{}", text);
 }
 
 RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
@@ -744,7 +751,7 @@ int Trainer::run() {
                     .tokens_per_step = config_.global_batch * config_.model.block_size,
                     .peak_flops = peak_.flops,
                     .peak_source = peak_.source},
-                   parallel_, to_toml(config_), plan_);
+                   world_, to_toml(config_), plan_);
   record.print(startup_banner());
   int stopped_by = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -765,7 +772,7 @@ int Trainer::run() {
     // Every rank learns of a signal any rank got, so all stop after the same step.
     {
       trace::Span span("agree on stop", "trainer");
-      stopped_by = parallel_.agree_on_stop(StopSignals::received());
+      stopped_by = world_.agree_on_stop(StopSignals::received());
     }
     exiting = completed_steps_ == config_.exit_at_step;
     if (last || exiting || stopped_by != 0 ||
@@ -798,7 +805,7 @@ std::optional<KernelProfile> Trainer::kernel_profile() const {
 }
 
 void Trainer::enable_tracing(TraceOptions options) {
-  trace_ = std::make_unique<TraceSession>(std::move(options), parallel_);
+  trace_ = std::make_unique<TraceSession>(std::move(options), world_);
 }
 
 nlohmann::json Trainer::finish_trace() {

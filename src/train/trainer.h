@@ -14,6 +14,7 @@
 #include "graph/executor.h"
 #include "model/model_graph.h"
 #include "parallel/data_parallel.h"
+#include "parallel/job_world.h"
 #include "parallel/distributed_gradients.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_parallel.h"
@@ -144,7 +145,8 @@ class Trainer {
   // First, so that it outlives every communication handle the members below may still hold.
   std::unique_ptr<TraceSession> trace_;
 
-  DataParallel parallel_;  // before config_, which is checked against every rank's memory through it
+  JobWorld world_;  // with parallel_, before config_: the config is checked against the host's memory with them
+  DataParallel parallel_;
   TrainConfig config_;
   TensorParallel tensor_;
   PipelineParallel pipeline_;
@@ -154,6 +156,7 @@ class Trainer {
   std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
   std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
+  MeshPlacements placements_;              // every parameter's, along every dimension
   std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
   std::vector<ShardPiece> checkpoint_pieces_;  // every rank's, under this layout
   int plan_threads_ = 0;          // threads per rank the plan was made for (0: as the profile was measured)
