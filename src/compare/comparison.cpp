@@ -87,9 +87,9 @@ void Comparator::add_graph_input(const std::string& name, const Tensor& value, b
 }
 
 void Comparator::judge(ComparedTensor& t, const CapturedTensor& b) {
-  const bool wanted = rerun_ == Rerun::All || t.status == TensorStatus::Fail || t.name == explain_ ||
-                      (rerun_ == Rerun::Failing && t.status == TensorStatus::Pass && sampled(t.name));
-  if (!truth_ || !wanted || rerun_ == Rerun::None && t.name != explain_) return;
+  const bool wanted = t.name == explain_ || rerun_ == Rerun::All ||
+                      (rerun_ == Rerun::Failing && (t.status == TensorStatus::Fail || sampled(t.name)));
+  if (!truth_ || !wanted) return;
   if (t.op == kParamGradOp) {
     // Its parts summed in f64 (each part judged as its op's output): a rounding difference unless a part failed.
     t.verdict = Verdict::Rounding;
@@ -112,13 +112,15 @@ void Comparator::judge(ComparedTensor& t, const CapturedTensor& b) {
 }
 
 // The loss and gradient norm of correct runs differ by about what reordering one run's sums does (a factor
-// 4 over the one reordering measured: two runs differ in more sums than one reordering changes). Parameters
+// 4 over the one reordering measured: two runs differ in more sums than one reordering changes), where both
+// compute in the same precision; bf16 against f32 differs by bf16's rounding throughout, which no reordering
+// of f32 sums shows, so there the dtype's step_loss and step_grad_norm groups judge alone. Parameters
 // keep their step_param groups, AdamW's reach in low precision (a bound that a changed learning rate stays
 // within, so not a likeness test for f32).
-void Comparator::judge_step(ComparedTensor& t) const {
+void Comparator::judge_step(ComparedTensor& t, DType a, DType b) const {
   constexpr double kSpreadFactor = 4;
   auto spread = step_spread_.find(t.name);
-  if (t.op == kStepParamOp || spread == step_spread_.end() || !(spread->second > 0)) return;
+  if (t.op == kStepParamOp || a != b || spread == step_spread_.end() || !(spread->second > 0)) return;
   t.step_bound = kSpreadFactor * spread->second;
   t.step_rule = fmt::format("{} x the spread of side a re-run with its sums reordered, {:.3g}", kSpreadFactor, spread->second);
   t.verdict = t.metrics.max_abs <= t.step_bound ? Verdict::Rounding : Verdict::Fault;
@@ -166,7 +168,7 @@ void Comparator::add_candidate(CapturedTensor&& b) {
     t.status = group.tolerance.passes(t.metrics) ? TensorStatus::Pass : TensorStatus::Fail;
     const bool step = t.op == kStepLossOp || t.op == kStepGradNormOp || t.op == kStepParamOp;
     if (step && truth_) {
-      judge_step(t);
+      judge_step(t, a.precision, b.precision);
     } else if (!step) {
       judge(t, b);
     }

@@ -87,7 +87,7 @@ class Comparator {
 
  private:
   void judge(ComparedTensor& t, const CapturedTensor& b);
-  void judge_step(ComparedTensor& t) const;
+  void judge_step(ComparedTensor& t, DType a, DType b) const;  // the sides' precisions
   std::map<std::string, double> step_spread_;
   ToleranceTable tolerances_;
   bool report_candidate_only_;
