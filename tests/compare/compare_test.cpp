@@ -235,6 +235,27 @@ TEST(CompareTruth, CancellationInALongSumIsRoundingAndADroppedTermIsAFault) {
   EXPECT_EQ(verdict_text(Verdict::Fault, dropped.tensors.at(0).truth_a, dropped.tensors.at(0).truth_b), "fault on b");
 }
 
+// A step's loss is judged against 4x the spread side a showed with its sums reordered, where both sides
+// compute in one precision; otherwise (and without a spread) its tolerance group judges it.
+TEST(CompareTruth, StepLossesAreJudgedAgainstTheSpreadOfAReorderedRun) {
+  auto judged = [](double loss_b, DType precision_b) {
+    Comparator comparator{ToleranceTable(), true};
+    comparator.judge_against_truth(Rerun::Failing, "", true);
+    comparator.set_step_spread({{"step2.loss", 1e-6}});
+    comparator.add_baseline({"step2.loss", kStepLossOp, DType::F64, DType::F32, tensor_of({5.0}).reshape({}), 1.0, {}});
+    comparator.add_candidate({"step2.loss", kStepLossOp, DType::F64, precision_b, tensor_of({loss_b}).reshape({}), 1.0, {}});
+    return std::move(comparator).finish().tensors.at(0);
+  };
+  const ComparedTensor close = judged(5.0 + 3.9e-6, DType::F32);  // within 4 x 1e-6
+  EXPECT_EQ(close.verdict, Verdict::Rounding);
+  EXPECT_DOUBLE_EQ(close.step_bound, 4e-6);
+  const ComparedTensor apart = judged(5.0 + 4.1e-6, DType::F32);
+  EXPECT_EQ(apart.verdict, Verdict::Fault);
+  EXPECT_EQ(apart.status, TensorStatus::Pass);  // the tolerance alone would pass it
+  EXPECT_TRUE(apart.failed());
+  EXPECT_EQ(judged(5.0 + 4.1e-6, DType::BF16).verdict, Verdict::NotRerun);  // bf16 against f32: its group judges
+}
+
 // ---------------------------------------------------------------- whole runs
 
 class CompareRunsTest : public ::testing::Test {
