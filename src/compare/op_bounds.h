@@ -5,7 +5,7 @@
 //   summation    y = sum of k products (matmul, linear, bmm, sum_to, embedding_backward, add): |y^ - y| <= u_out |y| + gamma_k(u_acc) * sum_i |a_i b_i|  (Higham, Thm 3.5: the
 //                standard worst-case bound; the sum of magnitudes is the op re-run on |inputs|, exact for
 //                these multilinear ops, so cancellation in y does not shrink the bound)
-//   element-wise y = f(x) per element (gelu, swiglu, scale, cast, fused programs): a few ulps of the
+//   element-wise y = f(x) per element (gelu, swiglu, scale, cast, fused programs): 8 ulps (16) of the
 //                larger of |y| and f re-run on |x| (what the formula's cancelling terms are worth)
 //   row-wise     norms, softmax, attention, cross-entropy, rope and their backwards: reductions over a
 //                row whose terms cancel (x - mean, dy - sum(dy p)): gamma_k(u_acc) times the row's largest
