@@ -155,7 +155,9 @@ SideJudgement TruthJudge::judge_node(const Held& node, const Held& output, bool 
     absolute.push_back(magnitudes(inputs.back()));
     const Tensor* kept = stored(input, side_b);
     if (!kept) kept = stored(input, false);
-    read.push_back({inputs.back().shape(), kept ? kept->dtype() : inputs.back().dtype()});
+    // A layout's partial sums are assembled in f64, which no kernel read: those count as the output's dtype.
+    const DType dtype = !kept ? inputs.back().dtype() : kept->dtype() == DType::F64 ? output.tensor.dtype() : kept->dtype();
+    read.push_back({inputs.back().shape(), dtype});
   }
   const Tensor truth = rerun(node, inputs).at(static_cast<size_t>(node.output));
   const Tensor magnitude = rerun(node, absolute).at(static_cast<size_t>(node.output));

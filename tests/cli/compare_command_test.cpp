@@ -172,6 +172,20 @@ TEST(CompareCommand, APlantedFaultIsTheFirstFaultTheTruthFinds) {
   EXPECT_THAT(bad.output, HasSubstr("STRATA_TEST_PLANT_FAULT=gelu:typo: unknown kind 'typo'"));
 }
 
+// Against a layout, side a's node is re-run on side b's tensors put back together (a value the layout does
+// not capture rebuilt from side a's node): the fault is found on b's assembled output, nothing is unjudged.
+TEST(CompareCommand, APlantedFaultInALayoutIsFoundOnItsAssembledTensors) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const auto run = run_strata("compare " + config + " --a ops.backend=ref --b parallel.tp=2", true,
+                              "STRATA_TEST_PLANT_FAULT=attention:scale");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: transformer.h.0.attn.forward.out (attention), the first fault the "
+                                    "f64 re-run found, fault on b"))
+      << run.output;
+  EXPECT_THAT(run.output, HasSubstr(", 0 unjudged"));
+}
+
 // --explain prints a tensor's op, its inputs' figures, each side against the truth and the bound's terms.
 TEST(CompareCommand, ExplainSaysWhy) {
   testing::TempDir dir;
