@@ -47,7 +47,8 @@ struct ComparedTensor {
   Verdict verdict = Verdict::NotRerun;
   SideJudgement truth_a, truth_b;
   // Judged by a rule rather than a re-run: a step's loss or gradient norm against the spread of side a
-  // re-run with its sums in another order, a parameter's gradient by its parts. The bound and the rule.
+  // re-run with its sums in another order, a parameter after steps against AdamW's amplification, a
+  // parameter's gradient by its parts. The bound and the rule.
   double step_bound = 0;
   std::string step_rule;
   // A shape mismatch, a fault or what it caused, or a tolerance failure the truth did not clear.
@@ -88,6 +89,8 @@ class Comparator {
  private:
   void judge(ComparedTensor& t, const CapturedTensor& b);
   void judge_step(ComparedTensor& t, DType a, DType b) const;  // the sides' precisions
+  void judge_parameter(ComparedTensor& t, const CapturedTensor& a, const CapturedTensor& b) const;
+  static void judged_by_rule(ComparedTensor& t, bool within);
   std::map<std::string, double> step_spread_;
   ToleranceTable tolerances_;
   bool report_candidate_only_;

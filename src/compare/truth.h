@@ -14,7 +14,6 @@
 // Everything is judged in the backward seed's units (each tensor times its factor; `d_loss` is then 1).
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 

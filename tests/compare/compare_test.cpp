@@ -256,6 +256,30 @@ TEST(CompareTruth, StepLossesAreJudgedAgainstTheSpreadOfAReorderedRun) {
   EXPECT_EQ(judged(5.0 + 4.1e-6, DType::BF16).verdict, Verdict::NotRerun);  // bf16 against f32: its group judges
 }
 
+// A parameter after steps that its f32 group fails: a few elements moved apart within both runs' AdamW reach
+// are rounding that AdamW amplified; every element moved (a changed learning rate) is a fault.
+TEST(CompareTruth, ParametersPastTheirToleranceAreAmplifiedRoundingOnlyOnAFewElements) {
+  auto judged = [](int64_t moved, double by) {
+    std::vector<double> a(1000, 0.01), b = a;
+    for (int64_t i = 0; i < moved; ++i) b[static_cast<size_t>(i * 7 % 1000)] += by;
+    Comparator comparator{ToleranceTable(), true};
+    comparator.judge_against_truth(Rerun::Failing, "", true);
+    CapturedTensor side_a{"step1.w", kStepParamOp, DType::F32, DType::F32, tensor_of(a), 1.0, {}};
+    CapturedTensor side_b{"step1.w", kStepParamOp, DType::F32, DType::F32, tensor_of(b), 1.0, {}};
+    side_a.update_reach = side_b.update_reach = 1.5e-3;
+    comparator.add_baseline(std::move(side_a));
+    comparator.add_candidate(std::move(side_b));
+    return std::move(comparator).finish().tensors.at(0);
+  };
+  const ComparedTensor amplified = judged(5, 2e-3);  // 0.5% of the elements, each by 2e-3 < 3e-3
+  EXPECT_EQ(amplified.status, TensorStatus::Fail);
+  EXPECT_EQ(amplified.verdict, Verdict::Rounding);
+  EXPECT_DOUBLE_EQ(amplified.step_bound, 3e-3);
+  EXPECT_FALSE(amplified.failed());
+  EXPECT_EQ(judged(1000, 1e-4).verdict, Verdict::Fault);  // every element, though well within the reach
+  EXPECT_EQ(judged(5, 4e-3).verdict, Verdict::Fault);     // past the reach
+}
+
 // ---------------------------------------------------------------- whole runs
 
 class CompareRunsTest : public ::testing::Test {
