@@ -9,6 +9,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/opencl/opencl_device.h"
 #include "backends/opencl/opencl_kernels.h"
+#include "backends/planted_fault.h"
 #include "backends/ref/ref_kernels.h"
 
 namespace strata {
@@ -22,6 +23,7 @@ std::vector<std::unique_ptr<Backend>>& all_backends() {
     register_ref_kernels(*built.back());
     built.push_back(std::make_unique<Backend>("cpu"));
     register_cpu_kernels(*built.back());
+    plant_test_fault(*built.back());  // a test-only switch: nothing unless STRATA_TEST_PLANT_FAULT is set
     return built;
   }();
   return backends;

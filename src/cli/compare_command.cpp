@@ -39,7 +39,7 @@ void launch_train(int ranks, const std::vector<std::string>& train_args) {
 
 struct CompareArgs {
   CompareRequest request;
-  std::string json, csv, golden_inputs;
+  std::string json, csv, golden_inputs, rerun = "failing";
   bool every_tensor = false;
 };
 
@@ -53,6 +53,7 @@ void run_compare(const CompareArgs& args) {
   }
   CompareRequest request = args.request;
   request.launch_train = launch_train;
+  request.rerun = parse_rerun(args.rerun);
   const CompareOutcome outcome = compare_runs(request);
   fmt::print("{}", comparison_table(outcome.comparison, outcome.header, args.every_tensor));
   if (!args.json.empty()) write_file_atomic(args.json, comparison_json(outcome.comparison, outcome.header).dump(1) + "\n");
@@ -85,6 +86,14 @@ void add_compare_command(CLI::App& app) {
                       "Write side b's initial weights and first batch to DIR for tools/torch_dump.py, and stop");
   command->add_option("--json", args->json, "Also write every tensor's figures as JSON");
   command->add_option("--csv", args->csv, "Also write every tensor's figures as CSV");
+  command->add_option("--rerun", args->rerun,
+                      "Which ops to re-run alone in f64 (the ref kernels) and judge each side against: none, failing "
+                      "(those a tolerance fails and one in eight that pass; the default) or all. Only where side a runs "
+                      "in one process")
+      ->check(CLI::IsMember({"none", "failing", "all"}));
+  command->add_option("--explain", args->request.explain,
+                      "Print one tensor's judgement in full: its op, its inputs' figures, each side against the f64 "
+                      "re-run, the bound's terms and the verdict");
   command->add_flag("--all", args->every_tensor, "List every tensor, not only those that fail or are on one side");
   command->callback([args] { run_compare(*args); });
 }

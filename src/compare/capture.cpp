@@ -85,11 +85,15 @@ void GraphCapture::after_node(const Trainer::ObservedNode& observed, double seed
   DType read = DType::F64;
   for (int input : node.inputs) {
     auto found = names_.find(input);
+    if (found == names_.end() && input_sink_ && inputs_given_.insert(input).second) {
+      input_sink_(graph.value(input).name, observed.graph.tensor(observed.slot, input).host_copy());
+    }
     inputs.push_back(found != names_.end() ? found->second : graph.value(input).name);
     read = narrower(read, precision_of(graph, input));
   }
   std::vector<CapturedTensor> gradients;  // parameters' whole gradients completed here, given after the outputs
-  for (int output : node.outputs) {
+  for (size_t index = 0; index < node.outputs.size(); ++index) {
+    const int output = node.outputs[index];
     const Value& value = graph.value(output);
     std::string name = node_output_name(whole_model_name(value.name), backward);
     if (const int seen = ++occurrences_[name]; seen > 1) name += fmt::format("#{}", seen);
@@ -97,7 +101,7 @@ void GraphCapture::after_node(const Trainer::ObservedNode& observed, double seed
     precision_[output] = narrower(read, value.meta.dtype);
     narrowest_ = narrower(narrowest_, precision_[output]);
     CapturedTensor captured{name, node.op, value.meta.dtype, precision_[output], Tensor(), backward ? 1.0 / seed : 1.0,
-                            inputs};
+                            inputs, node.attrs, static_cast<int>(index)};
     const auto gradient = gradient_of_.find(output);
     const bool given = laid_out(value.name, value.meta.shape, captured.layout);
     if (!given && gradient == gradient_of_.end()) continue;
@@ -166,6 +170,7 @@ CapturedRun capture_run(const TrainConfig& config, const CaptureOptions& options
   auto observe = [&](const Trainer::ObservedNode& observed) {
     if (!capture) {
       capture.emplace(observed.model, config.model, sink);
+      if (options.graph_inputs) capture->keep_graph_inputs(options.graph_inputs);
       run.tokens = observed.graph.tensor(observed.model.tokens).host_copy();
       run.targets = observed.graph.tensor(observed.model.targets).host_copy();
     }

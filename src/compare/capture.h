@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,9 @@ struct CapturedTensor {
   Tensor tensor;   // a copy (a parameter gradient: f64, the seed divided out)
   double factor = 1;  // multiplies the tensor before comparing: the backward pass's seed is divided out
   std::vector<std::string> inputs;  // what its op read: captured names, or graph inputs' and params' own
+  // The op's attributes and which of its outputs this is: what re-running the op alone needs (truth.h).
+  Attrs attrs;
+  int output = 0;
   // Under tensor parallelism: how this rank's tensor stands to the whole model's (whole otherwise).
   ValueLayout layout;
   // A parameter after a step: the most AdamW can have moved any of its elements since the comparison's start
@@ -48,6 +52,8 @@ struct CapturedTensor {
   double update_reach = 0;
 };
 using CaptureSink = std::function<void(CapturedTensor&&)>;
+// A graph input or parameter a node read (no node made it): its value name and a copy.
+using GraphInputSink = std::function<void(const std::string& name, const Tensor& value)>;
 
 struct CapturedRun {
   Tensor tokens, targets;  // the first micro-batch
@@ -58,6 +64,7 @@ struct CapturedRun {
 struct CaptureOptions {
   int64_t steps = 0;  // 0: the first step's graph only; N: also N steps' loss, gradient norm and parameters
   bool initial_parameters = false;
+  GraphInputSink graph_inputs;  // set: given every graph input and parameter the captured graph reads
 };
 
 // Names and copies a model part's tensors as the trainer's node observer sees them, giving each
@@ -68,6 +75,9 @@ class GraphCapture {
  public:
   GraphCapture(const ModelGraph& model, const ModelConfig& config, CaptureSink sink);
   void after_node(const Trainer::ObservedNode& observed, double seed);
+  // Also gives each graph input and parameter the first time a node reads it (inputs and parameters are
+  // bound from outside the memory plan, so nothing has overwritten them).
+  void keep_graph_inputs(GraphInputSink sink) { input_sink_ = std::move(sink); }
   // The narrowest dtype the captured graph computed in: what steps' figures carry.
   DType narrowest() const { return narrowest_; }
 
@@ -88,6 +98,8 @@ class GraphCapture {
   bool laid_out(const std::string& name, const Shape& shape, ValueLayout& layout) const;
 
   CaptureSink sink_;
+  GraphInputSink input_sink_;
+  std::set<int> inputs_given_;
   int first_backward_ = 0;
   const LayoutRecord* record_;
   DType narrowest_ = DType::F64;

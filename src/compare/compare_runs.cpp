@@ -1,5 +1,7 @@
 #include "compare/compare_runs.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -60,6 +62,36 @@ std::string layout_text(const TrainConfig& config) {
   return text + (config.zero > 0 ? fmt::format(" zero={}", config.zero) : "") + (config.sp ? " sp" : "");
 }
 
+CaptureOptions side_options(const CompareRequest& request, Comparator& comparator, bool side_b) {
+  return {.steps = request.steps,
+          .graph_inputs = [&comparator, side_b](const std::string& name, const Tensor& value) {
+            comparator.add_graph_input(name, value, side_b);
+          }};
+}
+
+// Side a's steps again with every sum in another order (another thread count splits the kernels' reductions
+// differently): how far its loss and gradient norm move, the spread correct runs show.
+// `figures`: side a's own, by name.
+std::map<std::string, double> step_spread(const CompareRequest& request, const TrainConfig& config_a,
+                                          const std::map<std::string, double>& figures) {
+  if (request.steps == 0 || request.rerun == Rerun::None) return {};
+  std::vector<std::string> reordered = joined(request.common, request.a);
+  reordered.push_back(fmt::format("ops.threads={}", config_a.threads == 1 ? 2 : 1));
+  std::map<std::string, double> spread;
+  capture_run(load_train_config(request.config, reordered), {.steps = request.steps}, [&](CapturedTensor&& t) {
+    if (auto found = figures.find(t.name); found != figures.end()) spread[t.name] = std::abs(t.tensor.item() - found->second);
+  });
+  return spread;
+}
+
+// Side a into the comparator, its steps' loss and gradient norm also kept by name (for step_spread).
+CaptureSink baseline_sink(Comparator& comparator, std::map<std::string, double>& figures) {
+  return [&comparator, &figures](CapturedTensor&& tensor) {
+    if (tensor.op == kStepLossOp || tensor.op == kStepGradNormOp) figures[tensor.name] = tensor.tensor.item();
+    comparator.add_baseline(std::move(tensor));
+  };
+}
+
 // Both sides run by `strata train` under their layouts, compared after each step.
 CompareOutcome compare_layouts(const CompareRequest& request, const TrainConfig& config_a, const TrainConfig& config_b) {
   const int side_ranks = std::max(layout_ranks(config_a), layout_ranks(config_b));
@@ -80,8 +112,17 @@ CompareOutcome compare_layouts(const CompareRequest& request, const TrainConfig&
                                       request.steps)
                         : "");
   const TemporaryDirectory work("strata-compare");
-  capture_layout_steps(request.config, joined(request.common, request.a), config_a, request.steps, work.path() / "a",
-                       request.launch_train, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });
+  auto baseline = [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); };
+  if (layout_ranks(config_a) == 1 && (request.rerun != Rerun::None || !request.explain.empty())) {
+    // One process: run here, keeping what re-running its ops needs (a launch would keep no attributes).
+    comparator.judge_against_truth(request.rerun, request.explain, /*candidate_nodes=*/false);
+    std::map<std::string, double> figures;
+    capture_run(config_a, side_options(request, comparator, false), baseline_sink(comparator, figures));
+    comparator.set_step_spread(step_spread(request, config_a, figures));
+  } else {
+    capture_layout_steps(request.config, joined(request.common, request.a), config_a, request.steps, work.path() / "a",
+                         request.launch_train, baseline);
+  }
   capture_layout_steps(request.config, joined(request.common, request.b), config_b, request.steps, work.path() / "b",
                        request.launch_train, [&](CapturedTensor&& tensor) { comparator.add_candidate(std::move(tensor)); });
   outcome.comparison = std::move(comparator).finish();
@@ -92,6 +133,7 @@ CompareOutcome compare_layouts(const CompareRequest& request, const TrainConfig&
 
 CompareOutcome compare_runs(const CompareRequest& request) {
   if (!request.golden.empty() && !request.a.empty()) fail("--a does not go with --golden: the dump is side a");
+  if (!request.golden.empty() && !request.explain.empty()) fail("--explain re-runs side a's ops: it does not go with --golden");
   if (request.steps < 0) fail("--steps must be at least 0, got {}", request.steps);
   const TrainConfig config_b = load_train_config(request.config, joined(request.common, request.b));
   const TrainConfig config_a = load_train_config(request.config, joined(request.common, request.a));
@@ -104,7 +146,10 @@ CompareOutcome compare_runs(const CompareRequest& request) {
   Tensor golden_tokens, golden_targets;
   if (request.golden.empty()) {
     outcome.header.baseline = describe_side(joined(request.common, request.a));
-    capture_run(config_a, options, [&](CapturedTensor&& tensor) { comparator.add_baseline(std::move(tensor)); });
+    comparator.judge_against_truth(request.rerun, request.explain, /*candidate_nodes=*/true);
+    std::map<std::string, double> figures;
+    capture_run(config_a, side_options(request, comparator, false), baseline_sink(comparator, figures));
+    comparator.set_step_spread(step_spread(request, config_a, figures));
   } else {
     if (request.steps > 0) fail("--steps does not go with --golden: a dump holds one step's tensors");
     outcome.header.baseline = "golden dump " + request.golden;
@@ -120,7 +165,7 @@ CompareOutcome compare_runs(const CompareRequest& request) {
     golden_targets = dump.load(kGoldenTargets);
   }
   const CapturedRun run =
-      capture_run(config_b, options, [&](CapturedTensor&& tensor) { comparator.add_candidate(std::move(tensor)); });
+      capture_run(config_b, request.golden.empty() ? side_options(request, comparator, true) : options, [&](CapturedTensor&& tensor) { comparator.add_candidate(std::move(tensor)); });
   if (golden_tokens.defined() && (!same_tokens(golden_tokens, run.tokens) || !same_tokens(golden_targets, run.targets))) {
     fail("{}: the dump ran another batch than this config's first one (make it from the batch.safetensors "
          "`strata compare --golden-inputs` writes)",

@@ -22,6 +22,10 @@ struct CompareRequest {
   int64_t steps = 0;                // also compare this many steps' loss, gradient norm and parameters
   std::string golden;               // a golden dump replacing side a
   TrainLauncher launch_train;       // runs the sides that use a parallel layout (layout_runs.h)
+  // Which ops to re-run in f64 and judge against that truth (truth.h); only where side a runs in this
+  // process (one rank, no golden dump). `explain`: a tensor whose judgement is printed in full.
+  Rerun rerun = Rerun::Failing;
+  std::string explain;
 };
 
 struct CompareOutcome {

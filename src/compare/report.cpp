@@ -39,11 +39,32 @@ std::string describe(const Tolerance& tolerance, const std::string& reach) {
 
 std::string describe(const Tolerance& tolerance) { return describe(tolerance, fmt::format("{:.3g}", tolerance.update_reach)); }
 
-constexpr const char* kRowFormat = "{:<6} {:<58} {:<22} {:<20} {:<9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>9} {}\n";
+constexpr const char* kRowFormat = "{:<6} {:<58} {:<22} {:<20} {:<9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>9} {:<9} {}\n";
 
 std::string heading() {
   return fmt::format(kRowFormat, "status", "tensor", "op", "shape", "dtype a/b", "cosine", "max abs", "max rel",
-                     "rmse", "<1e-3", "err/tol", "group");
+                     "rmse", "<1e-3", "err/tol", "group", "truth: verdict, each side's err/bound and its bound");
+}
+
+std::string side_ratio(const SideJudgement& side) {
+  return side.judged ? fmt::format("{:.3g}", side.ratio) : std::string("-");
+}
+
+// "fault on b: a 0.02 b 41 (summation k=768)": what the f64 re-run found.
+std::string truth_text(const ComparedTensor& t) {
+  if (t.verdict == Verdict::NotRerun) return "";
+  if (t.op == kParamGradOp) return fmt::format("{}: {}", verdict_text(t.verdict, t.truth_a, t.truth_b), t.step_rule);
+  if (!t.step_rule.empty()) {
+    return fmt::format("{}: max abs err / bound {:.3g} ({})", t.verdict == Verdict::Rounding ? "rounding" : "APART",
+                       t.truth_b.ratio, t.step_rule);
+  }
+  std::string text = verdict_text(t.verdict, t.truth_a, t.truth_b);
+  if (t.verdict == Verdict::Unjudged) {
+    return text + ": " + (t.truth_b.judged ? t.truth_a.unjudged_why : t.truth_b.unjudged_why);
+  }
+  const BoundTerms& terms = t.truth_b.terms;
+  const char* shape = terms.shape == BoundShape::Summation ? "summation" : terms.shape == BoundShape::Elementwise ? "element-wise" : "row-wise";
+  return fmt::format("{}: a {} b {} ({} k={})", text, side_ratio(t.truth_a), side_ratio(t.truth_b), shape, terms.reduction);
 }
 
 std::string row(const ComparedTensor& t) {
@@ -52,7 +73,14 @@ std::string row(const ComparedTensor& t) {
                      figures ? cosine(t.metrics.cosine) : "", figures ? number(t.metrics.max_abs) : "",
                      figures ? number(t.metrics.max_rel) : "", figures ? number(t.metrics.rmse) : "",
                      figures ? fmt::format("{:.4f}", t.metrics.within_1e3) : "",
-                     figures ? fmt::format("{:.3g}", t.margin) : "", t.group);
+                     figures ? fmt::format("{:.3g}", t.margin) : "", t.group, truth_text(t));
+}
+
+json side_json(const SideJudgement& side) {
+  if (!side.judged) return {{"judged", false}, {"why", side.unjudged_why}};
+  return {{"judged", true}, {"error_over_bound", std::isfinite(side.ratio) ? json(side.ratio) : json(nullptr)},
+          {"max_error", std::isfinite(side.max_error) ? json(side.max_error) : json(nullptr)},
+          {"max_truth", side.truth_scale}, {"bound", side.terms.formula()}, {"rebuilt_inputs", side.rebuilt}};
 }
 
 json metrics_json(const TensorMetrics& m) {
@@ -82,6 +110,10 @@ json tensor_json(const ComparedTensor& t) {
     entry["metrics"] = metrics_json(t.metrics);
     entry["margin"] = std::isfinite(t.margin) ? json(t.margin) : json(nullptr);
   }
+  if (t.verdict != Verdict::NotRerun) {
+    entry["truth"] = {{"verdict", verdict_text(t.verdict, t.truth_a, t.truth_b)}, {"a", side_json(t.truth_a)},
+                      {"b", side_json(t.truth_b)}};
+  }
   return entry;
 }
 
@@ -103,10 +135,21 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
                      counts[TensorStatus::Pass] + counts[TensorStatus::Fail], counts[TensorStatus::Pass],
                      counts[TensorStatus::Fail], counts[TensorStatus::ShapeMismatch], counts[TensorStatus::OnlyBaseline],
                      counts[TensorStatus::OnlyCandidate]);
+  if (comparison.truth_available) {
+    std::map<Verdict, int> verdicts;
+    for (const ComparedTensor& t : comparison.tensors) ++verdicts[t.verdict];
+    out += fmt::format("re-run in f64 and judged against that truth: {} rounding differences, {} faults, {} inherited from "
+                       "a fault upstream, {} unjudged\n\n",
+                       verdicts[Verdict::Rounding], verdicts[Verdict::Fault], verdicts[Verdict::Inherited],
+                       verdicts[Verdict::Unjudged]);
+  }
   if (comparison.first_divergence) {
     const FirstDivergence& first = *comparison.first_divergence;
     const ComparedTensor& blamed = comparison.tensors[first.tensor];
-    out += fmt::format("FIRST DIVERGENT OP: {} ({}), its inputs all pass ({}):\n", blamed.name, blamed.op,
+    const bool fault = blamed.verdict == Verdict::Fault;
+    out += fmt::format("FIRST DIVERGENT OP: {} ({}), {} ({}):\n", blamed.name, blamed.op,
+                       fault ? "the first fault the f64 re-run found, " + verdict_text(blamed.verdict, blamed.truth_a, blamed.truth_b)
+                             : "its inputs all pass",
                        blamed.group.empty() ? "" : describe(blamed.tolerance) + ", group " + blamed.group);
     out += "        " + heading();
     out += "output  " + row(blamed);
@@ -118,7 +161,7 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
   }
   std::vector<const ComparedTensor*> listed;
   for (const ComparedTensor& t : comparison.tensors) {
-    if (every_tensor || t.status != TensorStatus::Pass) listed.push_back(&t);
+    if (every_tensor || t.status != TensorStatus::Pass || t.failed()) listed.push_back(&t);
   }
   if (!listed.empty()) {
     out += every_tensor ? "every tensor, in b's execution order:\n" : "tensors that fail or are on one side only:\n";
@@ -157,6 +200,7 @@ std::string comparison_table(const Comparison& comparison, const ComparisonHeade
     out += fmt::format("{:<22} {:<58} {:>7} {:>6} {:>9.3g}  {}\n", name, describe(stats.tolerance, reach),
                        stats.tensors, stats.failed, stats.worst, stats.worst_name);
   }
+  if (!comparison.explanation.empty()) out += "\n" + comparison.explanation;
   out += comparison.failed() ? "\nresult: FAIL\n" : "\nresult: pass\n";
   return out;
 }

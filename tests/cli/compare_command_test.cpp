@@ -50,7 +50,7 @@ TEST(CompareCommand, AFailingTensorExitsThreeWithTheFirstDivergenceAtTheTop) {
   testing::TempDir dir;
   const std::string config =
       testing::write_tiny_compare_job(dir.path(), "[compare.bf16]\nmin_cosine = 0.999999\nrtol = 1e-4\n").string();
-  const auto run = run_strata("compare " + config + " --b precision.compute=bf16");
+  const auto run = run_strata("compare " + config + " --b precision.compute=bf16 --rerun none");
   EXPECT_EQ(run.exit_code, 3) << run.output;
   const size_t first = run.output.find("FIRST DIVERGENT OP: transformer.h.0.attn.c_attn.forward.y (linear)");
   EXPECT_NE(first, std::string::npos) << run.output;
@@ -140,9 +140,62 @@ TEST(CompareCommand, ALayoutsFirstDivergenceIsItsFirstFailingOp) {
   testing::TempDir dir;
   const std::string config =
       testing::write_tiny_compare_job(dir.path(), "[compare.bf16]\nmin_cosine = 0.999999\nrtol = 1e-4\n").string();
-  const auto run = run_strata("compare " + config + " --b parallel.tp=2 --b precision.compute=bf16");
+  const auto run = run_strata("compare " + config + " --b parallel.tp=2 --b precision.compute=bf16 --rerun none");
   EXPECT_EQ(run.exit_code, 3) << run.output;
   EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: transformer.h.0.attn.c_attn.forward.y (linear)"));
+}
+
+// A fault planted in one cpu kernel (STRATA_TEST_PLANT_FAULT) is the first divergent op, judged against the
+// f64 re-run as a fault on side b, with what follows from it inherited; GPT-2 and LLaMA.
+TEST(CompareCommand, APlantedFaultIsTheFirstFaultTheTruthFinds) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const std::string llama = " --set model.family=llama --set model.intermediate_size=48";
+  const std::vector<std::pair<std::string, std::string>> planted{
+      {"add_layernorm:eps", "transformer.h.0.ln_1.forward.y (add_layernorm)"},
+      {"linear:offbyone", "transformer.h.0.attn.c_attn.forward.y (linear)"},
+      {"attention:scale", "transformer.h.0.attn.forward.out (attention)"},
+      {"rms_norm:eps" + llama, "model.layers.0.input_layernorm.forward.y (rms_norm)"},
+      {"grouped_attention:scale" + llama, "model.layers.0.self_attn.forward.out (grouped_attention)"},
+      {"swiglu:offbyone" + llama, "model.layers.0.mlp.act.forward.y (swiglu)"}};
+  for (const auto& [fault, blamed] : planted) {
+    const size_t space = fault.find(' ');
+    const auto run = run_strata("compare " + config + " --a ops.backend=ref" + (space == std::string::npos ? "" : fault.substr(space)),
+                                true, "STRATA_TEST_PLANT_FAULT=" + fault.substr(0, space));
+    EXPECT_EQ(run.exit_code, 3) << fault << run.output;
+    EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: " + blamed + ", the first fault the f64 re-run found, fault on b"))
+        << fault << run.output;
+    EXPECT_THAT(run.output, HasSubstr("inherited")) << fault;
+  }
+  const auto bad = run_strata("compare " + config, true, "STRATA_TEST_PLANT_FAULT=gelu:typo");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("STRATA_TEST_PLANT_FAULT=gelu:typo: unknown kind 'typo'"));
+}
+
+// Against a layout, side a's node is re-run on side b's tensors put back together (a value the layout does
+// not capture rebuilt from side a's node): the fault is found on b's assembled output, nothing is unjudged.
+TEST(CompareCommand, APlantedFaultInALayoutIsFoundOnItsAssembledTensors) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const auto run = run_strata("compare " + config + " --a ops.backend=ref --b parallel.tp=2", true,
+                              "STRATA_TEST_PLANT_FAULT=attention:scale");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: transformer.h.0.attn.forward.out (attention), the first fault the "
+                                    "f64 re-run found, fault on b"))
+      << run.output;
+  EXPECT_THAT(run.output, HasSubstr(", 0 unjudged"));
+}
+
+// --explain prints a tensor's op, its inputs' figures, each side against the truth and the bound's terms.
+TEST(CompareCommand, ExplainSaysWhy) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const auto run = run_strata("compare " + config + " --a ops.backend=ref --explain transformer.h.1.attn.c_proj.forward.y");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("transformer.h.1.attn.c_proj.forward.y: op linear"));
+  EXPECT_THAT(run.output, HasSubstr("  input transformer.h.1.attn.forward.out [2, 16, 32] f32: max|a| "));
+  EXPECT_THAT(run.output, HasSubstr("  side b: max |b - truth| "));
+  EXPECT_THAT(run.output, HasSubstr("bound summation: u_out|y| + gamma_32(u_acc) sum|terms|"));  // 32 products (the bias in sum|terms|)
 }
 
 TEST(CompareCommand, ErrorsNameTheKey) {

@@ -13,9 +13,10 @@ struct StrataRun {
   std::string output;
 };
 
-// stdout, and stderr too unless `with_stderr` is false.
-inline StrataRun run_strata(const std::string& arguments, bool with_stderr = true) {
-  std::string command = std::string(STRATA_EXECUTABLE) + " " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// stdout, and stderr too unless `with_stderr` is false; `environment`: "NAME=value ..." set for the run.
+inline StrataRun run_strata(const std::string& arguments, bool with_stderr = true, const std::string& environment = "") {
+  std::string command = (environment.empty() ? "" : "env " + environment + " ") + std::string(STRATA_EXECUTABLE) + " " +
+                        arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buffer[4096];

@@ -161,6 +161,125 @@ TEST(CompareFirstDivergence, ShapeMismatchesFailAndBaselineOnlyTensorsAreListed)
   EXPECT_TRUE(comparison.failed());
 }
 
+// ---------------------------------------------------------------- against the f64 truth
+
+// y = x w, one row of 64 terms of about 3e3, the first half positive, that cancel to about 1e-3: two correct
+// f32 sums (forward and backward order, their partial sums near 1e5) differ by far more than a fixed tolerance relative to |y| allows, yet each lies within
+// the summation bound gamma_k(u) sum|x_i w_i| of the exact result; a sum that drops its last term is a fault.
+struct CancellingMatmul {
+  static constexpr int64_t kTerms = 64;
+  std::vector<double> x, w;
+  CancellingMatmul() {
+    for (int64_t i = 0; i < kTerms; ++i) {
+      x.push_back((i < kTerms / 2 ? 1.0 : -1.0) * (1e4 + 0.37 * static_cast<double>(i % 2)) / 3.0);
+      w.push_back(1.0 + static_cast<double>(i % 5) * 1e-7);
+    }
+  }
+  // The f32 sum of the products, from the first term (or the last), leaving out `dropped` terms at the end.
+  float sum(bool backwards, int64_t dropped = 0) const {
+    float total = 0;
+    for (int64_t n = 0; n < kTerms - dropped; ++n) {
+      const int64_t i = backwards ? kTerms - 1 - n - dropped : n;
+      total += static_cast<float>(x[i]) * static_cast<float>(w[i]);
+    }
+    return total;
+  }
+  Tensor as_f32(const std::vector<double>& values, Shape shape) const {
+    Tensor t = tensor_of(values).to(DType::F32);
+    return t.reshape(shape);
+  }
+  Comparison compare(float b_value) const {
+    Comparator comparator{ToleranceTable(), true};
+    comparator.judge_against_truth(Rerun::Failing, "y", /*candidate_nodes=*/true);
+    comparator.add_graph_input("x", as_f32(x, {1, kTerms}), false);
+    comparator.add_graph_input("w", as_f32(w, {kTerms, 1}), false);
+    const Attrs attrs{{"trans_a", false}, {"trans_b", false}};
+    auto y = [&](float value) {
+      Tensor t = Tensor::empty({1, 1}, DType::F32);
+      t.data<float>()[0] = value;
+      return CapturedTensor{"y", "matmul", DType::F32, DType::F32, t, 1.0, {"x", "w"}, attrs, 0};
+    };
+    comparator.add_baseline(y(sum(false)));
+    comparator.add_candidate(y(b_value));
+    return std::move(comparator).finish();
+  }
+};
+
+TEST(CompareTruth, CancellationInALongSumIsRoundingAndADroppedTermIsAFault) {
+  const CancellingMatmul matmul;
+  double exact = 0, magnitude = 0;
+  for (int64_t i = 0; i < CancellingMatmul::kTerms; ++i) {
+    const double xi = static_cast<float>(matmul.x[i]), wi = static_cast<float>(matmul.w[i]);
+    exact += xi * wi;
+    magnitude += std::abs(xi * wi);
+  }
+  const double u = std::ldexp(1.0, -24), gamma = 64 * u / (1 - 64 * u);
+  ASSERT_GT(std::abs(matmul.sum(true) - matmul.sum(false)), 1e-3 * std::abs(exact));  // far past f32's rtol
+  const Comparison rounding = matmul.compare(matmul.sum(true));
+  const ComparedTensor& y = rounding.tensors.at(0);
+  EXPECT_EQ(y.status, TensorStatus::Fail);  // the fixed tolerance fails it
+  EXPECT_EQ(y.verdict, Verdict::Rounding);
+  EXPECT_FALSE(rounding.failed());
+  EXPECT_EQ(y.truth_b.terms.reduction, 64);
+  EXPECT_NEAR(y.truth_b.truth_at_worst, exact, 1e-9 * magnitude);
+  EXPECT_NEAR(y.truth_b.bound_at_worst, u * std::abs(exact) + gamma * magnitude + y.truth_b.terms.floor, 1e-12 * magnitude);
+  EXPECT_NEAR(y.truth_b.max_error, std::abs(matmul.sum(true) - exact), 1e-9 * magnitude);
+  EXPECT_THAT(rounding.explanation, HasSubstr("y: op matmul"));
+  EXPECT_THAT(rounding.explanation, HasSubstr("summation: u_out|y| + gamma_64(u_acc) sum|terms|"));
+
+  const Comparison dropped = matmul.compare(matmul.sum(false, 1));
+  EXPECT_EQ(dropped.tensors.at(0).verdict, Verdict::Fault);
+  EXPECT_TRUE(dropped.tensors.at(0).truth_a.within());
+  EXPECT_FALSE(dropped.tensors.at(0).truth_b.within());
+  ASSERT_TRUE(dropped.first_divergence);
+  EXPECT_EQ(verdict_text(Verdict::Fault, dropped.tensors.at(0).truth_a, dropped.tensors.at(0).truth_b), "fault on b");
+}
+
+// A step's loss is judged against 4x the spread side a showed with its sums reordered, where both sides
+// compute in one precision; otherwise (and without a spread) its tolerance group judges it.
+TEST(CompareTruth, StepLossesAreJudgedAgainstTheSpreadOfAReorderedRun) {
+  auto judged = [](double loss_b, DType precision_b) {
+    Comparator comparator{ToleranceTable(), true};
+    comparator.judge_against_truth(Rerun::Failing, "", true);
+    comparator.set_step_spread({{"step2.loss", 1e-6}});
+    comparator.add_baseline({"step2.loss", kStepLossOp, DType::F64, DType::F32, tensor_of({5.0}).reshape({}), 1.0, {}});
+    comparator.add_candidate({"step2.loss", kStepLossOp, DType::F64, precision_b, tensor_of({loss_b}).reshape({}), 1.0, {}});
+    return std::move(comparator).finish().tensors.at(0);
+  };
+  const ComparedTensor close = judged(5.0 + 3.9e-6, DType::F32);  // within 4 x 1e-6
+  EXPECT_EQ(close.verdict, Verdict::Rounding);
+  EXPECT_DOUBLE_EQ(close.step_bound, 4e-6);
+  const ComparedTensor apart = judged(5.0 + 4.1e-6, DType::F32);
+  EXPECT_EQ(apart.verdict, Verdict::Fault);
+  EXPECT_EQ(apart.status, TensorStatus::Pass);  // the tolerance alone would pass it
+  EXPECT_TRUE(apart.failed());
+  EXPECT_EQ(judged(5.0 + 4.1e-6, DType::BF16).verdict, Verdict::NotRerun);  // bf16 against f32: its group judges
+}
+
+// A parameter after steps that its f32 group fails: a few elements moved apart within both runs' AdamW reach
+// are rounding that AdamW amplified; every element moved (a changed learning rate) is a fault.
+TEST(CompareTruth, ParametersPastTheirToleranceAreAmplifiedRoundingOnlyOnAFewElements) {
+  auto judged = [](int64_t moved, double by) {
+    std::vector<double> a(1000, 0.01), b = a;
+    for (int64_t i = 0; i < moved; ++i) b[static_cast<size_t>(i * 7 % 1000)] += by;
+    Comparator comparator{ToleranceTable(), true};
+    comparator.judge_against_truth(Rerun::Failing, "", true);
+    CapturedTensor side_a{"step1.w", kStepParamOp, DType::F32, DType::F32, tensor_of(a), 1.0, {}};
+    CapturedTensor side_b{"step1.w", kStepParamOp, DType::F32, DType::F32, tensor_of(b), 1.0, {}};
+    side_a.update_reach = side_b.update_reach = 1.5e-3;
+    comparator.add_baseline(std::move(side_a));
+    comparator.add_candidate(std::move(side_b));
+    return std::move(comparator).finish().tensors.at(0);
+  };
+  const ComparedTensor amplified = judged(5, 2e-3);  // 0.5% of the elements, each by 2e-3 < 3e-3
+  EXPECT_EQ(amplified.status, TensorStatus::Fail);
+  EXPECT_EQ(amplified.verdict, Verdict::Rounding);
+  EXPECT_DOUBLE_EQ(amplified.step_bound, 3e-3);
+  EXPECT_FALSE(amplified.failed());
+  EXPECT_EQ(judged(1000, 1e-4).verdict, Verdict::Fault);  // every element, though well within the reach
+  EXPECT_EQ(judged(5, 4e-3).verdict, Verdict::Fault);     // past the reach
+}
+
 // ---------------------------------------------------------------- whole runs
 
 class CompareRunsTest : public ::testing::Test {
@@ -285,9 +404,15 @@ TEST_F(CompareRunsTest, Bf16AgainstF32PassesItsGroupButNotF32Tolerances) {
   const ToleranceTable::Group f32 = ToleranceTable().lookup("matmul", DType::F32);
   const std::string tight = fmt::format("[compare.bf16]\nmin_cosine = {}\nrtol = {}\natol = {}\n",
                                         f32.tolerance.min_cosine, f32.tolerance.rtol, f32.tolerance.atol);
-  const Comparison strict = compare_runs(request({}, {"precision.compute=bf16"}, tight)).comparison;
+  CompareRequest tolerances_only = request({}, {"precision.compute=bf16"}, tight);
+  tolerances_only.rerun = Rerun::None;
+  const Comparison strict = compare_runs(tolerances_only).comparison;
   EXPECT_TRUE(strict.failed());
   EXPECT_EQ(first_divergence(strict), "transformer.h.0.attn.c_attn.forward.y");  // the first op in bf16
+  // Re-run in f64, each side is within its ops' bounds of the truth of its own inputs: rounding, no fault.
+  const Comparison judged = compare_runs(request({}, {"precision.compute=bf16"}, tight)).comparison;
+  EXPECT_FALSE(judged.failed()) << first_divergence(judged);
+  EXPECT_EQ(find(judged, "transformer.h.0.attn.c_attn.forward.y")->verdict, Verdict::Rounding);
 }
 
 // Fused ops' outputs keep the names of the values they stand for: the residual sums and norms a
