@@ -157,6 +157,11 @@ const std::map<std::string, GradRule>& rules() {
                         {dy[0], n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], n.outputs[1]}, n.attrs,
                         grad_label(n, "qkv"));
        }},
+      {"reshape",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         const Shape& shape = g.value(n.inputs[0]).meta.shape;
+         return {g.apply1("reshape", {dy[0]}, {{"keep", int64_t{0}}, {"tail", shape}}, grad_label(n, "x"))};
+       }},
       // Mixture of experts (ops/moe_ops.cpp): only the router's weights carry a gradient; the experts it
       // chose, the dispatch plan and the counts are discrete.
       {"moe_route",

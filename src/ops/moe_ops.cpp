@@ -10,6 +10,8 @@
 // zero and no kernel reads them.
 #include "ops/moe_ops.h"
 
+#include <cmath>
+
 #include "ops/schema_checks.h"
 #include "ops/standard_ops.h"
 
@@ -45,6 +47,7 @@ Metas route_infer(const std::string& op, const TensorMeta& logits, const Attrs& 
           {chosen, DType::I32},
           {chosen, DType::I32},
           {{experts}, DType::I32},
+          {{experts}, stats_dtype(logits.dtype)},
           {{experts}, stats_dtype(logits.dtype)}};
 }
 
@@ -57,12 +60,13 @@ void add_route(OpRegistry& registry) {
                  "lower expert; weights [..., k] = their scores, divided by their sum when attr norm_topk_prob, "
                  "rounded to the logits' dtype once. The dispatch plan: rows [..., k] (i32) = the row of each "
                  "assignment in the permuted buffer of N*k rows, sorted by expert, then by assignment t*k + j; attr "
-                 "capacity > 0 keeps each expert's first `capacity` assignments in that order and drops the rest "
-                 "(row -1), 0 keeps all (dropless). group_sizes [E] (i32) = the rows kept per expert; routed [E] "
-                 "(f32, f64 for f64) = the assignments per expert before dropping",
+                 "capacity_factor f > 0 keeps each expert's first ceil(f N k / E) assignments in that order and drops "
+                 "the rest (row -1), 0 keeps all (dropless). group_sizes [E] (i32) = the rows kept per expert; routed [E] "
+                 "(f32, f64 for f64) = the assignments per expert before dropping, kept [E] (the same type) = group_sizes: "
+                 "routed - kept is what the capacity dropped",
       .inputs = {"logits"},
-      .outputs = {"weights", "experts", "rows", "group_sizes", "routed"},
-      .attrs = {"top_k", "scoring", "norm_topk_prob", "capacity"},
+      .outputs = {"weights", "experts", "rows", "group_sizes", "routed", "kept"},
+      .attrs = {"top_k", "scoring", "norm_topk_prob", "capacity_factor"},
       .infer = [](const Metas& in, const Attrs& attrs) { return route_infer("moe_route", in[0], attrs); },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
@@ -78,7 +82,7 @@ void add_route(OpRegistry& registry) {
                  "dlogits = ds s (1 - s); in f32 (f64 for f64), rounded once",
       .inputs = {"dweights", "logits", "experts"},
       .outputs = {"dlogits"},
-      .attrs = {"top_k", "scoring", "norm_topk_prob", "capacity"},
+      .attrs = {"top_k", "scoring", "norm_topk_prob", "capacity_factor"},
       .dtype_input = 1,
       .infer =
           [](const Metas& in, const Attrs& attrs) -> Metas {
@@ -340,9 +344,16 @@ MoeRouting moe_routing(const std::string& op, const Attrs& attrs, int64_t expert
   else if (scoring == "sigmoid") routing.scoring = MoeScoring::Sigmoid;
   else fail("op '{}': attr 'scoring' must be \"softmax\" or \"sigmoid\", got \"{}\"", op, scoring);
   routing.norm_topk_prob = attrs.get_bool("norm_topk_prob");
-  routing.capacity = attrs.get_int("capacity");
-  if (routing.capacity < 0) fail("op '{}': attr 'capacity' must be 0 (dropless) or positive, got {}", op, routing.capacity);
+  routing.capacity_factor = attrs.get_float("capacity_factor");
+  if (!(routing.capacity_factor >= 0)) {
+    fail("op '{}': attr 'capacity_factor' must be 0 (dropless) or positive, got {}", op, routing.capacity_factor);
+  }
   return routing;
+}
+
+int64_t MoeRouting::capacity(int64_t tokens, int64_t experts) const {
+  if (capacity_factor == 0) return 0;
+  return static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts)));
 }
 
 void add_moe_ops(OpRegistry& registry) {

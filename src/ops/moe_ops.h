@@ -10,13 +10,16 @@ namespace strata {
 
 enum class MoeScoring { Softmax, Sigmoid };
 
-// moe_route's attrs: top_k (1..E), scoring ("softmax" | "sigmoid"), norm_topk_prob, capacity (rows kept
-// per expert, 0 for dropless).
+// moe_route's attrs: top_k (1..E), scoring ("softmax" | "sigmoid"), norm_topk_prob, capacity_factor (0 for
+// dropless).
 struct MoeRouting {
   int64_t top_k = 1;
   MoeScoring scoring = MoeScoring::Softmax;
   bool norm_topk_prob = false;
-  int64_t capacity = 0;
+  double capacity_factor = 0;
+  // Rows kept per expert for `tokens` tokens: ceil(capacity_factor * tokens * top_k / experts), 0 for
+  // no limit (dropless).
+  int64_t capacity(int64_t tokens, int64_t experts) const;
 };
 
 // Reads and checks the attrs of `op` for `experts` experts; errors name the op and the attr.

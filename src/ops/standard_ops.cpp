@@ -643,6 +643,7 @@ void register_standard_ops(OpRegistry& registry) {
   add_grouped_attention_ops(registry);
   add_llama_ops(registry);
   add_moe_ops(registry);
+  add_reshape_op(registry);
   add_fused_ops(registry);
   add_collective_ops(registry);
 }

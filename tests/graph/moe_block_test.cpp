@@ -27,7 +27,7 @@ struct MoeBlock {
   Gradients grads;
 };
 
-MoeBlock build(DType dtype, int64_t capacity) {
+MoeBlock build(DType dtype, double capacity_factor) {
   MoeBlock s;
   Graph& g = s.graph;
   auto param = [&](const std::string& name, const Shape& shape) {
@@ -41,7 +41,7 @@ MoeBlock build(DType dtype, int64_t capacity) {
   const int logits = g.apply1("matmul", {s.x, param("gate", {kExperts, kWidth})}, linear, "router");
   const std::vector<int> route = g.apply("moe_route", {logits},
                                          {{"top_k", kTopK}, {"scoring", std::string("softmax")},
-                                          {"norm_topk_prob", false}, {"capacity", capacity}},
+                                          {"norm_topk_prob", false}, {"capacity_factor", capacity_factor}},
                                          "route");
   const int xs = g.apply1("moe_permute", {s.x, route[2]});
   auto experts = [&](const std::string& name, int in, int64_t out, int64_t inner) {
@@ -149,15 +149,15 @@ TEST(MoeBlock, OutputIsTheTokenByTokenFormula) {
 }
 
 TEST(MoeBlock, CapacityLeavesTheDroppedChoicesOut) {
-  MoeBlock s = build(DType::F64, 3);
+  MoeBlock s = build(DType::F64, 0.5);
   std::vector<Tensor> params = random_params(s, DType::F64);
   Tensor y = run_step(s, "ref", params)[0];
-  // Which choices survive: each expert keeps its first 3 assignments in token order.
+  // Which choices survive: each expert keeps its first ceil(0.5 * 20 / 4) = 3 assignments in token order.
   std::unique_ptr<Dispatcher> ref = make_dispatcher("ref", FallbackPolicy::Error);
   Tensor logits = ref->call("matmul", {params[0], params[1]}, {{"trans_a", false}, {"trans_b", true}})[0];
   Tensor rows = ref->call("moe_route", {logits},
                           {{"top_k", kTopK}, {"scoring", std::string("softmax")}, {"norm_topk_prob", false},
-                           {"capacity", int64_t{3}}})[2];
+                           {"capacity_factor", 0.5}})[2];
   int dropped = 0;
   for (int64_t a = 0; a < rows.numel(); ++a) dropped += rows.data<int32_t>()[a] < 0;
   EXPECT_GT(dropped, 0) << "20 choices over 4 experts of 3 rows each drop some";
@@ -167,7 +167,7 @@ TEST(MoeBlock, CapacityLeavesTheDroppedChoicesOut) {
 }
 
 TEST(MoeBlock, GradientsMatchFiniteDifferences) {
-  MoeBlock s = build(DType::F64, 3);
+  MoeBlock s = build(DType::F64, 0.5);
   std::vector<Tensor> params = random_params(s, DType::F64);
   std::vector<Tensor> step = run_step(s, "ref", params);
   std::vector<std::string> names;
@@ -178,7 +178,7 @@ TEST(MoeBlock, GradientsMatchFiniteDifferences) {
 }
 
 TEST(MoeBlock, CpuInF32MatchesRef) {
-  for (int64_t capacity : {0, 3}) {
+  for (double capacity : {0.0, 0.5}) {
     MoeBlock wide = build(DType::F64, capacity), narrow = build(DType::F32, capacity);
     std::vector<Tensor> params = random_params(wide, DType::F64), narrow_params;
     for (const Tensor& p : params) narrow_params.push_back(p.to(DType::F32));

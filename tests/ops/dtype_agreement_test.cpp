@@ -33,10 +33,10 @@ struct OpCase {
 DType stats_type(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
 
 // The mixture-of-experts ops: six tokens of width 3 routed top-2 over four experts, one dropped by a
-// capacity of 3 rows per expert.
+// capacity factor of 0.9: 3 rows per expert.
 OpCase make_moe_case(const std::string& op) {
   const Attrs route{{"top_k", int64_t{2}}, {"scoring", std::string("softmax")}, {"norm_topk_prob", true},
-                    {"capacity", int64_t{3}}};
+                    {"capacity_factor", 0.9}};
   const Tensor logits = random_tensor({2, 3, 4}, 1, 2.0);
   const Tensors plan = run_ref("moe_route", {logits}, route);
   const Input rows{plan[2], Role::Index}, sizes{plan[3], Role::Index};
@@ -82,6 +82,9 @@ OpCase make_case(const std::string& op) {
   }
   if (op == "add") return {{{random_tensor({3, 4}, 1), Role::Data}, {random_tensor({4}, 2), Role::Data}}, {}};
   if (op == "sum_to") return {{{random_tensor({3, 4}, 1), Role::Data}}, {{"shape", std::vector<int64_t>{4}}}};
+  if (op == "reshape") {
+    return {{{random_tensor({2, 3, 4}, 1), Role::Data}}, {{"keep", int64_t{2}}, {"tail", std::vector<int64_t>{2, 2}}}};
+  }
   if (op == "scale") return {{{random_tensor({3, 4}, 1), Role::Data}}, {{"factor", 0.3}}};
   if (op == "sum_squares") return {{{random_tensor({3, 4}, 1), Role::Data}}, {}};
   if (op == "gelu") return {{{random_tensor({3, 4}, 1, 2.0), Role::Data}}, {}};
@@ -178,7 +181,7 @@ const std::vector<std::string> kCovered = {
     "add", "adamw", "attention", "attention_backward", "attention_cached", "bmm", "cast", "causal_softmax",
     "causal_softmax_backward", "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "grouped_attention", "grouped_attention_backward", "layernorm", "layernorm_backward", "linear",
-    "matmul", "merge_heads", "scale", "split_heads", "grouped_matmul", "grouped_matmul_weight_grad", "moe_route",
+    "matmul", "merge_heads", "reshape", "scale", "split_heads", "grouped_matmul", "grouped_matmul_weight_grad", "moe_route",
     "moe_route_backward", "moe_router_loss_terms", "moe_router_loss_terms_backward", "moe_aux_loss",
     "moe_aux_loss_backward", "moe_permute", "moe_permute_backward", "moe_combine", "moe_combine_backward",
     "sum_squares", "sum_to", "swiglu", "swiglu_backward"};

@@ -8,8 +8,8 @@
 namespace strata::testing {
 namespace {
 
-Attrs routing(int64_t top_k, const std::string& scoring, bool norm, int64_t capacity = 0) {
-  return {{"top_k", top_k}, {"scoring", scoring}, {"norm_topk_prob", norm}, {"capacity", capacity}};
+Attrs routing(int64_t top_k, const std::string& scoring, bool norm, double capacity = 0) {
+  return {{"top_k", top_k}, {"scoring", scoring}, {"norm_topk_prob", norm}, {"capacity_factor", capacity}};
 }
 
 TEST(MoeGradient, RouteWeightsToLogits) {
@@ -55,7 +55,7 @@ TEST(MoeGradient, AuxLossToItsTerms) {
 }
 
 TEST(MoeGradient, PermuteAndCombine) {
-  for (int64_t capacity : {0, 3}) {
+  for (double capacity : {0.0, 0.9}) {  // 0.9: 3 rows per expert
     SCOPED_TRACE("capacity " + std::to_string(capacity));
     Tensor logits = random_tensor({6, 4}, 1, 2.0);
     Tensors route = run_ref("moe_route", {logits}, routing(2, "softmax", false, capacity));

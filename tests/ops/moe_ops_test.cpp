@@ -14,8 +14,8 @@
 namespace strata::testing {
 namespace {
 
-Attrs routing(int64_t top_k, const std::string& scoring, bool norm, int64_t capacity = 0) {
-  return {{"top_k", top_k}, {"scoring", scoring}, {"norm_topk_prob", norm}, {"capacity", capacity}};
+Attrs routing(int64_t top_k, const std::string& scoring, bool norm, double capacity = 0) {
+  return {{"top_k", top_k}, {"scoring", scoring}, {"norm_topk_prob", norm}, {"capacity_factor", capacity}};
 }
 
 std::vector<int64_t> ints_of(const Tensor& tensor) {
@@ -84,17 +84,19 @@ TEST(MoeOps, DispatchPlanSortsByExpertThenByAssignment) {
   EXPECT_EQ(ints_of(out[2]), (std::vector<int64_t>{5, 0, 1, 3, 6, 4, 2, 7}));
   EXPECT_EQ(ints_of(out[3]), (std::vector<int64_t>{3, 2, 3}));
   expect_all_near(out[4], {3, 2, 3}, 0, 0, "routed");
+  expect_all_near(out[5], {3, 2, 3}, 0, 0, "kept: dropless");
 }
 
 TEST(MoeOps, CapacityDropsEachExpertsLaterAssignments) {
-  Tensors out = run_ref("moe_route", {planned_logits()}, routing(2, "softmax", true, 2));
+  Tensors out = run_ref("moe_route", {planned_logits()}, routing(2, "softmax", true, 0.7));  // ceil(0.7 * 8 / 3) = 2 rows
   EXPECT_EQ(ints_of(out[2]), (std::vector<int64_t>{4, 0, 1, 2, 5, 3, -1, -1}));
   EXPECT_EQ(ints_of(out[3]), (std::vector<int64_t>{2, 2, 2}));
   expect_all_near(out[4], {3, 2, 3}, 0, 0, "routed counts the dropped too");
+  expect_all_near(out[5], {2, 2, 2}, 0, 0, "kept");
 }
 
 TEST(MoeOps, PermuteCopiesTokensToTheirRowsAndCombineWeighsThemBack) {
-  Tensors route = run_ref("moe_route", {planned_logits()}, routing(2, "softmax", true, 2));
+  Tensors route = run_ref("moe_route", {planned_logits()}, routing(2, "softmax", true, 0.7));
   Tensor x = random_tensor({4, 5}, 2);
   Tensor xs = run_ref("moe_permute", {x, route[2]})[0];
   ASSERT_EQ(xs.shape(), (Shape{8, 5}));
@@ -237,7 +239,7 @@ TEST(MoeOps, ErrorsNameTheOpTheInputAndTheAttr) {
   expect_error([] { run_ref("moe_route", {f64({4, 3})}, routing(4, "softmax", false)); },
                {"'moe_route'", "'top_k'", "[1, 3]"});
   expect_error([] { run_ref("moe_route", {f64({4, 3})}, routing(2, "softmin", false)); }, {"'scoring'", "softmin"});
-  expect_error([] { run_ref("moe_route", {f64({4, 3})}, routing(2, "softmax", false, -1)); }, {"'capacity'"});
+  expect_error([] { run_ref("moe_route", {f64({4, 3})}, routing(2, "softmax", false, -1)); }, {"'capacity_factor'"});
   Tensor rows = make_indices({4, 2}, {0, 1, 2, 3, 4, 5, 6, 9}, DType::I32);
   expect_error([&] { run_ref("moe_permute", {f64({4, 3}), rows}); }, {"'moe_permute'", "'rows'", "9"});
   expect_error([&] { run_ref("moe_permute", {f64({5, 3}), rows}); }, {"'moe_permute'", "'rows'", "[5]"});

@@ -56,9 +56,11 @@ void route(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   }
   store(out[0], weights);
   std::vector<int64_t> routed(experts);
-  plan_dispatch(chosen, static_cast<int64_t>(tokens * k), static_cast<int64_t>(experts), routing.capacity,
+  plan_dispatch(chosen, static_cast<int64_t>(tokens * k), static_cast<int64_t>(experts), routing.capacity(static_cast<int64_t>(tokens), static_cast<int64_t>(experts)),
                 i32(out[2]), i32(out[3]), routed.data());
   store(out[4], std::vector<double>(routed.begin(), routed.end()));
+  const int32_t* kept = i32(out[3]);
+  store(out[5], std::vector<double>(kept, kept + experts));
 }
 
 void route_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
