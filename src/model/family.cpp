@@ -16,8 +16,9 @@ namespace strata {
 namespace {
 
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&gpt2_family(), &llama_family(), &mixtral_family(),
-                                                              &qwen3_moe_family()};
+  static const std::vector<const ModelFamily*> all = {&gpt2_family(),      &llama_family(),
+                                                              &mixtral_family(),   &qwen3_moe_family(),
+                                                              &qwen2_moe_family(), &olmoe_family()};
   return all;
 }
 

@@ -44,6 +44,7 @@ struct ModelConfig {
   int64_t num_experts = 0;                      // num_local_experts / num_experts; 0: a dense model
   int64_t num_experts_per_tok = 0;              // the router's top-k
   int64_t moe_intermediate_size = 0;            // each expert's hidden width (Mixtral: intermediate_size)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert's width; 0: none
   bool norm_topk_prob = false;                  // the top-k weights renormalised to sum to 1
   double router_aux_loss_coef = 0;              // the load-balancing loss's weight in the training loss
   double router_z_loss_coef = 0;                // the router z-loss's weight (ST-MoE); 0: none

@@ -34,11 +34,13 @@ ModelConfig every_field_set() {
   return c;
 }
 
-// A Qwen3-MoE model with every mixture-of-experts field away from its default (no family takes both
+// A Qwen2-MoE model with every mixture-of-experts field away from its default (no family takes both
 // these and LLaMA's MLP keys).
 ModelConfig every_moe_field_set() {
   ModelConfig c = testing::llama_config(2, 4, 2, 64, 96, 100, 32, false);
-  c.family = "qwen3_moe";
+  c.family = "qwen2_moe";
+  c.attention_bias = true;
+  c.shared_expert_intermediate_size = 80;
   c.num_experts = 6;
   c.num_experts_per_tok = 2;
   c.moe_intermediate_size = 40;

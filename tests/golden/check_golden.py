@@ -19,7 +19,7 @@ that even PyTorch fp32 against PyTorch fp64 fails.
 The mixture-of-experts models' loss includes the router losses and is held to 1e-5 relative as well.
 
 Usage: check_golden.py --dump-tool PATH --backend ref|cpu|opencl --work-dir DIR
-                       [--model gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe]
+                       [--model gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]
 """
 
 import argparse
@@ -186,7 +186,7 @@ def main():
     parser.add_argument("--dump-tool", required=True, help="the golden_dump executable")
     parser.add_argument("--backend", required=True, choices=["ref", "cpu", "opencl"])
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3, mixtral, qwen3_moe")
+    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3, mixtral, qwen3_moe, qwen2_moe, olmoe")
     parser.add_argument("--reference-dtype", choices=["float64", "float32"], default="float64")
     parser.add_argument("--verbose", action="store_true", help="print every tensor's errors")
     args = parser.parse_args()

@@ -1,12 +1,15 @@
-"""An independent PyTorch Mixtral and Qwen3-MoE, the reference Strata's MoE families are checked against.
+"""An independent PyTorch Mixtral, Qwen3-MoE, Qwen2-MoE and OLMoE, the reference Strata's MoE families are
+checked against.
 
 Written from HuggingFace transformers' formulas, not from Strata's code:
   - attention as LlamaForCausalLM's (torch_llama), Qwen3-MoE with its RMSNorm on each head of q and
-    k (q_norm, k_norm over head_dim) before the rotary;
+    k (q_norm, k_norm over head_dim) before the rotary, OLMoE with its RMSNorm over all of q and all
+    of k (OlmoeAttention), Qwen2-MoE with biases on q, k and v (not o);
   - the sparse MoE block as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock compute it: router_logits
     = gate(h); routing weights = softmax over the experts, torch.topk, divided by their sum (Mixtral
     always, Qwen3-MoE with norm_topk_prob); then, expert by expert, the tokens that chose it through
-    down(silu(gate(x)) * up(x)), times their weight, index_add_-ed into the output;
+    down(silu(gate(x)) * up(x)), times their weight, index_add_-ed into the output; Qwen2-MoE adds
+    sigmoid(shared_expert_gate(h)) * shared_expert(h);
   - the loss: cross-entropy + router_aux_loss_coef * load_balancing_loss_func(all layers' router
     logits) (softmax, top-k one-hot masks, tokens_per_expert = mean over tokens of the masks,
     router_prob_per_expert = mean of the probabilities, num_experts * sum of their product), plus
@@ -27,11 +30,16 @@ from torch_gpt2 import (TokenWindows, lr_at, make_adamw, read_checkpoint_tensors
                         read_safetensors, safetensors_dtypes)
 from torch_llama import rms_norm, rotary_cos_sin, rotate_half
 
+QWEN_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 FLAVOURS = {
-    "mixtral": {"block": "block_sparse_moe.", "projections": ("w1", "w3", "w2"), "qk_norm": False,
-                "always_norm_topk": True},
-    "qwen3_moe": {"block": "mlp.", "projections": ("gate_proj", "up_proj", "down_proj"), "qk_norm": True,
-                  "always_norm_topk": False},
+    "mixtral": {"block": "block_sparse_moe.", "projections": ("w1", "w3", "w2"), "qk_norm": None,
+                "always_norm_topk": True, "shared_expert": False, "qkv_bias": False},
+    "qwen3_moe": {"block": "mlp.", "projections": QWEN_PROJECTIONS, "qk_norm": "per_head",
+                  "always_norm_topk": False, "shared_expert": False, "qkv_bias": False},
+    "qwen2_moe": {"block": "mlp.", "projections": QWEN_PROJECTIONS, "qk_norm": None,
+                  "always_norm_topk": False, "shared_expert": True, "qkv_bias": True},
+    "olmoe": {"block": "mlp.", "projections": QWEN_PROJECTIONS, "qk_norm": "whole",
+              "always_norm_topk": False, "shared_expert": False, "qkv_bias": False},
 }
 
 
@@ -46,6 +54,7 @@ class Config(torch_llama.Config):
         self.norm_topk_prob = self.flavour["always_norm_topk"] or c.get("norm_topk_prob", False)
         self.router_aux_loss_coef = c.get("router_aux_loss_coef", 0.0)
         self.router_z_loss_coef = c.get("router_z_loss_coef", 0.0)
+        self.shared_expert_intermediate_size = c.get("shared_expert_intermediate_size", 0)
 
 
 def parameter_shapes(cfg):
@@ -60,15 +69,25 @@ def parameter_shapes(cfg):
         shapes[p + "self_attn.k_proj.weight"] = (kv, c)
         shapes[p + "self_attn.v_proj.weight"] = (kv, c)
         shapes[p + "self_attn.o_proj.weight"] = (c, q)
+        if cfg.flavour["qkv_bias"]:
+            for name, width in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                shapes[p + f"self_attn.{name}.bias"] = (width,)
         if cfg.flavour["qk_norm"]:
-            shapes[p + "self_attn.q_norm.weight"] = (d,)
-            shapes[p + "self_attn.k_norm.weight"] = (d,)
+            per_head = cfg.flavour["qk_norm"] == "per_head"
+            shapes[p + "self_attn.q_norm.weight"] = (d if per_head else q,)
+            shapes[p + "self_attn.k_norm.weight"] = (d if per_head else kv,)
         shapes[p + "post_attention_layernorm.weight"] = (c,)
         block = p + cfg.flavour["block"]
         shapes[block + "gate.weight"] = (e, c)
         shapes[block + f"experts.{gate}.weight"] = (e, f, c)
         shapes[block + f"experts.{up}.weight"] = (e, f, c)
         shapes[block + f"experts.{down}.weight"] = (e, c, f)
+        if cfg.flavour["shared_expert"]:
+            s = cfg.shared_expert_intermediate_size
+            shapes[block + "shared_expert.gate_proj.weight"] = (s, c)
+            shapes[block + "shared_expert.up_proj.weight"] = (s, c)
+            shapes[block + "shared_expert.down_proj.weight"] = (c, s)
+            shapes[block + "shared_expert_gate.weight"] = (1, c)
     shapes["model.norm.weight"] = (c,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, c)
@@ -82,10 +101,16 @@ def load_parameters(cfg, path, dtype):
 def attention(params, cfg, p, h, cos, sin, causal):
     batch, seq, _ = h.shape
     heads, kv_heads, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-    q = F.linear(h, params[p + "self_attn.q_proj.weight"]).view(batch, seq, heads, d)
-    k = F.linear(h, params[p + "self_attn.k_proj.weight"]).view(batch, seq, kv_heads, d)
-    v = F.linear(h, params[p + "self_attn.v_proj.weight"]).view(batch, seq, kv_heads, d).transpose(1, 2)
-    if cfg.flavour["qk_norm"]:
+    def project(name):
+        return F.linear(h, params[p + f"self_attn.{name}.weight"], params.get(p + f"self_attn.{name}.bias"))
+
+    q, k, v = project("q_proj"), project("k_proj"), project("v_proj")
+    if cfg.flavour["qk_norm"] == "whole":  # OlmoeAttention: over the whole projection, before the heads split
+        q = rms_norm(q, params[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, params[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+    q, k = q.view(batch, seq, heads, d), k.view(batch, seq, kv_heads, d)
+    v = v.view(batch, seq, kv_heads, d).transpose(1, 2)
+    if cfg.flavour["qk_norm"] == "per_head":
         q = rms_norm(q, params[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
         k = rms_norm(k, params[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -116,6 +141,12 @@ def sparse_moe(params, cfg, block, h):
         state = tokens[chosen]
         expert_out = F.linear(F.silu(F.linear(state, gate[expert])) * F.linear(state, up[expert]), down[expert])
         output.index_add_(0, chosen, expert_out * routing_weights[chosen, slot, None])
+    if cfg.flavour["shared_expert"]:
+        shared = block + "shared_expert."
+        hidden = F.silu(F.linear(tokens, params[shared + "gate_proj.weight"])) * F.linear(
+            tokens, params[shared + "up_proj.weight"])
+        gate = torch.sigmoid(F.linear(tokens, params[block + "shared_expert_gate.weight"]))
+        output = output + gate * F.linear(hidden, params[shared + "down_proj.weight"])
     return output.reshape(batch, seq, width), router_logits
 
 

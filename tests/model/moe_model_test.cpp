@@ -1,5 +1,5 @@
-// The mixture-of-experts families: Mixtral's published parameter counts (total and active), their
-// HuggingFace names with the experts stacked, the config checks, config.json both ways (and the Qwen
+// The mixture-of-experts families (Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE): Mixtral's published parameter
+// counts (total and active), their HuggingFace names with the experts stacked, the config checks, config.json both ways (and the Qwen
 // layouts Strata refuses), the router losses added to the training loss, and the KV-cache sampler
 // through the MoE block against the full forward graph.
 #include <gmock/gmock.h>
@@ -14,6 +14,7 @@
 #include "model/sampler.h"
 #include "support/error_text.h"
 #include "support/full_forward.h"
+#include "support/llama_shapes.h"
 
 namespace strata {
 namespace {
@@ -23,18 +24,18 @@ using testing::error_of;
 
 ModelConfig moe_config(const std::string& family, int64_t layers, int64_t heads, int64_t kv_heads, int64_t width,
                        int64_t expert_width, int64_t vocab, int64_t experts, int64_t top_k) {
-  ModelConfig c;
+  ModelConfig c = testing::llama_config(layers, heads, kv_heads, width, 0, vocab, 16, false);
   c.family = family;
-  c.n_layer = layers;
-  c.n_head = heads;
-  c.n_kv_head = kv_heads;
-  c.n_embd = width;
-  c.vocab_size = vocab;
-  c.block_size = 16;
-  c.tie_word_embeddings = false;
   c.num_experts = experts;
   c.num_experts_per_tok = top_k;
   c.moe_intermediate_size = expert_width;
+  return c;
+}
+
+ModelConfig small_qwen2_moe() {
+  ModelConfig c = moe_config("qwen2_moe", 2, 4, 2, 32, 24, 37, 4, 2);
+  c.attention_bias = true;
+  c.shared_expert_intermediate_size = 20;
   return c;
 }
 
@@ -45,6 +46,12 @@ ModelConfig small_qwen3_moe() {
   c.router_aux_loss_coef = 0.05;
   c.router_z_loss_coef = 0.01;
   return c;
+}
+
+// Every family, small.
+std::vector<ModelConfig> small_moe_models() {
+  return {moe_config("mixtral", 2, 4, 2, 32, 24, 37, 5, 2), small_qwen3_moe(), small_qwen2_moe(),
+          moe_config("olmoe", 2, 4, 2, 32, 24, 37, 6, 2)};
 }
 
 TEST(Moe, MixtralParameterCountsAreThePublishedOnes) {
@@ -72,6 +79,19 @@ TEST(Moe, HuggingFaceNamesWithTheExpertsStacked) {
   EXPECT_EQ(specs.at("model.layers.0.self_attn.k_norm.weight").init, Init::Ones);
   EXPECT_EQ(specs.at("model.layers.0.mlp.experts.down_proj.weight").shape, (Shape{5, 32, 24}));
   EXPECT_EQ(specs.at("model.layers.0.mlp.gate.weight").shape, (Shape{5, 32}));
+  specs.clear();
+  for (const ParamSpec& spec : model_param_specs(small_qwen2_moe())) specs[spec.name] = spec;
+  EXPECT_EQ(specs.at("model.layers.1.mlp.shared_expert.gate_proj.weight").shape, (Shape{20, 32}));
+  EXPECT_EQ(specs.at("model.layers.1.mlp.shared_expert.down_proj.weight").shape, (Shape{32, 20}));
+  EXPECT_EQ(specs.at("model.layers.1.mlp.shared_expert_gate.weight").shape, (Shape{1, 32}));
+  EXPECT_EQ(specs.at("model.layers.1.self_attn.k_proj.bias").shape, (Shape{16}));
+  EXPECT_EQ(specs.count("model.layers.1.self_attn.o_proj.bias"), 0u);  // Qwen2-MoE biases q, k and v alone
+  specs.clear();
+  for (const ParamSpec& spec : model_param_specs(moe_config("olmoe", 2, 4, 2, 32, 24, 37, 6, 2))) {
+    specs[spec.name] = spec;
+  }
+  EXPECT_EQ(specs.at("model.layers.0.self_attn.q_norm.weight").shape, (Shape{32}));  // over all of q
+  EXPECT_EQ(specs.at("model.layers.0.self_attn.k_norm.weight").shape, (Shape{16}));
 }
 
 TEST(Moe, ConfigErrorsNameTheKey) {
@@ -96,13 +116,13 @@ TEST(Moe, ConfigErrorsNameTheKey) {
 }
 
 TEST(Moe, HfConfigRoundTripsAndRefusesWhatStrataDoesNotRun) {
-  for (ModelConfig c : {moe_config("mixtral", 2, 4, 2, 32, 24, 37, 5, 2), small_qwen3_moe()}) {
+  for (ModelConfig c : small_moe_models()) {
     SCOPED_TRACE(c.family);
     const ModelFamily& family = model_family(c);
     c.max_position_embeddings = 16;
     c.head_dim = c.head_size();
     c.router_z_loss_coef = 0;  // Strata's own: config.json has no z-loss
-    if (c.family == "mixtral") c.router_aux_loss_coef = 0.02;
+    c.router_aux_loss_coef = 0.02;
     const nlohmann::json hf = family.to_hf_config(c);
     EXPECT_EQ(hf["num_experts_per_tok"], 2);
     EXPECT_EQ(hf["output_router_logits"], true);
@@ -130,6 +150,12 @@ TEST(Moe, HfConfigRoundTripsAndRefusesWhatStrataDoesNotRun) {
   qwen["decoder_sparse_step"] = 1;
   qwen["mlp_only_layers"] = {0};
   EXPECT_THAT(error_of([&] { model_config_of_hf(qwen, "c.json"); }), HasSubstr("mlp_only_layers [0]"));
+  nlohmann::json olmoe = model_family("olmoe").to_hf_config(moe_config("olmoe", 2, 4, 2, 32, 24, 37, 6, 2));
+  olmoe["clip_qkv"] = 8.0;
+  EXPECT_THAT(error_of([&] { model_config_of_hf(olmoe, "c.json"); }), HasSubstr("clip_qkv"));
+  ModelConfig no_shared = small_qwen2_moe();
+  no_shared.shared_expert_intermediate_size = 0;
+  EXPECT_THAT(error_of([&] { no_shared.validate(); }), HasSubstr("key 'model.shared_expert_intermediate_size'"));
 }
 
 // One training step of `config` on cpu: the loss, the cross-entropy, the router's balance and z losses,
@@ -186,7 +212,7 @@ TEST(Moe, TrainingLossAddsTheRouterLossesAndCountsTheDropped) {
 }
 
 TEST(Moe, CachedDecodingMatchesTheFullForwardPass) {
-  for (const ModelConfig& config : {moe_config("mixtral", 2, 4, 2, 32, 24, 37, 5, 2), small_qwen3_moe()}) {
+  for (const ModelConfig& config : small_moe_models()) {
     ParameterSet params(model_param_specs(config));
     params.initialise(CounterRng(5));
     const std::vector<int32_t> tokens{3, 17, 5, 0, 28, 11, 9, 36};

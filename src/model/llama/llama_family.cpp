@@ -34,7 +34,7 @@ class LlamaFamily final : public ModelFamily {
     llama::add_linear_specs(specs, "model.embed_tokens", config.vocab_size, c, false);
     for (int64_t layer = 0; layer < config.n_layer; ++layer) {
       const std::string p = strata::layer_prefix(config, layer);
-      llama::add_attention_specs(specs, config, p, llama::QkNorm::None);
+      llama::add_attention_specs(specs, config, p, {});
       llama::add_linear_specs(specs, p + "mlp.gate_proj", f, c, config.mlp_bias);
       llama::add_linear_specs(specs, p + "mlp.up_proj", f, c, config.mlp_bias);
       llama::add_linear_specs(specs, p + "mlp.down_proj", c, f, config.mlp_bias);
@@ -70,7 +70,7 @@ class LlamaFamily final : public ModelFamily {
             int tp) const override {
     const int64_t c = config.n_embd, f = config.intermediate_size;
     const int h = llama::rms_norm(e, config, x, prefix + "input_layernorm");
-    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, llama::QkNorm::None);
+    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, {});
     x = e.op("add", {x, attended}, {}, prefix + "self_attn.residual");
     const int normed = llama::rms_norm(e, config, x, prefix + "post_attention_layernorm");
     const bool mb = config.mlp_bias;

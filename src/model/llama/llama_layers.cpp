@@ -19,6 +19,11 @@ int per_head_rms_norm(ModelEmitter& e, const ModelConfig& config, int x, int64_t
               name + ".merge_heads");
 }
 
+// An RMSNorm over all of x's `width` features (OLMoE's q and k norms).
+int width_rms_norm(ModelEmitter& e, const ModelConfig& config, int x, int64_t width, const std::string& name) {
+  return e.op("rms_norm", {x, e.param(name + ".weight", {width})}, {{"eps", config.layer_norm_eps}}, name);
+}
+
 }  // namespace
 
 int rms_norm(ModelEmitter& e, const ModelConfig& config, int x, const std::string& name) {
@@ -46,23 +51,26 @@ int rope(ModelEmitter& e, const ModelConfig& config, int x, int positions, const
 }
 
 int self_attention(ModelEmitter& e, const ModelConfig& config, int h, int positions, const std::string& prefix,
-                   int tp, QkNorm qk_norm) {
+                   int tp, const AttentionStyle& style) {
   const int64_t c = config.n_embd, d = config.head_size();
   const int64_t heads = config.n_head / tp, kv_heads = config.kv_heads() / tp;
   const std::string attn = prefix + "self_attn.";
   const bool ab = config.attention_bias;
   int q = linear(e, h, attn + "q_proj", c, heads * d, ab);
   int k = linear(e, h, attn + "k_proj", c, kv_heads * d, ab);
-  if (qk_norm == QkNorm::PerHead) {
+  if (style.qk_norm == QkNorm::PerHead) {
     q = per_head_rms_norm(e, config, q, heads, attn + "q_norm");
     k = per_head_rms_norm(e, config, k, kv_heads, attn + "k_norm");
+  } else if (style.qk_norm == QkNorm::Whole) {
+    q = width_rms_norm(e, config, q, heads * d, attn + "q_norm");
+    k = width_rms_norm(e, config, k, kv_heads * d, attn + "k_norm");
   }
   q = rope(e, config, q, positions, attn + "rotary_q");
   k = rope(e, config, k, positions, attn + "rotary_k");
   const int v = linear(e, h, attn + "v_proj", c, kv_heads * d, ab);
   const int attended = e.attention("grouped_attention", {q, k, v}, {{"n_head", heads}, {"n_kv_head", kv_heads}},
                                    prefix + "self_attn");
-  return linear(e, attended, attn + "o_proj", heads * d, c, ab);
+  return linear(e, attended, attn + "o_proj", heads * d, c, ab && style.o_proj_bias);
 }
 
 int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int tp) {
@@ -103,7 +111,7 @@ void add_linear_specs(std::vector<ParamSpec>& specs, const std::string& name, in
 }
 
 void add_attention_specs(std::vector<ParamSpec>& specs, const ModelConfig& config, const std::string& prefix,
-                         QkNorm qk_norm) {
+                         const AttentionStyle& style) {
   const int64_t c = config.n_embd, q = config.n_head * config.head_size();
   const int64_t kv = config.kv_heads() * config.head_size();
   const bool ab = config.attention_bias;
@@ -111,10 +119,11 @@ void add_attention_specs(std::vector<ParamSpec>& specs, const ModelConfig& confi
   add_linear_specs(specs, prefix + "self_attn.q_proj", q, c, ab);
   add_linear_specs(specs, prefix + "self_attn.k_proj", kv, c, ab);
   add_linear_specs(specs, prefix + "self_attn.v_proj", kv, c, ab);
-  add_linear_specs(specs, prefix + "self_attn.o_proj", c, q, ab);
-  if (qk_norm == QkNorm::PerHead) {
-    specs.push_back({prefix + "self_attn.q_norm.weight", {config.head_size()}, Init::Ones, 0, false});
-    specs.push_back({prefix + "self_attn.k_norm.weight", {config.head_size()}, Init::Ones, 0, false});
+  add_linear_specs(specs, prefix + "self_attn.o_proj", c, q, ab && style.o_proj_bias);
+  if (style.qk_norm != QkNorm::None) {
+    const bool per_head = style.qk_norm == QkNorm::PerHead;
+    specs.push_back({prefix + "self_attn.q_norm.weight", {per_head ? config.head_size() : q}, Init::Ones, 0, false});
+    specs.push_back({prefix + "self_attn.k_norm.weight", {per_head ? config.head_size() : kv}, Init::Ones, 0, false});
   }
   specs.push_back({prefix + "post_attention_layernorm.weight", {c}, Init::Ones, 0, false});
 }

@@ -1,10 +1,24 @@
 #include "model/moe/moe_block.h"
 
+#include "model/llama/llama_layers.h"
+
 namespace strata {
 
 namespace {
 
 constexpr float kStddev = 0.02f;  // transformers' initializer_range, for the router and the experts
+
+// Qwen2MoeSparseMoeBlock's shared expert: sigmoid(shared_expert_gate(h)) * shared_expert(h), a SwiGLU
+// MLP every token passes through.
+int shared_expert(ModelEmitter& e, const ModelConfig& config, int h, const std::string& block) {
+  const int64_t c = config.n_embd, s = config.shared_expert_intermediate_size;
+  const std::string mlp = block + "shared_expert.";
+  const int act = e.op("swiglu", {llama::linear(e, h, mlp + "gate_proj", c, s, false),
+                                  llama::linear(e, h, mlp + "up_proj", c, s, false)},
+                       {}, mlp + "act");
+  const int gate = llama::linear(e, h, block + "shared_expert_gate", c, 1, false);
+  return e.op("sigmoid_gate", {llama::linear(e, act, mlp + "down_proj", s, c, false), gate}, {}, block + "shared_gate");
+}
 
 }  // namespace
 
@@ -38,7 +52,9 @@ int sparse_moe_block(ModelEmitter& e, const ModelConfig& config, const MoeFlavou
   const int up = experts_op(flavour.up_proj, tokens, f, c);
   const int act = e.op("swiglu", {gate, up}, {}, block + "experts.act");
   const int down = experts_op(flavour.down_proj, act, c, f);
-  return e.op("moe_combine", {down, weights, rows}, {}, block + "combine");
+  const int routed = e.op("moe_combine", {down, weights, rows}, {}, block + "combine");
+  if (!flavour.shared_expert) return routed;
+  return e.op("add", {routed, shared_expert(e, config, h, block)}, {}, block + "shared_expert.sum");
 }
 
 void add_sparse_moe_specs(std::vector<ParamSpec>& specs, const ModelConfig& config, const MoeFlavour& flavour,
@@ -48,6 +64,13 @@ void add_sparse_moe_specs(std::vector<ParamSpec>& specs, const ModelConfig& conf
   specs.push_back({stacked_expert_name(flavour, prefix, flavour.gate_proj), {experts, f, c}, Init::Normal, kStddev, true});
   specs.push_back({stacked_expert_name(flavour, prefix, flavour.up_proj), {experts, f, c}, Init::Normal, kStddev, true});
   specs.push_back({stacked_expert_name(flavour, prefix, flavour.down_proj), {experts, c, f}, Init::Normal, kStddev, true});
+  if (!flavour.shared_expert) return;
+  const std::string shared = prefix + flavour.block + "shared_expert.";
+  const int64_t s = config.shared_expert_intermediate_size;
+  llama::add_linear_specs(specs, shared + "gate_proj", s, c, false);
+  llama::add_linear_specs(specs, shared + "up_proj", s, c, false);
+  llama::add_linear_specs(specs, shared + "down_proj", c, s, false);
+  llama::add_linear_specs(specs, prefix + flavour.block + "shared_expert_gate", 1, c, false);
 }
 
 }  // namespace strata

@@ -2,7 +2,8 @@
 // The sparse MoE block that takes the MLP's place in the MoE families' layers, and its parameters:
 // the router (`<block>gate.weight` [E, C]) and each expert projection stacked over the experts
 // (`<block>experts.<proj>.weight`: gate and up [E, F, C], down [E, C, F]; the Hub's experts.{e}.<proj>
-// are its slices).
+// are its slices); with a shared expert (Qwen2-MoE) also `<block>shared_expert.{gate,up,down}_proj.weight`
+// and `<block>shared_expert_gate.weight` [1, C].
 #include <string>
 #include <vector>
 

@@ -32,7 +32,7 @@ class MoeFamily final : public ModelFamily {
     llama::add_linear_specs(specs, "model.embed_tokens", config.vocab_size, c, false);
     for (int64_t layer = 0; layer < config.n_layer; ++layer) {
       const std::string p = strata::layer_prefix(config, layer);
-      llama::add_attention_specs(specs, config, p, flavour_.qk_norm);
+      llama::add_attention_specs(specs, config, p, flavour_.attention);
       add_sparse_moe_specs(specs, config, flavour_, p);
     }
     specs.push_back({"model.norm.weight", {c}, Init::Ones, 0, false});
@@ -66,7 +66,7 @@ class MoeFamily final : public ModelFamily {
   int block(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& prefix,
             int tp) const override {
     const int h = llama::rms_norm(e, config, x, prefix + "input_layernorm");
-    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, flavour_.qk_norm);
+    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, flavour_.attention);
     x = e.op("add", {x, attended}, {}, prefix + "self_attn.residual");
     const int normed = llama::rms_norm(e, config, x, prefix + "post_attention_layernorm");
     return e.op("add", {x, sparse_moe_block(e, config, flavour_, normed, prefix)}, {}, prefix + "mlp.residual");
@@ -127,10 +127,9 @@ const ModelFamily& mixtral_family() {
                                  .down_proj = "w2",
                                  .experts_key = "num_local_experts",
                                  .expert_width_key = "intermediate_size",
-                                 .qk_norm = llama::QkNorm::None,
+                                 .attention = {},
                                  .always_norm_topk = true,
-                                 .rope_theta_default = 1e6,
-                                 .qwen_keys = false});
+                                 .rope_theta_default = 1e6});
   return family;
 }
 
@@ -144,10 +143,39 @@ const ModelFamily& qwen3_moe_family() {
                                  .down_proj = "down_proj",
                                  .experts_key = "num_experts",
                                  .expert_width_key = "moe_intermediate_size",
-                                 .qk_norm = llama::QkNorm::PerHead,
-                                 .always_norm_topk = false,
-                                 .rope_theta_default = 10000,
-                                 .qwen_keys = true});
+                                 .attention = {.qk_norm = llama::QkNorm::PerHead},
+                                 .qwen_layout = true});
+  return family;
+}
+
+const ModelFamily& qwen2_moe_family() {
+  static const MoeFamily family({.family = "qwen2_moe",
+                                 .title = "Qwen2-MoE",
+                                 .architecture = "Qwen2MoeForCausalLM",
+                                 .block = "mlp.",
+                                 .gate_proj = "gate_proj",
+                                 .up_proj = "up_proj",
+                                 .down_proj = "down_proj",
+                                 .experts_key = "num_experts",
+                                 .expert_width_key = "moe_intermediate_size",
+                                 .attention = {.o_proj_bias = false},
+                                 .qkv_bias = true,
+                                 .qwen_layout = true,
+                                 .shared_expert = true});
+  return family;
+}
+
+const ModelFamily& olmoe_family() {
+  static const MoeFamily family({.family = "olmoe",
+                                 .title = "OLMoE",
+                                 .architecture = "OlmoeForCausalLM",
+                                 .block = "mlp.",
+                                 .gate_proj = "gate_proj",
+                                 .up_proj = "up_proj",
+                                 .down_proj = "down_proj",
+                                 .experts_key = "num_experts",
+                                 .expert_width_key = "intermediate_size",
+                                 .attention = {.qk_norm = llama::QkNorm::Whole}});
   return family;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // What tells the mixture-of-experts families apart (moe_family.cpp runs them all): their HuggingFace
-// names, where their MoE block's tensors live, and the attention's q/k norms.
+// names, where their MoE block's tensors live, the attention's q/k norms and biases, the shared expert.
 #include <string>
 
 #include "model/llama/llama_layers.h"
@@ -16,13 +16,14 @@ struct MoeFlavour {
   std::string gate_proj, up_proj, down_proj;
   std::string experts_key;   // config.json's expert count: num_local_experts or num_experts
   std::string expert_width_key;  // config.json's expert hidden width: intermediate_size or moe_intermediate_size
-  llama::QkNorm qk_norm = llama::QkNorm::None;
-  bool always_norm_topk = false;  // Mixtral renormalises the top-k weights whatever the config says
+  llama::AttentionStyle attention;
+  bool qkv_bias = false;              // q, k and v always have biases (Qwen2-MoE: model.attention_bias must be true)
+  bool always_norm_topk = false;      // Mixtral renormalises the top-k weights whatever the config says
   double rope_theta_default = 10000;  // where config.json has no rope_theta (MixtralConfig: 1e6)
-  // Qwen's config.json also says which layers are sparse (decoder_sparse_step, mlp_only_layers), whether
-  // the top-k is renormalised (norm_topk_prob), the dense MLP's width (intermediate_size) and whether
-  // attention slides (use_sliding_window).
-  bool qwen_keys = false;
+  // Qwen's config.json also says which layers are sparse (decoder_sparse_step, mlp_only_layers), the
+  // dense MLP's width (intermediate_size) and whether attention slides (use_sliding_window).
+  bool qwen_layout = false;
+  bool shared_expert = false;  // Qwen2-MoE: mlp.shared_expert (SwiGLU) behind mlp.shared_expert_gate's sigmoid
 };
 
 }  // namespace strata

@@ -34,8 +34,20 @@ void read_qwen_layout(const HfConfigReader& read, const nlohmann::json& hf, Mode
   if (read.boolean_or("use_sliding_window", false)) {
     fail("{}: use_sliding_window is true; Strata's attention is full causal attention", read.source());
   }
-  c.norm_topk_prob = read.boolean_or("norm_topk_prob", false);
   c.intermediate_size = read.integer_or("intermediate_size", 0);  // the dense layers' width: kept for the way back
+}
+
+// What Strata does not run: random routing, a sliding window shorter than the model's positions, clipped q/k/v.
+void refuse_unsupported(const HfConfigReader& read, const MoeFlavour& flavour, const ModelConfig& c) {
+  if (read.number_or("router_jitter_noise", 0.0) != 0.0) {
+    fail("{}: router_jitter_noise {} makes routing random; Strata routes deterministically (0)", read.source(),
+         read.number_or("router_jitter_noise", 0.0));
+  }
+  if (!flavour.qwen_layout && read.has("sliding_window") && read.integer("sliding_window") < c.max_position_embeddings) {
+    fail("{}: sliding_window {} is shorter than max_position_embeddings; Strata's attention is full causal attention",
+         read.source(), read.integer("sliding_window"));
+  }
+  if (read.has("clip_qkv")) fail("{}: clip_qkv is set; Strata does not clip q, k and v (null)", read.source());
 }
 
 }  // namespace
@@ -50,8 +62,18 @@ void validate_moe_keys(const ModelConfig& c, const MoeFlavour& flavour) {
     fail("key 'model.moe_intermediate_size' must be set (positive) for a {} model: each expert's hidden width",
          flavour.title);
   }
+  if (flavour.shared_expert && c.shared_expert_intermediate_size <= 0) {
+    fail("key 'model.shared_expert_intermediate_size' must be set (positive) for a {} model: its shared expert's "
+         "width", flavour.title);
+  }
+  expect_unset(!flavour.shared_expert && c.shared_expert_intermediate_size != 0, "shared_expert_intermediate_size",
+               flavour, "no shared expert");
+  if (flavour.qkv_bias && !c.attention_bias) {
+    fail("key 'model.attention_bias' must be true for a {} model: its q, k and v projections have biases",
+         flavour.title);
+  }
   expect_unset(c.mlp_bias, "mlp_bias", flavour, "its experts have no biases");
-  expect_unset(!flavour.qwen_keys && c.intermediate_size != 0, "intermediate_size", flavour,
+  expect_unset(!flavour.qwen_layout && c.intermediate_size != 0, "intermediate_size", flavour,
                "its experts' width is model.moe_intermediate_size");
   expect_non_negative(c.router_aux_loss_coef, "router_aux_loss_coef");
   expect_non_negative(c.router_z_loss_coef, "router_z_loss_coef");
@@ -64,19 +86,14 @@ ModelConfig moe_from_hf_config(const nlohmann::json& hf, const std::string& sour
   ModelConfig c;
   c.family = flavour.family;
   read_llama_attention_keys(read, c, flavour.rope_theta_default);
+  if (flavour.qkv_bias) c.attention_bias = true;  // Qwen2MoeAttention's q/k/v biases are not configurable
   c.num_experts = read.integer(flavour.experts_key);
   c.num_experts_per_tok = read.integer("num_experts_per_tok");
   c.moe_intermediate_size = read.integer(flavour.expert_width_key);
-  if (flavour.qwen_keys) read_qwen_layout(read, hf, c);
-  if (read.number_or("router_jitter_noise", 0.0) != 0.0) {
-    fail("{}: router_jitter_noise {} makes routing random; Strata routes deterministically (0)", source,
-         read.number_or("router_jitter_noise", 0.0));
-  }
-  if (!flavour.qwen_keys && read.has("sliding_window") &&
-      read.integer("sliding_window") < c.max_position_embeddings) {
-    fail("{}: sliding_window {} is shorter than max_position_embeddings; Strata's attention is full causal attention",
-         source, read.integer("sliding_window"));
-  }
+  if (!flavour.always_norm_topk) c.norm_topk_prob = read.boolean_or("norm_topk_prob", false);
+  if (flavour.shared_expert) c.shared_expert_intermediate_size = read.integer("shared_expert_intermediate_size");
+  if (flavour.qwen_layout) read_qwen_layout(read, hf, c);
+  refuse_unsupported(read, flavour, c);
   if (read.boolean_or("output_router_logits", false)) c.router_aux_loss_coef = read.number_or("router_aux_loss_coef", 0.001);
   return c;
 }
@@ -91,14 +108,16 @@ nlohmann::json moe_to_hf_config(const ModelConfig& c, const MoeFlavour& flavour)
              {"output_router_logits", c.router_aux_loss_coef > 0},
              {"router_aux_loss_coef", c.router_aux_loss_coef},
              {"router_jitter_noise", 0.0}});
-  if (flavour.qwen_keys) {
-    hf.update({{"norm_topk_prob", c.norm_topk_prob},
-               {"decoder_sparse_step", 1},
+  if (!flavour.always_norm_topk) hf["norm_topk_prob"] = c.norm_topk_prob;
+  if (flavour.shared_expert) hf["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  if (flavour.qwen_layout) {
+    hf.update({{"decoder_sparse_step", 1},
                {"mlp_only_layers", nlohmann::json::array()},
                {"intermediate_size", c.intermediate_size},
                {"use_sliding_window", false}});
   } else {
     hf["sliding_window"] = nullptr;
+    hf["clip_qkv"] = nullptr;
   }
   return hf;
 }
