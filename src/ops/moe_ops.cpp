@@ -61,9 +61,9 @@ void add_route(OpRegistry& registry) {
                  "rounded to the logits' dtype once. The dispatch plan: rows [..., k] (i32) = the row of each "
                  "assignment in the permuted buffer of N*k rows, sorted by expert, then by assignment t*k + j; attr "
                  "capacity_factor f > 0 keeps each expert's first ceil(f N k / E) assignments in that order and drops "
-                 "the rest (row -1), 0 keeps all (dropless). group_sizes [E] (i32) = the rows kept per expert; routed [E] "
-                 "(f32, f64 for f64) = the assignments per expert before dropping, kept [E] (the same type) = group_sizes: "
-                 "routed - kept is what the capacity dropped",
+                 "the rest (row -1), 0 keeps all (dropless). group_sizes [E] (i32) = the rows kept per expert; "
+                 "routed [E] (f32, f64 for f64) = the assignments per expert before dropping, kept [E] (the same "
+                 "type) = group_sizes: routed - kept is what the capacity dropped",
       .inputs = {"logits"},
       .outputs = {"weights", "experts", "rows", "group_sizes", "routed", "kept"},
       .attrs = {"top_k", "scoring", "norm_topk_prob", "capacity_factor"},
@@ -353,7 +353,8 @@ MoeRouting moe_routing(const std::string& op, const Attrs& attrs, int64_t expert
 
 int64_t MoeRouting::capacity(int64_t tokens, int64_t experts) const {
   if (capacity_factor == 0) return 0;
-  return static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts)));
+  const double rows = capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts);
+  return static_cast<int64_t>(std::ceil(rows));
 }
 
 void add_moe_ops(OpRegistry& registry) {

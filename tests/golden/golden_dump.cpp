@@ -80,8 +80,9 @@ std::string generated_text() {
 // The mixture-of-experts models: Mixtral-shaped (8 experts, top-2, always renormalised),
 // Qwen3-MoE-shaped (per-head q/k norms, 6 experts, top-3 without renormalising), Qwen2-MoE-shaped (q/k/v
 // biases, a shared expert behind its sigmoid gate, 4 experts, top-2 renormalised) and OLMoE-shaped (q/k
-// norms over their whole width, 8 experts, top-2), all with the load-balancing loss (coefficient 0.02, larger than the Hub's 0.001 so its share of the loss and the
-// router's gradients is well above the tolerance) and a router z-loss.
+// norms over their whole width, 8 experts, top-2), all with the load-balancing loss (coefficient 0.02,
+// larger than transformers' default 0.001 so its share of the loss and the router's gradients is well
+// above the tolerance) and a router z-loss.
 ModelConfig golden_moe_model(ModelConfig config, const std::string& model) {
   config.family = model;
   config.n_kv_head = 2;
@@ -281,7 +282,9 @@ void run(const std::string& backend, const std::string& precision, const std::st
 
 int main(int argc, char** argv) {
   if (argc < 3 || argc > 5) {
-    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]]\n");
+    fmt::print(stderr,
+               "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 "
+               "[gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]]\n");
     return 2;
   }
   try {

@@ -49,7 +49,8 @@ MoeBlock build(DType dtype, double capacity_factor) {
   };
   const int act = g.apply1("swiglu", {experts("experts.gate_proj", xs, kHidden, kWidth),
                                       experts("experts.up_proj", xs, kHidden, kWidth)});
-  const int routed_out = g.apply1("moe_combine", {experts("experts.down_proj", act, kWidth, kHidden), route[0], route[2]});
+  const int down = experts("experts.down_proj", act, kWidth, kHidden);
+  const int routed_out = g.apply1("moe_combine", {down, route[0], route[2]});
   auto dense = [&](const std::string& name, int in, int64_t out, int64_t inner) {
     return g.apply1("matmul", {in, param(name, {out, inner})}, linear, name);
   };
@@ -186,7 +187,8 @@ TEST(MoeBlock, CpuInF32MatchesRef) {
     for (size_t i = 0; i < expected.size(); ++i) {
       for (int64_t j = 0; j < expected[i].numel(); ++j) {
         const double e = expected[i].data<double>()[j];
-        EXPECT_NEAR(actual[i].data<double>()[j], e, 2e-5 * (1 + std::abs(e))) << "capacity " << capacity << " output " << i;
+        EXPECT_NEAR(actual[i].data<double>()[j], e, 2e-5 * (1 + std::abs(e)))
+            << "capacity " << capacity << " output " << i;
       }
     }
   }

@@ -1,6 +1,6 @@
 // The mixture-of-experts families (Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE): Mixtral's published parameter
-// counts (total and active), their HuggingFace names with the experts stacked, the config checks, config.json both ways (and the Qwen
-// layouts Strata refuses), the router losses added to the training loss, and the KV-cache sampler
+// counts (total and active), their HuggingFace names with the experts stacked, the config checks,
+// config.json both ways (and the layouts Strata refuses), the router losses added to the training loss, and the KV-cache sampler
 // through the MoE block against the full forward graph.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -24,7 +24,9 @@ std::vector<int64_t> group_starts(const std::string& op, const Tensor& group_siz
     if (sizes[e] < 0) fail("op '{}': input 'group_sizes' holds {} for expert {}, a negative count", op, sizes[e], e);
     starts.push_back(starts.back() + sizes[e]);
   }
-  if (starts.back() > rows) fail("op '{}': input 'group_sizes' sums to {}, more than the {} rows", op, starts.back(), rows);
+  if (starts.back() > rows) {
+    fail("op '{}': input 'group_sizes' sums to {}, more than the {} rows", op, starts.back(), rows);
+  }
   return starts;
 }
 

@@ -49,8 +49,8 @@ void route(const Tensors& in, const Tensors& out, const Attrs& attrs) {
     }
   });
   std::vector<int64_t> routed(static_cast<size_t>(experts));
-  plan_dispatch(chosen, tokens * k, experts, routing.capacity(tokens, experts), out[2].data<int32_t>(), out[3].data<int32_t>(),
-                routed.data());
+  plan_dispatch(chosen, tokens * k, experts, routing.capacity(tokens, experts), out[2].data<int32_t>(),
+                out[3].data<int32_t>(), routed.data());
   for (int64_t e = 0; e < experts; ++e) {
     out[4].data<float>()[e] = static_cast<float>(routed[static_cast<size_t>(e)]);
     out[5].data<float>()[e] = static_cast<float>(out[3].data<int32_t>()[e]);

@@ -56,7 +56,8 @@ void route(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   }
   store(out[0], weights);
   std::vector<int64_t> routed(experts);
-  plan_dispatch(chosen, static_cast<int64_t>(tokens * k), static_cast<int64_t>(experts), routing.capacity(static_cast<int64_t>(tokens), static_cast<int64_t>(experts)),
+  const auto token_count = static_cast<int64_t>(tokens), expert_count = static_cast<int64_t>(experts);
+  plan_dispatch(chosen, token_count * routing.top_k, expert_count, routing.capacity(token_count, expert_count),
                 i32(out[2]), i32(out[3]), routed.data());
   store(out[4], std::vector<double>(routed.begin(), routed.end()));
   const int32_t* kept = i32(out[3]);
@@ -185,7 +186,8 @@ std::vector<double> combine_rows(const std::vector<double>& ys, const std::vecto
   for (size_t a = 0; a < rows.size(); ++a) {
     if (rows[a] < 0) continue;
     const double weight = weights.empty() ? 1.0 : weights[a];
-    for (size_t c = 0; c < channels; ++c) y[a / k * channels + c] += weight * ys[static_cast<size_t>(rows[a]) * channels + c];
+    const size_t row = static_cast<size_t>(rows[a]) * channels, token = a / k * channels;
+    for (size_t c = 0; c < channels; ++c) y[token + c] += weight * ys[row + c];
   }
   return y;
 }

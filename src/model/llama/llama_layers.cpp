@@ -132,7 +132,9 @@ void validate_attention(const ModelConfig& c) {
   if (c.head_dim == 0 && c.n_embd % c.n_head != 0) {
     fail("key 'model.n_head' ({}) must divide 'model.n_embd' ({}), or set model.head_dim", c.n_head, c.n_embd);
   }
-  if (c.head_size() % 2 != 0) fail("the head size ({}) must be even for rotary embeddings (model.head_dim)", c.head_size());
+  if (c.head_size() % 2 != 0) {
+    fail("the head size ({}) must be even for rotary embeddings (model.head_dim)", c.head_size());
+  }
   if (c.n_head % c.kv_heads() != 0) {
     fail("key 'model.n_kv_head' ({}) must divide model.n_head ({})", c.kv_heads(), c.n_head);
   }

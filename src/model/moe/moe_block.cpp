@@ -60,10 +60,13 @@ int sparse_moe_block(ModelEmitter& e, const ModelConfig& config, const MoeFlavou
 void add_sparse_moe_specs(std::vector<ParamSpec>& specs, const ModelConfig& config, const MoeFlavour& flavour,
                           const std::string& prefix) {
   const int64_t c = config.n_embd, f = config.moe_intermediate_size, experts = config.num_experts;
-  specs.push_back({prefix + flavour.block + "gate.weight", {experts, c}, Init::Normal, kStddev, true});
-  specs.push_back({stacked_expert_name(flavour, prefix, flavour.gate_proj), {experts, f, c}, Init::Normal, kStddev, true});
-  specs.push_back({stacked_expert_name(flavour, prefix, flavour.up_proj), {experts, f, c}, Init::Normal, kStddev, true});
-  specs.push_back({stacked_expert_name(flavour, prefix, flavour.down_proj), {experts, c, f}, Init::Normal, kStddev, true});
+  auto weight = [&](const std::string& name, Shape shape) {
+    specs.push_back({name, std::move(shape), Init::Normal, kStddev, true});
+  };
+  weight(prefix + flavour.block + "gate.weight", {experts, c});
+  weight(stacked_expert_name(flavour, prefix, flavour.gate_proj), {experts, f, c});
+  weight(stacked_expert_name(flavour, prefix, flavour.up_proj), {experts, f, c});
+  weight(stacked_expert_name(flavour, prefix, flavour.down_proj), {experts, c, f});
   if (!flavour.shared_expert) return;
   const std::string shared = prefix + flavour.block + "shared_expert.";
   const int64_t s = config.shared_expert_intermediate_size;

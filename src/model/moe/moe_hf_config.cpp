@@ -94,7 +94,9 @@ ModelConfig moe_from_hf_config(const nlohmann::json& hf, const std::string& sour
   if (flavour.shared_expert) c.shared_expert_intermediate_size = read.integer("shared_expert_intermediate_size");
   if (flavour.qwen_layout) read_qwen_layout(read, hf, c);
   refuse_unsupported(read, flavour, c);
-  if (read.boolean_or("output_router_logits", false)) c.router_aux_loss_coef = read.number_or("router_aux_loss_coef", 0.001);
+  if (read.boolean_or("output_router_logits", false)) {
+    c.router_aux_loss_coef = read.number_or("router_aux_loss_coef", 0.001);
+  }
   return c;
 }
 
