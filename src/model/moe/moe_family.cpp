@@ -133,49 +133,53 @@ const ModelFamily& mixtral_family() {
   return family;
 }
 
+namespace {
+
+// The names Qwen's and OLMoE's MoE blocks share: mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj,
+// num_experts in config.json.
+MoeFlavour mlp_experts_flavour(std::string family, std::string title, std::string architecture,
+                               std::string expert_width_key) {
+  return {.family = std::move(family),
+          .title = std::move(title),
+          .architecture = std::move(architecture),
+          .block = "mlp.",
+          .gate_proj = "gate_proj",
+          .up_proj = "up_proj",
+          .down_proj = "down_proj",
+          .experts_key = "num_experts",
+          .expert_width_key = std::move(expert_width_key)};
+}
+
+}  // namespace
+
 const ModelFamily& qwen3_moe_family() {
-  static const MoeFamily family({.family = "qwen3_moe",
-                                 .title = "Qwen3-MoE",
-                                 .architecture = "Qwen3MoeForCausalLM",
-                                 .block = "mlp.",
-                                 .gate_proj = "gate_proj",
-                                 .up_proj = "up_proj",
-                                 .down_proj = "down_proj",
-                                 .experts_key = "num_experts",
-                                 .expert_width_key = "moe_intermediate_size",
-                                 .attention = {.qk_norm = llama::QkNorm::PerHead},
-                                 .qwen_layout = true});
+  static const MoeFamily family([] {
+    MoeFlavour flavour = mlp_experts_flavour("qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "moe_intermediate_size");
+    flavour.attention.qk_norm = llama::QkNorm::PerHead;
+    flavour.qwen_layout = true;
+    return flavour;
+  }());
   return family;
 }
 
 const ModelFamily& qwen2_moe_family() {
-  static const MoeFamily family({.family = "qwen2_moe",
-                                 .title = "Qwen2-MoE",
-                                 .architecture = "Qwen2MoeForCausalLM",
-                                 .block = "mlp.",
-                                 .gate_proj = "gate_proj",
-                                 .up_proj = "up_proj",
-                                 .down_proj = "down_proj",
-                                 .experts_key = "num_experts",
-                                 .expert_width_key = "moe_intermediate_size",
-                                 .attention = {.o_proj_bias = false},
-                                 .qkv_bias = true,
-                                 .qwen_layout = true,
-                                 .shared_expert = true});
+  static const MoeFamily family([] {
+    MoeFlavour flavour = mlp_experts_flavour("qwen2_moe", "Qwen2-MoE", "Qwen2MoeForCausalLM", "moe_intermediate_size");
+    flavour.attention.o_proj_bias = false;
+    flavour.qkv_bias = true;
+    flavour.qwen_layout = true;
+    flavour.shared_expert = true;
+    return flavour;
+  }());
   return family;
 }
 
 const ModelFamily& olmoe_family() {
-  static const MoeFamily family({.family = "olmoe",
-                                 .title = "OLMoE",
-                                 .architecture = "OlmoeForCausalLM",
-                                 .block = "mlp.",
-                                 .gate_proj = "gate_proj",
-                                 .up_proj = "up_proj",
-                                 .down_proj = "down_proj",
-                                 .experts_key = "num_experts",
-                                 .expert_width_key = "intermediate_size",
-                                 .attention = {.qk_norm = llama::QkNorm::Whole}});
+  static const MoeFamily family([] {
+    MoeFlavour flavour = mlp_experts_flavour("olmoe", "OLMoE", "OlmoeForCausalLM", "intermediate_size");
+    flavour.attention.qk_norm = llama::QkNorm::Whole;
+    return flavour;
+  }());
   return family;
 }
 
