@@ -89,15 +89,99 @@ Tensor load_finite(const SafetensorsReader& file, const std::string& stored) {
 
 }  // namespace
 
+namespace {
+
+// What load_hf_weights has put where, by the file's names: parameters loaded whole, and the slices of
+// parameters stacked over experts, expert by expert.
+struct Loaded {
+  std::map<std::string, std::string> whole;
+  std::map<std::string, std::map<int64_t, std::string>> experts;
+};
+
+// One expert's tensor into its slice of the stacked parameter, its index and shape checked.
+void load_expert_slice(const SafetensorsReader& file, const std::string& stored, const ModelFamily::ExpertSlice& slice,
+                       const std::map<std::string, size_t>& index_of, ParameterSet& params, Loaded& loaded,
+                       std::string_view family) {
+  auto found = index_of.find(slice.parameter);
+  if (found == index_of.end()) {
+    fail("{}: tensor '{}' is not a parameter of the configured {} model", location(file), stored, family);
+  }
+  Tensor& stacked = params.tensor(found->second);
+  const int64_t experts = stacked.shape()[0];
+  if (slice.expert >= experts) {
+    fail("{}: tensor '{}' is expert {}, but the config has {} experts (model.num_experts)", location(file), stored,
+         slice.expert, experts);
+  }
+  const Shape expected(stacked.shape().begin() + 1, stacked.shape().end());
+  if (file.entry(stored).shape != expected) {
+    fail("{}: tensor '{}' has shape {}, the config (model.*) implies {}", location(file), stored,
+         shape_str(file.entry(stored).shape), shape_str(expected));
+  }
+  if (auto [previous, fresh] = loaded.experts[slice.parameter].emplace(slice.expert, stored); !fresh) {
+    fail("{}: tensors '{}' and '{}' are both expert {} of parameter '{}': keep one", location(file), previous->second,
+         stored, slice.expert, slice.parameter);
+  }
+  Shape one_expert = expected;
+  one_expert.insert(one_expert.begin(), 1);
+  stacked.narrow(0, slice.expert, 1).copy_from(load_finite(file, stored).reshape(one_expert));
+}
+
+// A stored lm_head.weight of a tied model: equal to the embedding, as stored.
+void check_tied_head(const SafetensorsReader& file, const Tensor& embedding, const std::string& tied) {
+  if (file.entry("lm_head.weight").shape != embedding.shape()) {
+    fail("{}: tensor 'lm_head.weight' has shape {}, but it is tied to {} {}", location(file),
+         shape_str(file.entry("lm_head.weight").shape), tied, shape_str(embedding.shape()));
+  }
+  const Tensor head = load_finite(file, "lm_head.weight");
+  // Equal as stored: the embedding went through the same conversion to f32.
+  for (int64_t i = 0; i < head.numel(); ++i) {
+    if (head.data<float>()[i] != embedding.data<float>()[i]) {
+      fail("{}: tensor 'lm_head.weight' differs from {} at element {} ({} vs {}), but model.tie_word_embeddings "
+           "is true; set it to false to load an untied head",
+           location(file), tied, i, head.data<float>()[i], embedding.data<float>()[i]);
+    }
+  }
+}
+
+// Every parameter loaded, whole or (stacked over experts) every expert's slice, and not both.
+void expect_every_parameter(const fs::path& path, const ModelFamily& family, const ParameterSet& params,
+                            const Loaded& loaded) {
+  for (const ParamSpec& spec : params.specs()) {
+    auto sliced = loaded.experts.find(spec.name);
+    const bool whole = loaded.whole.count(spec.name) != 0;
+    if (sliced == loaded.experts.end()) {
+      if (!whole) fail("{}: tensor '{}' is missing", path.string(), spec.name);
+      continue;
+    }
+    if (whole) {
+      fail("{}: tensors '{}' and '{}' are both parameter '{}' (all experts, and expert {} alone): keep one spelling",
+           path.string(), loaded.whole.at(spec.name), sliced->second.begin()->second, spec.name,
+           sliced->second.begin()->first);
+    }
+    for (int64_t expert = 0; expert < spec.shape[0]; ++expert) {
+      if (!sliced->second.count(expert)) {
+        fail("{}: tensor '{}' is missing (expert {} of the {} that model.num_experts gives)", path.string(),
+             family.hf_tensor_of_expert_slice(spec.name, expert), expert, spec.shape[0]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void load_hf_weights(const fs::path& path, const ModelConfig& config, ParameterSet& params) {
   const ModelFamily& family = model_family(config);
   const StoredWeights weights = open_weights(path);
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < params.size(); ++i) index_of[params.spec(i).name] = i;
   const std::string tied = family.tied_embedding(config);
-  std::map<std::string, std::string> loaded;  // parameter -> the file's name for it
+  Loaded loaded;
   const SafetensorsReader* tied_head = nullptr;
   for (const auto& [stored, file] : weights.where) {
+    if (const auto slice = family.expert_slice_of_hf_tensor(stored)) {
+      load_expert_slice(*file, stored, *slice, index_of, params, loaded, family.name());
+      continue;
+    }
     const std::string name = family.parameter_of_hf_tensor(stored);
     if (name.empty()) continue;
     if (name == "lm_head.weight" && !tied.empty() && !index_of.count(name)) {
@@ -114,31 +198,14 @@ void load_hf_weights(const fs::path& path, const ModelConfig& config, ParameterS
            shape_str(file->entry(stored).shape), shape_str(expected));
     }
     // The same tensor under both spellings: which one is meant is anyone's guess.
-    if (auto [previous, fresh] = loaded.emplace(name, stored); !fresh) {
+    if (auto [previous, fresh] = loaded.whole.emplace(name, stored); !fresh) {
       fail("{}: tensors '{}' and '{}' are both parameter '{}': keep one", location(*file), previous->second, stored,
            name);
     }
     params.tensor(found->second).copy_from(load_finite(*file, stored));
   }
-  for (const ParamSpec& spec : params.specs()) {
-    if (!loaded.count(spec.name)) fail("{}: tensor '{}' is missing", path.string(), spec.name);
-  }
-  if (tied_head) {
-    const Tensor& embedding = params.get(tied);
-    if (tied_head->entry("lm_head.weight").shape != embedding.shape()) {
-      fail("{}: tensor 'lm_head.weight' has shape {}, but it is tied to {} {}", location(*tied_head),
-           shape_str(tied_head->entry("lm_head.weight").shape), tied, shape_str(embedding.shape()));
-    }
-    const Tensor head = load_finite(*tied_head, "lm_head.weight");
-    // Equal as stored: the embedding went through the same conversion to f32.
-    for (int64_t i = 0; i < head.numel(); ++i) {
-      if (head.data<float>()[i] != embedding.data<float>()[i]) {
-        fail("{}: tensor 'lm_head.weight' differs from {} at element {} ({} vs {}), but model.tie_word_embeddings "
-             "is true; set it to false to load an untied head",
-             location(*tied_head), tied, i, head.data<float>()[i], embedding.data<float>()[i]);
-      }
-    }
-  }
+  expect_every_parameter(path, family, params, loaded);
+  if (tied_head) check_tied_head(*tied_head, params.get(tied), tied);
 }
 
 void save_hf_weights(const fs::path& path, const ParameterSet& params) {

@@ -157,6 +157,55 @@ const std::map<std::string, GradRule>& rules() {
                         {dy[0], n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], n.outputs[1]}, n.attrs,
                         grad_label(n, "qkv"));
        }},
+      {"reshape",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         const Shape& shape = g.value(n.inputs[0]).meta.shape;
+         return {g.apply1("reshape", {dy[0]}, {{"keep", int64_t{0}}, {"tail", shape}}, grad_label(n, "x"))};
+       }},
+      // Mixture of experts (ops/moe_ops.cpp): only the router's weights carry a gradient; the experts it
+      // chose, the dispatch plan and the counts are discrete.
+      {"moe_route",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         return {g.apply1("moe_route_backward", {dy[0], n.inputs[0], n.outputs[1]}, n.attrs, grad_label(n, "logits"))};
+       }},
+      {"moe_router_loss_terms",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         STRATA_CHECK(dy[0] != kNoGradient && dy[1] != kNoGradient,
+                      "op 'moe_router_loss_terms' ({}): both prob_sum and z_sum must reach the loss (moe_aux_loss)",
+                      n.label);
+         return {g.apply1("moe_router_loss_terms_backward", {dy[0], dy[1], n.inputs[0]}, {}, grad_label(n, "logits"))};
+       }},
+      {"moe_aux_loss",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         std::vector<int> grads = g.apply("moe_aux_loss_backward", {dy[0], n.inputs[2]}, n.attrs, grad_label(n, "terms"));
+         return {grads[0], grads[1], kNoGradient};
+       }},
+      {"moe_permute",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("moe_permute_backward", {dy[0], n.inputs[1]}, {}, grad_label(n, "x")), kNoGradient};
+       }},
+      {"moe_combine",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         std::vector<int> grads = g.apply("moe_combine_backward", {dy[0], n.inputs[0], n.inputs[1], n.inputs[2]}, {},
+                                          grad_label(n, "ys"));
+         return {grads[0], grads[1], kNoGradient};
+       }},
+      // y_e = x_e w_e^T: dx_e = dy_e w_e, dw_e = dy_e^T x_e; y_e = x_e w_e: dx_e = dy_e w_e^T, dw_e = x_e^T dy_e.
+      {"grouped_matmul",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         const bool trans_b = n.attrs.get_bool("trans_b");
+         const int x = n.inputs[0], w = n.inputs[1], sizes = n.inputs[2];
+         int dx = g.apply1("grouped_matmul", {dy[0], w, sizes}, {{"trans_b", !trans_b}}, grad_label(n, "x"));
+         std::vector<int> operands = trans_b ? std::vector<int>{dy[0], x} : std::vector<int>{x, dy[0]};
+         int dw = g.apply1("grouped_matmul_weight_grad", {operands[0], operands[1], sizes}, {}, grad_label(n, "w"));
+         return {dx, dw, kNoGradient};
+       }},
+      {"sigmoid_gate",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return g.apply("sigmoid_gate_backward", {dy[0], n.inputs[0], n.inputs[1]}, {}, grad_label(n, "x"));
+       }},
       {"cross_entropy",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          only_primary(n, dy);

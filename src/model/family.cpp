@@ -9,13 +9,16 @@
 #include "core/error.h"
 #include "model/gpt2/gpt2_family.h"
 #include "model/llama/llama_family.h"
+#include "model/moe/moe_family.h"
 
 namespace strata {
 
 namespace {
 
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&gpt2_family(), &llama_family()};
+  static const std::vector<const ModelFamily*> all = {&gpt2_family(),      &llama_family(),
+                                                              &mixtral_family(),   &qwen3_moe_family(),
+                                                              &qwen2_moe_family(), &olmoe_family()};
   return all;
 }
 
@@ -24,6 +27,14 @@ const std::vector<const ModelFamily*>& families() {
 double ModelFamily::training_flops_per_token(const ModelConfig& config) const {
   return 6.0 * static_cast<double>(config.num_parameters()) +
          12.0 * static_cast<double>(config.n_layer * config.n_head * config.head_size() * config.block_size);
+}
+
+std::optional<ModelFamily::ExpertSlice> ModelFamily::expert_slice_of_hf_tensor(const std::string&) const {
+  return std::nullopt;
+}
+
+std::string ModelFamily::hf_tensor_of_expert_slice(const std::string& parameter, int64_t) const {
+  fail("{} has no parameters stacked over experts, so none is {}", name(), parameter);
 }
 
 const ModelFamily& model_family(std::string_view name) {

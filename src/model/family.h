@@ -8,6 +8,7 @@
 // emitter appends them to a graph (training, the planner's per-device
 // segments), the sampler's runs them eagerly with its key/value cache.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +29,13 @@ class ModelEmitter {
   virtual ~ModelEmitter() = default;
   // The value of parameter `name`, whose (shard) shape is `shape`.
   virtual int param(const std::string& name, const Shape& shape) = 0;
+  // Every output of the op (a router's weights and its dispatch plan).
+  virtual std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                               const std::string& label) = 0;
   // The op's first output.
-  virtual int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
-                 const std::string& label) = 0;
+  int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs, const std::string& label) {
+    return ops(op, inputs, attrs, label).at(0);
+  }
   // The causal attention core: `op` is "attention" (inputs {qkv}, packed) or
   // "grouped_attention" (inputs {q, k, v}); a cache-keeping emitter keeps k and v.
   virtual int attention(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
@@ -83,6 +88,16 @@ class ModelFamily {
   // spelling of the bare model class (GPT2Model, LlamaModel) prefixed; "" for the buffers some
   // files carry (causal masks, rotary frequencies), which are not parameters.
   virtual std::string parameter_of_hf_tensor(const std::string& stored) const = 0;
+  // Where a file's tensor goes when it is one expert's weight of a parameter stacked over the experts
+  // (the Hub stores experts.{e}.w1.weight; a MoE family stacks them in experts.w1.weight): that
+  // parameter and the expert e, the slice along its first dim; nullopt for every other tensor.
+  struct ExpertSlice {
+    std::string parameter;
+    int64_t expert = 0;
+  };
+  virtual std::optional<ExpertSlice> expert_slice_of_hf_tensor(const std::string& stored) const;
+  // The inverse: the name the Hub gives expert `expert`'s slice of stacked parameter `parameter`.
+  virtual std::string hf_tensor_of_expert_slice(const std::string& parameter, int64_t expert) const;
   // HuggingFace config.json: the model config it describes (`source` names the file in errors),
   // and the one to write for `config`.
   virtual ModelConfig from_hf_config(const nlohmann::json& hf, const std::string& source) const = 0;

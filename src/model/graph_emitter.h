@@ -20,12 +20,13 @@ class GraphEmitter final : public ModelEmitter {
       : ops_(graph, precision), params_(std::move(params)) {}
 
   int param(const std::string& name, const Shape& shape) override { return params_(name, shape); }
-  int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs, const std::string& label) override {
-    return ops_.apply(op, inputs, attrs, label).at(0);
+  std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                       const std::string& label) override {
+    return ops_.apply(op, inputs, attrs, label);
   }
   int attention(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
                 const std::string& label) override {
-    return this->op(op, inputs, attrs, label);
+    return ops_.apply(op, inputs, attrs, label).at(0);
   }
 
  private:

@@ -55,16 +55,48 @@ std::vector<ModelField> model_fields(ModelConfig& c) {
       {"tie_word_embeddings", &c.tie_word_embeddings},
       {"attention_bias", &c.attention_bias},
       {"mlp_bias", &c.mlp_bias},
+      {"num_experts", &c.num_experts, nullptr, true},
+      {"num_experts_per_tok", &c.num_experts_per_tok, nullptr, true},
+      {"moe_intermediate_size", &c.moe_intermediate_size, nullptr, true},
+      {"shared_expert_intermediate_size", &c.shared_expert_intermediate_size, nullptr, true},
+      {"norm_topk_prob", &c.norm_topk_prob, nullptr, true},
+      {"router_aux_loss_coef", &c.router_aux_loss_coef, nullptr, true},
+      {"router_z_loss_coef", &c.router_z_loss_coef, nullptr, true},
+      {"capacity_factor", &c.capacity_factor, nullptr, true},
   };
 }
 
 nlohmann::json model_config_json(const ModelConfig& config) {
-  ModelConfig copy = config;  // model_fields hands out pointers that could change it
+  ModelConfig copy = config, defaults;  // model_fields hands out pointers that could change them
+  const std::vector<ModelField> fields = model_fields(copy), default_fields = model_fields(defaults);
   nlohmann::json json = nlohmann::json::object();
-  for (const ModelField& field : model_fields(copy)) {
-    std::visit([&](auto* value) { json[nlohmann::json::json_pointer(field.json_pointer())] = *value; }, field.value);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    std::visit(
+        [&](auto* value) {
+          const bool at_default = *value == *std::get<decltype(value)>(default_fields[i].value);
+          if (fields[i].written_only_when_set && at_default) return;
+          json[nlohmann::json::json_pointer(fields[i].json_pointer())] = *value;
+        },
+        fields[i].value);
   }
   return json;
+}
+
+void ModelConfig::expect_dense(const char* family_title) const {
+  const ModelConfig dense;
+  const std::pair<const char*, bool> set[] = {
+      {"num_experts", num_experts != dense.num_experts},
+      {"num_experts_per_tok", num_experts_per_tok != dense.num_experts_per_tok},
+      {"moe_intermediate_size", moe_intermediate_size != dense.moe_intermediate_size},
+      {"shared_expert_intermediate_size", shared_expert_intermediate_size != dense.shared_expert_intermediate_size},
+      {"norm_topk_prob", norm_topk_prob != dense.norm_topk_prob},
+      {"router_aux_loss_coef", router_aux_loss_coef != dense.router_aux_loss_coef},
+      {"router_z_loss_coef", router_z_loss_coef != dense.router_z_loss_coef},
+      {"capacity_factor", capacity_factor != dense.capacity_factor}};
+  for (const auto& [key, differs] : set) {
+    if (differs) fail("key 'model.{}' is a mixture-of-experts setting, not a {} one (model.family = \"{}\")", key,
+                      family_title, family);
+  }
 }
 
 int64_t ModelConfig::num_parameters() const {

@@ -40,11 +40,23 @@ struct ModelConfig {
   bool attention_bias = false;
   bool mlp_bias = false;
 
+  // Mixture of experts (model/moe/: Mixtral's and Qwen-MoE's config.json names in comments).
+  int64_t num_experts = 0;                      // num_local_experts / num_experts; 0: a dense model
+  int64_t num_experts_per_tok = 0;              // the router's top-k
+  int64_t moe_intermediate_size = 0;            // each expert's hidden width (Mixtral: intermediate_size)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert's width; 0: none
+  bool norm_topk_prob = false;                  // the top-k weights renormalised to sum to 1
+  double router_aux_loss_coef = 0;              // the load-balancing loss's weight in the training loss
+  double router_z_loss_coef = 0;                // the router z-loss's weight (ST-MoE); 0: none
+  double capacity_factor = 0;                   // rows per expert = ceil(factor * tokens * k / E); 0: dropless
+
   // Throws naming the `model.*` key that is impossible (the family's own checks too).
   void validate() const;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   int64_t num_parameters() const;  // a tied LM head counted once
+  // Throws naming the first mixture-of-experts key set, for the dense families (`family` in the message).
+  void expect_dense(const char* family_title) const;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -57,6 +69,9 @@ struct ModelField {
   // Where model_config_json holds the field when not at "/<key>": the rope scaling is one object
   // there ("/rope_scaling/factor"), as checkpoints have always recorded it.
   const char* nested_pointer = nullptr;
+  // Keys added after checkpoints existed (the mixture-of-experts ones) are written only when set, so a
+  // model without them writes the JSON earlier checkpoints hold; a missing one reads as its default.
+  bool written_only_when_set = false;
 
   std::string json_pointer() const { return nested_pointer ? std::string(nested_pointer) : std::string("/").append(key); }
 };

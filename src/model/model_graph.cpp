@@ -17,7 +17,8 @@ void adopt(ModelGraph& model, GraphRewriter::Result rewritten) {
     if (id >= 0) id = rewritten.value_map.at(static_cast<size_t>(id));
   };
   for (int* id : {&model.tokens, &model.targets, &model.positions, &model.logits, &model.loss, &model.grads.seed,
-                  &model.received, &model.sent, &model.head_copy}) {
+                  &model.received, &model.sent, &model.head_copy, &model.router.balance, &model.router.z,
+                  &model.router.expert_tokens, &model.router.expert_kept}) {
     remap(*id);
   }
   for (int& id : model.params) remap(id);
@@ -50,11 +51,44 @@ ModelGraph::BoundaryNodes boundary_nodes(const ModelGraph& model) {
 
 std::set<int> read_after_run(const ModelGraph& model) {
   std::set<int> kept;
-  for (int id : {model.loss, model.logits, model.sent}) {
+  for (int id : {model.loss, model.logits, model.sent, model.router.balance, model.router.z, model.router.expert_tokens,
+                 model.router.expert_kept}) {
     if (id >= 0) kept.insert(id);
   }
   for (auto [value, grad] : model.grads.of) kept.insert(grad);
   return kept;
+}
+
+// The router losses of every moe_route the layers made (none in a dense model), summed over the layers
+// as transformers' load_balancing_loss_func takes all layers' router logits at once, added to the loss.
+void add_router_losses(GraphEmitter& emit, const ModelConfig& config, int64_t tokens, ModelGraph& model) {
+  struct Router {
+    int logits, routed, kept;
+  };
+  std::vector<Router> routers;  // ids, not nodes: emitting appends to the node list
+  for (const Node& node : model.graph.nodes()) {
+    if (node.op == "moe_route") routers.push_back({node.inputs[0], node.outputs[4], node.outputs[5]});
+  }
+  if (routers.empty()) return;
+  int prob_sum = -1, z_sum = -1, expert_tokens = -1, expert_kept = -1;
+  auto summed = [&](int total, int term) {
+    return total < 0 ? term : emit.op("add", {total, term}, {}, "router_loss.sum");
+  };
+  for (const Router& router : routers) {
+    const std::vector<int> terms = emit.ops("moe_router_loss_terms", {router.logits}, {}, "router_loss.terms");
+    prob_sum = summed(prob_sum, terms[0]);
+    z_sum = summed(z_sum, terms[1]);
+    expert_tokens = summed(expert_tokens, router.routed);
+    expert_kept = summed(expert_kept, router.kept);
+  }
+  const std::vector<int> losses =
+      emit.ops("moe_aux_loss", {prob_sum, z_sum, expert_tokens},
+               {{"tokens", tokens * static_cast<int64_t>(routers.size())},
+                {"aux_coef", config.router_aux_loss_coef},
+                {"z_coef", config.router_z_loss_coef}},
+               "router_loss");
+  model.loss = emit.op("add", {model.loss, losses[0]}, {}, "loss.with_router");
+  model.router = {losses[1], losses[2], expert_tokens, expert_kept};
 }
 
 }  // namespace
@@ -100,6 +134,7 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
   building_head = true;
   model.logits = family.lm_head(emit, config, normed, 1);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
+  add_router_losses(emit, config, batch * seq, model);
   ValueLayouts layouts;
   GradientLabels gradient_labels;
   if (options.parallelize) {

@@ -54,6 +54,16 @@ struct ModelGraph {
   // Under tensor parallelism: how this rank's values, forward and backward, stand to the whole
   // model's of the same name (empty otherwise: every value is whole).
   LayoutRecord layouts;
+  // A mixture-of-experts model's router losses over all its MoE layers (-1 in dense models): balance
+  // (transformers' load-balancing loss) and z (the router z-loss), unweighted [], the assignments
+  // each expert was routed [E] and those it kept (fewer under a capacity: the difference is what was
+  // dropped), summed over the layers; `loss` then adds router_aux_loss_coef balance + router_z_loss_coef z.
+  struct RouterLosses {
+    int balance = -1;
+    int z = -1;
+    int expert_tokens = -1;
+    int expert_kept = -1;
+  } router;
 };
 
 // A forward graph rewritten by the parallel runtime: tensor parallelism

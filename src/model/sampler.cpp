@@ -34,10 +34,13 @@ class CachedEmitter final : public ModelEmitter {
                  shape_str(tensor.shape()), shape_str(shape));
     return input(tensor);
   }
-  int op(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs, const std::string&) override {
+  std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
+                       const std::string&) override {
     std::vector<Tensor> tensors;
     for (int id : inputs) tensors.push_back(value(id));
-    return input(dispatcher_.call(op, tensors, attrs)[0]);
+    std::vector<int> outputs;
+    for (Tensor& output : dispatcher_.call(op, tensors, attrs)) outputs.push_back(input(std::move(output)));
+    return outputs;
   }
   // The new tokens' keys and values go into the cache at `position_`; their queries attend to
   // everything cached up to and including themselves. Packed GPT-2 qkv holds q, k, v side by side.

@@ -5,6 +5,7 @@
 
 #include "core/exact_square_sum.h"
 #include "ops/dispatcher.h"
+#include "ops/moe_ops.h"
 #include "ops/vocab_shard.h"
 
 namespace strata {
@@ -641,6 +642,8 @@ void register_standard_ops(OpRegistry& registry) {
   add_attention_parts_ops(registry);
   add_grouped_attention_ops(registry);
   add_llama_ops(registry);
+  add_moe_ops(registry);
+  add_reshape_op(registry);
   add_fused_ops(registry);
   add_collective_ops(registry);
 }

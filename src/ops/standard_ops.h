@@ -14,6 +14,10 @@ void add_collective_ops(OpRegistry& registry);  // all_reduce, copy_to_group, al
 void add_fused_ops(OpRegistry& registry);  // add_layernorm, add_rms_norm, their *_backward_add, fused_elementwise1..4
 void add_llama_ops(OpRegistry& registry);  // rms_norm(_backward), rope, swiglu(_backward)
 void add_grouped_attention_ops(OpRegistry& registry);  // grouped_attention(_backward)
+void add_reshape_op(OpRegistry& registry);
+
+// reshape's output shape: x's first `keep` dims, then `tail` (throws naming the op unless the counts agree).
+Shape reshaped(const Shape& shape, const Attrs& attrs);
 
 // The unfused fallbacks of `attention` and `attention_backward` (attention_parts_ops.cpp).
 void decompose_attention(Dispatcher& dispatcher, const Tensors& inputs, const Tensors& outputs, const Attrs& attrs);

@@ -34,6 +34,23 @@ ModelConfig every_field_set() {
   return c;
 }
 
+// A Qwen2-MoE model with every mixture-of-experts field away from its default (no family takes both
+// these and LLaMA's MLP keys).
+ModelConfig every_moe_field_set() {
+  ModelConfig c = testing::llama_config(2, 4, 2, 64, 96, 100, 32, false);
+  c.family = "qwen2_moe";
+  c.attention_bias = true;
+  c.shared_expert_intermediate_size = 80;
+  c.num_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 40;
+  c.norm_topk_prob = true;
+  c.router_aux_loss_coef = 0.01;
+  c.router_z_loss_coef = 0.001;
+  c.capacity_factor = 1.25;
+  return c;
+}
+
 // Saves a checkpoint whose metadata is `state`'s with its "model" replaced by `model`, and reads it back.
 TrainingCheckpoint round_trip(const TrainingCheckpoint& state, const nlohmann::json& model) {
   TempDir run;
@@ -50,15 +67,22 @@ TrainingCheckpoint state_of(const ModelConfig& model) {
 }
 
 TEST(TrainingCheckpoint, EveryModelFieldSurvivesTheRoundTrip) {
-  ModelConfig saved = every_field_set();
-  ModelConfig defaults;
-  const std::vector<ModelField> set = model_fields(saved), unset = model_fields(defaults);
-  for (size_t i = 0; i < set.size(); ++i) {
-    std::visit([&](auto* value) { EXPECT_NE(*value, *std::get<decltype(value)>(unset[i].value)) << set[i].key; },
-               set[i].value);
+  ModelConfig dense = every_field_set(), moe = every_moe_field_set(), defaults;
+  const std::vector<ModelField> in_dense = model_fields(dense), in_moe = model_fields(moe),
+                                unset = model_fields(defaults);
+  for (size_t i = 0; i < unset.size(); ++i) {
+    std::visit(
+        [&](auto* value) {
+          const auto& other = *std::get<decltype(value)>(in_moe[i].value);
+          const auto& fallback = *std::get<decltype(value)>(unset[i].value);
+          EXPECT_TRUE(*value != fallback || other != fallback) << in_dense[i].key << " is set in neither model";
+        },
+        in_dense[i].value);
   }
-  const TrainingCheckpoint state = state_of(saved);
-  EXPECT_EQ(round_trip(state, training_metadata(state)["model"]).model, saved);
+  for (const ModelConfig& saved : {dense, moe}) {
+    const TrainingCheckpoint state = state_of(saved);
+    EXPECT_EQ(round_trip(state, training_metadata(state)["model"]).model, saved) << saved.family;
+  }
 }
 
 TEST(TrainingCheckpoint, TheModelJsonIsTheOneEarlierCheckpointsHold) {

@@ -286,6 +286,24 @@ TEST(OpsCommand, LlamaConfigIsCovered) {
   EXPECT_THAT(text.output, HasSubstr("verdict: "));
 }
 
+// The mixture of experts' ops, the backward ones too, in the coverage of a Mixtral training step.
+TEST(OpsCommand, MixtralConfigIsCovered) {
+  for (const char* precision : {"f32", "bf16"}) {
+    ConfigCoverage coverage = coverage_of("mixtral_small.toml", "cpu", precision);
+    EXPECT_EQ(coverage.family, "mixtral");
+    EXPECT_NEAR(share_sum(coverage), 1.0, 1e-9) << precision;
+    std::set<std::string> ops;
+    for (const CoverageRow& row : coverage.rows) ops.insert(row.op);
+    for (const char* op : {"moe_route", "moe_route_backward", "moe_permute", "moe_permute_backward", "grouped_matmul",
+                           "grouped_matmul_weight_grad", "moe_combine", "moe_combine_backward", "moe_aux_loss",
+                           "moe_router_loss_terms_backward"}) {
+      EXPECT_TRUE(ops.count(op)) << op << " " << precision;
+    }
+  }
+  TrainConfig config = load_train_config(config_path("mixtral_small.toml"), {});
+  check_counts(config_op_coverage(config), config);
+}
+
 TEST(OpsCommand, ConfigArgumentsAreChecked) {
   StrataRun dtype = run_strata("ops " + config_path("default.toml") + " --dtype f32");
   EXPECT_NE(dtype.exit_code, 0);

@@ -1,4 +1,4 @@
-"""Golden test: Strata against an independent PyTorch model (torch_gpt2.py, torch_llama.py).
+"""Golden test: Strata against an independent PyTorch model (torch_gpt2.py, torch_llama.py, torch_moe.py).
 
 Runs golden_dump for one backend, then recomputes everything it produced with
 PyTorch from the same initial weights and the same token shard:
@@ -16,7 +16,10 @@ element whose gradient is below ~1e-7 moves by about lr * gradient / eps,
 which magnifies any fp32 rounding of that gradient beyond the tolerance, so
 that even PyTorch fp32 against PyTorch fp64 fails.
 
-Usage: check_golden.py --dump-tool PATH --backend ref|cpu|opencl --work-dir DIR [--model gpt2|llama|llama-tied|llama3]
+The mixture-of-experts models' loss includes the router losses and is held to 1e-5 relative as well.
+
+Usage: check_golden.py --dump-tool PATH --backend ref|cpu|opencl --work-dir DIR
+                       [--model gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]
 """
 
 import argparse
@@ -30,9 +33,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2  # noqa: E402
 import torch_llama  # noqa: E402
+import torch_moe  # noqa: E402
 
 RTOL = 1e-4
 ATOL = 1e-5
+MOE_LOSS_RTOL = 1e-5
 
 
 class Comparison:
@@ -89,8 +94,11 @@ class Comparison:
 
 
 def reference_model(golden):
-    """The independent PyTorch model of golden.json's family (torch_gpt2 or torch_llama)."""
-    return torch_llama if golden["config"]["family"] == "llama" else torch_gpt2
+    """The independent PyTorch model of golden.json's family (torch_gpt2, torch_llama or torch_moe)."""
+    family = golden["config"]["family"]
+    if family in torch_moe.FLAVOURS:
+        return torch_moe
+    return torch_llama if family == "llama" else torch_gpt2
 
 
 def first_micro_batch_reference(golden, cfg, dtype, fail):
@@ -123,6 +131,13 @@ def check_first_micro_batch(golden, cfg, dtype, result):
     dump, params, logits, loss = first_micro_batch_reference(golden, cfg, dtype, result.fail)
     result.check("logits", "logits", dump["logits"], logits.detach())
     result.check("loss", "loss", dump["loss"], loss.detach())
+    if golden["config"]["family"] in torch_moe.FLAVOURS:
+        relative = abs(dump["loss"].double().item() - loss.item()) / abs(loss.item())
+        router = logits.router_loss.item()
+        print(f"  loss strata {dump['loss'].double().item():.9f} torch {loss.item():.9f} (router losses {router:.6g} "
+              f"of it): relative error {relative:.2e}")
+        if relative > MOE_LOSS_RTOL:
+            result.fail(f"loss: relative error {relative:.2e} exceeds {MOE_LOSS_RTOL:g}")
     for name, tensor in params.items():
         result.check("gradients", "grad " + name, dump["grad." + name], tensor.grad)
     extra = sorted(k for k in dump if k.startswith("grad.") and k[5:] not in params)
@@ -171,7 +186,7 @@ def main():
     parser.add_argument("--dump-tool", required=True, help="the golden_dump executable")
     parser.add_argument("--backend", required=True, choices=["ref", "cpu", "opencl"])
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
+    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3, mixtral, qwen3_moe, qwen2_moe, olmoe")
     parser.add_argument("--reference-dtype", choices=["float64", "float32"], default="float64")
     parser.add_argument("--verbose", action="store_true", help="print every tensor's errors")
     args = parser.parse_args()

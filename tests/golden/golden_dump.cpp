@@ -9,7 +9,7 @@
 // fusion, dynamic loss scaling for fp16) for kMixedPrecisionSteps steps; the
 // first micro-batch's gradients are unscaled before they are written.
 //
-// Usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3]]
+// Usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]]
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -77,6 +77,35 @@ std::string generated_text() {
 // query heads) untied, tied, and with llama3 rope scaling (whose original length of 16 positions puts
 // the 32 trained ones past it, so every band of the scaling is used), a head size that is not
 // n_embd / n_head, and biases on the attention and the MLP.
+// The mixture-of-experts models: Mixtral-shaped (8 experts, top-2, always renormalised),
+// Qwen3-MoE-shaped (per-head q/k norms, 6 experts, top-3 without renormalising), Qwen2-MoE-shaped (q/k/v
+// biases, a shared expert behind its sigmoid gate, 4 experts, top-2 renormalised) and OLMoE-shaped (q/k
+// norms over their whole width, 8 experts, top-2), all with the load-balancing loss (coefficient 0.02,
+// larger than transformers' default 0.001 so its share of the loss and the router's gradients is well
+// above the tolerance) and a router z-loss.
+ModelConfig golden_moe_model(ModelConfig config, const std::string& model) {
+  config.family = model;
+  config.n_kv_head = 2;
+  config.rope_theta = 10000;
+  config.tie_word_embeddings = false;
+  config.moe_intermediate_size = 48;
+  config.router_aux_loss_coef = 0.02;
+  config.router_z_loss_coef = 0.001;
+  config.num_experts = model == "qwen3_moe" ? 6 : model == "qwen2_moe" ? 4 : 8;
+  config.num_experts_per_tok = model == "qwen3_moe" ? 3 : 2;
+  if (model == "qwen3_moe") config.head_dim = 8;
+  if (model == "qwen2_moe") {
+    config.attention_bias = true;
+    config.norm_topk_prob = true;
+    config.shared_expert_intermediate_size = 40;
+  }
+  return config;
+}
+
+// The models the golden tests check: GPT-2, and LLaMA with grouped-query attention (2 kv heads for 4
+// query heads) untied, tied, and with llama3 rope scaling (whose original length of 16 positions puts
+// the 32 trained ones past it, so every band of the scaling is used), a head size that is not
+// n_embd / n_head, and biases on the attention and the MLP; and the MoE models above.
 ModelConfig golden_model(const std::string& model) {
   ModelConfig config;
   config.n_layer = 2;
@@ -85,6 +114,9 @@ ModelConfig golden_model(const std::string& model) {
   config.vocab_size = kModelVocab;
   config.block_size = 32;
   if (model == "gpt2") return config;
+  if (model == "mixtral" || model == "qwen3_moe" || model == "qwen2_moe" || model == "olmoe") {
+    return golden_moe_model(config, model);
+  }
   config.family = "llama";
   config.n_kv_head = 2;
   config.intermediate_size = 96;
@@ -97,7 +129,7 @@ ModelConfig golden_model(const std::string& model) {
     config.attention_bias = true;
     config.mlp_bias = true;
   } else if (model != "llama" && model != "llama-tied") {
-    fail("unknown golden model '{}' (gpt2, llama, llama-tied, llama3)", model);
+    fail("unknown golden model '{}' (gpt2, llama, llama-tied, llama3, mixtral, qwen3_moe, qwen2_moe, olmoe)", model);
   }
   return config;
 }
@@ -250,7 +282,9 @@ void run(const std::string& backend, const std::string& precision, const std::st
 
 int main(int argc, char** argv) {
   if (argc < 3 || argc > 5) {
-    fmt::print(stderr, "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 [gpt2|llama|llama-tied|llama3]]\n");
+    fmt::print(stderr,
+               "usage: golden_dump BACKEND OUT_DIR [fp32|bf16|fp16 "
+               "[gpt2|llama|llama-tied|llama3|mixtral|qwen3_moe|qwen2_moe|olmoe]]\n");
     return 2;
   }
   try {

@@ -265,16 +265,18 @@ def make_adamw(params, lr, betas, eps, weight_decay):
 
 
 def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, autocast_dtype=None, apply=True,
-               model_forward=None):
+               model_forward=None, model_loss=None):
     """One optimizer step: the gradient is the mean over `accumulation`
     micro-batches of each one's mean cross-entropy; global-norm clipping
     (0 disables). With `autocast_dtype` (e.g. torch.bfloat16) forward and loss
     run under CPU autocast; parameters, gradients and AdamW state stay in
     their own dtype. apply=False consumes the micro-batches but leaves the
     parameters and AdamW's step count as they are (a step skipped for
-    overflow). `model_forward` replaces this file's GPT-2 forward (torch_llama's).
+    overflow). `model_forward` replaces this file's GPT-2 forward (torch_llama's), `model_loss` its
+    cross-entropy (torch_moe's adds the router losses).
     Returns (mean loss, gradient norm before clipping)."""
     model_forward = model_forward or forward
+    model_loss = model_loss or loss_of
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for _ in range(accumulation):
@@ -282,7 +284,7 @@ def train_step(params, cfg, optimizer, windows, accumulation, lr, grad_clip, aut
         autocast = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
                     else contextlib.nullcontext())
         with autocast:
-            loss = loss_of(model_forward(params, cfg, inputs), targets)
+            loss = model_loss(model_forward(params, cfg, inputs), targets)
         (loss / accumulation).backward()
         loss_sum += loss.item()
     tensors = list(params.values())

@@ -16,6 +16,7 @@
 #include "graph/autodiff.h"
 #include "graph/executor.h"
 #include "graph/fusion.h"
+#include "param_finite_differences.h"
 
 namespace strata {
 namespace {
@@ -129,27 +130,11 @@ TEST(LlamaBlock, GradientsMatchFiniteDifferences) {
   LlamaStack s = build(DType::F64, "f32");
   std::vector<Tensor> params = random_params(s, DType::F64);
   std::vector<Tensor> step = run_step(s, s.graph, {}, "ref", params);
-  CounterRng rng(9);
-  const double h = 1e-5;
-  for (size_t i = 0; i < params.size(); ++i) {
-    // The derivative along a random direction checks every element at once.
-    Tensor direction = Tensor::empty(params[i].shape(), DType::F64);
-    double analytic = 0;
-    for (int64_t j = 0; j < direction.numel(); ++j) {
-      direction.data<double>()[j] = rng.normal(100 + i, j);
-      analytic += step[i + 1].data<double>()[j] * direction.data<double>()[j];
-    }
-    auto loss_at = [&](double amount) {
-      std::vector<Tensor> shifted = params;
-      shifted[i] = params[i].clone();
-      for (int64_t j = 0; j < direction.numel(); ++j) {
-        shifted[i].data<double>()[j] += amount * direction.data<double>()[j];
-      }
-      return run_step(s, s.graph, {}, "ref", shifted)[0].item();
-    };
-    double numeric = (loss_at(h) - loss_at(-h)) / (2 * h);
-    EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-6 * std::abs(numeric)) << s.graph.value(s.params[i]).name;
-  }
+  std::vector<std::string> names;
+  for (int param : s.params) names.push_back(s.graph.value(param).name);
+  testing::expect_param_gradients(
+      params, std::vector<Tensor>(step.begin() + 1, step.end()),
+      [&](const std::vector<Tensor>& at) { return run_step(s, s.graph, {}, "ref", at)[0].item(); }, names, 9);
 }
 
 // Each element within tol * (|expected| + rms of the tensor).

@@ -106,17 +106,7 @@ TEST(Llama, CachedDecodingMatchesTheFullForwardPass) {
   const std::vector<int32_t> tokens{3, 17, 5, 0, 28, 11, 9, 36, 2, 30, 4};
   for (const char* backend : {"ref", "cpu"}) {
     auto dispatcher = make_dispatcher(backend, FallbackPolicy::Error);
-    Sampler sampler(config, params, *dispatcher);
-    sampler.feed({tokens[0], tokens[1], tokens[2]});
-    Tensor cached;
-    for (size_t i = 3; i < tokens.size(); ++i) cached = sampler.feed({tokens[i]});
-
-    const int64_t seq = static_cast<int64_t>(tokens.size());
-    const Tensor logits = testing::full_forward_logits(config, params, *dispatcher, tokens);
-    for (int64_t v = 0; v < config.vocab_size; ++v) {
-      EXPECT_NEAR(cached.data<float>()[v], logits.data<float>()[(seq - 1) * config.vocab_size + v], 1e-5)
-          << backend << " token " << v;
-    }
+    testing::expect_cached_decoding_matches(config, params, *dispatcher, tokens, backend);
   }
 }
 

@@ -32,6 +32,46 @@ struct OpCase {
 
 DType stats_type(DType data) { return data == DType::F64 ? DType::F64 : DType::F32; }
 
+// The mixture-of-experts ops: six tokens of width 3 routed top-2 over four experts, one dropped by a
+// capacity factor of 0.9: 3 rows per expert.
+OpCase make_moe_case(const std::string& op) {
+  const Attrs route{{"top_k", int64_t{2}}, {"scoring", std::string("softmax")}, {"norm_topk_prob", true},
+                    {"capacity_factor", 0.9}};
+  const Tensor logits = random_tensor({2, 3, 4}, 1, 2.0);
+  const Tensors plan = run_ref("moe_route", {logits}, route);
+  const Input rows{plan[2], Role::Index}, sizes{plan[3], Role::Index};
+  if (op == "moe_route") return {{{logits, Role::Data}}, route};
+  if (op == "moe_route_backward") {
+    return {{{random_tensor({2, 3, 2}, 2), Role::Data}, {logits, Role::Data}, {plan[1], Role::Index}}, route};
+  }
+  if (op == "moe_router_loss_terms") return {{{logits, Role::Data}}, {}};
+  if (op == "moe_router_loss_terms_backward") {
+    return {{{random_tensor({4}, 2), Role::Stats}, {make_tensor({}, {0.7}), Role::Stats}, {logits, Role::Data}}, {}};
+  }
+  const Attrs aux{{"tokens", int64_t{6}}, {"aux_coef", 0.01}, {"z_coef", 0.001}};
+  if (op == "moe_aux_loss") {
+    return {{{random_tensor({4}, 2), Role::Data}, {make_tensor({}, {2.5}), Role::Data}, {plan[4], Role::Data}}, aux};
+  }
+  if (op == "moe_aux_loss_backward") return {{{make_tensor({}, {1.5}), Role::Data}, {plan[4], Role::Data}}, aux};
+  if (op == "moe_permute") return {{{random_tensor({2, 3, 3}, 2), Role::Data}, rows}, {}};
+  if (op == "moe_permute_backward") return {{{random_tensor({12, 3}, 2), Role::Data}, rows}, {}};
+  if (op == "moe_combine") return {{{random_tensor({12, 3}, 2), Role::Data}, {plan[0], Role::Data}, rows}, {}};
+  if (op == "moe_combine_backward") {
+    return {{{random_tensor({2, 3, 3}, 3), Role::Data}, {random_tensor({12, 3}, 2), Role::Data},
+             {plan[0], Role::Data}, rows},
+            {}};
+  }
+  if (op == "grouped_matmul") {
+    return {{{random_tensor({12, 3}, 2), Role::Data}, {random_tensor({4, 5, 3}, 3), Role::Data}, sizes},
+            {{"trans_b", true}}};
+  }
+  if (op == "grouped_matmul_weight_grad") {
+    return {{{random_tensor({12, 3}, 2), Role::Data}, {random_tensor({12, 5}, 3), Role::Data}, sizes}, {}};
+  }
+  ADD_FAILURE() << "no dtype-agreement case for op '" << op << "'";
+  return {};
+}
+
 // f64 values for every op; backward ops get their saved tensors from the f64 forward.
 OpCase make_case(const std::string& op) {
   const Attrs plain{{"trans_a", false}, {"trans_b", false}};
@@ -42,6 +82,9 @@ OpCase make_case(const std::string& op) {
   }
   if (op == "add") return {{{random_tensor({3, 4}, 1), Role::Data}, {random_tensor({4}, 2), Role::Data}}, {}};
   if (op == "sum_to") return {{{random_tensor({3, 4}, 1), Role::Data}}, {{"shape", std::vector<int64_t>{4}}}};
+  if (op == "reshape") {
+    return {{{random_tensor({2, 3, 4}, 1), Role::Data}}, {{"keep", int64_t{2}}, {"tail", std::vector<int64_t>{2, 2}}}};
+  }
   if (op == "scale") return {{{random_tensor({3, 4}, 1), Role::Data}}, {{"factor", 0.3}}};
   if (op == "sum_squares") return {{{random_tensor({3, 4}, 1), Role::Data}}, {}};
   if (op == "gelu") return {{{random_tensor({3, 4}, 1, 2.0), Role::Data}}, {}};
@@ -129,6 +172,7 @@ OpCase make_case(const std::string& op) {
     Tensor p = run_ref("causal_softmax", {random_tensor({2, 4, 4}, 1, 2.0)}, softmax_scale)[0];
     return {{{random_tensor({2, 4, 4}, 2), Role::Data}, {p, Role::Data}}, softmax_scale};
   }
+  if (op.rfind("moe_", 0) == 0 || op.rfind("grouped_matmul", 0) == 0) return make_moe_case(op);
   ADD_FAILURE() << "no dtype-agreement case for op '" << op << "'";
   return {};
 }
@@ -137,7 +181,9 @@ const std::vector<std::string> kCovered = {
     "add", "adamw", "attention", "attention_backward", "attention_cached", "bmm", "cast", "causal_softmax",
     "causal_softmax_backward", "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "grouped_attention", "grouped_attention_backward", "layernorm", "layernorm_backward", "linear",
-    "matmul", "merge_heads", "scale", "split_heads",
+    "matmul", "merge_heads", "reshape", "scale", "split_heads", "grouped_matmul", "grouped_matmul_weight_grad", "moe_route",
+    "moe_route_backward", "moe_router_loss_terms", "moe_router_loss_terms_backward", "moe_aux_loss",
+    "moe_aux_loss_backward", "moe_permute", "moe_permute_backward", "moe_combine", "moe_combine_backward",
     "sum_squares", "sum_to", "swiglu", "swiglu_backward"};
 // Fused ops round their intermediates to the narrow type exactly as the ops they
 // replace do, so they cannot match one f64 evaluation to one rounding; they are
@@ -149,7 +195,9 @@ const std::vector<std::string> kCheckedAgainstUnfusedOps = {
 // Ops that round intermediates to the narrow type where HuggingFace's PyTorch
 // code does (the normalised value before the weight, rope's products); they
 // are checked against those formulas in every dtype (tests/ops/llama_ops_test.cpp).
-const std::vector<std::string> kRoundedAsHuggingFace = {"rms_norm", "rms_norm_backward", "rope"};
+// sigmoid_gate rounds the sigmoid as PyTorch's shared-expert gate does (tests/ops/moe_ops_test.cpp).
+const std::vector<std::string> kRoundedAsHuggingFace = {"rms_norm", "rms_norm_backward", "rope", "sigmoid_gate",
+                                                        "sigmoid_gate_backward"};
 // Exact ops have no rounding to compare; they are checked for exactness and for
 // equal bits on every backend (tests/backends/square_sum_exact_test.cpp).
 const std::vector<std::string> kExact = {"square_sum_exact"};

@@ -213,6 +213,19 @@ TEST(LlamaOps, SwigluMatchesSiluTimesUp) {
   expect_all_near(run_ref("swiglu", {gate, up})[0], expected, 0, 1e-15, "swiglu");
 }
 
+// ---- reshape -----------------------------------------------------------------------
+
+TEST(LlamaOps, ReshapeKeepsTheElementsInOrder) {
+  Tensor x = random_tensor({2, 3, 6}, 1);
+  Tensor y = run_ref("reshape", {x}, {{"keep", int64_t{2}}, {"tail", std::vector<int64_t>{2, 3}}})[0];
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 2, 3}));
+  expect_all_near(y, values_of(x), 0, 0, "reshape");
+  expect_error([&] { run_ref("reshape", {x}, {{"keep", int64_t{2}}, {"tail", std::vector<int64_t>{4}}}); },
+               {"'reshape'", "[2, 3, 6]", "[2, 3, 4]"});
+  expect_error([&] { run_ref("reshape", {x}, {{"keep", int64_t{4}}, {"tail", std::vector<int64_t>{}}}); },
+               {"'reshape'", "'keep'"});
+}
+
 // ---- refused inputs ----------------------------------------------------------------
 
 TEST(LlamaOps, ErrorsNameTheOpAndTheInput) {

@@ -3,8 +3,11 @@
 // sampler is checked against.
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "graph/executor.h"
 #include "model/model_graph.h"
+#include "model/sampler.h"
 
 namespace strata::testing {
 
@@ -22,6 +25,23 @@ inline Tensor full_forward_logits(const ModelConfig& config, const ParameterSet&
   graph.bind(model.positions, position_ids(seq));
   graph.run();
   return graph.tensor(model.logits).clone();
+}
+
+// The sampler fed the first three tokens at once, then one at a time, gives the full graph's logits
+// of the last position within 1e-5.
+inline void expect_cached_decoding_matches(const ModelConfig& config, const ParameterSet& params,
+                                           Dispatcher& dispatcher, const std::vector<int32_t>& tokens,
+                                           const std::string& what) {
+  Sampler sampler(config, params, dispatcher);
+  sampler.feed({tokens[0], tokens[1], tokens[2]});
+  Tensor cached;
+  for (size_t i = 3; i < tokens.size(); ++i) cached = sampler.feed({tokens[i]});
+  const int64_t seq = static_cast<int64_t>(tokens.size());
+  const Tensor logits = full_forward_logits(config, params, dispatcher, tokens);
+  for (int64_t v = 0; v < config.vocab_size; ++v) {
+    EXPECT_NEAR(cached.data<float>()[v], logits.data<float>()[(seq - 1) * config.vocab_size + v], 1e-5)
+        << what << " token " << v;
+  }
 }
 
 }  // namespace strata::testing

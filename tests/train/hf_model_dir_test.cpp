@@ -229,7 +229,8 @@ TEST(HfModelDirectory, AnUnknownModelTypeNamesTheFamiliesThereAre) {
   TempDir dir;
   write_file_atomic(dir / "config.json", json{{"model_type", "mamba"}}.dump());
   EXPECT_THAT(error_of([&] { parse_train_config(job(dir.path()), "job.toml", {}); }),
-              HasSubstr("model_type \"mamba\" is not a family Strata has (gpt2, llama)"));
+              HasSubstr("model_type \"mamba\" is not a family Strata has "
+                        "(gpt2, llama, mixtral, qwen3_moe, qwen2_moe, olmoe)"));
 }
 
 }  // namespace

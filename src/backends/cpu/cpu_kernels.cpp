@@ -20,6 +20,9 @@ void register_cpu_kernels(Backend& backend) {
   cpu::register_cast(backend);
   cpu::register_attention_parts(backend);
   cpu::register_fused(backend);
+  cpu::register_moe_router(backend);
+  cpu::register_moe_permute(backend);
+  cpu::register_grouped_matmul(backend);
   cpu::register_through_f32(backend);  // last: it covers the dtypes the others lack
 }
 

@@ -29,5 +29,9 @@ void register_cast(Backend& backend);            // cast between f32, bf16, f16 
 void register_through_f32(Backend& backend);
 void register_attention_parts(Backend& backend);  // split_heads, merge_heads, bmm, causal_softmax(_backward)
 void register_fused(Backend& backend);           // add_layernorm, layernorm_backward_add, fused_elementwise1..4
+void register_moe_router(Backend& backend);      // moe_route, moe_router_loss_terms, moe_aux_loss (and backwards)
+// moe_permute, moe_combine, sigmoid_gate (and backwards)
+void register_moe_permute(Backend& backend);
+void register_grouped_matmul(Backend& backend);  // grouped_matmul, grouped_matmul_weight_grad
 
 }  // namespace strata::cpu

@@ -16,6 +16,8 @@ void register_ref_kernels(Backend& backend) {
   ref::register_cross_entropy(backend);
   ref::register_attention_parts(backend);
   ref::register_fused(backend);
+  ref::register_moe(backend);
+  ref::register_grouped_matmul(backend);
 }
 
 }  // namespace strata

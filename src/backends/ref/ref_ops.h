@@ -16,4 +16,8 @@ void register_cross_entropy(Backend& backend);   // cross_entropy, cross_entropy
 void register_attention_parts(Backend& backend);  // split_heads, merge_heads, bmm, causal_softmax(_backward)
 void register_fused(Backend& backend);           // add_layernorm, add_rms_norm, *_backward_add, fused_elementwise1..4
 
+// moe_route, moe_router_loss_terms, moe_aux_loss, moe_permute, moe_combine, sigmoid_gate (and backwards)
+void register_moe(Backend& backend);
+void register_grouped_matmul(Backend& backend);  // grouped_matmul, grouped_matmul_weight_grad
+
 }  // namespace strata::ref

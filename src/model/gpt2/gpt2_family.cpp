@@ -34,6 +34,7 @@ class GPT2Family final : public ModelFamily {
     unused("tie_word_embeddings", !c.tie_word_embeddings);
     unused("attention_bias", c.attention_bias);
     unused("mlp_bias", c.mlp_bias);
+    c.expect_dense("GPT-2");
   }
 
   std::vector<ParamSpec> param_specs(const ModelConfig& config) const override {

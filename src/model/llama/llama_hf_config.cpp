@@ -30,38 +30,42 @@ RopeScaling read_rope_scaling(const HfConfigReader& rope) {
 
 }  // namespace
 
-ModelConfig llama_from_hf_config(const nlohmann::json& hf, const std::string& source) {
-  HfConfigReader read(hf, source);
-  read.expect_model_type("llama");
-  ModelConfig c;
-  c.family = "llama";
+void read_llama_attention_keys(const HfConfigReader& read, ModelConfig& c, double rope_theta_default) {
   c.n_layer = read.integer("num_hidden_layers");
   c.n_head = read.integer("num_attention_heads");
   c.n_kv_head = read.integer_or("num_key_value_heads", c.n_head);
   c.n_embd = read.integer("hidden_size");
-  c.intermediate_size = read.integer("intermediate_size");
   c.vocab_size = read.integer("vocab_size");
   c.max_position_embeddings = read.integer("max_position_embeddings");
   c.block_size = c.max_position_embeddings;
   c.layer_norm_eps = read.number_or("rms_norm_eps", 1e-6);  // LlamaConfig's default
   if (read.has("head_dim")) c.head_dim = read.integer("head_dim");
   c.attention_bias = read.boolean_or("attention_bias", false);
-  c.mlp_bias = read.boolean_or("mlp_bias", false);
   c.tie_word_embeddings = read.boolean_or("tie_word_embeddings", false);
   const std::string activation = read.string_or("hidden_act", "silu");
-  if (activation != "silu") fail("{}: hidden_act \"{}\" is not LLaMA's SwiGLU (\"silu\")", source, activation);
+  if (activation != "silu") fail("{}: hidden_act \"{}\" is not SwiGLU's \"silu\"", read.source(), activation);
   if (read.has("rope_parameters")) {
     HfConfigReader rope = read.object("rope_parameters");
-    c.rope_theta = rope.number_or("rope_theta", read.number_or("rope_theta", 10000.0));
+    c.rope_theta = rope.number_or("rope_theta", read.number_or("rope_theta", rope_theta_default));
     c.rope_scaling = read_rope_scaling(rope);
   } else {
-    c.rope_theta = read.number_or("rope_theta", 10000.0);
+    c.rope_theta = read.number_or("rope_theta", rope_theta_default);
     if (read.has("rope_scaling")) c.rope_scaling = read_rope_scaling(read.object("rope_scaling"));
   }
+}
+
+ModelConfig llama_from_hf_config(const nlohmann::json& hf, const std::string& source) {
+  HfConfigReader read(hf, source);
+  read.expect_model_type("llama");
+  ModelConfig c;
+  c.family = "llama";
+  read_llama_attention_keys(read, c, 10000.0);
+  c.intermediate_size = read.integer("intermediate_size");
+  c.mlp_bias = read.boolean_or("mlp_bias", false);
   return c;
 }
 
-nlohmann::json llama_to_hf_config(const ModelConfig& c) {
+nlohmann::json llama_attention_hf_keys(const ModelConfig& c) {
   nlohmann::json rope_scaling = nullptr;
   if (c.rope_scaling.type == "linear") {
     rope_scaling = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
@@ -72,11 +76,8 @@ nlohmann::json llama_to_hf_config(const ModelConfig& c) {
                     {"high_freq_factor", c.rope_scaling.high_freq_factor},
                     {"original_max_position_embeddings", c.rope_scaling.original_max_positions}};
   }
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", c.vocab_size},
+  return {{"vocab_size", c.vocab_size},
           {"hidden_size", c.n_embd},
-          {"intermediate_size", c.intermediate_size},
           {"num_hidden_layers", c.n_layer},
           {"num_attention_heads", c.n_head},
           {"num_key_value_heads", c.kv_heads()},
@@ -88,10 +89,18 @@ nlohmann::json llama_to_hf_config(const ModelConfig& c) {
           {"rope_scaling", rope_scaling},
           {"attention_bias", c.attention_bias},
           {"attention_dropout", 0.0},
-          {"mlp_bias", c.mlp_bias},
           {"tie_word_embeddings", c.tie_word_embeddings},
           {"initializer_range", 0.02},
           {"torch_dtype", "float32"}};
+}
+
+nlohmann::json llama_to_hf_config(const ModelConfig& c) {
+  nlohmann::json hf = llama_attention_hf_keys(c);
+  hf.update({{"architectures", {"LlamaForCausalLM"}},
+             {"model_type", "llama"},
+             {"intermediate_size", c.intermediate_size},
+             {"mlp_bias", c.mlp_bias}});
+  return hf;
 }
 
 }  // namespace strata
