@@ -1,6 +1,6 @@
 // `strata ckpt inspect DIR`: what a checkpoint holds (step, model, the layout it
 // was saved under, files, every global tensor and its pieces);
-// `strata ckpt convert DIR OUT --layout dp=..,tp=..,pp=..,vs=..`: offline
+// `strata ckpt convert DIR OUT --layout dp=..,tp=..,pp=..,vs=..` (every registered dimension): offline
 // resharding (ckpt/convert.h); `strata export DIR --hf OUT`: a HuggingFace
 // model directory (ckpt/hf_export.h).
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include "ckpt/hf_export.h"
 #include "ckpt/training_checkpoint.h"
 #include "cli/commands.h"
+#include "parallel/parallel_dimension.h"
 
 namespace strata::cli {
 
@@ -67,7 +68,11 @@ void add_ckpt_command(CLI::App& app) {
        layout = std::make_shared<std::string>();
   convert->add_option("checkpoint", *source, "Checkpoint directory, or a run directory (its newest)")->required();
   convert->add_option("out", *out, "New run directory to write it into")->required();
-  convert->add_option("--layout", *layout, "Target layout: dp=N,tp=N,pp=N,vs=N (absent keys are 1)")->required();
+  std::string keys;
+  for (const ParallelDimension& dimension : parallel_dimensions()) keys += dimension.name + "=N,";
+  convert->add_option("--layout", *layout, "Target layout: " + keys + "vs=N (every parallel dimension's degree and the "
+                                           "virtual stages; absent keys are 1)")
+      ->required();
   convert->callback([source, out, layout] {
     const Checkpoint checkpoint(resolve_checkpoint(*source));
     const fs::path written = convert_training_checkpoint(checkpoint, *out, parse_checkpoint_layout(*layout));
