@@ -332,6 +332,29 @@ class MixtureOfExperts(unittest.TestCase):
                 self.assertNotEqual(refused.returncode, 0)
                 self.assertIn(why.split()[0], refused.stderr)
 
+    def test_known_moe_names(self):
+        # the Hub's config.json of each: Mixtral-8x7B 32 layers, 4096 wide, 8 experts of 14336, top-2,
+        # rope_theta 1e6; Qwen3-30B-A3B 48 layers, 32 heads (4 key/value) of 128, 128 experts of 768, top-8,
+        # renormalised; OLMoE-1B-7B 16 layers, 2048 wide, 64 experts of 1024, top-8
+        for name, expected in (
+                ("mistralai/Mixtral-8x7B-Instruct-v0.1", {"family": "mixtral", "n_layer": 32, "n_embd": 4096,
+                                                          "num_experts": 8, "num_experts_per_tok": 2,
+                                                          "moe_intermediate_size": 14336, "rope_theta": 1e6}),
+                ("Qwen/Qwen3-30B-A3B", {"family": "qwen3_moe", "n_layer": 48, "n_head": 32, "n_kv_head": 4,
+                                        "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                                        "moe_intermediate_size": 768, "norm_topk_prob": True}),
+                ("allenai/OLMoE-1B-7B-0924", {"family": "olmoe", "n_layer": 16, "n_embd": 2048, "num_experts": 64,
+                                              "num_experts_per_tok": 8, "moe_intermediate_size": 1024})):
+            with self.subTest(name=name):
+                root = work_dir("known_moe")
+                with open(os.path.join(root, "finetune.py"), "w", encoding="utf-8") as handle:
+                    handle.write(f"from transformers import AutoModelForCausalLM\n\n"
+                                 f"model = AutoModelForCausalLM.from_pretrained({name!r})\n")
+                model = scan_json(root)["model"]
+                self.assertEqual(model["config_error"], "", model)
+                config = tomllib.loads(model["config"])["model"]
+                self.assertEqual({k: config[k] for k in expected}, expected)
+
     def test_mistral_stays_unsupported(self):
         reason = scan_json(os.path.join(FIXTURES, "mistral_json"))["model"]["reason"]
         self.assertEqual(reason, "model type 'mistral': sliding-window attention (Strata's families are gpt2, llama, "
