@@ -196,6 +196,170 @@ class ModelsAndVerdicts(unittest.TestCase):
         self.assertIn("sliding-window", refused.stderr + refused.stdout)
 
 
+
+def write_json(directory, name, document):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+        json.dump(document, handle)
+
+
+def ops_of(config_text, path):
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(config_text)
+    return json.loads(strata("ops", path, "--json", "--precision", "f32").stdout)
+
+
+# Tiny Qwen2-MoE and OLMoE config.json files as save_pretrained writes them (every key present).
+QWEN2_MOE_JSON = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "vocab_size": 384,
+                  "hidden_size": 48, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 128,
+                  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                  "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 21,
+                  "decoder_sparse_step": 1, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 96,
+                  "num_experts": 6, "num_experts_per_tok": 2, "norm_topk_prob": False, "output_router_logits": False,
+                  "router_aux_loss_coef": 0.001, "mlp_only_layers": []}
+OLMOE_JSON = {"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "vocab_size": 320, "hidden_size": 32,
+              "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+              "attention_bias": False, "clip_qkv": None, "num_experts": 8, "num_experts_per_tok": 2,
+              "norm_topk_prob": False, "output_router_logits": True, "router_aux_loss_coef": 0.01,
+              "tie_word_embeddings": False}
+# The [model] keys Strata's config.json reader sets for every MoE family (read_llama_attention_keys and
+# moe_from_hf_config in src/model), and those it sets for some.
+READER_KEYS = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "max_position_embeddings", "block_size",
+               "layer_norm_eps", "rope_theta", "tie_word_embeddings", "num_experts", "num_experts_per_tok",
+               "moe_intermediate_size", "router_aux_loss_coef"}
+READER_FAMILY_KEYS = {"mixtral": set(), "qwen3_moe": {"norm_topk_prob", "intermediate_size", "attention_bias"},
+                      "qwen2_moe": {"norm_topk_prob", "intermediate_size", "attention_bias",
+                                    "shared_expert_intermediate_size"},
+                      "olmoe": {"norm_topk_prob", "attention_bias"}}
+
+
+class MixtureOfExperts(unittest.TestCase):
+    def agrees_with_strata_reader(self, model, hf_dir, name):
+        """The emitted [model] keys, each, as Strata's own config.json reader reads hf_dir (init_from fails
+        naming any key that differs), and the same training step as the reader's model alone."""
+        directory = work_dir(f"moe_reader_{name}")
+        emitted = model["config"]
+        self.assertLessEqual(READER_KEYS | READER_FAMILY_KEYS[model["family"]], set(tomllib.loads(emitted)["model"]))
+        pinned = emitted.replace("[model]\n", f"[model]\ninit_from = {json.dumps(hf_dir)}\n", 1)
+        ops_of(pinned, os.path.join(directory, "pinned.toml"))
+        alone = ops_of(emitted, os.path.join(directory, "emitted.toml"))
+        reader = ops_of(f"[model]\ninit_from = {json.dumps(hf_dir)}\n\n[data]\ndir = \"data/corpus\"\n",
+                        os.path.join(directory, "reader.toml"))
+        self.assertEqual((alone["family"], alone["ops"], alone["step_flops"]),
+                         (reader["family"], reader["ops"], reader["step_flops"]))
+
+    def test_from_pretrained_local_mixtral(self):
+        # mixtral_tiny/config.json: 2 layers, 4 heads (2 key/value), 64 wide, 4 experts of width 96, top-2,
+        # the load-balancing loss on at 0.02; every key given, none assumed
+        document = scan_json(os.path.join(FIXTURES, "moe_hf"))
+        model = document["model"]
+        self.assertEqual((model["family"], model["assumed"]), ("mixtral", []))
+        config = tomllib.loads(model["config"])["model"]
+        expected = {"n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64, "vocab_size": 512, "block_size": 256,
+                    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96, "rope_theta": 1e6,
+                    "router_aux_loss_coef": 0.02, "tie_word_embeddings": False}
+        self.assertEqual({k: config[k] for k in expected}, expected)
+        self.assertNotIn("norm_topk_prob", config)  # Mixtral always renormalises; not a key of its config.json
+        self.assertEqual(model["also_found"], ["mixtral_tiny/config.json (mixtral)",
+                                               "transformers.Qwen3MoeConfig(...) at ablation.py:5 (qwen3_moe)"])
+        self.assertEqual(model["config_error"], "")
+        self.assertEqual(document["verdict"]["precision"], "bf16")  # torch_dtype=torch.bfloat16
+        self.assertEqual(document["verdict"]["answer"], "needs changes")  # .cuda() and device="cuda"
+        self.agrees_with_strata_reader(model, os.path.join(FIXTURES, "moe_hf", "mixtral_tiny"), "mixtral")
+
+    def test_config_class_with_transformers_defaults(self):
+        # Qwen3MoeConfig's keywords in ablation.py; transformers' Qwen3MoeConfig defaults for the rest
+        root = work_dir("qwen3_moe_class")
+        shutil.copy(os.path.join(FIXTURES, "moe_hf", "ablation.py"), root)
+        model = scan_json(root)["model"]
+        self.assertEqual(model["family"], "qwen3_moe", model)
+        config = tomllib.loads(model["config"])["model"]
+        expected = {"n_layer": 2, "n_head": 4, "n_kv_head": 2, "head_dim": 16, "n_embd": 64, "vocab_size": 512,
+                    "block_size": 256, "intermediate_size": 192, "moe_intermediate_size": 32, "num_experts": 8,
+                    "num_experts_per_tok": 2, "norm_topk_prob": True, "layer_norm_eps": 1e-6, "rope_theta": 10000.0,
+                    "attention_bias": False, "tie_word_embeddings": False, "router_aux_loss_coef": 0.0}
+        self.assertEqual({k: config[k] for k in expected}, expected)
+        self.assertEqual(sorted(model["assumed"]), ["attention_bias", "layer_norm_eps", "rope_theta",
+                                                    "router_aux_loss_coef", "tie_word_embeddings"])
+        # the same keywords as a config.json (transformers' defaults written out), read by Strata
+        keywords = {"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 192,
+                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                    "max_position_embeddings": 256, "moe_intermediate_size": 32, "num_experts": 8,
+                    "num_experts_per_tok": 2, "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                    "attention_bias": False, "tie_word_embeddings": False, "output_router_logits": False}
+        write_json(os.path.join(root, "hf"), "config.json", keywords)
+        self.agrees_with_strata_reader(model, os.path.join(root, "hf"), "qwen3_moe")
+
+    def test_qwen2_moe_and_olmoe_config_json(self):
+        for name, hf, family_keys in (
+                ("qwen2_moe", QWEN2_MOE_JSON, {"shared_expert_intermediate_size": 96, "attention_bias": True,
+                                               "router_aux_loss_coef": 0.0, "moe_intermediate_size": 24}),
+                ("olmoe", OLMOE_JSON, {"moe_intermediate_size": 16, "router_aux_loss_coef": 0.01,
+                                       "norm_topk_prob": False})):
+            with self.subTest(family=name):
+                root = work_dir(f"{name}_json")
+                write_json(os.path.join(root, "checkpoint"), "config.json", hf)
+                model = scan_json(root)["model"]
+                self.assertEqual((model["family"], model["assumed"], model["config_error"]), (name, [], ""), model)
+                config = tomllib.loads(model["config"])["model"]
+                self.assertEqual({k: config[k] for k in family_keys}, family_keys)
+                self.agrees_with_strata_reader(model, os.path.join(root, "checkpoint"), name)
+
+    def test_what_strata_refuses_is_refused(self):
+        with open(os.path.join(FIXTURES, "moe_hf", "mixtral_tiny", "config.json"), encoding="utf-8") as handle:
+            mixtral = json.load(handle)
+        cases = [("mixtral", {**mixtral, "sliding_window": 128}, "sliding_window 128 is shorter"),
+                 ("mixtral", {**mixtral, "router_jitter_noise": 0.01}, "router_jitter_noise 0.01 makes routing random"),
+                 ("qwen2_moe", {**QWEN2_MOE_JSON, "decoder_sparse_step": 2}, "decoder_sparse_step 2 makes some layers dense"),
+                 ("qwen2_moe", {**QWEN2_MOE_JSON, "mlp_only_layers": [0]}, "mlp_only_layers [0] makes those layers dense"),
+                 ("qwen2_moe", {**QWEN2_MOE_JSON, "use_sliding_window": True}, "use_sliding_window is true"),
+                 ("olmoe", {**OLMOE_JSON, "clip_qkv": 8.0}, "clip_qkv 8.0"),
+                 ("olmoe", {**OLMOE_JSON, "hidden_act": "gelu"}, "hidden_act 'gelu' is not SwiGLU's 'silu'")]
+        for index, (name, hf, why) in enumerate(cases):
+            with self.subTest(why=why):
+                root = work_dir(f"moe_refused_{index}")
+                write_json(os.path.join(root, "checkpoint"), "config.json", hf)
+                document = scan_json(root)
+                self.assertFalse(document["model"]["supported"])
+                self.assertIn(f"model type '{name}': {why}", document["model"]["reason"])
+                self.assertEqual(document["verdict"]["answer"], "rewrite")
+                path = os.path.join(root, "reader.toml")  # Strata's own reader refuses the same file
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(f"[model]\ninit_from = {json.dumps(os.path.join(root, 'checkpoint'))}\n")
+                refused = strata("ops", path, check=False)
+                self.assertNotEqual(refused.returncode, 0)
+                self.assertIn(why.split()[0], refused.stderr)
+
+    def test_known_moe_names(self):
+        # the Hub's config.json of each: Mixtral-8x7B 32 layers, 4096 wide, 8 experts of 14336, top-2,
+        # rope_theta 1e6; Qwen3-30B-A3B 48 layers, 32 heads (4 key/value) of 128, 128 experts of 768, top-8,
+        # renormalised; OLMoE-1B-7B 16 layers, 2048 wide, 64 experts of 1024, top-8
+        for name, expected in (
+                ("mistralai/Mixtral-8x7B-Instruct-v0.1", {"family": "mixtral", "n_layer": 32, "n_embd": 4096,
+                                                          "num_experts": 8, "num_experts_per_tok": 2,
+                                                          "moe_intermediate_size": 14336, "rope_theta": 1e6}),
+                ("Qwen/Qwen3-30B-A3B", {"family": "qwen3_moe", "n_layer": 48, "n_head": 32, "n_kv_head": 4,
+                                        "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                                        "moe_intermediate_size": 768, "norm_topk_prob": True}),
+                ("allenai/OLMoE-1B-7B-0924", {"family": "olmoe", "n_layer": 16, "n_embd": 2048, "num_experts": 64,
+                                              "num_experts_per_tok": 8, "moe_intermediate_size": 1024})):
+            with self.subTest(name=name):
+                root = work_dir("known_moe")
+                with open(os.path.join(root, "finetune.py"), "w", encoding="utf-8") as handle:
+                    handle.write(f"from transformers import AutoModelForCausalLM\n\n"
+                                 f"model = AutoModelForCausalLM.from_pretrained({name!r})\n")
+                model = scan_json(root)["model"]
+                self.assertEqual(model["config_error"], "", model)
+                config = tomllib.loads(model["config"])["model"]
+                self.assertEqual({k: config[k] for k in expected}, expected)
+
+    def test_mistral_stays_unsupported(self):
+        reason = scan_json(os.path.join(FIXTURES, "mistral_json"))["model"]["reason"]
+        self.assertEqual(reason, "model type 'mistral': sliding-window attention (Strata's families are gpt2, llama, "
+                                 "mixtral, qwen2_moe, qwen3_moe and olmoe)")
+
 class Formats(unittest.TestCase):
     def test_csv(self):
         path = os.path.join(work_dir("csv"), "scan.csv")

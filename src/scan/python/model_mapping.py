@@ -4,10 +4,10 @@ class built with literal keywords, then a GPT/LLaMA-style nn.Module recognised b
 import json
 import os
 
-from hf_config import map_hf_config, model_type_of_class
+from hf_config import FAMILY_LIST, map_hf_config, model_type_of_class
 from model_structure import find_model_classes, shape_values
 
-# The keys of transformers' GPT-2 and LLaMA configs that give a model's size.
+# The keys of transformers' configs that give a model's size (GPT-2's; LLaMA's and the MoE families').
 SIZE_KEYS = {"n_layer", "n_head", "n_embd", "num_hidden_layers", "num_attention_heads", "hidden_size"}
 REQUIRED_SIZES = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")
 STRUCTURE_DEFAULTS = {"gpt2": {"layer_norm_eps": 1e-5}, "llama": {"layer_norm_eps": 1e-5, "rope_theta": 10000.0}}
@@ -50,8 +50,8 @@ def _from_pretrained(use, root, models):
     if document is not None:
         return _result("from_pretrained", evidence, map_hf_config(document["model_type"], document))
     return _result("from_pretrained", evidence, {"unsupported": f"'{use['name']}' is not a model Strata knows by name "
-                   "(rules/models.toml); if it is GPT-2 or LLaMA, model.init_from = its downloaded directory reads "
-                   "its config.json"})
+                   f"(rules/models.toml); if it is of a Strata family ({FAMILY_LIST}), model.init_from = its "
+                   "downloaded directory reads its config.json"})
 
 
 def _config_class(call):
