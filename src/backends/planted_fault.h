@@ -6,6 +6,8 @@
 //   eps       the op's attr `eps` ten times what the node says (a wrong epsilon)
 //   scale     the op's attr `scale` ignored (1), or for attention without one the 1/sqrt(head_dim) missing
 //   offbyone  the reduction loop stops one short: the last element of input 0's last dimension left out
+//   mask      causal attention's mask one position off: query i also sees key i + 1 (the forward only; the
+//             backward stays the real kernel's, as the forward's divergence is the one to find)
 // A wrong accumulation order is not a fault and is not plantable.
 #include "ops/backend.h"
 

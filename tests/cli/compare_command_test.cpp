@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
@@ -170,6 +171,70 @@ TEST(CompareCommand, APlantedFaultIsTheFirstFaultTheTruthFinds) {
   const auto bad = run_strata("compare " + config, true, "STRATA_TEST_PLANT_FAULT=gelu:typo");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.output, HasSubstr("STRATA_TEST_PLANT_FAULT=gelu:typo: unknown kind 'typo'"));
+  const auto maskless = run_strata("compare " + config, true, "STRATA_TEST_PLANT_FAULT=gelu:mask");
+  EXPECT_EQ(maskless.exit_code, 1);
+  EXPECT_THAT(maskless.output, HasSubstr("STRATA_TEST_PLANT_FAULT=gelu:mask: only causal attention has a mask"));
+}
+
+// Causal attention's mask one position off (query i also sees key i + 1) is the first fault, on the attention, on
+// side b, by orders of magnitude; with every tensor re-run, each one before it (its inputs among them) is a rounding
+// difference. GPT-2's packed attention and LLaMA's grouped one.
+TEST(CompareCommand, AMaskOnePositionOffIsTheFirstFaultOnTheAttention) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const std::string json_file = (dir / "mask.json").string();
+  const std::vector<std::array<std::string, 3>> planted{
+      {"attention", "", "transformer.h.0.attn.forward.out"},
+      {"grouped_attention", " --set model.family=llama --set model.intermediate_size=48",
+       "model.layers.0.self_attn.forward.out"}};
+  for (const auto& [op, family, blamed] : planted) {
+    const auto run = run_strata("compare " + config + " --a ops.backend=ref --rerun all --json " + json_file + family,
+                                true, "STRATA_TEST_PLANT_FAULT=" + op + ":mask");
+    EXPECT_EQ(run.exit_code, 3) << op << run.output;
+    EXPECT_THAT(run.output, HasSubstr("FIRST DIVERGENT OP: " + blamed + " (" + op + "), the first fault the f64 re-run "
+                                      "found, fault on b")) << run.output;
+    const nlohmann::json comparison = nlohmann::json::parse(testing::read_bytes(json_file));
+    ASSERT_FALSE(comparison.at("first_divergence").is_null()) << op;
+    EXPECT_EQ(comparison.at("first_divergence").at("tensor"), blamed);
+    std::set<std::string> before;
+    for (const nlohmann::json& tensor : comparison.at("tensors")) {
+      const std::string name = tensor.at("name");
+      if (name == blamed) {
+        EXPECT_EQ(tensor.at("truth").at("verdict"), "fault on b") << name;
+        EXPECT_LT(tensor.at("truth").at("a").at("error_over_bound").get<double>(), 1) << name;
+        EXPECT_GT(tensor.at("truth").at("b").at("error_over_bound").get<double>(), 1e3) << name;
+        break;
+      }
+      EXPECT_EQ(tensor.at("status"), "pass") << name;
+      EXPECT_EQ(tensor.at("truth").at("verdict"), "rounding") << name;
+      before.insert(name);
+    }
+    EXPECT_GE(before.size(), 4u) << op;  // the embedding, the norm, the projections
+    for (const nlohmann::json& input : comparison.at("first_divergence").at("inputs")) {
+      EXPECT_EQ(before.count(input.get<std::string>()), 1u) << input;
+    }
+  }
+}
+
+// A sum in another order is not a fault: `ref` (f64 accumulators, in order) against `cpu` (blocked f32 GEMMs,
+// threaded reductions) differs in nearly every tensor, yet with every tensor re-run each is a rounding difference.
+TEST(CompareCommand, AnotherAccumulationOrderIsNoFault) {
+  testing::TempDir dir;
+  const std::string config = testing::write_tiny_compare_job(dir.path()).string();
+  const std::string json_file = (dir / "order.json").string();
+  for (const std::string family : {"", " --set model.family=llama --set model.intermediate_size=48"}) {
+    const auto run = run_strata("compare " + config + " --a ops.backend=ref --rerun all --json " + json_file + family);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr(" 0 faults, 0 inherited from a fault upstream, 0 unjudged")) << run.output;
+    const nlohmann::json comparison = nlohmann::json::parse(testing::read_bytes(json_file));
+    size_t differing = 0, tensors = 0;
+    for (const nlohmann::json& tensor : comparison.at("tensors")) {
+      ++tensors;
+      differing += tensor.at("metrics").at("max_abs").get<double>() > 0;
+      EXPECT_EQ(tensor.at("truth").at("verdict"), "rounding") << tensor.at("name");
+    }
+    EXPECT_GT(differing, tensors * 9 / 10) << family;  // the sums' order shows in nearly every tensor
+  }
 }
 
 // Against a layout, side a's node is re-run on side b's tensors put back together (a value the layout does
