@@ -68,15 +68,15 @@ void CheckpointManager::save(const TrainingCheckpoint& state, const std::vector<
 
 TrainingCheckpoint CheckpointManager::restore(const std::filesystem::path& checkpoint_dir, const ModelConfig& model,
                                               const nlohmann::json& layout, const std::vector<ParamSpec>& specs,
-                                              const std::vector<ParameterShard>& shards, const RankTensors& tensors) {
+                                              const std::vector<HeldPiece>& pieces, const RankTensors& tensors) {
   Checkpoint checkpoint(checkpoint_dir);
   TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   if (state.model != model) {
     fail("checkpoint '{}' holds another model: {}", checkpoint.dir().string(), model_difference(state.model, model));
   }
-  // Each rank reads the boxes its shards cover, whatever layout saved them.
+  // Each rank reads the boxes its pieces cover, whatever layout saved them.
   const auto start = std::chrono::steady_clock::now();
-  load_training_tensors(checkpoint, specs, shards, tensors);
+  load_training_tensors(checkpoint, specs, pieces, tensors);
   const double seconds = seconds_since(start);
   double bytes = 0;
   for (const std::vector<Tensor>* kind : {&tensors.parameters, &tensors.first_moments, &tensors.second_moments}) {

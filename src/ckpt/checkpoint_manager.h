@@ -30,12 +30,12 @@ class CheckpointManager {
   // Every rank writes the pieces it holds of `tensors`; rank 0 commits. Prints the size and rate.
   void save(const TrainingCheckpoint& state, const std::vector<ParamSpec>& specs, const std::vector<ShardPiece>& pieces,
             const RankTensors& tensors);
-  // Reads `checkpoint_dir`'s state and the boxes this rank's `shards` cover into `tensors` (on the
+  // Reads `checkpoint_dir`'s state and the boxes this rank's `pieces` cover into `tensors` (on the
   // host). Fails when it holds another model than `model`; prints the rate, and the layout it was
   // saved under when that is not `layout`.
   TrainingCheckpoint restore(const std::filesystem::path& checkpoint_dir, const ModelConfig& model,
                              const nlohmann::json& layout, const std::vector<ParamSpec>& specs,
-                             const std::vector<ParameterShard>& shards, const RankTensors& tensors);
+                             const std::vector<HeldPiece>& pieces, const RankTensors& tensors);
 
  private:
   CheckpointSettings settings_;

@@ -199,7 +199,7 @@ void check_training_tensors(const Checkpoint& checkpoint, const std::vector<Para
 }
 
 void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
-                           const std::vector<ParameterShard>& shards, const RankTensors& tensors) {
+                           const std::vector<HeldPiece>& pieces, const RankTensors& tensors) {
   check_training_tensors(checkpoint, specs, tensors.held);  // before any read: nothing is loaded partially
   // Kind by kind, so that reads move forward through each file (which stores the kinds apart).
   for (size_t kind = 0; kind < kTrainingTensorPrefixes.size(); ++kind) {
@@ -207,7 +207,7 @@ void load_training_tensors(const Checkpoint& checkpoint, const std::vector<Param
       const size_t param = tensors.held[k];
       const std::string name = kTrainingTensorPrefixes[kind] + specs[param].name;
       Tensor destination = tensors.of_kind(kind).at(k);  // a view sharing the caller's buffer
-      for (const ParameterShard::Box& box : shards.at(param).boxes()) {
+      for (const ShardBox& box : pieces.at(param).boxes) {
         checkpoint.read(name, box.full, destination, box.shard_offsets);
       }
     }

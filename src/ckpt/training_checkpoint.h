@@ -25,7 +25,7 @@
 #include "data/token_loader.h"
 #include "model/model_config.h"
 #include "model/parameters.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/parameter_placement.h"
 
 namespace strata {
 
@@ -96,10 +96,10 @@ TensorIndex training_index(const std::vector<ParamSpec>& specs, const std::vecto
 TrainingCheckpoint read_training_checkpoint(const Checkpoint& checkpoint);
 
 // Reads into `tensors` the boxes of the held parameters and their moments
-// that `shards` (this rank's shard of every parameter) cover. The checkpoint
+// that `pieces` (this rank's piece of every parameter) cover. The checkpoint
 // must hold the model `specs` describes; errors name the tensor.
 void load_training_tensors(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
-                           const std::vector<ParameterShard>& shards, const RankTensors& tensors);
+                           const std::vector<HeldPiece>& pieces, const RankTensors& tensors);
 // The whole parameters alone (built from the checkpoint's model config).
 void load_training_parameters(const Checkpoint& checkpoint, ParameterSet& parameters);
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "core/tensor_box.h"
 #include "model/model_config.h"
 #include "model/parameters.h"
@@ -43,9 +44,23 @@ struct PlacementInput {
   int parts_per_stage = 1;
 };
 
+// A rank's piece of one parameter: the boxes of the whole parameter it holds (the whole, where no
+// dimension splits it) and the piece's shape.
+struct HeldPiece {
+  Shape shape;
+  std::vector<ShardBox> boxes;
+
+  void slice(const Tensor& whole, Tensor& piece) const;  // piece = this rank's part of whole
+};
+
 // Per dimension name, every parameter's placement along it (in `input.specs` order), each
 // registered dimension of `mesh` at its degree there (`input.degree` is ignored).
 using MeshPlacements = std::map<std::string, std::vector<ParameterPlacement>, std::less<>>;
 MeshPlacements place_parameters(const MeshShape& mesh, const PlacementInput& input);
+
+// The piece of every parameter of `specs` (in order) that the rank at `at` holds, or would hold
+// where the parameter is on another coordinate of a dimension that does not split it.
+std::vector<HeldPiece> held_pieces(const std::vector<ParamSpec>& specs, const MeshPlacements& placements,
+                                   const std::map<std::string, int, std::less<>>& at);
 
 }  // namespace strata

@@ -74,10 +74,4 @@ std::vector<ParameterShard> parameter_shards(const std::vector<ParamSpec>& specs
   return shards;
 }
 
-std::vector<ParamSpec> shard_specs(std::vector<ParamSpec> specs, const std::vector<ParameterShard>& shards) {
-  STRATA_CHECK(specs.size() == shards.size(), "{} parameter specs for {} shards", specs.size(), shards.size());
-  for (size_t i = 0; i < specs.size(); ++i) specs[i].shape = shards[i].shape();
-  return specs;
-}
-
 }  // namespace strata

@@ -90,8 +90,6 @@ class ParameterShard {
 // The shard of every parameter of `specs` (the whole model's, in order).
 std::vector<ParameterShard> parameter_shards(const std::vector<ParamSpec>& specs, const ShardingPlan& plan,
                                              const TensorParallelRank& tp);
-// `specs` with each shape replaced by the shard's.
-std::vector<ParamSpec> shard_specs(std::vector<ParamSpec> specs, const std::vector<ParameterShard>& shards);
 
 // The pass. `forward` is a whole model's forward graph (params named as in the
 // plan); fails, naming the node, on an op the pass cannot place. The values that

@@ -110,7 +110,6 @@ Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
       mesh_(mesh ? mesh->shape() : MeshShape()),
       coordinates_(mesh ? mesh->coordinates() : coordinates_of(0, mesh_)),
       specs_(model_param_specs(config_.model)),
-      shards_(parameter_shards(specs_, model_family(config_.model).sharding_plan(), tensor_.graph_rank())),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
       dispatcher_(make_dispatcher(config_.backend, parse_fallback_policy(config_.fallback), config_.device)),
       scaler_(loss_scale_settings(config_)) {
@@ -237,7 +236,10 @@ void Trainer::find_held_parameters() {
     holders_.push_back(placement.holders);
   }
   checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements_);
-  params_ = ParameterSet(shard_specs(held_of(specs_, held_), held_of(shards_, held_)), device());
+  pieces_ = held_pieces(specs_, placements_, coordinates_);
+  std::vector<ParamSpec> held_specs = held_of(specs_, held_);
+  for (size_t k = 0; k < held_.size(); ++k) held_specs[k].shape = pieces_[held_[k]].shape;
+  params_ = ParameterSet(held_specs, device());
   param_tensors_ = tensors_of(params_);
 }
 
@@ -448,12 +450,12 @@ void Trainer::initialise_parameters() {
     const ParamSpec& spec = specs_[held_[k]];
     Tensor whole = Tensor::empty(spec.shape, DType::F32);
     ParameterSet::initialise_tensor(spec, whole, rng);
-    shards_[held_[k]].slice(whole, params_.tensor(k));
+    pieces_[held_[k]].slice(whole, params_.tensor(k));
   }
 }
 
 void Trainer::keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const {
-  for (size_t k = 0; k < held_.size(); ++k) shards_[held_[k]].slice(whole[held_[k]], held[k]);
+  for (size_t k = 0; k < held_.size(); ++k) pieces_[held_[k]].slice(whole[held_[k]], held[k]);
 }
 
 // Each distinct piece of a gradient counts once over the job: along every dimension that neither
@@ -729,7 +731,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   }
   const RankTensors tensors = checkpoint_tensors(std::move(parameters), first, second);
   const TrainingCheckpoint state =
-      checkpoints_->restore(checkpoint_dir, config_.model, layout_json(), specs_, shards_, tensors);
+      checkpoints_->restore(checkpoint_dir, config_.model, layout_json(), specs_, pieces_, tensors);
   if (!device().is_host()) {
     for (size_t k = 0; k < param_tensors_.size(); ++k) param_tensors_[k].copy_from(tensors.parameters[k]);
   }

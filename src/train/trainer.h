@@ -153,7 +153,7 @@ class Trainer {
   MeshShape mesh_;  // the degrees of the groups this rank was given
   MeshCoordinates coordinates_;
   std::vector<ParamSpec> specs_;        // the whole model's parameters, in order
-  std::vector<ParameterShard> shards_;  // of every parameter, in order: this rank's part
+  std::vector<HeldPiece> pieces_;       // of every parameter, in order: this rank's part
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
   std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
   MeshPlacements placements_;              // every parameter's, along every dimension
