@@ -30,12 +30,12 @@ std::vector<int> RouterTally::values() const {
   return {router_.balance, router_.z, router_.expert_tokens, router_.expert_kept};
 }
 
-void RouterTally::add(const CompiledGraph& graph, int slot) {
+void RouterTally::add(const CompiledGraph& graph) {
   if (!active()) return;
-  aux_.push_back(graph.tensor(slot, router_.balance).to_host().item());
-  z_.push_back(graph.tensor(slot, router_.z).to_host().item());
-  const std::vector<double> routed = host_values(graph.tensor(slot, router_.expert_tokens));
-  const std::vector<double> kept = host_values(graph.tensor(slot, router_.expert_kept));
+  aux_.push_back(graph.tensor(router_.balance).to_host().item());
+  z_.push_back(graph.tensor(router_.z).to_host().item());
+  const std::vector<double> routed = host_values(graph.tensor(router_.expert_tokens));
+  const std::vector<double> kept = host_values(graph.tensor(router_.expert_kept));
   for (size_t e = 0; e < routed.size(); ++e) {
     expert_tokens_[e] += routed[e];
     expert_tokens_.back() += routed[e] - kept[e];

@@ -21,8 +21,8 @@ class RouterTally {
   // What the graph must keep readable after a run (CompiledGraph's `kept`).
   std::vector<int> values() const;
 
-  // One micro-batch's values, read from `graph`'s `slot` after it ran.
-  void add(const CompiledGraph& graph, int slot = 0);
+  // One micro-batch's values, read from `graph` after it ran.
+  void add(const CompiledGraph& graph);
   // The step's figures over the `micro_batches` of every rank (each rank having added its share);
   // empties the tally for the next step. Nothing for a dense model.
   std::optional<RouterMetrics> finish(DataParallel& parallel, int64_t micro_batches);

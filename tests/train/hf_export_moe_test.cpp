@@ -90,7 +90,10 @@ TEST_P(EachMoeFamily, ExportsExpertsAsTheHubDoesAndReadsBackBitIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, EachMoeFamily,
-    ::testing::Values(MoeCase{"mixtral", "MixtralForCausalLM", {}, "model.layers.1.block_sparse_moe.experts.2.w2.weight",
+    ::testing::Values(MoeCase{"mixtral",
+                              "MixtralForCausalLM",
+                              {},
+                              "model.layers.1.block_sparse_moe.experts.2.w2.weight",
                               "experts.w"},
                       MoeCase{"qwen3_moe", "Qwen3MoeForCausalLM", {}, "model.layers.1.mlp.experts.2.down_proj.weight",
                               "experts.down"},
