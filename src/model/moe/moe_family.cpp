@@ -103,6 +103,17 @@ class MoeFamily final : public ModelFamily {
     return parameter.substr(0, start) + std::to_string(expert) + "." + parameter.substr(start);
   }
 
+  std::vector<std::string> parameters_of_packed_experts(const std::string& stored) const override {
+    const std::string name = parameter_of_hf_tensor(stored);
+    const size_t at = name.find(experts_marker());
+    if (at == std::string::npos) return {};
+    const std::string experts = name.substr(0, at + experts_marker().size()), packed = name.substr(experts.size());
+    auto stacked = [&](const std::string& projection) { return experts + projection + ".weight"; };
+    if (packed == "gate_up_proj") return {stacked(flavour_.gate_proj), stacked(flavour_.up_proj)};
+    if (packed == "down_proj") return {stacked(flavour_.down_proj)};
+    return {};
+  }
+
   bool stacked_over_experts(const std::string& parameter) const override {
     return parameter.find(experts_marker()) != std::string::npos;
   }
