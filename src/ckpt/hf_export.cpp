@@ -1,5 +1,6 @@
 #include "ckpt/hf_export.h"
 
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -17,6 +18,73 @@ namespace strata {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+// One tensor of the export: a parameter, or one expert's slice of a parameter stacked over the experts
+// (the Hub stores experts.{e}.w1.weight where Strata stacks experts.w1.weight).
+struct ExportedTensor {
+  std::string name;  // as HuggingFace stores it
+  size_t parameter = 0;
+  int64_t expert = -1;  // the slice along the parameter's first dim; -1: the whole parameter
+  size_t bytes = 0;
+};
+
+std::vector<ExportedTensor> exported_tensors(const ModelFamily& family, const std::vector<ParamSpec>& specs) {
+  std::vector<ExportedTensor> tensors;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(shape_numel(specs[i].shape)) * sizeof(float);
+    if (!family.stacked_over_experts(specs[i].name)) {
+      tensors.push_back({specs[i].name, i, -1, bytes});
+      continue;
+    }
+    const int64_t experts = specs[i].shape.at(0);
+    const size_t slice_bytes = bytes / static_cast<size_t>(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      tensors.push_back({family.hf_tensor_of_expert_slice(specs[i].name, e), i, e, slice_bytes});
+    }
+  }
+  return tensors;
+}
+
+// Greedy shards in order, as huggingface_hub splits a state dict: indices into `tensors`.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<ExportedTensor>& tensors, size_t max_shard_bytes) {
+  std::vector<std::vector<size_t>> shards(1);
+  size_t shard_bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!shards.back().empty() && shard_bytes + tensors[i].bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += tensors[i].bytes;
+  }
+  return shards;
+}
+
+// A shard's tensors read from the checkpoint, each parameter once however many experts' slices it gives.
+TensorMap read_shard(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs,
+                     const std::vector<ExportedTensor>& tensors, const std::vector<size_t>& shard) {
+  std::map<size_t, Tensor> parameters;
+  TensorMap out;
+  for (size_t i : shard) {
+    const ExportedTensor& exported = tensors[i];
+    const ParamSpec& spec = specs[exported.parameter];
+    auto [parameter, fresh] = parameters.try_emplace(exported.parameter);
+    if (fresh) {
+      parameter->second = Tensor::empty(spec.shape, DType::F32);
+      checkpoint.read(spec.name, parameter->second);
+    }
+    if (exported.expert < 0) {
+      out[exported.name] = parameter->second;
+      continue;
+    }
+    const Shape one_expert(spec.shape.begin() + 1, spec.shape.end());
+    out[exported.name] = parameter->second.narrow(0, exported.expert, 1).reshape(one_expert).clone();
+  }
+  return out;
+}
+
+}  // namespace
 
 void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_shard_bytes) {
   if (max_shard_bytes == 0) fail("the largest shard size must be positive");
@@ -26,33 +94,17 @@ void export_hf(const Checkpoint& checkpoint, const fs::path& out, size_t max_sha
   if (error) fail("cannot create export directory '{}': {}", out.string(), error.message());
   const TrainingCheckpoint state = read_training_checkpoint(checkpoint);
   const std::vector<ParamSpec> specs = model_param_specs(state.model);
-
-  // Greedy shards in parameter order, as huggingface_hub splits a state dict.
-  std::vector<std::vector<size_t>> shards(1);
-  size_t shard_bytes = 0, total_bytes = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(shape_numel(specs[i].shape)) * sizeof(float);
-    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(i);
-    shard_bytes += bytes;
-    total_bytes += bytes;
-  }
+  const std::vector<ExportedTensor> tensors = exported_tensors(model_family(state.model), specs);
+  const std::vector<std::vector<size_t>> shards = plan_shards(tensors, max_shard_bytes);
+  size_t total_bytes = 0;
+  for (const ExportedTensor& tensor : tensors) total_bytes += tensor.bytes;
   const size_t count = shards.size();
   json weight_map = json::object();
   for (size_t s = 0; s < count; ++s) {
     const std::string file =
         count == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, count);
-    TensorMap tensors;
-    for (size_t i : shards[s]) {
-      Tensor tensor = Tensor::empty(specs[i].shape, DType::F32);
-      checkpoint.read(specs[i].name, tensor);
-      tensors[specs[i].name] = tensor;
-      weight_map[specs[i].name] = file;
-    }
-    write_safetensors(out / file, tensors, {{"format", "pt"}});
+    for (size_t i : shards[s]) weight_map[tensors[i].name] = file;
+    write_safetensors(out / file, read_shard(checkpoint, specs, tensors, shards[s]), {{"format", "pt"}});
   }
   if (count > 1) {
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};

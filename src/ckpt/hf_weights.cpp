@@ -1,9 +1,13 @@
 #include "ckpt/hf_weights.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
@@ -126,6 +130,46 @@ void load_expert_slice(const SafetensorsReader& file, const std::string& stored,
   stacked.narrow(0, slice.expert, 1).copy_from(load_finite(file, stored).reshape(one_expert));
 }
 
+// transformers' packed experts: each stacked parameter `stored` packs gets its rows along the second dim.
+void load_packed_experts(const SafetensorsReader& file, const std::string& stored,
+                         const std::vector<std::string>& parameters, const std::map<std::string, size_t>& index_of,
+                         ParameterSet& params, Loaded& loaded, std::string_view family) {
+  std::vector<size_t> indices;
+  Shape expected;
+  int64_t rows = 0;
+  for (const std::string& parameter : parameters) {
+    auto found = index_of.find(parameter);
+    if (found == index_of.end()) {
+      fail("{}: tensor '{}' packs '{}', not a parameter of the configured {} model", location(file), stored,
+           parameter, family);
+    }
+    indices.push_back(found->second);
+    expected = params.spec(found->second).shape;
+    rows += expected.at(1);
+  }
+  expected[1] = rows;
+  if (file.entry(stored).shape != expected) {
+    fail("{}: tensor '{}' has shape {}, the config (model.*) implies {} (every expert's {} packed)", location(file),
+         stored, shape_str(file.entry(stored).shape), shape_str(expected), fmt::join(parameters, " and "));
+  }
+  const Tensor packed = load_finite(file, stored);
+  const int64_t experts = expected[0], row = shape_numel(expected) / (experts * rows);
+  int64_t offset = 0;
+  for (size_t p = 0; p < indices.size(); ++p) {
+    if (auto [previous, fresh] = loaded.whole.emplace(parameters[p], stored); !fresh) {
+      fail("{}: tensors '{}' and '{}' are both parameter '{}': keep one", location(file), previous->second, stored,
+           parameters[p]);
+    }
+    Tensor& stacked = params.tensor(indices[p]);
+    const int64_t own = stacked.shape()[1];
+    for (int64_t e = 0; e < experts; ++e) {
+      std::memcpy(stacked.data<float>() + e * own * row, packed.data<float>() + (e * rows + offset) * row,
+                  static_cast<size_t>(own * row) * sizeof(float));
+    }
+    offset += own;
+  }
+}
+
 // A stored lm_head.weight of a tied model: equal to the embedding, as stored.
 void check_tied_head(const SafetensorsReader& file, const Tensor& embedding, const std::string& tied) {
   if (file.entry("lm_head.weight").shape != embedding.shape()) {
@@ -180,6 +224,10 @@ void load_hf_weights(const fs::path& path, const ModelConfig& config, ParameterS
   for (const auto& [stored, file] : weights.where) {
     if (const auto slice = family.expert_slice_of_hf_tensor(stored)) {
       load_expert_slice(*file, stored, *slice, index_of, params, loaded, family.name());
+      continue;
+    }
+    if (const auto packed = family.parameters_of_packed_experts(stored); !packed.empty()) {
+      load_packed_experts(*file, stored, packed, index_of, params, loaded, family.name());
       continue;
     }
     const std::string name = family.parameter_of_hf_tensor(stored);

@@ -37,6 +37,10 @@ std::string ModelFamily::hf_tensor_of_expert_slice(const std::string& parameter,
   fail("{} has no parameters stacked over experts, so none is {}", name(), parameter);
 }
 
+bool ModelFamily::stacked_over_experts(const std::string&) const { return false; }
+
+std::vector<std::string> ModelFamily::parameters_of_packed_experts(const std::string&) const { return {}; }
+
 const ModelFamily& model_family(std::string_view name) {
   for (const ModelFamily* family : families()) {
     if (family->name() == name) return *family;

@@ -98,6 +98,12 @@ class ModelFamily {
   virtual std::optional<ExpertSlice> expert_slice_of_hf_tensor(const std::string& stored) const;
   // The inverse: the name the Hub gives expert `expert`'s slice of stacked parameter `parameter`.
   virtual std::string hf_tensor_of_expert_slice(const std::string& parameter, int64_t expert) const;
+  // transformers' packed form of a layer's experts (`<block>experts.gate_up_proj` [E, 2F, C]: each expert's
+  // gate projection's rows, then its up projection's; `<block>experts.down_proj` [E, C, F]): the stacked
+  // parameters `stored` holds, in their order along its second dim; empty for every other tensor.
+  virtual std::vector<std::string> parameters_of_packed_experts(const std::string& stored) const;
+  // Whether `parameter` is stacked over the experts (its first dim), so the Hub stores it one tensor per expert.
+  virtual bool stacked_over_experts(const std::string& parameter) const;
   // HuggingFace config.json: the model config it describes (`source` names the file in errors),
   // and the one to write for `config`.
   virtual ModelConfig from_hf_config(const nlohmann::json& hf, const std::string& source) const = 0;

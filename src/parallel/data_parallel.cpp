@@ -60,6 +60,15 @@ std::vector<double> DataParallel::gather(const std::vector<double>& mine, int64_
   return ordered;
 }
 
+std::vector<double> DataParallel::sum(const std::vector<double>& mine) {
+  if (!group_) return mine;
+  std::vector<double> all(mine.size() * static_cast<size_t>(degree()));
+  group_->all_gather(mine.data(), all.data(), mine.size(), DType::F64);
+  std::vector<double> total(mine.size(), 0.0);
+  for (size_t i = 0; i < all.size(); ++i) total[i % mine.size()] += all[i];
+  return total;
+}
+
 void DataParallel::all_gather(const float* in, float* out, size_t count) {
   if (!group_) {
     std::memcpy(out, in, count * sizeof(float));

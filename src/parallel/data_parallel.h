@@ -52,6 +52,9 @@ class DataParallel {
   // The values of all `total` micro-batches of a step, each rank giving those
   // of its share: in global order, the same vector on every rank.
   std::vector<double> gather(const std::vector<double>& mine, int64_t total);
+  // Every rank's `mine` (the same length on each) added element by element, in rank order: the same
+  // vector on every rank.
+  std::vector<double> sum(const std::vector<double>& mine);
   void barrier();
 
  private:

@@ -38,6 +38,24 @@ void drop_lines_after(const std::string& path, int64_t last_step) {
              dropped, last_step);
 }
 
+nlohmann::json router_fields(const RouterMetrics& router) {
+  return {{"router_aux_loss", router.aux_loss},
+          {"router_z_loss", router.z_loss},
+          {"expert_tokens_min", router.expert_tokens_min},
+          {"expert_tokens_max", router.expert_tokens_max},
+          {"expert_tokens_mean", router.expert_tokens_mean},
+          {"expert_tokens_dropped", router.dropped}};
+}
+
+// The plain line's router figures: the balance loss, and the busiest expert's load over the mean.
+std::string router_summary(const std::optional<RouterMetrics>& router) {
+  if (!router) return "";
+  const double mean = router->expert_tokens_mean;
+  const double imbalance = mean > 0 ? router->expert_tokens_max / mean : 0;
+  std::string dropped = router->dropped > 0 ? fmt::format(" dropped {}", router->dropped) : "";
+  return fmt::format(" | aux {:.4f} experts max/mean {:.2f}{}", router->aux_loss, imbalance, dropped);
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path, int64_t total_steps, bool progress_bar, int64_t continued_from)
@@ -60,6 +78,7 @@ void MetricsLog::record(const StepMetrics& m, int64_t steps_this_run) {
   }
   if (m.comm_wait_s) line["comm_wait_s"] = *m.comm_wait_s;
   if (m.pipeline_wait_s) line["pipeline_wait_s"] = *m.pipeline_wait_s;
+  if (m.router) line.update(router_fields(*m.router));
   file_ << line.dump() << "\n";
   file_.flush();
   if (!file_) fail("writing metrics file '{}' failed", path_);
@@ -77,8 +96,8 @@ void MetricsLog::record(const StepMetrics& m, int64_t steps_this_run) {
     if (m.val_loss) fmt::print("\n");
     std::fflush(stdout);
   } else {
-    fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f} | {:.0f} tok/s{} | ETA {:.0f}s\n", m.step,
-               total_steps_, m.loss, val, m.lr, m.grad_norm, m.tokens_per_s, mfu, eta);
+    fmt::print("step {}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f}{} | {:.0f} tok/s{} | ETA {:.0f}s\n", m.step,
+               total_steps_, m.loss, val, m.lr, m.grad_norm, router_summary(m.router), m.tokens_per_s, mfu, eta);
     std::fflush(stdout);  // a log file or pipe sees each step as it happens
   }
 }

@@ -8,6 +8,18 @@
 
 namespace strata {
 
+// A mixture-of-experts model's router over one step (model/model_graph.h's RouterLosses). The counts
+// are assignments (a token routed to k experts counts k times), summed over the MoE layers and the
+// step's micro-batches on every data-parallel rank.
+struct RouterMetrics {
+  double aux_loss = 0;  // the load-balancing loss, unweighted, mean over the step's micro-batches
+  double z_loss = 0;    // the router z-loss, unweighted, likewise
+  double expert_tokens_min = 0;  // the fewest assignments routed to one expert
+  double expert_tokens_max = 0;
+  double expert_tokens_mean = 0;
+  int64_t dropped = 0;  // assignments over an expert's capacity (model.capacity_factor; 0 when dropless)
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based optimizer step
   double loss = 0;   // mean over the step's micro-batches
@@ -27,6 +39,7 @@ struct StepMetrics {
   // Pipeline parallelism: seconds the reporting rank's stage (the first) waited
   // for other stages (receives and sends): its pipeline bubble, transfers included.
   std::optional<double> pipeline_wait_s;
+  std::optional<RouterMetrics> router;  // mixture-of-experts models only
 };
 
 class MetricsLog {

@@ -39,6 +39,16 @@ constexpr PlotKind kPlots[] = {
     {"comm_wait_s", "Exposed data-parallel communication", "seconds per step waiting for gradient sums", "linear",
      nullptr},
     {"pipeline_wait_s", "Pipeline wait", "seconds per step the first stage waited", "linear", nullptr},
+    // Mixture-of-experts runs: the router's losses (unweighted) and how evenly it spread the assignments.
+    {"router_aux_loss", "Router load-balancing loss", "balance loss (unweighted; k when perfectly balanced)", "linear",
+     nullptr},
+    {"router_z_loss", "Router z-loss", "z-loss (unweighted)", "linear", nullptr},
+    {"expert_tokens_max", "Busiest expert", "assignments to the busiest expert per step (all MoE layers)", "linear",
+     nullptr},
+    {"expert_tokens_min", "Idlest expert", "assignments to the idlest expert per step (all MoE layers)", "linear",
+     nullptr},
+    {"expert_tokens_dropped", "Dropped assignments", "assignments over an expert's capacity per step", "linear",
+     nullptr},
 };
 
 nlohmann::json numbers_or_null(const std::vector<double>& values) {

@@ -33,6 +33,7 @@ std::set<int> kept_values(const ModelGraph& model) {
   for (int value : {model.loss, model.sent}) {
     if (value >= 0) kept.insert(value);
   }
+  for (int value : RouterTally(model).values()) kept.insert(value);
   // The LM head's copy of the tied embedding has a gradient bucket of its own, collected as soon as
   // the node making it has run: its bytes need not outlive the run (as the sum both uses' gradients
   // made inside the graph did not).
@@ -292,6 +293,7 @@ void Trainer::compile_graphs() {
     chunk.node_offset = nodes;
     nodes += chunk.train_model.graph.num_nodes();
   }
+  router_tally_ = RouterTally(chunks_.front().train_model);
   bind_inputs();
   keep_weight_copies();
   std::vector<int> ready_after;
@@ -579,6 +581,7 @@ StepMetrics Trainer::step() {
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
   if (pipeline_.degree() > 1) metrics.pipeline_wait_s = pipeline_wait_s_;
+  metrics.router = router_tally_.finish(parallel_, micro_batches);
   update(metrics, loss_scale);
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -607,6 +610,7 @@ std::vector<double> Trainer::micro_batches(const MicroBatchShare& share) {
       });
       if (node_observer_ && first) node_observer_({*chunk.train_graph, chunk.train_model, 0, 0, node});
     }));
+    router_tally_.add(*chunk.train_graph);
   }
   return losses;
 }

@@ -27,6 +27,7 @@
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/router_tally.h"
 
 namespace strata {
 
@@ -181,6 +182,7 @@ class Trainer {
     std::vector<Tensor> slot_tokens, slot_targets;
   };
   std::vector<ModelChunk> chunks_;
+  RouterTally router_tally_;  // a mixture-of-experts model's router figures over the step
   // A gradient the step collects: a held parameter's (entry k is held parameter k), or the LM
   // head's copy of the tied embedding when the embedding's is held too (the last entry).
   struct GradientEntry {

@@ -1,7 +1,7 @@
 // A mixture-of-experts model's weights as the Hub stores them, one tensor per expert
-// (model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight), loaded into the experts' stacked
-// parameters slice by slice; a missing or extra expert, a wrong shape, or an expert given both ways is
-// refused, naming the tensor.
+// (model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight) or in transformers' packed form
+// (experts.gate_up_proj, experts.down_proj), loaded into the experts' stacked parameters; a missing or
+// extra expert, a wrong shape, or an expert given two ways is refused, naming the tensor.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -59,6 +59,23 @@ TensorMap hub_tensors(const ParameterSet& params) {
   return tensors;
 }
 
+void expect_same_parameters(const ParameterSet& params, const ParameterSet& loaded) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor &expected = params.tensor(i), &actual = loaded.tensor(i);
+    for (int64_t j = 0; j < expected.numel(); ++j) {
+      ASSERT_EQ(actual.data<float>()[j], expected.data<float>()[j]) << params.spec(i).name << " element " << j;
+    }
+  }
+}
+
+// The error loading `tensors` (written to a file) into a tiny Mixtral gives.
+std::string error_loading(const TensorMap& tensors) {
+  TempDir dir;
+  write_safetensors(dir / "w.safetensors", tensors);
+  ParameterSet target(model_param_specs(tiny_mixtral()));
+  return error_of([&] { load_hf_weights(dir / "w.safetensors", tiny_mixtral(), target); });
+}
+
 TEST(HfExpertWeights, EachExpertLandsInItsSliceOfTheStackedParameter) {
   TempDir dir;
   ParameterSet params(model_param_specs(tiny_mixtral()));
@@ -68,23 +85,12 @@ TEST(HfExpertWeights, EachExpertLandsInItsSliceOfTheStackedParameter) {
   write_safetensors(dir / "hub.safetensors", hub);
   ParameterSet loaded(model_param_specs(tiny_mixtral()));
   load_hf_weights(dir / "hub.safetensors", tiny_mixtral(), loaded);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor &expected = params.tensor(i), &actual = loaded.tensor(i);
-    for (int64_t j = 0; j < expected.numel(); ++j) {
-      ASSERT_EQ(actual.data<float>()[j], expected.data<float>()[j]) << params.spec(i).name << " element " << j;
-    }
-  }
+  expect_same_parameters(params, loaded);
 }
 
 TEST(HfExpertWeights, MissingExtraOrDoubledExpertsAreRefusedByName) {
-  TempDir dir;
   ParameterSet params(model_param_specs(tiny_mixtral()));
   params.initialise(CounterRng(1));
-  ParameterSet target(model_param_specs(tiny_mixtral()));
-  auto error_loading = [&](const TensorMap& tensors) {
-    write_safetensors(dir / "w.safetensors", tensors);
-    return error_of([&] { load_hf_weights(dir / "w.safetensors", tiny_mixtral(), target); });
-  };
   TensorMap missing = hub_tensors(params);
   missing.erase("model.layers.0.block_sparse_moe.experts.1.w3.weight");
   EXPECT_THAT(error_loading(missing),
@@ -109,6 +115,58 @@ TEST(HfExpertWeights, MissingExtraOrDoubledExpertsAreRefusedByName) {
     }
     EXPECT_THAT(error_loading(none), HasSubstr("is missing")) << projection;
   }
+}
+
+// transformers' packed form: per layer experts.gate_up_proj [E, 2F, C] (each expert's w1 rows, then its w3
+// rows) and experts.down_proj [E, C, F] (w2 stacked), built here element by element from the parameters.
+TensorMap packed_tensors(const ParameterSet& params) {
+  TensorMap tensors;
+  const std::string experts = "model.layers.0.block_sparse_moe.experts.";
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params.spec(i).name.find(experts) == std::string::npos) tensors[params.spec(i).name] = params.tensor(i);
+  }
+  const Tensor &gate = params.get(experts + "w1.weight"), &up = params.get(experts + "w3.weight");
+  const int64_t width = gate.shape()[1], channels = gate.shape()[2];
+  Tensor gate_up = Tensor::zeros({kExperts, 2 * width, channels}, DType::F32);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    for (int64_t r = 0; r < 2 * width; ++r) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const Tensor& from = r < width ? gate : up;
+        gate_up.data<float>()[(e * 2 * width + r) * channels + c] =
+            from.data<float>()[(e * width + r % width) * channels + c];
+      }
+    }
+  }
+  tensors[experts + "gate_up_proj"] = gate_up;
+  tensors[experts + "down_proj"] = params.get(experts + "w2.weight");
+  return tensors;
+}
+
+TEST(HfExpertWeights, TransformersPackedExpertsLoadIntoTheStackedParameters) {
+  TempDir dir;
+  ParameterSet params(model_param_specs(tiny_mixtral()));
+  params.initialise(CounterRng(3));
+  write_safetensors(dir / "packed.safetensors", packed_tensors(params));
+  ParameterSet loaded(model_param_specs(tiny_mixtral()));
+  load_hf_weights(dir / "packed.safetensors", tiny_mixtral(), loaded);
+  expect_same_parameters(params, loaded);
+}
+
+TEST(HfExpertWeights, PackedExpertsOfTheWrongCountMissingOrGivenTwiceAreRefusedByName) {
+  ParameterSet params(model_param_specs(tiny_mixtral()));
+  params.initialise(CounterRng(4));
+  const std::string experts = "model.layers.0.block_sparse_moe.experts.";
+  TensorMap short_one = packed_tensors(params);
+  short_one[experts + "gate_up_proj"] = Tensor::zeros({kExperts - 1, 12, 8}, DType::F32);
+  EXPECT_THAT(error_loading(short_one),
+              HasSubstr("tensor '" + experts + "gate_up_proj' has shape [2, 12, 8], the config (model.*) implies "
+                        "[3, 12, 8] (every expert's " + experts + "w1.weight and " + experts + "w3.weight packed)"));
+  TensorMap missing = packed_tensors(params);
+  missing.erase(experts + "down_proj");
+  EXPECT_THAT(error_loading(missing), HasSubstr("tensor '" + experts + "w2.weight' is missing"));
+  TensorMap both = packed_tensors(params);
+  both[experts + "1.w1.weight"] = params.get(experts + "w1.weight").narrow(0, 1, 1).reshape({6, 8}).clone();
+  EXPECT_THAT(error_loading(both), HasSubstr("keep one spelling"));
 }
 
 // Strata's own files (save_hf_weights: the stacked parameters whole) load as before.

@@ -162,6 +162,30 @@ TEST_F(DataParallelRun, AnOverflowingFp16StepIsSkippedOnEveryRank) {
   testing::expect_same_overflow_skips(single, dp2);
 }
 
+// A mixture-of-experts model's router figures (metrics.jsonl) over a step's micro-batches on every rank:
+// the same as one process's accumulating both micro-batches, each of the 2 ranks running one.
+TEST_F(DataParallelRun, RouterFiguresCoverEveryRanksMicroBatches) {
+  const std::string settings =
+      "--set train.batch_size=2 --set train.global_batch=4 --set train.steps=4 --set train.val_every=0 "
+      "--set model.family=mixtral --set model.n_kv_head=1 --set model.num_experts=4 --set model.num_experts_per_tok=2 "
+      "--set model.moe_intermediate_size=16 --set model.tie_word_embeddings=false --set model.capacity_factor=0.75";
+  fs::path single = train("moe_single", "", settings);
+  fs::path dp2 = train("moe_dp2", mpirun(2), settings);
+  expect_identical_runs(single, dp2, "step_00000004");
+  const std::vector<nlohmann::json> want = metrics(single), got = metrics(dp2);
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < want.size(); ++i) {
+    // 4 rows of 16 tokens, each to 2 experts in 2 layers, over 4 experts.
+    EXPECT_EQ(want[i].at("expert_tokens_mean").get<double>(), 4 * 16 * 2 * 2 / 4.0);
+    EXPECT_GT(want[i].at("expert_tokens_dropped").get<int64_t>(), 0);  // 24 rows for 32 assignments on average
+    for (const char* key : {"router_aux_loss", "router_z_loss", "expert_tokens_min", "expert_tokens_max",
+                            "expert_tokens_mean", "expert_tokens_dropped"}) {
+      EXPECT_EQ(want[i].at(key).dump(), got[i].at(key).dump()) << key << " at step " << i + 1;
+    }
+  }
+}
+
 // A scheduler's SIGTERM reaching one rank only: every rank stops after the same step, the
 // checkpoint of that step is saved, and the job ends with 128 + SIGTERM.
 TEST_F(DataParallelRun, SigtermToOneRankStopsEveryRankAfterTheSameStepWithACheckpoint) {
@@ -261,7 +285,7 @@ TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
 // plan.json holds prediction and measurement.
 TEST_F(DataParallelRun, AutoPlanChoosesForTheLaunchedRanksAndTheRunExecutesIt) {
   fs::path run_dir = train("auto_dp2", mpirun(2),
-                           "--set train.global_batch=8 --set train.steps=4 --set parallel.plan=auto "
+                           "--set train.global_batch=4 --set train.steps=4 --set parallel.plan=auto "
                            "--set parallel.cluster=this-machine");
   nlohmann::json record = nlohmann::json::parse(std::ifstream(run_dir / "plan.json"));
   const nlohmann::json& chosen = record["chosen"]["plan"];

@@ -137,6 +137,7 @@ TEST(ReportDocument, OneSeriesPerRunWithEveryStep) {
     EXPECT_NO_THROW(plot_named(document, required));
   }
   EXPECT_THROW(plot_named(document, "comm_wait_s"), std::runtime_error);  // no run waited on peers
+  EXPECT_THROW(plot_named(document, "router_aux_loss"), std::runtime_error);  // dense models
   EXPECT_EQ(document["runs"][0]["skipped_steps"], nlohmann::json({3}));
   // Steps 2-4 ran at 70, 66 and 74 tokens/s: their median, as strata train reports step time.
   EXPECT_EQ(document["runs"][0]["summary"][7], nlohmann::json({"tokens/s (median after the first step)", "70"}));
@@ -147,6 +148,21 @@ TEST(ReportDocument, OneSeriesPerRunWithEveryStep) {
   EXPECT_EQ(plot_named(alone, "loss_scale")["note"],
             "no run used dynamic loss scaling (only precision.compute = f16 does)");
   EXPECT_EQ(plot_named(alone, "val_loss")["note"], "no run validated (train.val_every = 0)");
+}
+
+TEST(ReportDocument, AMixtureOfExpertsRunPlotsItsRouter) {
+  TempDir temp;
+  write_run(temp / "moe",
+            "{\"step\":1,\"loss\":6,\"router_aux_loss\":2.5,\"router_z_loss\":4,\"expert_tokens_min\":10,"
+            "\"expert_tokens_max\":90,\"expert_tokens_mean\":50,\"expert_tokens_dropped\":3}\n"
+            "{\"step\":2,\"loss\":5,\"router_aux_loss\":2.1,\"router_z_loss\":3,\"expert_tokens_min\":40,"
+            "\"expert_tokens_max\":60,\"expert_tokens_mean\":50,\"expert_tokens_dropped\":0}\n");
+  const nlohmann::json document = report_document({read_run(temp / "moe")}, {"moe"});
+  EXPECT_EQ(plot_named(document, "router_aux_loss")["series"][0]["values"], nlohmann::json({2.5, 2.1}));
+  EXPECT_EQ(plot_named(document, "router_z_loss")["series"][0]["values"], nlohmann::json({4, 3}));
+  EXPECT_EQ(plot_named(document, "expert_tokens_max")["series"][0]["values"], nlohmann::json({90, 60}));
+  EXPECT_EQ(plot_named(document, "expert_tokens_min")["series"][0]["values"], nlohmann::json({10, 40}));
+  EXPECT_EQ(plot_named(document, "expert_tokens_dropped")["series"][0]["values"], nlohmann::json({3, 0}));
 }
 
 TEST(ReportDocument, PlannerFiguresComeFromPlanJson) {

@@ -88,10 +88,9 @@ class MoeFamily final : public ModelFamily {
   // model.layers.{i}.<block>experts.{e}.<proj>.weight: slice e of <block>experts.<proj>.weight.
   std::optional<ExpertSlice> expert_slice_of_hf_tensor(const std::string& stored) const override {
     const std::string name = parameter_of_hf_tensor(stored);
-    const std::string marker = flavour_.block + "experts.";
-    const size_t at = name.find(marker);
+    const size_t at = name.find(experts_marker());
     if (at == std::string::npos) return std::nullopt;
-    const size_t start = at + marker.size();
+    const size_t start = at + experts_marker().size();
     size_t end = start;
     while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
     if (end == start || end - start > 9 || end == name.size() || name[end] != '.') return std::nullopt;
@@ -99,11 +98,24 @@ class MoeFamily final : public ModelFamily {
   }
 
   std::string hf_tensor_of_expert_slice(const std::string& parameter, int64_t expert) const override {
-    const std::string marker = flavour_.block + "experts.";
-    const size_t at = parameter.find(marker);
-    STRATA_CHECK(at != std::string::npos, "{} is not a stacked expert parameter", parameter);
-    const size_t start = at + marker.size();
+    STRATA_CHECK(stacked_over_experts(parameter), "{} is not a stacked expert parameter", parameter);
+    const size_t start = parameter.find(experts_marker()) + experts_marker().size();
     return parameter.substr(0, start) + std::to_string(expert) + "." + parameter.substr(start);
+  }
+
+  std::vector<std::string> parameters_of_packed_experts(const std::string& stored) const override {
+    const std::string name = parameter_of_hf_tensor(stored);
+    const size_t at = name.find(experts_marker());
+    if (at == std::string::npos) return {};
+    const std::string experts = name.substr(0, at + experts_marker().size()), packed = name.substr(experts.size());
+    auto stacked = [&](const std::string& projection) { return experts + projection + ".weight"; };
+    if (packed == "gate_up_proj") return {stacked(flavour_.gate_proj), stacked(flavour_.up_proj)};
+    if (packed == "down_proj") return {stacked(flavour_.down_proj)};
+    return {};
+  }
+
+  bool stacked_over_experts(const std::string& parameter) const override {
+    return parameter.find(experts_marker()) != std::string::npos;
   }
 
   ModelConfig from_hf_config(const nlohmann::json& hf, const std::string& source) const override {
@@ -112,6 +124,8 @@ class MoeFamily final : public ModelFamily {
   nlohmann::json to_hf_config(const ModelConfig& config) const override { return moe_to_hf_config(config, flavour_); }
 
  private:
+  std::string experts_marker() const { return flavour_.block + "experts."; }  // the stacked parameters' infix
+
   MoeFlavour flavour_;
 };
 
