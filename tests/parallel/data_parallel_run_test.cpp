@@ -285,7 +285,7 @@ TEST_F(DataParallelRun, LayoutsThatDoNotFitTheLaunchAreErrorsNamingTheKeys) {
 // plan.json holds prediction and measurement.
 TEST_F(DataParallelRun, AutoPlanChoosesForTheLaunchedRanksAndTheRunExecutesIt) {
   fs::path run_dir = train("auto_dp2", mpirun(2),
-                           "--set train.global_batch=4 --set train.steps=4 --set parallel.plan=auto "
+                           "--set train.global_batch=8 --set train.steps=4 --set parallel.plan=auto "
                            "--set parallel.cluster=this-machine");
   nlohmann::json record = nlohmann::json::parse(std::ifstream(run_dir / "plan.json"));
   const nlohmann::json& chosen = record["chosen"]["plan"];
