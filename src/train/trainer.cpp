@@ -232,10 +232,6 @@ void Trainer::find_held_parameters() {
   placements_ =
       place_parameters(mesh_, {.model = config_.model, .specs = specs_, .layers_per_part = layers_per_stage_,
                                       .parts_per_stage = static_cast<int>(config_.virtual_stages)});
-  holders_.clear();
-  for (const ParameterPlacement& placement : placements_.at(pipeline_parallel_dimension().name)) {
-    holders_.push_back(placement.holders);
-  }
   checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements_);
   pieces_ = held_pieces(specs_, placements_, coordinates_);
   std::vector<ParamSpec> held_specs = held_of(specs_, held_);
@@ -247,7 +243,7 @@ void Trainer::find_held_parameters() {
 void Trainer::make_optimizer() {
   GradientEntries entries{.parameters = param_tensors_};
   for (size_t k = 0; k < held_.size(); ++k) {  // the tied embedding's entries get buckets of their own
-    if (holders_[held_[k]].size() > 1 || (head_copy_entry_ && held_[k] == tied_index_)) entries.alone.push_back(k);
+    if (stage_holders(held_[k]).size() > 1 || (head_copy_entry_ && held_[k] == tied_index_)) entries.alone.push_back(k);
   }
   if (head_copy_entry_) {
     entries.head_copy = *head_copy_entry_;
@@ -487,7 +483,7 @@ void Trainer::sum_tied_gradients() {
   // Under ZeRO a rank's range of the tied embedding is the same on both stages: it has a bucket of its own.
   const std::vector<ParameterRange>& ranges = optimizer_->ranges();
   for (size_t r = 0; r < ranges.size(); ++r) {
-    const std::vector<int>& holders = holders_[held_[ranges[r].parameter]];
+    const std::vector<int>& holders = stage_holders(held_[ranges[r].parameter]);
     if (holders.size() < 2) continue;
     STRATA_CHECK(holders.size() == 2 && holders.front() == 0 && holders.back() == pipeline_.degree() - 1,
                  "parameter '{}' is held by {} stages; only the tied embedding is shared (first and last)",
@@ -687,6 +683,10 @@ void Trainer::print(const std::string& text) const {
 RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, GradientBuckets& first_moments,
                                         GradientBuckets& second_moments) {
   return {held_, std::move(parameters), first_moments.grads(), second_moments.grads()};
+}
+
+const std::vector<int>& Trainer::stage_holders(size_t parameter) const {
+  return placements_.at(pipeline_parallel_dimension().name).at(parameter).holders;
 }
 
 nlohmann::json Trainer::layout_json() const {

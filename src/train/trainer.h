@@ -105,6 +105,7 @@ class Trainer {
   // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
   static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
   nlohmann::json layout_json() const;
+  const std::vector<int>& stage_holders(size_t parameter) const;  // the pipeline stages holding it
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
   // One step's share of micro-batches through this rank's pipeline stage, by
@@ -158,7 +159,6 @@ class Trainer {
   std::vector<size_t> held_;            // the parameters this rank's pipeline stage holds (indices into specs_)
   std::vector<int> layers_per_stage_;   // the pipeline's split of the layers
   MeshPlacements placements_;              // every parameter's, along every dimension
-  std::vector<std::vector<int>> holders_;  // per parameter: the stages holding it
   std::vector<ShardPiece> checkpoint_pieces_;  // every rank's, under this layout
   int plan_threads_ = 0;          // threads per rank the plan was made for (0: as the profile was measured)
   AutoPlan plan_;                 // the executed layout and its prediction, recorded in plan.json
