@@ -8,21 +8,6 @@
 
 namespace strata {
 
-namespace {
-
-// The dimension splitting parameter `i`, if any.
-const std::string* splitting_dimension(const std::string& name, size_t i, const MeshPlacements& placements) {
-  const std::string* split_by = nullptr;
-  for (const auto& [dimension, placed] : placements) {
-    if (!placed[i].split()) continue;
-    if (split_by) fail("parameter '{}' is split along both '{}' and '{}': not saved yet", name, *split_by, dimension);
-    split_by = &dimension;
-  }
-  return split_by;
-}
-
-}  // namespace
-
 std::vector<ShardPiece> checkpoint_pieces(const std::vector<ParamSpec>& specs, const MeshShape& mesh,
                                           const MeshPlacements& placements) {
   std::vector<MeshCoordinates> coordinates;

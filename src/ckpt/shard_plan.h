@@ -29,7 +29,7 @@ struct ShardPiece {
   std::string key;
 };
 
-// Fails naming the parameter when two dimensions split it (their shards' boxes are not combined yet).
+// Fails naming the parameter when two dimensions split it (splitting_dimension).
 std::vector<ShardPiece> checkpoint_pieces(const std::vector<ParamSpec>& specs, const MeshShape& mesh,
                                           const MeshPlacements& placements);
 

@@ -16,17 +16,23 @@ void HeldPiece::slice(const Tensor& whole, Tensor& piece) const {
   for (const ShardBox& box : boxes) copy_box(whole, box.full.offsets, piece, box.shard_offsets, box.full.lengths);
 }
 
+const std::string* splitting_dimension(const std::string& name, size_t index, const MeshPlacements& placements) {
+  const std::string* split_by = nullptr;
+  for (const auto& [dimension, placed] : placements) {
+    if (!placed[index].split()) continue;
+    if (split_by) fail("parameter '{}' is split along both '{}' and '{}': not supported yet", name, *split_by, dimension);
+    split_by = &dimension;
+  }
+  return split_by;
+}
+
 std::vector<HeldPiece> held_pieces(const std::vector<ParamSpec>& specs, const MeshPlacements& placements,
                                    const std::map<std::string, int, std::less<>>& at) {
   std::vector<HeldPiece> pieces;
   for (size_t i = 0; i < specs.size(); ++i) {
     HeldPiece piece{specs[i].shape, {{whole_box(specs[i].shape), std::vector<int64_t>(specs[i].shape.size(), 0)}}};
-    bool split = false;
-    for (const auto& [dimension, placed] : placements) {
-      if (!placed[i].split()) continue;
-      STRATA_CHECK(!split, "parameter '{}' is split along two dimensions", specs[i].name);
-      split = true;
-      piece.boxes = placed[i].shards.at(static_cast<size_t>(at.find(dimension)->second));
+    if (const std::string* split_by = splitting_dimension(specs[i].name, i, placements)) {
+      piece.boxes = placements.find(*split_by)->second[i].shards.at(static_cast<size_t>(at.find(*split_by)->second));
       // The shard's extent: where its last box ends, along every dim.
       for (size_t d = 0; d < piece.shape.size(); ++d) {
         piece.shape[d] = 0;

@@ -58,6 +58,10 @@ struct HeldPiece {
 using MeshPlacements = std::map<std::string, std::vector<ParameterPlacement>, std::less<>>;
 MeshPlacements place_parameters(const MeshShape& mesh, const PlacementInput& input);
 
+// The dimension that splits parameter `index` (named `name`), if any; fails naming the parameter
+// when two dimensions split it (their shards' boxes are not combined yet).
+const std::string* splitting_dimension(const std::string& name, size_t index, const MeshPlacements& placements);
+
 // The piece of every parameter of `specs` (in order) that the rank at `at` holds, or would hold
 // where the parameter is on another coordinate of a dimension that does not split it.
 std::vector<HeldPiece> held_pieces(const std::vector<ParamSpec>& specs, const MeshPlacements& placements,
