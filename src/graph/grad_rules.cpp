@@ -186,6 +186,18 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("moe_permute_backward", {dy[0], n.inputs[1]}, {}, grad_label(n, "x")), kNoGradient};
        }},
+      // The exchanges are a permutation of rows and its inverse: each is the other's gradient.
+      {"moe_dispatch_exchange",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         only_primary(n, dy);
+         return {g.apply1("moe_return_exchange", {dy[0], n.inputs[1], n.outputs[2]}, n.attrs, grad_label(n, "xs")),
+                 kNoGradient};
+       }},
+      {"moe_return_exchange",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         const int dye = g.apply("moe_dispatch_exchange", {dy[0], n.inputs[1]}, n.attrs, grad_label(n, "ye"))[0];
+         return {dye, kNoGradient, kNoGradient};
+       }},
       {"moe_combine",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          std::vector<int> grads = g.apply("moe_combine_backward", {dy[0], n.inputs[0], n.inputs[1], n.inputs[2]}, {},

@@ -44,4 +44,11 @@ ShardRule ShardingPlan::rule_for(const std::string& parameter) const {
   return {parameter, ShardStyle::Replicated, 1, WeightLayout::InOut};
 }
 
+bool ShardingPlan::stacked_over_experts(const std::string& parameter) const {
+  for (const std::string& pattern : expert_stacked) {
+    if (matches(pattern, parameter)) return true;
+  }
+  return false;
+}
+
 }  // namespace strata

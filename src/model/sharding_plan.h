@@ -33,8 +33,12 @@ struct ShardRule {
 
 struct ShardingPlan {
   std::vector<ShardRule> rules;  // the first matching rule applies; no match: replicated
+  // Parameters stacked over the experts along dim 0 (patterns as rules'): expert parallelism splits
+  // them by whole experts; tensor parallelism leaves them whole.
+  std::vector<std::string> expert_stacked;
 
   ShardRule rule_for(const std::string& parameter) const;
+  bool stacked_over_experts(const std::string& parameter) const;
 };
 
 }  // namespace strata

@@ -18,6 +18,12 @@ class SingleRank final : public CollectiveGroup {
   void all_reduce_sum(void*, size_t, DType) override {}
   void all_gather_bytes(const void* in, void* out, size_t bytes) override { std::memmove(out, in, bytes); }
   void all_to_all_bytes(const void* in, void* out, size_t bytes) override { std::memmove(out, in, bytes); }
+  void all_to_all_v_bytes(const void* in, std::span<const size_t> send_bytes, void* out,
+                          std::span<const size_t> recv_bytes) override {
+    STRATA_CHECK(send_bytes.size() == 1 && recv_bytes.size() == 1 && send_bytes[0] == recv_bytes[0],
+                 "an all_to_all_v of one rank sending {} bytes and receiving {}", send_bytes[0], recv_bytes[0]);
+    std::memmove(out, in, send_bytes[0]);
+  }
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
     std::memmove(out, in, count * dtype_size(dtype));
   }
@@ -36,17 +42,6 @@ std::mutex registry_mutex;
 std::map<std::string, std::shared_ptr<CollectiveGroup>>& registry() {
   static std::map<std::string, std::shared_ptr<CollectiveGroup>> groups;
   return groups;
-}
-
-// The group an op's attrs name; its size must be the `ranks` the graph was built for.
-CollectiveGroup& group_of(const std::string& op, const Attrs& attrs) {
-  const std::string& name = attrs.get_string("group");
-  CollectiveGroup& group = collective_group(name);
-  if (group.size() != attrs.get_int("ranks")) {
-    fail("op '{}': the graph was built for {} ranks in group '{}', but that group has {}", op, attrs.get_int("ranks"),
-         name, group.size());
-  }
-  return group;
 }
 
 // A shape cut at `dim`: `outer` rows of `block_bytes` (dim and everything after it).
@@ -88,6 +83,16 @@ void copy_input(const Tensors& inputs, const Tensors& outputs) {
 
 }  // namespace
 
+CollectiveGroup& collective_group_of(const std::string& op, const Attrs& attrs) {
+  const std::string& name = attrs.get_string("group");
+  CollectiveGroup& group = collective_group(name);
+  if (group.size() != attrs.get_int("ranks")) {
+    fail("op '{}': the graph was built for {} ranks in group '{}', but that group has {}", op, attrs.get_int("ranks"),
+         name, group.size());
+  }
+  return group;
+}
+
 std::string_view stage_flow_name(StageFlow flow) {
   return flow == StageFlow::Activations ? "activations" : "gradients";
 }
@@ -116,18 +121,18 @@ CollectiveGroup& collective_group(const std::string& name) {
 }
 
 void all_reduce_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("all_reduce", attrs);
+  CollectiveGroup& group = collective_group_of("all_reduce", attrs);
   copy_input(inputs, outputs);
   group.all_reduce_sum(outputs[0].raw(), static_cast<size_t>(outputs[0].numel()), outputs[0].dtype());
 }
 
 void copy_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  group_of("copy_to_group", attrs);
+  collective_group_of("copy_to_group", attrs);
   copy_input(inputs, outputs);
 }
 
 void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("all_gather", attrs);
+  CollectiveGroup& group = collective_group_of("all_gather", attrs);
   const Tensor& x = inputs[0];
   const DimSplit split = split_at(x.shape(), attrs.get_int("dim"), x.dtype());
   const size_t ranks = static_cast<size_t>(group.size());
@@ -137,7 +142,7 @@ void all_gather_kernel(const Tensors& inputs, const Tensors& outputs, const Attr
 }
 
 void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("reduce_scatter", attrs);
+  CollectiveGroup& group = collective_group_of("reduce_scatter", attrs);
   const Tensor& out = outputs[0];
   const DimSplit split = split_at(out.shape(), attrs.get_int("dim"), out.dtype());
   const size_t ranks = static_cast<size_t>(group.size());
@@ -147,7 +152,7 @@ void reduce_scatter_kernel(const Tensors& inputs, const Tensors& outputs, const 
 }
 
 void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("split_to_group", attrs);
+  CollectiveGroup& group = collective_group_of("split_to_group", attrs);
   const Tensor& out = outputs[0];
   const DimSplit split = split_at(out.shape(), attrs.get_int("dim"), out.dtype());
   const size_t rank = static_cast<size_t>(group.rank()), ranks = static_cast<size_t>(group.size());
@@ -159,7 +164,7 @@ void split_to_group_kernel(const Tensors& inputs, const Tensors& outputs, const 
 }
 
 void all_to_all_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("all_to_all", attrs);
+  CollectiveGroup& group = collective_group_of("all_to_all", attrs);
   const Tensor& x = inputs[0];
   const size_t ranks = static_cast<size_t>(group.size());
   // The blocks along `dim` in rank order, exchanged, and back in tensor order.
@@ -173,14 +178,14 @@ void all_to_all_kernel(const Tensors& inputs, const Tensors& outputs, const Attr
 }
 
 void send_to_stage_kernel(const Tensors& inputs, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("send_to_stage", attrs);
+  CollectiveGroup& group = collective_group_of("send_to_stage", attrs);
   copy_input(inputs, outputs);
   group.send_bytes(inputs[0].raw(), inputs[0].nbytes(), static_cast<int>(attrs.get_int("peer")),
                    parse_stage_flow("send_to_stage", attrs));
 }
 
 void receive_from_stage_kernel(const Tensors&, const Tensors& outputs, const Attrs& attrs) {
-  CollectiveGroup& group = group_of("receive_from_stage", attrs);
+  CollectiveGroup& group = collective_group_of("receive_from_stage", attrs);
   group.receive_bytes(outputs[0].raw(), outputs[0].nbytes(), static_cast<int>(attrs.get_int("peer")),
                       parse_stage_flow("receive_from_stage", attrs));
 }

@@ -6,6 +6,7 @@
 // group of one rank: one process runs a graph with collectives unchanged.
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,11 @@ class CollectiveGroup {
   // in and out hold size() blocks of `bytes` each: block j of in goes to rank j, out's block i came
   // from rank i (expert parallelism's token exchange); in and out do not overlap.
   virtual void all_to_all_bytes(const void* in, void* out, size_t bytes) = 0;
+  // The same with blocks of any size: send_bytes[j] of in (packed in rank order) go to rank j,
+  // recv_bytes[i] from rank i land packed in rank order in out; each pair of ranks agrees on its
+  // sizes (expert parallelism learns them first with all_to_all_bytes).
+  virtual void all_to_all_v_bytes(const void* in, std::span<const size_t> send_bytes, void* out,
+                                  std::span<const size_t> recv_bytes) = 0;
   // A pipeline's stage boundary. send_bytes sends `bytes` of `data` to rank
   // `peer` on `flow` without waiting (from a copy the group keeps until
   // finish_sends); receive_bytes waits for `bytes` from `peer` on `flow`.
@@ -50,6 +56,9 @@ class CollectiveGroup {
 void register_collective_group(const std::string& name, std::shared_ptr<CollectiveGroup> group);
 // The group registered under `name`, or a group of one rank.
 CollectiveGroup& collective_group(const std::string& name);
+// The group op `op`'s attr `group` names; fails, naming the op, unless its size is attr `ranks`
+// (the group size the graph was built for).
+CollectiveGroup& collective_group_of(const std::string& op, const Attrs& attrs);
 
 // The kernels of the collective ops, the same on every backend (the work is
 // the group's): all_reduce sums `x` over the group; copy_to_group copies it;

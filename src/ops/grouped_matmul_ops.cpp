@@ -67,7 +67,7 @@ void add_grouped_matmul_ops(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs& attrs) { return gemm_flops(grouped_dims(in, attrs)); },
       .differentiable = Differentiable::Yes,
       .kind = OpKind::Gemm,
-      .placement = PlacementRule::None,
+      .placement = PlacementRule::ExpertGroups,
   });
   registry.add({
       .name = "grouped_matmul_weight_grad",

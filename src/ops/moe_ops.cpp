@@ -267,7 +267,7 @@ void add_combine(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 2.0 * count(in[0]); },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
-      .placement = PlacementRule::None,
+      .placement = PlacementRule::ExpertCombine,
   });
   registry.add({
       .name = "moe_combine_backward",

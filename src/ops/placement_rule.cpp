@@ -14,6 +14,8 @@ std::string_view placement_rule_name(PlacementRule rule) {
     case PlacementRule::RotaryByHeads: return "rotary by heads";
     case PlacementRule::VocabLookup: return "vocabulary lookup";
     case PlacementRule::VocabLoss: return "vocabulary loss";
+    case PlacementRule::ExpertGroups: return "expert groups";
+    case PlacementRule::ExpertCombine: return "expert combine";
   }
   return "?";
 }

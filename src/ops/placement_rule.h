@@ -1,6 +1,7 @@
 #pragma once
-// How tensor parallelism (parallel/tensor_parallel.cpp) places an op that reads
-// a value split across the group: a fact of the op, declared with its schema
+// How tensor parallelism (parallel/tensor_parallel.cpp) and expert parallelism
+// (parallel/expert_parallel.cpp) place an op that reads a value split across the
+// group: a fact of the op, declared with its schema
 // (OpSchema::placement), as DTensor registers a sharding strategy per op. The
 // pass picks its transform by the rule, not by the op's name; an op whose rule
 // does not place the split it reads is refused, naming the op and the
@@ -33,6 +34,11 @@ enum class PlacementRule {
   VocabLookup,
   // A loss over vocabulary-split logits: the shards' log-sum-exps and target logits combined.
   VocabLoss,
+  // Expert parallelism (parallel/expert_parallel.cpp): the op multiplies rows grouped by expert with a
+  // weight stacked over the experts; split by whole experts, it reads the rows of its rank's experts.
+  ExpertGroups,
+  // Reads the experts' outputs in the order its rows were sent to them (the weighted combine).
+  ExpertCombine,
 };
 
 std::string_view placement_rule_name(PlacementRule rule);

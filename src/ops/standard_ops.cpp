@@ -5,6 +5,7 @@
 
 #include "core/exact_square_sum.h"
 #include "ops/dispatcher.h"
+#include "ops/expert_exchange.h"
 #include "ops/moe_ops.h"
 #include "ops/vocab_shard.h"
 
@@ -646,6 +647,7 @@ void register_standard_ops(OpRegistry& registry) {
   add_reshape_op(registry);
   add_fused_ops(registry);
   add_collective_ops(registry);
+  add_expert_exchange_ops(registry);
 }
 
 }  // namespace strata

@@ -7,10 +7,14 @@
 
 namespace strata {
 
-DataParallel::DataParallel(comm::Communicator group) : group_(std::move(group)) {}
+DataParallel::DataParallel(comm::Communicator group, std::vector<std::string> dimensions)
+    : group_(std::move(group)), dimensions_(std::move(dimensions)) {}
 
-DataParallel DataParallel::of(DeviceMesh* mesh) {
-  return mesh ? DataParallel(mesh->group(data_parallel_dimension().name)) : DataParallel();
+DataParallel DataParallel::of(DeviceMesh* mesh) { return over(mesh, batch_dimensions()); }
+
+DataParallel DataParallel::over(DeviceMesh* mesh, const std::vector<std::string>& dimensions) {
+  if (!mesh || dimensions.empty()) return DataParallel();
+  return DataParallel(mesh->group_across(dimensions), dimensions);
 }
 
 MicroBatchShare DataParallel::share(int64_t micro_batches) const {
@@ -81,6 +85,8 @@ void DataParallel::barrier() {
   if (group_) group_->barrier();
 }
 
-ParallelDimension data_parallel_dimension() { return {.name = "dp", .nesting = 1, .runs_on_devices = true}; }
+ParallelDimension data_parallel_dimension() {
+  return {.name = "dp", .nesting = 2, .runs_on_devices = true, .splits_batch = true};
+}
 
 }  // namespace strata

@@ -26,10 +26,16 @@ struct MicroBatchShare {
 class DataParallel {
  public:
   DataParallel() = default;  // one process
-  // The data-parallel group of this rank (DeviceMesh::group of "dp").
-  explicit DataParallel(comm::Communicator group);
-  // This rank's, along the mesh's data-parallel dimension (one process without a mesh).
+  // The group of this rank across `dimensions` (DeviceMesh::group_across).
+  DataParallel(comm::Communicator group, std::vector<std::string> dimensions);
+  // This rank's, across every batch-splitting dimension of the mesh (data and expert parallelism:
+  // the ranks sharing a step's micro-batches); one process without a mesh.
   static DataParallel of(DeviceMesh* mesh);
+  // This rank's across some of them: the replicas of a parameter the others split.
+  static DataParallel over(DeviceMesh* mesh, const std::vector<std::string>& dimensions);
+
+  // The dimensions its ranks differ along, innermost first (none for one process).
+  const std::vector<std::string>& dimensions() const { return dimensions_; }
 
   int degree() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -59,6 +65,7 @@ class DataParallel {
 
  private:
   std::optional<comm::Communicator> group_;
+  std::vector<std::string> dimensions_;
 };
 
 // "dp": replicas of the model, each running its share of a step's micro-batches; between the

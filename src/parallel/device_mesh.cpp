@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -30,7 +31,10 @@ int MeshShape::degree(std::string_view dimension) const {
 }
 
 std::string MeshShape::keys() const {
-  const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  std::vector<ParallelDimension> dimensions;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    if (!dimension.named_when_set_only || degree(dimension.name) != 1) dimensions.push_back(dimension);
+  }
   std::string text = dimensions.size() > 1 ? "keys " : "key ";
   for (size_t i = 0; i < dimensions.size(); ++i) {
     text += i == 0 ? "" : i + 1 == dimensions.size() ? " and " : ", ";
@@ -85,6 +89,36 @@ DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : world
     const int first = group_ranks(world.rank(), shape_, dimension.name).front();
     groups_.emplace(dimension.name, world.split(first, coordinates_.at(dimension.name), dimension.name));
   }
+  // Every combination of two or more batch-splitting dimensions (split now: every rank must).
+  const std::vector<std::string> batch = batch_dimensions();
+  for (size_t subset = 1; subset < (size_t{1} << batch.size()); ++subset) {
+    std::vector<std::string> dimensions;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      if (subset & (size_t{1} << d)) dimensions.push_back(batch[d]);
+    }
+    if (dimensions.size() < 2) continue;
+    MeshCoordinates origin = coordinates_;
+    int key = 0, stride = 1;
+    for (const std::string& dimension : dimensions) {
+      key += coordinates_.at(dimension) * stride;
+      stride *= shape_.degree(dimension);
+      origin[dimension] = 0;
+    }
+    const std::string name = fmt::format("{}", fmt::join(dimensions, "+"));
+    groups_.emplace(name, world.split(rank_at(origin, shape_), key, name));
+  }
+}
+
+comm::Communicator& DeviceMesh::group_across(const std::vector<std::string>& dimensions) {
+  STRATA_CHECK(!dimensions.empty(), "a mesh group across no dimension");
+  // Dimensions of one coordinate add no ranks: the group is the others' (the data-parallel group of a
+  // job without expert parallelism is the "dp" communicator, whatever names it).
+  std::vector<std::string> spanning;
+  for (const std::string& dimension : dimensions) {
+    if (shape_.degree(dimension) > 1) spanning.push_back(dimension);
+  }
+  if (spanning.empty()) spanning.push_back(dimensions.back());
+  return group(fmt::format("{}", fmt::join(spanning, "+")));
 }
 
 comm::Communicator& DeviceMesh::group(std::string_view dimension) {

@@ -53,6 +53,10 @@ class DeviceMesh {
   const MeshCoordinates& coordinates() const { return coordinates_; }
   // The group along `dimension` through this rank.
   comm::Communicator& group(std::string_view dimension);
+  // The group of the ranks that differ from this one only along `dimensions` (innermost first, its
+  // ranks in that order: the first varies fastest), for any of the batch-splitting dimensions
+  // (parallel_dimension.h): the ranks sharing a step's micro-batches, or a parameter's replicas.
+  comm::Communicator& group_across(const std::vector<std::string>& dimensions);
   comm::Communicator& world() { return world_; }  // every rank of the job
 
  private:

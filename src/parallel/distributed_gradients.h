@@ -1,5 +1,5 @@
 #pragma once
-// A step's gradients over the data-parallel ranks, from the moment backward makes them to the
+// A step's gradients over the ranks that share its micro-batches, from the moment backward makes them to the
 // ranges the optimizer updates (Megatron's DistributedDataParallel and DistributedOptimizer split):
 // the buckets they are collected into and how those are reduced (GradientReduction, overlapped
 // with backward by GradientSync), ZeRO's split of the optimizer's work into ranges, the LM head's
@@ -16,6 +16,7 @@
 #include "parallel/gradient_buckets.h"
 #include "parallel/gradient_reduction.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/parameter_placement.h"
 #include "parallel/zero_partition.h"
 
 namespace strata {
@@ -35,22 +36,39 @@ struct DistributedGradientSettings {
   size_t bucket_bytes = 0;             // parallel.bucket_mb
 };
 
+// Entries whose gradients are summed over the same ranks: the replicas of those parameters (every
+// rank sharing the step's micro-batches for a dense layer; only those holding the same experts for
+// an expert-parallel one).
+struct GradientGroup {
+  DataParallel parallel;
+  std::vector<size_t> entries;  // ascending
+};
+
+// The groups of `entry_parameters` (entry e's parameter index in `placements`' order): each
+// parameter summed over the batch-splitting dimensions of `mesh` that do not split it.
+std::vector<GradientGroup> gradient_groups(DeviceMesh* mesh, const MeshPlacements& placements,
+                                           const std::vector<size_t>& entry_parameters);
+
 class DistributedGradients {
  public:
-  DistributedGradients(DataParallel& parallel, DistributedGradientSettings settings, GradientEntries entries,
-                       const Device& device);
+  DistributedGradients(std::vector<GradientGroup> groups, DistributedGradientSettings settings,
+                       GradientEntries entries, const Device& device);
 
   // After the graphs are built: ready_after[e], the node (in GradientSync's numbering) after which
   // entry e's gradient is final, of `nodes` in all.
   void start_overlap(const std::vector<int>& ready_after, int nodes);
-  GradientSync& sync() { return *sync_; }
+  // GradientSync's, for every group: after node `node` of a micro-batch, collects the gradients it
+  // finished (collect gets entry indices) and starts the reductions of the buckets it completed.
+  void after_node(int node, bool first_micro_batch, bool last_micro_batch, const GradientSync::Collect& collect);
+  // Where entry e's gradient is collected on every micro-batch, or nullptr where buckets are staged.
+  const Tensor* collected_into(size_t entry) const;
 
   // The parameter ranges this rank's optimizer updates, and their summed gradients (after finish()).
   const std::vector<ParameterRange>& ranges() const { return ranges_; }
   std::vector<Tensor>& range_gradients() { return range_grads_; }
-  bool sharded_optimizer() const { return zero_.has_value(); }
-  // The dimension whose ranks split the optimizer's ranges between them (ZeRO), if any.
-  std::optional<std::string> sharded_over() const;
+  bool sharded_optimizer() const;
+  // The dimensions whose ranks split the optimizer's ranges between them (ZeRO), if any.
+  std::vector<std::string> sharded_over() const;
 
   // Waits for the step's reductions and adds the head copy's gradient to the embedding's; returns
   // the seconds of communication backward did not hide.
@@ -63,24 +81,31 @@ class DistributedGradients {
   // ranks, so every rank has the whole moments (exact: one non-zero term per element).
   void sum_moment_shares(GradientBuckets& moments);
 
-  size_t buffer_bytes() const { return buckets_->bytes(); }
-  size_t buckets() const { return buckets_->size(); }
-  std::string describe() const { return reduction_.describe(); }
+  size_t buffer_bytes() const;
+  size_t buckets() const;
+  std::string describe() const;
 
  private:
+  // One group's reduction: its entries' buckets, reduced over its ranks.
+  struct Reduction {
+    GradientGroup group;
+    std::vector<Tensor> parameters;  // its entries' tensors, in order
+    GradientReduction reduction;
+    std::unique_ptr<GradientBuckets> buckets;
+    std::optional<ZeroPartition> zero;
+    std::unique_ptr<GradientSync> sync;
+  };
+  void add_reduction(GradientGroup group, const Device& device, std::vector<ParameterRange>& entry_ranges,
+                     std::vector<Tensor>& entry_grads);
   void split_head_copy(const std::vector<ParameterRange>& entry_ranges, const std::vector<Tensor>& entry_grads);
 
-  DataParallel& parallel_;
   DistributedGradientSettings settings_;
   GradientEntries entries_;
-  GradientReduction reduction_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  std::optional<ZeroPartition> zero_;
+  std::vector<Reduction> reductions_;
   std::vector<ParameterRange> ranges_;
   std::vector<Tensor> range_grads_;
   std::vector<Tensor> head_copy_grads_;    // this rank's summed ranges of the head copy's gradient
   std::vector<size_t> head_copy_targets_;  // the range of range_grads_ each is added to
-  std::unique_ptr<GradientSync> sync_;
 };
 
 }  // namespace strata

@@ -49,6 +49,14 @@ class CommGroup final : public CollectiveGroup {
     group_.all_to_all(in, out, units(bytes), DType::BF16);
   }
 
+  void all_to_all_v_bytes(const void* in, std::span<const size_t> send_bytes, void* out,
+                          std::span<const size_t> recv_bytes) override {
+    std::vector<size_t> send_units, recv_units;
+    for (size_t bytes : send_bytes) send_units.push_back(units(bytes));
+    for (size_t bytes : recv_bytes) recv_units.push_back(units(bytes));
+    group_.all_to_all_v(in, send_units, out, recv_units, DType::BF16);
+  }
+
   void reduce_scatter_sum(const void* in, void* out, size_t count, DType dtype) override {
     if (dtype == DType::F32 || dtype == DType::BF16) {
       group_.reduce_scatter(in, out, count, dtype, comm::ReduceOp::Sum);

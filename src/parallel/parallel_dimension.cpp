@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/tensor_parallel_group.h"
 
@@ -14,7 +15,8 @@ namespace {
 
 // Each built-in dimension's facts live with it; this list is where they join the mesh.
 std::vector<ParallelDimension> builtin_dimensions() {
-  return {data_parallel_dimension(), tensor_parallel_dimension(), pipeline_parallel_dimension()};
+  return {data_parallel_dimension(), tensor_parallel_dimension(), pipeline_parallel_dimension(),
+          expert_parallel_dimension()};
 }
 
 std::vector<ParallelDimension>& registry() {
@@ -47,6 +49,14 @@ void unregister_parallel_dimension(std::string_view name) {
                                   [&](const ParallelDimension& dimension) { return dimension.name == name; });
   STRATA_CHECK(found != dimensions.end(), "parallel dimension '{}' is not a registered one", name);
   dimensions.erase(found);
+}
+
+std::vector<std::string> batch_dimensions() {
+  std::vector<std::string> names;
+  for (const ParallelDimension& dimension : dimensions_innermost_first()) {
+    if (dimension.splits_batch) names.push_back(dimension.name);
+  }
+  return names;
 }
 
 const ParallelDimension& parallel_dimension(std::string_view name) {

@@ -42,6 +42,12 @@ struct ParallelDimension {
   // Its runtime works on a device's memory (else it runs on host memory only, and a job on a device
   // is refused at a degree above 1).
   bool runs_on_devices = false;
+  // Its coordinates run different micro-batches of a step (data parallelism; expert parallelism,
+  // whose ranks hold the same dense layers): a step's micro-batches are shared over the ranks that
+  // differ along such dimensions, and a parameter's gradient is summed over those that do not split it.
+  bool splits_batch = false;
+  // It applies to some models only (experts): the mesh's messages name its key only when it is set.
+  bool named_when_set_only = false;
   // Unset: the dimension leaves every rank's graph whole (replicas, as data parallelism). Passes
   // run innermost first: a layer is split before the model is cut into stages.
   DimensionPass pass;
@@ -59,5 +65,7 @@ void register_parallel_dimension(ParallelDimension dimension);
 // Removes a registered (not a built-in) dimension.
 void unregister_parallel_dimension(std::string_view name);
 const ParallelDimension& parallel_dimension(std::string_view name);  // fails naming an unknown one
+// The names of the dimensions that split a step's micro-batches (splits_batch), innermost first.
+std::vector<std::string> batch_dimensions();
 
 }  // namespace strata

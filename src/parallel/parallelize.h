@@ -1,9 +1,11 @@
 #pragma once
 // The forward graph one rank runs: every registered dimension's graph pass in turn, innermost
-// first (parallel_dimension.h): the tensor-parallel part of every layer (tensor_parallel.h), then
-// the layers of its pipeline stage (pipeline_part.h).
+// first (parallel_dimension.h): the tensor-parallel part of every layer (tensor_parallel.h), the
+// experts of its expert-parallel rank with their token exchange (expert_parallel.h), then the layers
+// of its pipeline stage (pipeline_part.h).
 #include <string>
 
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline_part.h"
 #include "parallel/tensor_parallel.h"
 
@@ -13,6 +15,10 @@ namespace strata {
 struct RankLayout {
   TensorParallelRank tp;
   PipelinePart part;  // no parts, or one: the whole model
+  ExpertParallelRank ep;
+
+  // Whether any dimension's pass changes the whole model's graph here.
+  bool splits_model() const { return tp.degree > 1 || part.parts() > 1 || ep.degree > 1; }
 };
 
 ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,

@@ -97,7 +97,7 @@ std::vector<ParameterPlacement> place_stages(const PlacementInput& input) {
 }  // namespace
 
 ParallelDimension pipeline_parallel_dimension() {
-  return {.name = "pp", .nesting = 2, .point_to_point = true, .pass = cut_stage, .place = place_stages};
+  return {.name = "pp", .nesting = 3, .point_to_point = true, .pass = cut_stage, .place = place_stages};
 }
 
 }  // namespace strata

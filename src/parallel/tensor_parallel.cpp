@@ -168,6 +168,8 @@ class TensorParallelPass {
         if (reads_only(n, Placement::SplitColumns)) return elementwise(n, Placement::SplitColumns);
         break;
       case PlacementRule::RowwiseNorm:
+      case PlacementRule::ExpertGroups:
+      case PlacementRule::ExpertCombine:
       case PlacementRule::None:
       case PlacementRule::Unstated:
         break;

@@ -68,6 +68,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.tp", &c.tp},
       {"parallel.sp", &c.sp},
       {"parallel.pp", &c.pp},
+      {"parallel.ep", &c.ep},
       {"parallel.schedule", &c.schedule},
       {"parallel.virtual_stages", &c.virtual_stages},
       {"parallel.bucket_mb", &c.bucket_mb},
@@ -243,6 +244,14 @@ void TrainConfig::validate_parallel() const {
     fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
          model.vocab_size);
   }
+  check_positive("parallel.ep", ep);
+  if (ep > 1 && model.num_experts == 0) {
+    fail("key 'parallel.ep' ({}) needs a mixture-of-experts model (model.num_experts > 0): it splits the experts", ep);
+  }
+  if (model.num_experts % ep != 0) {
+    fail("key 'parallel.ep' ({}) must divide model.num_experts ({}): each expert-parallel rank holds whole experts", ep,
+         model.num_experts);
+  }
   check_positive("parallel.bucket_mb", bucket_mb);
   if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
 }
@@ -269,23 +278,28 @@ void TrainConfig::validate_precision_and_ops() const {
 }
 
 MeshShape TrainConfig::mesh_for(int ranks) const {
-  const int tensor = static_cast<int>(tp), pipeline = static_cast<int>(pp);
-  if (ranks % (tensor * pipeline) != 0) {
+  const int tensor = static_cast<int>(tp), pipeline = static_cast<int>(pp), experts = static_cast<int>(ep);
+  if (ranks % (tensor * pipeline * experts) != 0) {
+    if (experts > 1) {
+      fail("keys 'parallel.tp' ({}), 'parallel.pp' ({}) and 'parallel.ep' ({}): their product must divide the {} ranks "
+           "launched",
+           tensor, pipeline, experts, ranks);
+    }
     fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tensor,
          pipeline, ranks);
   }
-  const int data = dp == 0 ? ranks / (tensor * pipeline) : static_cast<int>(dp);
-  if (tensor == 1 && pipeline == 1 && data != ranks) {
+  const int data = dp == 0 ? ranks / (tensor * pipeline * experts) : static_cast<int>(dp);
+  if (tensor == 1 && pipeline == 1 && data * experts != ranks) {
     fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
-         "number of ranks (or be 0)",
-         data, ranks);
+         "number of ranks{} (or be 0)",
+         data, ranks, experts > 1 ? " over parallel.ep" : "");
   }
-  return MeshShape({{"dp", data}, {"tp", tensor}, {"pp", pipeline}});
+  return MeshShape({{"dp", data}, {"tp", tensor}, {"pp", pipeline}, {"ep", experts}});
 }
 
 MeshShape TrainConfig::mesh() const {
   return MeshShape({{"dp", static_cast<int>(std::max<int64_t>(dp, 1))}, {"tp", static_cast<int>(tp)},
-                    {"pp", static_cast<int>(pp)}});
+                    {"pp", static_cast<int>(pp)}, {"ep", static_cast<int>(ep)}});
 }
 
 ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {

@@ -58,10 +58,11 @@ struct TrainConfig {
   // parallel degrees) for parallel.cluster, recording plan.json in the run dir.
   std::string plan = "manual";
   std::string cluster;  // parallel.cluster: a cluster file: a preset name, a path, or `strata calibrate`'s output
-  int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: the job's ranks / (tp · pp)
+  int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: the job's ranks / (tp · pp · ep)
   int64_t tp = 1;          // parallel.tp: tensor-parallel degree (Megatron's split of every layer)
   bool sp = false;         // parallel.sp: sequence parallelism over the tensor-parallel group
   int64_t pp = 1;          // parallel.pp: pipeline stages (the layers cut into pp parts)
+  int64_t ep = 1;          // parallel.ep: expert-parallel degree (the experts split, each rank its own micro-batches)
   std::string schedule = "1f1b";  // parallel.schedule: "1f1b", "gpipe" or "interleaved"
   int64_t virtual_stages = 1;     // parallel.virtual_stages: model chunks per stage (interleaved)
   double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)

@@ -140,7 +140,7 @@ bool Trainer::run_pipeline_action(const PipelineAction& action, int slot, int64_
       active_slot_ = slot;
       run_nodes_between(graph, slot, model.first_backward_node, model.graph.num_nodes(),
                         {boundary.receive_gradient, boundary.send_gradient}, [&](int node) {
-                          gradients_->sync().after_node(chunk.node_offset + node, first, last,
+                          gradients_->after_node(chunk.node_offset + node, first, last,
                                                         [&](size_t parameter, Tensor& destination, bool accumulate) {
                                                           collect_gradient(parameter, destination, accumulate);
                                                         });

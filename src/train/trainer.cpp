@@ -92,7 +92,7 @@ std::vector<T> held_of(const std::vector<T>& all, const std::vector<size_t>& hel
 ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout) {
   ModelBuildOptions options = model_build_options(config, training);
   options.separate_head_copy = true;
-  if (layout.tp.degree > 1 || layout.part.parts() > 1) {
+  if (layout.splits_model()) {
     const ModelFamily& family = model_family(config.model);
     options.parallelize = [layout, plan = family.sharding_plan(),
                            prefix = std::string(family.layer_prefix())](const Graph& forward) {
@@ -109,6 +109,7 @@ Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
       tensor_(TensorParallel::of(mesh)),
       pipeline_(PipelineParallel::of(mesh)),
       mesh_(mesh ? mesh->shape() : MeshShape()),
+      device_mesh_(mesh),
       coordinates_(mesh ? mesh->coordinates() : coordinates_of(0, mesh_)),
       specs_(model_param_specs(config_.model)),
       schedule_{config_.lr, config_.lr_min, config_.warmup_steps, config_.steps},
@@ -188,9 +189,10 @@ void Trainer::build_model_chunks() {
   }
   TensorParallelRank tp_rank = tensor_.graph_rank();
   tp_rank.sequence_parallel = config_.sp;
+  const ExpertParallelRank ep_rank = expert_parallel_rank(mesh_, coordinates_);
   layers_per_stage_ = split;
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split, chunks}};
+    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split, chunks}, ep_rank};
     chunks_.push_back({build_rank_model(config_, /*training=*/true, layout),
                        build_rank_model(config_, /*training=*/false, layout)});
   }
@@ -254,7 +256,12 @@ void Trainer::make_optimizer() {
   const DistributedGradientSettings settings{.zero_stage = config_.zero,
                                              .micro_batches_per_rank = config_.accumulation_steps() / parallel_.degree(),
                                              .bucket_bytes = bucket_bytes(config_)};
-  gradients_ = std::make_unique<DistributedGradients>(parallel_, settings, std::move(entries), device());
+  std::vector<size_t> entry_parameters;
+  for (size_t e = 0; e < entries.parameters.size(); ++e) {
+    entry_parameters.push_back(held_[e < held_.size() ? e : entries.head_copy_of]);
+  }
+  gradients_ = std::make_unique<DistributedGradients>(gradient_groups(device_mesh_, placements_, entry_parameters),
+                                                      settings, std::move(entries), device());
   optimizer_.emplace(params_, adamw_settings(config_), gradients_->ranges());
 }
 
@@ -421,8 +428,16 @@ void Trainer::bind_pipeline_inputs() {
   }
 }
 
+bool Trainer::holds_every_parameter_whole() const {
+  if (held_.size() != specs_.size()) return false;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (pieces_[i].shape != specs_[i].shape) return false;
+  }
+  return true;
+}
+
 void Trainer::initialise_parameters() {
-  if (tensor_.degree() == 1 && pipeline_.degree() == 1) {
+  if (holds_every_parameter_whole()) {
     if (config_.init_from.empty()) {
       params_.initialise(CounterRng(static_cast<uint64_t>(config_.seed)));
     } else if (device().is_host()) {
@@ -461,11 +476,13 @@ void Trainer::keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& h
 // it (a replicated parameter on tensor-parallel rank 0, the tied embedding on its first stage). The
 // exact sum over every rank is then one process's, bit for bit.
 ExactSquareSum Trainer::gradient_square_sum() {
-  const std::optional<std::string> sharded_over = gradients_->sharded_over();
+  const std::vector<std::string> sharded_over = gradients_->sharded_over();
   auto counted_here = [&](size_t index) {
     for (const auto& [dimension, placed] : placements_) {
       const ParameterPlacement& placement = placed[index];
-      if (placement.split() || dimension == sharded_over) continue;
+      if (placement.split() || std::find(sharded_over.begin(), sharded_over.end(), dimension) != sharded_over.end()) {
+        continue;
+      }
       if (coordinates_.at(dimension) != (placement.holders.empty() ? 0 : placement.holders.front())) return false;
     }
     return true;
@@ -530,7 +547,7 @@ void Trainer::place_gradients(bool in_buckets) {
   ModelChunk& chunk = chunks_.front();
   for (size_t e = 0; e < entries_.size(); ++e) {
     const int grad = chunk.train_model.grads.of.at(entries_[e].value);
-    const Tensor* destination = gradients_->sync().collected_into(e);
+    const Tensor* destination = gradients_->collected_into(e);
     // Staged buckets; the head copy's gradient, not kept (kept_values) but collected as soon as it is made.
     if (!destination || e == head_copy_entry_) continue;
     if (in_buckets) {
@@ -601,7 +618,7 @@ std::vector<double> Trainer::micro_batches(const MicroBatchShare& share) {
     trace::Span span("micro-batch", "trainer");
     if (span) span.set_args(fmt::format(R"({{"micro_batch":{}}})", share.first + micro));
     losses.push_back(run_micro_batch(*chunk.train_graph, chunk.train_model, *train_loader_, [&](int node) {
-      gradients_->sync().after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
+      gradients_->after_node(node, first, last, [&](size_t parameter, Tensor& destination, bool accumulate) {
         collect_gradient(parameter, destination, accumulate);
       });
       if (node_observer_ && first) node_observer_({*chunk.train_graph, chunk.train_model, 0, 0, node});

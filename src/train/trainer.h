@@ -97,6 +97,7 @@ class Trainer {
 
   void restore(const std::filesystem::path& checkpoint_dir);
   void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
+  bool holds_every_parameter_whole() const;  // one process's parameters: no dimension splits or cuts the model here
   // After loading whole tensors (model.init_from): this rank's shards of them.
   void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
   // The per-parameter tensors of this rank's part of the layout for a save or load (ckpt/shard_plan.h).
@@ -153,6 +154,7 @@ class Trainer {
   TensorParallel tensor_;
   PipelineParallel pipeline_;
   MeshShape mesh_;  // the degrees of the groups this rank was given
+  DeviceMesh* device_mesh_ = nullptr;  // their groups (none: one process)
   MeshCoordinates coordinates_;
   std::vector<ParamSpec> specs_;        // the whole model's parameters, in order
   std::vector<HeldPiece> pieces_;       // of every parameter, in order: this rank's part

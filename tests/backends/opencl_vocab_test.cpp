@@ -172,6 +172,9 @@ class PeerShardGroup final : public CollectiveGroup {
   }
   void reduce_scatter_sum(const void*, void*, size_t, DType) override { fail("not used by cross_entropy"); }
   void all_to_all_bytes(const void*, void*, size_t) override { fail("not used by cross_entropy"); }
+  void all_to_all_v_bytes(const void*, std::span<const size_t>, void*, std::span<const size_t>) override {
+    fail("not used by cross_entropy");
+  }
   void send_bytes(const void*, size_t, int, StageFlow) override { fail("not used by cross_entropy"); }
   void receive_bytes(void*, size_t, int, StageFlow) override { fail("not used by cross_entropy"); }
   double finish_sends() override { return 0; }

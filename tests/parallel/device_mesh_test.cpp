@@ -15,7 +15,7 @@ TEST(DeviceMesh, TensorParallelRanksAreNeighboursThenDataThenPipeline) {
   EXPECT_EQ(group_ranks(5, shape, "tp"), (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(group_ranks(5, shape, "dp"), (std::vector<int>{1, 5}));
   EXPECT_EQ(group_ranks(5, shape, "pp"), (std::vector<int>{5, 13, 21}));
-  EXPECT_EQ(coordinates_of(13, shape), (MeshCoordinates{{"dp", 1}, {"tp", 1}, {"pp", 1}}));
+  EXPECT_EQ(coordinates_of(13, shape), (MeshCoordinates{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 0}}));
 }
 
 TEST(DeviceMesh, EveryDimensionPartitionsTheWorld) {

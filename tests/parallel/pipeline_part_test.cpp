@@ -34,6 +34,9 @@ class LoopbackStages final : public CollectiveGroup {
   void all_gather_bytes(const void*, void*, size_t) override { FAIL() << "no collectives between stages"; }
   void reduce_scatter_sum(const void*, void*, size_t, DType) override { FAIL() << "no collectives between stages"; }
   void all_to_all_bytes(const void*, void*, size_t) override { FAIL() << "no collectives between stages"; }
+  void all_to_all_v_bytes(const void*, std::span<const size_t>, void*, std::span<const size_t>) override {
+    FAIL() << "no collectives between stages";
+  }
   void send_bytes(const void* data, size_t bytes, int peer, StageFlow flow) override {
     ASSERT_TRUE(peer >= 0 && peer < stages_) << "send to stage " << peer;
     const char* from = static_cast<const char*>(data);

@@ -9,6 +9,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/simd.h"
 #include "ops/collective_group.h"
+#include "ops/expert_exchange.h"
 
 namespace strata::cpu {
 
@@ -131,6 +132,8 @@ void register_elementwise(Backend& backend) {
     backend.add_kernel("all_to_all", dtype, all_to_all_kernel);
     backend.add_kernel("send_to_stage", dtype, send_to_stage_kernel);
     backend.add_kernel("receive_from_stage", dtype, receive_from_stage_kernel);
+    backend.add_kernel("moe_dispatch_exchange", dtype, moe_dispatch_exchange_kernel);
+    backend.add_kernel("moe_return_exchange", dtype, moe_return_exchange_kernel);
   }
 }
 

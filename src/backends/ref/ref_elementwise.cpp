@@ -7,6 +7,7 @@
 #include "core/exact_square_sum.h"
 #include "backends/ref/ref_ops.h"
 #include "ops/collective_group.h"
+#include "ops/expert_exchange.h"
 
 namespace strata::ref {
 
@@ -126,6 +127,8 @@ void register_elementwise(Backend& backend) {
   add_float_kernels(backend, "all_to_all", all_to_all_kernel);
   add_float_kernels(backend, "send_to_stage", send_to_stage_kernel);
   add_float_kernels(backend, "receive_from_stage", receive_from_stage_kernel);
+  add_float_kernels(backend, "moe_dispatch_exchange", moe_dispatch_exchange_kernel);
+  add_float_kernels(backend, "moe_return_exchange", moe_return_exchange_kernel);
 }
 
 }  // namespace strata::ref

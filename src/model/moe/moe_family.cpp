@@ -40,9 +40,11 @@ class MoeFamily final : public ModelFamily {
     return specs;
   }
 
-  // Megatron's split of the attention, as LLaMA's; the router and the experts stay whole on every rank
-  // (expert parallelism, not tensor parallelism, is how experts are meant to split).
-  ShardingPlan sharding_plan() const override { return {llama::attention_sharding_rules()}; }
+  // Megatron's split of the attention, as LLaMA's; the router and the experts stay whole on every
+  // tensor-parallel rank: the experts split by expert parallelism (whole experts per rank).
+  ShardingPlan sharding_plan() const override {
+    return {.rules = llama::attention_sharding_rules(), .expert_stacked = {"*." + experts_marker() + "*"}};
+  }
 
   std::string_view layer_prefix() const override { return "model.layers."; }
   ResidualStream residual_stream() const override { return llama::residual_stream(); }
