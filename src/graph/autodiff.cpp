@@ -6,11 +6,12 @@
 
 namespace strata {
 
-Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt, GradientOrigins* origins) {
-  Gradients result;
-  result.seed = graph.add_input("d_loss", graph.value(loss).meta);
-  std::map<int, int> grad_of{{loss, result.seed}};
+namespace {
 
+// Appends the backward nodes from `grad_of` (each objective's seed) to every value of `wrt` the
+// objectives reach; returns every gradient made, by value.
+std::map<int, int> backpropagate(Graph& graph, std::map<int, int> grad_of, const std::vector<int>& wrt,
+                                 GradientOrigins* origins) {
   // Only nodes between the targets and the loss need a backward pass.
   std::set<int> needed(wrt.begin(), wrt.end());
   int forward_nodes = graph.num_nodes();
@@ -49,12 +50,45 @@ Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt, Grad
       }
     }
   }
+  return grad_of;
+}
+
+}  // namespace
+
+Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt, GradientOrigins* origins) {
+  return add_backward(graph, std::vector<int>{loss}, wrt, origins);
+}
+
+Gradients add_backward(Graph& graph, const std::vector<int>& objectives, const std::vector<int>& wrt,
+                       GradientOrigins* origins) {
+  STRATA_CHECK(!objectives.empty(), "a backward pass with no objective");
+  Gradients result;
+  std::map<int, int> seeded;
+  for (int objective : objectives) {
+    // The first seed keeps the name it always had: one objective's graphs are unchanged.
+    const std::string name = result.seeds.empty() ? "d_loss" : "d(" + graph.value(objective).name + ")";
+    result.seeds.push_back(graph.add_input(name, graph.value(objective).meta));
+    seeded.emplace(objective, result.seeds.back());
+  }
+  result.seed = result.seeds.front();
+  const std::map<int, int> grad_of = backpropagate(graph, std::move(seeded), wrt, origins);
   for (int target : wrt) {
     auto found = grad_of.find(target);
     if (found == grad_of.end()) fail("'{}' does not influence the loss: no gradient", graph.value(target).name);
     result.of[target] = found->second;
   }
   return result;
+}
+
+std::set<int> values_with_gradient(const Graph& graph, int objective, const std::vector<int>& values) {
+  Graph scratch = graph;
+  std::map<int, int> seeded{{objective, scratch.add_input("d_objective", graph.value(objective).meta)}};
+  const std::map<int, int> grad_of = backpropagate(scratch, std::move(seeded), values, nullptr);
+  std::set<int> reached;
+  for (int value : values) {
+    if (grad_of.count(value)) reached.insert(value);
+  }
+  return reached;
 }
 
 }  // namespace strata

@@ -2,6 +2,7 @@
 // Reverse-mode automatic differentiation on the graph IR: appends the backward
 // nodes derived from per-op gradient rules.
 #include <map>
+#include <set>
 #include <vector>
 
 #include "graph/graph.h"
@@ -10,6 +11,7 @@ namespace strata {
 
 struct Gradients {
   int seed = -1;             // graph input holding d(objective)/d(loss), shape of the loss
+  std::vector<int> seeds;    // one per objective, in their order (seeds[0] == seed)
   std::map<int, int> of;     // value id -> gradient value id
 };
 
@@ -25,5 +27,13 @@ using GradientOrigins = std::map<int, GradientOrigin>;
 // Differentiates `loss` with respect to each of `wrt`; every one of them must
 // influence the loss. `origins`, when given, receives where each gradient value comes from.
 Gradients add_backward(Graph& graph, int loss, const std::vector<int>& wrt, GradientOrigins* origins = nullptr);
+// The same from several objectives at once, each seeded by its own input (a pipeline part sending
+// several values: each one's gradient comes back from the next stage).
+Gradients add_backward(Graph& graph, const std::vector<int>& objectives, const std::vector<int>& wrt,
+                       GradientOrigins* origins = nullptr);
+
+// Those of `values` that `objective` has a gradient with respect to (some may reach it only
+// through values without one, such as counts), found on a scratch copy of the graph.
+std::set<int> values_with_gradient(const Graph& graph, int objective, const std::vector<int>& values);
 
 }  // namespace strata

@@ -21,37 +21,65 @@ void adopt(ModelGraph& model, GraphRewriter::Result rewritten) {
                   &model.router.expert_tokens, &model.router.expert_kept}) {
     remap(*id);
   }
-  for (int& id : model.params) remap(id);
+  for (std::vector<int>* ids : {&model.params, &model.received_values, &model.sent_values, &model.grads.seeds}) {
+    for (int& id : *ids) remap(id);
+  }
   std::map<int, int> grads;
   for (auto [param, grad] : model.grads.of) grads[rewritten(param)] = rewritten(grad);
   model.grads.of = std::move(grads);
   model.graph = std::move(rewritten.graph);
 }
 
-// Finds the stage-boundary nodes of a pipeline part by what they read and make.
-ModelGraph::BoundaryNodes boundary_nodes(const ModelGraph& model) {
-  ModelGraph::BoundaryNodes found;
-  const int received_gradient = model.received >= 0 && model.grads.of.count(model.received)
-                                    ? model.grads.of.at(model.received)
-                                    : -1;
-  for (int id = 0; id < model.graph.num_nodes(); ++id) {
-    const Node& node = model.graph.node(id);
-    if (node.op == "receive_from_stage") {
-      (node.inputs[0] == model.received ? found.receive : found.receive_gradient) = id;
-      STRATA_CHECK(node.inputs[0] == model.received || node.inputs[0] == model.grads.seed,
-                   "a stage receive standing for neither the received value nor the sent one's gradient");
-    } else if (node.op == "send_to_stage") {
-      (node.outputs[0] == model.sent ? found.send : found.send_gradient) = id;
-      STRATA_CHECK(node.outputs[0] == model.sent || node.outputs[0] == received_gradient,
-                   "a stage send of neither the sent value nor the received one's gradient");
+// Appends `nodes` to `ordered` in the order of the values they stand for (`value_of`) in `values`;
+// returns the first (-1 for none).
+template <typename ValueOf>
+int in_order_of(const std::vector<int>& values, const std::vector<int>& nodes, const ValueOf& value_of,
+                std::vector<int>& ordered) {
+  for (int value : values) {
+    for (int node : nodes) {
+      if (value_of(node) == value) ordered.push_back(node);
     }
   }
+  STRATA_CHECK(ordered.size() == nodes.size(), "a stage transfer standing for no boundary value");
+  return ordered.empty() ? -1 : ordered.front();
+}
+
+// Finds the stage-boundary nodes of a pipeline part by what they read and make.
+ModelGraph::BoundaryNodes boundary_nodes(const ModelGraph& model) {
+  std::vector<int> receives, sends;
+  for (int id = 0; id < model.graph.num_nodes(); ++id) {
+    const std::string& op = model.graph.node(id).op;
+    if (op == "receive_from_stage") receives.push_back(id);
+    if (op == "send_to_stage") sends.push_back(id);
+  }
+  std::vector<int> received_gradients;  // of the received values the loss has a gradient for, in order
+  for (int value : model.received_values) {
+    if (model.grads.of.count(value)) received_gradients.push_back(model.grads.of.at(value));
+  }
+  auto input_of = [&](int node) { return model.graph.node(node).inputs[0]; };
+  auto output_of = [&](int node) { return model.graph.node(node).outputs[0]; };
+  std::vector<int> forward_receives, backward_receives, forward_sends, backward_sends;
+  for (int node : receives) {
+    const bool forward = std::count(model.received_values.begin(), model.received_values.end(), input_of(node)) > 0;
+    (forward ? forward_receives : backward_receives).push_back(node);
+  }
+  for (int node : sends) {
+    const bool forward = std::count(model.sent_values.begin(), model.sent_values.end(), output_of(node)) > 0;
+    (forward ? forward_sends : backward_sends).push_back(node);
+  }
+  ModelGraph::BoundaryNodes found;
+  found.receive = in_order_of(model.received_values, forward_receives, input_of, found.receives);
+  found.send = in_order_of(model.sent_values, forward_sends, output_of, found.sends);
+  // A last part's seed is the loss's: it has no receive.
+  found.receive_gradient = in_order_of(model.loss >= 0 ? std::vector<int>{} : model.grads.seeds, backward_receives,
+                                       input_of, found.receive_gradients);
+  found.send_gradient = in_order_of(received_gradients, backward_sends, output_of, found.send_gradients);
   return found;
 }
 
 std::set<int> read_after_run(const ModelGraph& model) {
-  std::set<int> kept;
-  for (int id : {model.loss, model.logits, model.sent, model.router.balance, model.router.z, model.router.expert_tokens,
+  std::set<int> kept(model.sent_values.begin(), model.sent_values.end());
+  for (int id : {model.loss, model.logits, model.router.balance, model.router.z, model.router.expert_tokens,
                  model.router.expert_kept}) {
     if (id >= 0) kept.insert(id);
   }
@@ -59,36 +87,69 @@ std::set<int> read_after_run(const ModelGraph& model) {
   return kept;
 }
 
-// The router losses of every moe_route the layers made (none in a dense model), summed over the layers
-// as transformers' load_balancing_loss_func takes all layers' router logits at once, added to the loss.
-void add_router_losses(GraphEmitter& emit, const ModelConfig& config, int64_t tokens, ModelGraph& model) {
+// A mixture of experts' router terms summed over the layers emitted so far (-1 before the first router).
+struct RouterSums {
+  int prob = -1, z = -1, routed = -1, kept = -1;
+  int64_t routers = 0;
+};
+
+// Adds the router terms of the moe_route nodes from `first_node` on (one layer's; none in a dense
+// layer) to the running sums, labelled as the layer's own ops: a pipeline stage boundary then carries
+// the sums on with the activation, and the last stage's loss sees every layer's.
+void add_layer_router_terms(GraphEmitter& emit, const Graph& g, int first_node, const std::string& layer,
+                            RouterSums& sums) {
   struct Router {
     int logits, routed, kept;
   };
   std::vector<Router> routers;  // ids, not nodes: emitting appends to the node list
-  for (const Node& node : model.graph.nodes()) {
+  for (int id = first_node; id < g.num_nodes(); ++id) {
+    const Node& node = g.node(id);
     if (node.op == "moe_route") routers.push_back({node.inputs[0], node.outputs[4], node.outputs[5]});
   }
-  if (routers.empty()) return;
-  int prob_sum = -1, z_sum = -1, expert_tokens = -1, expert_kept = -1;
   auto summed = [&](int total, int term) {
-    return total < 0 ? term : emit.op("add", {total, term}, {}, "router_loss.sum");
+    return total < 0 ? term : emit.op("add", {total, term}, {}, layer + "router_loss.sum");
   };
   for (const Router& router : routers) {
-    const std::vector<int> terms = emit.ops("moe_router_loss_terms", {router.logits}, {}, "router_loss.terms");
-    prob_sum = summed(prob_sum, terms[0]);
-    z_sum = summed(z_sum, terms[1]);
-    expert_tokens = summed(expert_tokens, router.routed);
-    expert_kept = summed(expert_kept, router.kept);
+    const std::vector<int> terms = emit.ops("moe_router_loss_terms", {router.logits}, {}, layer + "router_loss.terms");
+    sums.prob = summed(sums.prob, terms[0]);
+    sums.z = summed(sums.z, terms[1]);
+    sums.routed = summed(sums.routed, router.routed);
+    sums.kept = summed(sums.kept, router.kept);
+    ++sums.routers;
   }
-  const std::vector<int> losses =
-      emit.ops("moe_aux_loss", {prob_sum, z_sum, expert_tokens},
-               {{"tokens", tokens * static_cast<int64_t>(routers.size())},
-                {"aux_coef", config.router_aux_loss_coef},
-                {"z_coef", config.router_z_loss_coef}},
-               "router_loss");
+}
+
+// The router losses over every layer's sums (none in a dense model), added to the loss, as
+// transformers' load_balancing_loss_func takes all layers' router logits at once.
+void add_router_losses(GraphEmitter& emit, const ModelConfig& config, int64_t tokens, const RouterSums& sums,
+                       ModelGraph& model) {
+  if (sums.routers == 0) return;
+  const std::vector<int> losses = emit.ops("moe_aux_loss", {sums.prob, sums.z, sums.routed},
+                                           {{"tokens", tokens * sums.routers},
+                                            {"aux_coef", config.router_aux_loss_coef},
+                                            {"z_coef", config.router_z_loss_coef}},
+                                           "router_loss");
   model.loss = emit.op("add", {model.loss, losses[0]}, {}, "loss.with_router");
-  model.router = {losses[1], losses[2], expert_tokens, expert_kept};
+  model.router = {losses[1], losses[2], sums.routed, sums.kept};
+}
+
+// The training graph's backward pass: from the loss, or in a pipeline part without it from every sent
+// value the loss has a gradient for, to every parameter and every received value with a gradient.
+Gradients add_model_backward(ModelGraph& model, const std::set<int>& without_gradient, GradientOrigins& origins) {
+  std::vector<int> wrt;
+  for (int param : model.params) {
+    if (param >= 0) wrt.push_back(param);
+  }
+  if (model.head_copy >= 0) wrt.push_back(model.head_copy);
+  std::vector<int> objectives;
+  if (model.loss >= 0) objectives.push_back(model.loss);
+  for (int value : model.received_values) {
+    if (!without_gradient.count(value)) wrt.push_back(value);
+  }
+  for (int value : model.sent_values) {
+    if (!without_gradient.count(value) && model.loss < 0) objectives.push_back(value);
+  }
+  return add_backward(model.graph, objectives, wrt, &origins);
 }
 
 }  // namespace
@@ -127,34 +188,36 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
     return id;
   });
   int x = family.embed(emit, config, model.tokens, model.positions, 1);
+  RouterSums router_sums;
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    x = family.block(emit, config, x, model.positions, layer_prefix(config, layer), 1);
+    const int first_node = g.num_nodes();
+    const std::string prefix = layer_prefix(config, layer);
+    x = family.block(emit, config, x, model.positions, prefix, 1);
+    add_layer_router_terms(emit, g, first_node, prefix, router_sums);
   }
   const int normed = family.final_norm(emit, config, x);
   building_head = true;
   model.logits = family.lm_head(emit, config, normed, 1);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
-  add_router_losses(emit, config, batch * seq, model);
+  add_router_losses(emit, config, batch * seq, router_sums, model);
   ValueLayouts layouts;
   GradientLabels gradient_labels;
+  std::set<int> without_gradient;
   if (options.parallelize) {
     ParallelForward part = options.parallelize(model.graph);
     adopt(model, std::move(part.rewritten));
-    model.received = part.received;
-    model.sent = part.sent;
+    model.received_values = std::move(part.received);
+    model.sent_values = std::move(part.sent);
+    model.received = model.received_values.empty() ? -1 : model.received_values.front();
+    model.sent = model.sent_values.empty() ? -1 : model.sent_values.front();
+    without_gradient = std::move(part.without_gradient);
     layouts = std::move(part.layouts);
     gradient_labels = std::move(part.gradient_labels);
   }
   if (training) {
     model.first_backward_node = g.num_nodes();
-    std::vector<int> wrt;
-    for (int param : model.params) {
-      if (param >= 0) wrt.push_back(param);
-    }
-    if (model.head_copy >= 0) wrt.push_back(model.head_copy);
-    if (model.received >= 0) wrt.push_back(model.received);
     GradientOrigins origins;
-    model.grads = add_backward(g, model.loss >= 0 ? model.loss : model.sent, wrt, &origins);
+    model.grads = add_model_backward(model, without_gradient, origins);
     if (!layouts.empty()) {
       model.layouts = record_layouts(g, layouts, origins, model.first_backward_node);
       model.layouts.gradient_labels = std::move(gradient_labels);
@@ -166,10 +229,11 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
   }
   if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));
   if (training) {
-    // Passes renumber nodes: the backward pass starts at the first node reading the seed.
+    // Passes renumber nodes: the backward pass starts at the first node reading a seed.
     const std::vector<Node>& nodes = model.graph.nodes();
+    const std::set<int> seeds(model.grads.seeds.begin(), model.grads.seeds.end());
     auto reads_seed = [&](const Node& node) {
-      return std::find(node.inputs.begin(), node.inputs.end(), model.grads.seed) != node.inputs.end();
+      return std::any_of(node.inputs.begin(), node.inputs.end(), [&](int input) { return seeds.count(input) > 0; });
     };
     model.first_backward_node = static_cast<int>(std::find_if(nodes.begin(), nodes.end(), reads_seed) - nodes.begin());
   }

@@ -5,6 +5,7 @@
 // recomputation and fusion applied.
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,14 +39,23 @@ struct ModelGraph {
   // the received value's gradient (grads.of), to send back.
   int received = -1;
   int sent = -1;
+  // Every value a pipeline part receives and sends, in transfer order: the activation (`received`,
+  // `sent`) first, then what else crosses the boundary (a mixture of experts' running router sums,
+  // model/moe/README.md). The training graph is seeded with the gradient of each sent value the
+  // loss has one for (grads.seeds, in this order) and makes those of the received ones (grads.of).
+  std::vector<int> received_values;
+  std::vector<int> sent_values;
   // A pipeline part's stage-boundary nodes (parallel/pipeline_part.h; -1 where there is none):
   // the forward's receive of `received` and send of `sent`, and in training graphs the backward's
-  // receive of the sent value's gradient (the first backward node) and send of the received one's.
+  // receive of the sent value's gradient and send of the received one's. The vectors hold every
+  // transfer node of each kind (the activation's among them), in transfer order: a schedule's
+  // action runs all of its kind, the peer stage's matching action the same values in the same order.
   struct BoundaryNodes {
     int receive = -1;
     int send = -1;
     int receive_gradient = -1;
     int send_gradient = -1;
+    std::vector<int> receives, sends, receive_gradients, send_gradients;
   } boundary;
   // ModelBuildOptions::separate_head_copy: the LM head's own value of the tied embedding (-1
   // otherwise, in parts without the head, and in untied models), bound to the same tensor as the
@@ -67,13 +77,16 @@ struct ModelGraph {
 };
 
 // A forward graph rewritten by the parallel runtime: tensor parallelism
-// changes shapes; a pipeline part keeps some layers, receiving the activation
-// that enters them and sending the one that leaves (values it dropped map to
-// -1 in `rewritten`).
+// changes shapes; a pipeline part keeps some layers, receiving the values that
+// enter them and sending those that leave (values it dropped map to -1 in
+// `rewritten`).
 struct ParallelForward {
   GraphRewriter::Result rewritten;
-  int received = -1;  // a new input of the rewritten graph
-  int sent = -1;
+  // A pipeline part's stage boundaries, in transfer order, the activation first: the values it
+  // receives (new inputs of the rewritten graph) and sends (send_to_stage's outputs).
+  std::vector<int> received;
+  std::vector<int> sent;
+  std::set<int> without_gradient;  // of those: values the loss has no gradient for (nothing travels back)
   ValueLayouts layouts;  // tensor parallelism's, by value id of the rewritten graph
   GradientLabels gradient_labels;
 };

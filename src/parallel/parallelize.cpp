@@ -15,8 +15,13 @@ ParallelForward chain(ParallelForward first, ParallelForward second) {
     if (const int now = carried(value); now >= 0) second.layouts.emplace(now, layout);
   }
   second.gradient_labels.insert(first.gradient_labels.begin(), first.gradient_labels.end());
-  if (second.received < 0) second.received = carried(first.received);
-  if (second.sent < 0) second.sent = carried(first.sent);
+  auto carry_all = [&](const std::vector<int>& values, std::vector<int>& into) {
+    if (!into.empty()) return;
+    for (int value : values) into.push_back(carried(value));
+  };
+  carry_all(first.received, second.received);
+  carry_all(first.sent, second.sent);
+  for (int value : first.without_gradient) second.without_gradient.insert(carried(value));
   second.rewritten = chain_rewrites(std::move(first.rewritten), std::move(second.rewritten));
   return second;
 }

@@ -3,10 +3,15 @@
 // one stage runs, layers [first_layer, end_layer) (by the labels of the
 // family's layers, "<prefix><i>."), the first part also the ops before every
 // layer (the embedding), the last part the ops after them (final norm, head,
-// loss). A part receives the activation entering its first layer as a new
-// graph input and sends the one leaving its last layer; the inputs and params
-// it does not use are not in it. The tied embedding is in the first and the
-// last part: each has its own copy, whose gradients the runtime sums.
+// loss). Every value made before a boundary and read after it crosses it: the
+// part receives each as a new graph input (the activation entering its first
+// layer first; a mixture of experts' running router sums after it, in the
+// order the later parts first read them) and sends each it made or received
+// that a later part reads. The gradients of those the loss has one for (the
+// forward graph's last node makes the loss) travel back; counts cross forward
+// only. The inputs and params a part does not use are not in it. The tied
+// embedding is in the first and the last part: each has its own copy, whose
+// gradients the runtime sums.
 #include <string>
 #include <vector>
 
@@ -31,8 +36,7 @@ struct PipelinePart {
   bool last() const { return index == parts() - 1; }
 };
 
-// Fails, naming the node, when a part would receive or send more than one
-// value, or an op outside every layer sits between layers.
+// Fails, naming the node, when an op outside every layer sits between layers.
 ParallelForward cut_pipeline_part(const Graph& forward, const PipelinePart& part, const std::string& layer_prefix);
 
 }  // namespace strata

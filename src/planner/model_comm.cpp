@@ -49,7 +49,9 @@ void add_part_calls(const ModelGraph& part_graph, int part, const std::string& l
     const OpCost cost = g.node_cost(id);
     if (cost.comm.empty() || repeats(repeated, node.label)) continue;
     if (node.op == "send_to_stage" || node.op == "receive_from_stage") {
-      if (id == part_graph.boundary.send) model.boundary_bytes = cost.comm.front().bytes;
+      // Every value the boundary carries forward (an activation; a mixture of experts' router sums too).
+      const std::vector<int>& sends = part_graph.boundary.sends;
+      if (std::count(sends.begin(), sends.end(), id)) model.boundary_bytes += cost.comm.front().bytes;
       continue;
     }
     const bool in_layer = node.label.rfind(layer_prefix, 0) == 0;

@@ -24,12 +24,15 @@ double timed(const Wait& wait) {
 }
 
 // Runs nodes [begin, end) of `slot` but those in `skip` (the stage-boundary nodes the schedule runs
-// as actions of their own; -1 for none).
-void run_nodes_between(CompiledGraph& graph, int slot, int begin, int end, std::initializer_list<int> skip,
+// as actions of their own).
+void run_nodes_between(CompiledGraph& graph, int slot, int begin, int end,
+                       std::initializer_list<const std::vector<int>*> skip,
                        const CompiledGraph::NodeHook& after_node = {}) {
   std::vector<int> cuts;
-  for (int node : skip) {
-    if (node >= begin && node < end) cuts.push_back(node);
+  for (const std::vector<int>* nodes : skip) {
+    for (int node : *nodes) {
+      if (node >= begin && node < end) cuts.push_back(node);
+    }
   }
   std::sort(cuts.begin(), cuts.end());
   for (int cut : cuts) {
@@ -110,8 +113,11 @@ bool Trainer::run_pipeline_action(const PipelineAction& action, int slot, int64_
   const ModelGraph::BoundaryNodes& boundary = model.boundary;
   CompiledGraph& graph = *chunk.train_graph;
   const size_t micro = static_cast<size_t>(action.micro_batch);
-  // The schedule's transfers are the graph's stage-boundary nodes, run when it says.
-  auto run_node = [&](int node) { graph.run_nodes(slot, node, node + 1); };
+  // The schedule's transfers are the graph's stage-boundary nodes, run when it says: every value
+  // crossing the boundary in transfer order, as the peer stage runs its matching nodes.
+  auto run_transfers = [&](const std::vector<int>& nodes) {
+    for (int node : nodes) graph.run_nodes(slot, node, node + 1);
+  };
   const int part = action.chunk * pipeline_.degree() + pipeline_.stage();
   auto observe = [&](int node) {
     if (node_observer_ && action.micro_batch == 0) node_observer_({graph, model, slot, part, node});
@@ -120,26 +126,29 @@ bool Trainer::run_pipeline_action(const PipelineAction& action, int slot, int64_
   if (span) span.set_args(fmt::format(R"({{"micro_batch":{},"chunk":{},"slot":{}}})", action.micro_batch, action.chunk, slot));
   switch (action.op) {
     case PipelineOp::ReceiveActivation:
-      pipeline_wait_s_ += timed([&] { run_node(boundary.receive); });
+      pipeline_wait_s_ += timed([&] { run_transfers(boundary.receives); });
       return false;
     case PipelineOp::ReceiveGradient:
-      pipeline_wait_s_ += timed([&] { run_node(boundary.receive_gradient); });
+      pipeline_wait_s_ += timed([&] { run_transfers(boundary.receive_gradients); });
       return false;
     case PipelineOp::Forward:
       if (model.tokens >= 0) graph.tensor(slot, model.tokens).copy_from(step_tokens_[micro]);
       if (model.targets >= 0) graph.tensor(slot, model.targets).copy_from(step_targets_[micro]);
-      run_nodes_between(graph, slot, 0, model.first_backward_node, {boundary.receive, boundary.send}, observe);
-      if (model.loss >= 0) losses[micro] = graph.tensor(slot, model.loss).item();
+      run_nodes_between(graph, slot, 0, model.first_backward_node, {&boundary.receives, &boundary.sends}, observe);
+      if (model.loss >= 0) {
+        losses[micro] = graph.tensor(slot, model.loss).item();
+        router_tally_.add(graph, slot);
+      }
       return false;
     case PipelineOp::SendActivation:
-      run_node(boundary.send);
+      run_transfers(boundary.sends);
       return false;
     case PipelineOp::Backward: {
       const bool first = action.micro_batch == 0, last = action.micro_batch + 1 == count;
       active_chunk_ = action.chunk;
       active_slot_ = slot;
       run_nodes_between(graph, slot, model.first_backward_node, model.graph.num_nodes(),
-                        {boundary.receive_gradient, boundary.send_gradient}, [&](int node) {
+                        {&boundary.receive_gradients, &boundary.send_gradients}, [&](int node) {
                           gradients_->after_node(chunk.node_offset + node, first, last,
                                                         [&](size_t parameter, Tensor& destination, bool accumulate) {
                                                           collect_gradient(parameter, destination, accumulate);
@@ -150,7 +159,7 @@ bool Trainer::run_pipeline_action(const PipelineAction& action, int slot, int64_
       return model.received < 0;  // nothing to send back
     }
     case PipelineOp::SendGradient:
-      run_node(boundary.send_gradient);
+      run_transfers(boundary.send_gradients);
       return true;
   }
   return false;

@@ -19,7 +19,7 @@ double mean(const std::vector<double>& values) {
 
 }  // namespace
 
-RouterTally::RouterTally(const ModelGraph& model) : router_(model.router) {
+RouterTally::RouterTally(const ModelGraph& model, bool routed) : routed_(routed), router_(model.router) {
   if (!active()) return;
   const int64_t experts = model.graph.value(router_.expert_tokens).meta.shape.at(0);
   expert_tokens_.assign(static_cast<size_t>(experts) + 1, 0.0);  // every rank sums as many, micro-batches or not
@@ -30,20 +30,19 @@ std::vector<int> RouterTally::values() const {
   return {router_.balance, router_.z, router_.expert_tokens, router_.expert_kept};
 }
 
-void RouterTally::add(const CompiledGraph& graph) {
+void RouterTally::add(const CompiledGraph& graph, int slot) {
   if (!active()) return;
-  aux_.push_back(graph.tensor(router_.balance).to_host().item());
-  z_.push_back(graph.tensor(router_.z).to_host().item());
-  const std::vector<double> routed = host_values(graph.tensor(router_.expert_tokens));
-  const std::vector<double> kept = host_values(graph.tensor(router_.expert_kept));
+  aux_.push_back(graph.tensor(slot, router_.balance).to_host().item());
+  z_.push_back(graph.tensor(slot, router_.z).to_host().item());
+  const std::vector<double> routed = host_values(graph.tensor(slot, router_.expert_tokens));
+  const std::vector<double> kept = host_values(graph.tensor(slot, router_.expert_kept));
   for (size_t e = 0; e < routed.size(); ++e) {
     expert_tokens_[e] += routed[e];
     expert_tokens_.back() += routed[e] - kept[e];
   }
 }
 
-std::optional<RouterMetrics> RouterTally::finish(DataParallel& parallel, int64_t micro_batches) {
-  if (!active()) return std::nullopt;
+RouterMetrics RouterTally::tallied(DataParallel& parallel, int64_t micro_batches) {
   RouterMetrics metrics;
   // In the micro-batches' global order, as the loss: the same bits for any number of ranks.
   metrics.aux_loss = mean(parallel.gather(aux_, micro_batches));
@@ -59,6 +58,18 @@ std::optional<RouterMetrics> RouterTally::finish(DataParallel& parallel, int64_t
   z_.clear();
   std::fill(expert_tokens_.begin(), expert_tokens_.end(), 0.0);
   return metrics;
+}
+
+std::optional<RouterMetrics> RouterTally::finish(DataParallel& parallel, PipelineParallel& pipeline,
+                                                 int64_t micro_batches) {
+  if (!routed_) return std::nullopt;
+  RouterMetrics metrics;
+  if (active()) metrics = tallied(parallel, micro_batches);
+  // The last stage's figures on every stage (one stage: its own).
+  const std::vector<double> figures = pipeline.from_last_stage(
+      {metrics.aux_loss, metrics.z_loss, metrics.expert_tokens_min, metrics.expert_tokens_max,
+       metrics.expert_tokens_mean, static_cast<double>(metrics.dropped)});
+  return RouterMetrics{figures[0], figures[1], figures[2], figures[3], figures[4], static_cast<int64_t>(figures[5])};
 }
 
 }  // namespace strata

@@ -29,10 +29,8 @@ namespace strata {
 namespace {
 
 std::set<int> kept_values(const ModelGraph& model) {
-  std::set<int> kept;
-  for (int value : {model.loss, model.sent}) {
-    if (value >= 0) kept.insert(value);
-  }
+  std::set<int> kept(model.sent_values.begin(), model.sent_values.end());
+  if (model.loss >= 0) kept.insert(model.loss);
   for (int value : RouterTally(model).values()) kept.insert(value);
   // The LM head's copy of the tied embedding has a gradient bucket of its own, collected as soon as
   // the node making it has run: its bytes need not outlive the run (as the sum both uses' gradients
@@ -296,7 +294,8 @@ void Trainer::compile_graphs() {
     chunk.node_offset = nodes;
     nodes += chunk.train_model.graph.num_nodes();
   }
-  router_tally_ = RouterTally(chunks_.front().train_model);
+  // The last chunk holds the last stage's part, with the loss and the router's values.
+  router_tally_ = RouterTally(chunks_.back().train_model, config_.model.num_experts > 0);
   bind_inputs();
   keep_weight_copies();
   std::vector<int> ready_after;
@@ -416,14 +415,14 @@ void Trainer::bind_pipeline_inputs() {
       const TensorMeta& meta = g.value(value).meta;
       graph.bind(value, Tensor::empty(meta.shape, meta.dtype));
     };
-    if (model.received >= 0) bind_placeholder(*chunk.train_graph, model.graph, model.received);
+    for (int value : model.received_values) bind_placeholder(*chunk.train_graph, model.graph, value);
     if (model.loss >= 0) {
       chunk.train_graph->bind(model.grads.seed, loss_seed_);
     } else {
-      bind_placeholder(*chunk.train_graph, model.graph, model.grads.seed);
+      for (int seed : model.grads.seeds) bind_placeholder(*chunk.train_graph, model.graph, seed);
     }
-    if (chunk.eval_model.received >= 0) {
-      bind_placeholder(*chunk.eval_graph, chunk.eval_model.graph, chunk.eval_model.received);
+    for (int value : chunk.eval_model.received_values) {
+      bind_placeholder(*chunk.eval_graph, chunk.eval_model.graph, value);
     }
   }
 }
@@ -594,7 +593,7 @@ StepMetrics Trainer::step() {
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
   if (pipeline_.degree() > 1) metrics.pipeline_wait_s = pipeline_wait_s_;
-  metrics.router = router_tally_.finish(parallel_, micro_batches);
+  metrics.router = router_tally_.finish(parallel_, pipeline_, micro_batches);
   update(metrics, loss_scale);
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -21,16 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::error_of;
-
-ModelConfig moe_config(const std::string& family, int64_t layers, int64_t heads, int64_t kv_heads, int64_t width,
-                       int64_t expert_width, int64_t vocab, int64_t experts, int64_t top_k) {
-  ModelConfig c = testing::llama_config(layers, heads, kv_heads, width, 0, vocab, 16, false);
-  c.family = family;
-  c.num_experts = experts;
-  c.num_experts_per_tok = top_k;
-  c.moe_intermediate_size = expert_width;
-  return c;
-}
+using testing::moe_config;
 
 ModelConfig small_qwen2_moe() {
   ModelConfig c = moe_config("qwen2_moe", 2, 4, 2, 32, 24, 37, 4, 2);

@@ -1,6 +1,7 @@
 #pragma once
-// LLaMA configs for the tests, each spelled as one call, as gpt2_shapes.h does for GPT-2.
+// LLaMA (and mixture-of-experts) configs for the tests, each spelled as one call, as gpt2_shapes.h does for GPT-2.
 #include <cstdint>
+#include <string>
 
 #include "model/model_config.h"
 
@@ -19,6 +20,18 @@ inline ModelConfig llama_config(int64_t layers, int64_t heads, int64_t kv_heads,
   c.vocab_size = vocab;
   c.block_size = block;
   c.tie_word_embeddings = tied;
+  return c;
+}
+
+// A mixture-of-experts family (LLaMA's attention, untied) of the given shape: `experts` experts of
+// `expert_width`, `top_k` per token.
+inline ModelConfig moe_config(const std::string& family, int64_t layers, int64_t heads, int64_t kv_heads,
+                              int64_t width, int64_t expert_width, int64_t vocab, int64_t experts, int64_t top_k) {
+  ModelConfig c = llama_config(layers, heads, kv_heads, width, 0, vocab, 16, false);
+  c.family = family;
+  c.num_experts = experts;
+  c.num_experts_per_tok = top_k;
+  c.moe_intermediate_size = expert_width;
   return c;
 }
 
