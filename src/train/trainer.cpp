@@ -427,6 +427,14 @@ void Trainer::bind_pipeline_inputs() {
   }
 }
 
+bool Trainer::ranks_compute_together() const {
+  for (const MeshExtent& extent : mesh_.extents()) {
+    const ParallelDimension& dimension = parallel_dimension(extent.dimension);
+    if (extent.degree > 1 && dimension.splits_batch && dimension.pass) return true;
+  }
+  return false;
+}
+
 bool Trainer::holds_every_parameter_whole() const {
   if (held_.size() != specs_.size()) return false;
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -679,14 +687,19 @@ double Trainer::validation_loss() {
   MicroBatchShare share = parallel_.share(config_.val_batches);
   val_loader_->seek({});
   val_loader_->skip(share.first);
+  // Ranks whose graphs exchange activations (experts') make as many passes as the busiest one,
+  // discarding the losses of the extra ones: an uneven share would leave an exchange waiting.
+  const int64_t ranks = parallel_.degree();
+  const int64_t passes = ranks_compute_together() ? (config_.val_batches + ranks - 1) / ranks : share.count;
   std::vector<double> losses;
   if (pipeline_.degree() > 1) {
-    losses = pipeline_validation(share.count);
+    losses = pipeline_validation(passes);
   } else {
-    for (int64_t batch = 0; batch < share.count; ++batch) {
+    for (int64_t batch = 0; batch < passes; ++batch) {
       losses.push_back(run_micro_batch(*chunks_.front().eval_graph, chunks_.front().eval_model, *val_loader_));
     }
   }
+  losses.resize(static_cast<size_t>(share.count));
   double total = 0;
   for (double loss : parallel_.gather(losses, config_.val_batches)) total += loss;
   return total / static_cast<double>(config_.val_batches);

@@ -97,7 +97,9 @@ class Trainer {
 
   void restore(const std::filesystem::path& checkpoint_dir);
   void initialise_parameters();  // whole tensors from the seed, each rank keeping its shards
-  bool holds_every_parameter_whole() const;  // one process's parameters: no dimension splits or cuts the model here
+  bool holds_every_parameter_whole() const;
+  // Whether ranks running different micro-batches exchange activations inside a pass (experts').
+  bool ranks_compute_together() const;  // one process's parameters: no dimension splits or cuts the model here
   // After loading whole tensors (model.init_from): this rank's shards of them.
   void keep_held(const std::vector<Tensor>& whole, std::vector<Tensor>& held) const;
   // The per-parameter tensors of this rank's part of the layout for a save or load (ckpt/shard_plan.h).

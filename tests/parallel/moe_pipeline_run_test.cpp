@@ -37,22 +37,6 @@ class MoePipelineRun : public testing::TrainRunSuite {
   }
 };
 
-// Every step's router figures of `got` against `want`'s, present in both: the counts the same, the
-// losses within `tolerance` relative (0: the same bits).
-void expect_router_metrics(const fs::path& want, const fs::path& got, double tolerance, const std::string& what) {
-  const std::vector<nlohmann::json> expected = testing::read_metrics(want), measured = testing::read_metrics(got);
-  ASSERT_EQ(expected.size(), measured.size()) << what;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    for (const char* key : {"router_aux_loss", "router_z_loss", "expert_tokens_min", "expert_tokens_max",
-                            "expert_tokens_mean", "expert_tokens_dropped"}) {
-      ASSERT_TRUE(expected[i].contains(key) && measured[i].contains(key)) << what << ", " << key << " at line " << i;
-      const double a = expected[i][key], b = measured[i][key];
-      const bool count = std::string(key).starts_with("expert_tokens");
-      EXPECT_LE(std::abs(a - b), count ? 0.0 : tolerance * std::abs(a)) << what << ", " << key << " at line " << i;
-    }
-  }
-}
-
 TEST_F(MoePipelineRun, EverySchedulesTwoStagesAreBitIdenticalToOneProcessWithTheRouterLosses) {
   const fs::path single = train("single", "", kSettings);
   const std::vector<nlohmann::json> lines = testing::read_metrics(single);
@@ -66,7 +50,7 @@ TEST_F(MoePipelineRun, EverySchedulesTwoStagesAreBitIdenticalToOneProcessWithThe
     const fs::path run = train(name, mpirun(2), kSettings + " " + layout);
     EXPECT_NE(last_output_.find("pipeline parallel: 2 stages"), std::string::npos) << last_output_;
     testing::expect_identical_runs(single, run, kStep10, name);
-    expect_router_metrics(single, run, 0.0, name);
+    testing::expect_router_metrics(single, run, 0.0, name);
   }
 }
 
@@ -77,7 +61,7 @@ TEST_F(MoePipelineRun, StagesWithDataParallelismMatchOneProcessWithTheRouterFigu
   const fs::path single = train("single_dp", "", kSettings);
   const fs::path run = train("dp2_pp2", mpirun(4), kSettings + " --set parallel.pp=2 --set parallel.dp=2");
   testing::expect_close_runs(single, run, kStep10, 1e-5, "dp2_pp2");
-  expect_router_metrics(single, run, 1e-5, "dp2_pp2");
+  testing::expect_router_metrics(single, run, 1e-5, "dp2_pp2");
 }
 
 }  // namespace

@@ -225,4 +225,21 @@ inline void expect_close_runs(const std::filesystem::path& want, const std::file
   expect_parameters_close(want / step_dir, got / step_dir, parameter_tolerance, what);
 }
 
+// Every step's router figures of `got` against `want`'s, present in both: the counts the same, the
+// losses within `tolerance` relative (0: the same bits).
+inline void expect_router_metrics(const std::filesystem::path& want, const std::filesystem::path& got, double tolerance,
+                                  const std::string& what) {
+  const std::vector<nlohmann::json> expected = read_metrics(want), measured = read_metrics(got);
+  ASSERT_EQ(expected.size(), measured.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    for (const char* key : {"router_aux_loss", "router_z_loss", "expert_tokens_min", "expert_tokens_max",
+                            "expert_tokens_mean", "expert_tokens_dropped"}) {
+      ASSERT_TRUE(expected[i].contains(key) && measured[i].contains(key)) << what << ", " << key << " at line " << i;
+      const double a = expected[i][key], b = measured[i][key];
+      const bool count = std::string(key).starts_with("expert_tokens");
+      EXPECT_LE(std::abs(a - b), count ? 0.0 : tolerance * std::abs(a)) << what << ", " << key << " at line " << i;
+    }
+  }
+}
+
 }  // namespace strata::testing
