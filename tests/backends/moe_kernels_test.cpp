@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "cpu_test_util.h"
 
 namespace strata::testing {
@@ -107,6 +110,24 @@ TEST(CpuMoe, Bf16GroupedMatmulMatchesRef) {
   int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   expect_identical(run_on("cpu", "grouped_matmul_weight_grad", {dy, x, group_sizes})[0], dw, "bf16 weight grad on one thread");
+  omp_set_num_threads(threads);
+}
+
+// Many small experts on every thread at once: oneDNN runs one primitive per shape for all of them
+// concurrently (a bf16-output primitive with a runtime dimension shares its sums between concurrent
+// executions in oneDNN 2.6; this caught it).
+TEST(CpuMoe, Bf16GroupedMatmulMatchesRefWithManyExperts) {
+  std::vector<int32_t> groups(32);
+  for (size_t e = 0; e < groups.size(); ++e) groups[e] = static_cast<int32_t>(7 + 13 * e % 29);
+  Tensor group_sizes = Tensor::empty({32}, DType::I32);
+  std::copy(groups.begin(), groups.end(), group_sizes.data<int32_t>());
+  const int64_t rows = std::accumulate(groups.begin(), groups.end(), int64_t{0});
+  const Tensor x = random_f32({rows, 64}, 1).to(DType::BF16), dy = random_f32({rows, 48}, 2).to(DType::BF16);
+  const Tensor w = random_f32({32, 48, 64}, 3).to(DType::BF16);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(std::max(threads, 2));
+  check_against_ref("grouped_matmul", {x, w, group_sizes}, {{"trans_b", true}}, kBf16Tol, "many experts");
+  check_against_ref("grouped_matmul_weight_grad", {dy, x, group_sizes}, {}, kBf16Tol, "many experts' weight grad");
   omp_set_num_threads(threads);
 }
 

@@ -51,6 +51,7 @@ struct GemmPlan {
 // are slow to touch here); a kept buffer avoids it.
 constexpr int kScratchpadSlot = 7;
 constexpr int kSumsSlot = 6;
+constexpr int kRuntimeSumsSlot = 7;  // thread scratch: gemm_bf16_runtime's f32 sums
 
 // Products far longer in k than wide (the LM head's input gradient: k is the
 // vocabulary) are summed in chunks of kChunkK into f32: oneDNN re-streams all
@@ -212,11 +213,16 @@ void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64
                runtime == GemmRuntimeDim::M ? "m" : "k", trans_a, trans_b);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_bf16(trans_a, trans_b, m, n, k, a, b, nullptr, c);
+  // f32 sums in the calling thread's scratch, rounded here: with a bf16 output, oneDNN 2.6's jit gemm
+  // behind a runtime dimension keeps its f32 sums in a buffer that concurrent executions of the one
+  // primitive share (measured: wrong sums whenever two threads run it at once).
   GemmKey key{.m = runtime == GemmRuntimeDim::M ? 0 : m, .n = n, .k = runtime == GemmRuntimeDim::K ? 0 : k,
               .trans_a = trans_a, .trans_b = trans_b, .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
-              .bias = false, .f32_out = false, .accumulate = false, .threads = omp_get_max_threads(),
+              .bias = false, .f32_out = true, .accumulate = false, .threads = omp_get_max_threads(),
               .runtime = runtime};
-  run(key, a, b, nullptr, c, m, k);
+  float* sums = thread_scratch<float>(kRuntimeSumsSlot, static_cast<size_t>(m * n));
+  run(key, a, b, nullptr, sums, m, k);
+  for (int64_t row = 0; row < m; ++row) round_row(sums + row * n, nullptr, c + row * n, n);
 }
 
 }  // namespace strata::cpu
