@@ -102,10 +102,10 @@ def write_json_atomic(path, document):
 
 # ------------------------------------------------------------------ engines
 
-def run_strata(args, name, model, precision, steps, work_dir):
+def run_strata(args, name, model, precision, steps, work_dir, strata=None):
     run_dir = os.path.join(work_dir, f"strata-{name}-{precision}")
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [args.strata, "train", model["path"], "--set", f"train.steps={steps}",
+    command = [strata or args.strata, "train", model["path"], "--set", f"train.steps={steps}",
                "--set", f"ops.threads={args.threads}", "--set", f"checkpoint.dir={run_dir}",
                "--set", f"precision.compute={precision}"]
     done = subprocess.run(command, cwd=REPO, env=tuned_env(args.threads), capture_output=True, text=True)
@@ -169,6 +169,9 @@ def engines_for(args, model):
     for precision in args.precisions:
         engines.append((f"strata {precision}", lambda steps, work, p=precision: run_strata(
             args, model["name"], model, p, steps, work)))
+        if args.strata_before:
+            engines.append((f"strata before {precision}", lambda steps, work, p=precision: run_strata(
+                args, model["name"], model, p, steps, work, args.strata_before)))
         engines.append((f"torch {precision}", lambda steps, work, p=precision: run_torch_current(
             args, model, p, steps)))
         if "num_experts" in model:
@@ -286,6 +289,7 @@ def summarise(model, runs, peaks):
     median = {engine: statistics.median(r["tokens_per_s"] for r in results) for engine, results in runs.items()}
     flops = model["flops"]["flops_per_token"]
     summary = {"median_tokens_per_s": median, "ratio": {}, "ratio_per_repeat": {}, "ratio_vs_debian": {},
+               "over_before": {},
                "torch_engine": {},
                "mfu_fp32_peak": {engine: rate * flops / (peaks["fp32"]["gflops"] * 1e9) for engine, rate in median.items()},
                "mfu_bf16_peak": {engine: rate * flops / (peaks["bf16"]["gflops"] * 1e9)
@@ -303,6 +307,10 @@ def summarise(model, runs, peaks):
                                                         e.endswith(precision) and "1.13" not in e))
             summary["ratio_per_repeat"][precision] = statistics.median(
                 s["tokens_per_s"] / max(t["tokens_per_s"] for t in torches) for s, *torches in repeats)
+        if f"strata before {precision}" in runs:  # --strata-before: same-repeat ratios, median over repeats
+            summary["over_before"][precision] = statistics.median(
+                now["tokens_per_s"] / before["tokens_per_s"]
+                for now, before in zip(runs[f"strata {precision}"], runs[f"strata before {precision}"]))
     if "strata fp32" in median and "strata bf16" in median:
         summary["strata_bf16_over_fp32"] = median["strata bf16"] / median["strata fp32"]
     return summary
@@ -348,6 +356,10 @@ def print_summary(args, models, summaries, peaks):
         print(f"{'':<13} {model['family']}, seq {model['block_size']}, batch {model['batch_size']}, "
               f"{model['flops']['flops_per_token'] / 1e6:.1f} MFLOP/token "
               f"(N = {model['flops']['matrix_params'] / 1e6:.2f}M); Strata bf16/fp32 {times(s['strata_bf16_over_fp32'])}")
+        if s["over_before"]:
+            print(f"{'':<13} Strata over --strata-before (same repeat, median): " +
+                  ", ".join(f"{p} {times(r)} ({rate(median[f'strata before {p}']).strip()} tokens/s before)"
+                            for p, r in s["over_before"].items()))
         for engine in model["runs"]:
             if engine.startswith("torch"):
                 print(f"{'':<13} {engine} ran: {model['runs'][engine][0]['note']}; median {rate(median[engine])}")
@@ -381,6 +393,9 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default: the config's train.steps)")
     parser.add_argument("--warmup", type=int, default=1, help="first steps of each run left out of its median")
     parser.add_argument("--strata", default=os.path.join(REPO, "build", "bin", "strata"))
+    parser.add_argument("--strata-before", default=None,
+                        help="another strata binary (e.g. a build of the commit before a change) run as one more "
+                             "engine in every repeat, for same-run before/after figures")
     parser.add_argument("--gemm-peak", default=None, help="strata-gemm-peak (default: next to --strata)")
     parser.add_argument("--peak-seconds", type=float, default=1.5, help="strata-gemm-peak's time per shape and dtype")
     parser.add_argument("--torch-venv", default=DEFAULT_TORCH_VENV,
@@ -391,11 +406,12 @@ def main():
     parser.add_argument("--json", help="also write every raw figure to this file")
     args = parser.parse_args()
     args.strata = os.path.abspath(args.strata)
+    args.strata_before = args.strata_before and os.path.abspath(args.strata_before)
     args.gemm_peak = os.path.abspath(args.gemm_peak or os.path.join(os.path.dirname(args.strata), "strata-gemm-peak"))
     args.precisions = args.precisions.split(",")
     if not set(args.precisions) <= {"fp32", "bf16"} or not args.precisions:
         sys.exit(f"--precisions: expected fp32, bf16 or fp32,bf16, got '{','.join(args.precisions)}'")
-    for tool in (args.strata, args.gemm_peak):
+    for tool in (args.strata, args.gemm_peak) + ((args.strata_before,) if args.strata_before else ()):
         if not os.access(tool, os.X_OK):
             sys.exit(f"no executable at {tool} (build targets strata and strata_gemm_peak, or pass --strata/--gemm-peak)")
     if not os.path.isdir(OPENMP_OPENBLAS):
