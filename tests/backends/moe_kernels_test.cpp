@@ -1,12 +1,15 @@
 // The mixture-of-experts kernels on cpu against ref, on sizes past the kernels' chunks (256 tokens for
 // the router, 128-row blocks for the grouped GEMM), with empty experts, a capacity that drops, and bf16
-// (sigmoid_gate native; the rest widened through the f32 kernels). Integer outputs (the experts, the
+// (sigmoid_gate and the grouped GEMM native; the rest widened through the f32 kernels). Integer outputs (the experts, the
 // dispatch plan) must be equal; f32 outputs within 2e-6 of |expected| + rms (the router's exp and the
 // sgemm's f32 sums against ref's f64: measured below 4e-7), bf16 within one bf16 ulp (2^-7). Every
 // comparison also runs cpu twice for the same bits, and the reductions are checked on other thread
 // counts.
 #include <gtest/gtest.h>
 #include <omp.h>
+
+#include <algorithm>
+#include <numeric>
 
 #include "cpu_test_util.h"
 
@@ -87,6 +90,47 @@ TEST(CpuMoe, GroupedMatmulMatchesRefOnAnyThreadCount) {
   check_against_ref("grouped_matmul_weight_grad", {dy, x, group_sizes}, {}, kF32Tol, "weight grad");
 }
 
+TEST(CpuMoe, Bf16GroupedMatmulMatchesRef) {
+  // As above: an empty expert, an expert of 200 rows, padding rows at the end.
+  const std::vector<int32_t> groups = {0, 40, 200, 49};
+  Tensor group_sizes = Tensor::empty({4}, DType::I32);
+  std::copy(groups.begin(), groups.end(), group_sizes.data<int32_t>());
+  const Tensor x = random_f32({300, 33}, 1).to(DType::BF16), dy = random_f32({300, 19}, 2).to(DType::BF16);
+  for (bool trans_b : {true, false}) {
+    const Tensor w = random_f32(trans_b ? Shape{4, 19, 33} : Shape{4, 33, 19}, 3).to(DType::BF16);
+    Tensor y = check_against_ref("grouped_matmul", {x, w, group_sizes}, {{"trans_b", trans_b}}, kBf16Tol,
+                                 trans_b ? "bf16 x w^T" : "bf16 x w")[0];
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    expect_identical(run_on("cpu", "grouped_matmul", {x, w, group_sizes}, {{"trans_b", trans_b}})[0], y,
+                     "bf16 on one thread");
+    omp_set_num_threads(threads);
+  }
+  Tensor dw = check_against_ref("grouped_matmul_weight_grad", {dy, x, group_sizes}, {}, kBf16Tol, "bf16 weight grad")[0];
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  expect_identical(run_on("cpu", "grouped_matmul_weight_grad", {dy, x, group_sizes})[0], dw, "bf16 weight grad on one thread");
+  omp_set_num_threads(threads);
+}
+
+// Many small experts on every thread at once: oneDNN runs one primitive per shape for all of them
+// concurrently (a bf16-output primitive with a runtime dimension shares its sums between concurrent
+// executions in oneDNN 2.6; this caught it).
+TEST(CpuMoe, Bf16GroupedMatmulMatchesRefWithManyExperts) {
+  std::vector<int32_t> groups(32);
+  for (size_t e = 0; e < groups.size(); ++e) groups[e] = static_cast<int32_t>(7 + 13 * e % 29);
+  Tensor group_sizes = Tensor::empty({32}, DType::I32);
+  std::copy(groups.begin(), groups.end(), group_sizes.data<int32_t>());
+  const int64_t rows = std::accumulate(groups.begin(), groups.end(), int64_t{0});
+  const Tensor x = random_f32({rows, 64}, 1).to(DType::BF16), dy = random_f32({rows, 48}, 2).to(DType::BF16);
+  const Tensor w = random_f32({32, 48, 64}, 3).to(DType::BF16);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(std::max(threads, 2));
+  check_against_ref("grouped_matmul", {x, w, group_sizes}, {{"trans_b", true}}, kBf16Tol, "many experts");
+  check_against_ref("grouped_matmul_weight_grad", {dy, x, group_sizes}, {}, kBf16Tol, "many experts' weight grad");
+  omp_set_num_threads(threads);
+}
+
 // The bf16 ops that cpu runs through its f32 kernels (emulated: allowed here) against ref.
 Tensors emulated_against_ref(const std::string& op, const Tensors& inputs, const Attrs& attrs,
                              const std::string& what) {
@@ -103,7 +147,7 @@ TEST(CpuMoe, Bf16MatchesRef) {
   const Tensor x = random_f32({50, 24}, 2).to(bf16);
   Tensor xs = emulated_against_ref("moe_permute", {x, route[2]}, {}, "permute")[0];
   Tensor w = random_f32({8, 16, 24}, 3).to(bf16);
-  Tensor ys = emulated_against_ref("grouped_matmul", {xs, w, route[3]}, {{"trans_b", true}}, "grouped")[0];
+  Tensor ys = check_against_ref("grouped_matmul", {xs, w, route[3]}, {{"trans_b", true}}, kBf16Tol, "grouped")[0];
   emulated_against_ref("moe_combine", {ys, route[0], route[2]}, {}, "combine");
   const Tensor gate = random_f32({50, 1}, 4, 2.0f).to(bf16), dy = random_f32({50, 24}, 5).to(bf16);
   check_against_ref("sigmoid_gate", {x, gate}, {}, kBf16Tol, "sigmoid_gate");

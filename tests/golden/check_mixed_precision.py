@@ -74,7 +74,8 @@ def main():
     parser.add_argument("--backend", required=True, choices=["ref", "cpu"])
     parser.add_argument("--precision", required=True, choices=["bf16", "fp16"])
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--model", default="gpt2", help="golden_dump's model: gpt2, llama, llama-tied, llama3")
+    parser.add_argument("--model", default="gpt2",
+                        help="golden_dump's model: gpt2, llama, llama-tied, llama3, mixtral, qwen3_moe, qwen2_moe, olmoe")
     args = parser.parse_args()
 
     golden, cfg = check_golden.run_golden_dump(args.dump_tool, args.backend, args.work_dir, args.precision, args.model)

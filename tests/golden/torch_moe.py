@@ -140,7 +140,8 @@ def sparse_moe(params, cfg, block, h):
         slot, chosen = torch.where(expert_mask[expert])
         state = tokens[chosen]
         expert_out = F.linear(F.silu(F.linear(state, gate[expert])) * F.linear(state, up[expert]), down[expert])
-        output.index_add_(0, chosen, expert_out * routing_weights[chosen, slot, None])
+        # In the output's dtype, as transformers adds it (under bf16 autocast the experts' products are bf16).
+        output.index_add_(0, chosen, (expert_out * routing_weights[chosen, slot, None]).to(output.dtype))
     if cfg.flavour["shared_expert"]:
         shared = block + "shared_expert."
         hidden = F.silu(F.linear(tokens, params[shared + "gate_proj.weight"])) * F.linear(

@@ -25,14 +25,18 @@ using dnnl::memory;
 // with leading dimensions lda, ldb, ldc (A stored as its transpose [k, m]
 // when trans_a, B as [n, k] when trans_b). `f32_out` writes C in f32 instead
 // of bf16; `accumulate` adds the product to what C holds (oneDNN's sum
-// post-op).
+// post-op). A `runtime` dimension is left to execution (its size in the key
+// is 0): one primitive serves every size of it.
 struct GemmKey {
   int64_t m, n, k;
   bool trans_a, trans_b;
   int64_t lda, ldb, ldc;
   bool bias, f32_out, accumulate;
   int threads;
-  auto tie() const { return std::tie(m, n, k, trans_a, trans_b, lda, ldb, ldc, bias, f32_out, accumulate, threads); }
+  GemmRuntimeDim runtime = GemmRuntimeDim::None;
+  auto tie() const {
+    return std::tie(m, n, k, trans_a, trans_b, lda, ldb, ldc, bias, f32_out, accumulate, threads, runtime);
+  }
   bool operator<(const GemmKey& other) const { return tie() < other.tie(); }
 };
 
@@ -47,6 +51,7 @@ struct GemmPlan {
 // are slow to touch here); a kept buffer avoids it.
 constexpr int kScratchpadSlot = 7;
 constexpr int kSumsSlot = 6;
+constexpr int kRuntimeSumsSlot = 7;  // thread scratch: gemm_bf16_runtime's f32 sums
 
 // Products far longer in k than wide (the LM head's input gradient: k is the
 // vocabulary) are summed in chunks of kChunkK into f32: oneDNN re-streams all
@@ -65,26 +70,38 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+struct OperandDescs {
+  memory::desc a, b, c;
+};
+
 // Operands are described by their strides, so nothing is copied here;
 // oneDNN's brgemm packs blocks as it goes.
-GemmPlan make_plan(const GemmKey& key) {
+OperandDescs operand_descs(const GemmKey& key, int64_t m, int64_t k) {
   using type = memory::data_type;
+  return {memory::desc({m, k}, type::bf16, key.trans_a ? memory::dims{1, key.lda} : memory::dims{key.lda, 1}),
+          memory::desc({k, key.n}, type::bf16, key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1}),
+          memory::desc({m, key.n}, key.f32_out ? type::f32 : type::bf16, memory::dims{key.ldc, 1})};
+}
+
+GemmPlan make_plan(const GemmKey& key) {
   GemmPlan plan;
-  plan.a = memory::desc({key.m, key.k}, type::bf16, key.trans_a ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
-  plan.b = memory::desc({key.k, key.n}, type::bf16, key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-  plan.c = memory::desc({key.m, key.n}, key.f32_out ? type::f32 : type::bf16, memory::dims{key.ldc, 1});
-  if (key.bias) plan.bias = memory::desc({1, key.n}, type::bf16, memory::format_tag::ab);
+  const int64_t m = key.runtime == GemmRuntimeDim::M ? DNNL_RUNTIME_DIM_VAL : key.m;
+  const int64_t k = key.runtime == GemmRuntimeDim::K ? DNNL_RUNTIME_DIM_VAL : key.k;
+  const OperandDescs descs = operand_descs(key, m, k);
+  plan.a = descs.a, plan.b = descs.b, plan.c = descs.c;
+  if (key.bias) plan.bias = memory::desc({1, key.n}, memory::data_type::bf16, memory::format_tag::ab);
   dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.c)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.c);
   dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // A primitive with a runtime dimension cannot size its scratchpad in advance: oneDNN allocates it.
+  if (key.runtime == GemmRuntimeDim::None) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.accumulate) {
     dnnl::post_ops sum;
     sum.append_sum(1.0f);
     attr.set_post_ops(sum);
   }
   dnnl::matmul::primitive_desc primitive_desc(desc, attr, cpu_engine());
-  plan.scratchpad = primitive_desc.scratchpad_desc();
+  if (key.runtime == GemmRuntimeDim::None) plan.scratchpad = primitive_desc.scratchpad_desc();
   plan.primitive = dnnl::matmul(primitive_desc);
   return plan;
 }
@@ -98,15 +115,18 @@ const GemmPlan& plan_for(const GemmKey& key) {
   return found->second;
 }
 
-void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, void* c) {
+// `m` and `k`: the sizes of this execution (the key's, but for a runtime dimension).
+void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, void* c, int64_t m, int64_t k) {
   try {
     const GemmPlan& plan = plan_for(key);
     dnnl::engine& engine = cpu_engine();
     auto handle = [](const bf16* data) { return const_cast<bf16*>(data); };  // oneDNN only reads inputs
+    const OperandDescs descs = key.runtime == GemmRuntimeDim::None ? OperandDescs{plan.a, plan.b, plan.c}
+                                                                   : operand_descs(key, m, k);
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(plan.a, engine, handle(a))},
-        {DNNL_ARG_WEIGHTS, memory(plan.b, engine, handle(b))},
-        {DNNL_ARG_DST, memory(plan.c, engine, c)},
+        {DNNL_ARG_SRC, memory(descs.a, engine, handle(a))},
+        {DNNL_ARG_WEIGHTS, memory(descs.b, engine, handle(b))},
+        {DNNL_ARG_DST, memory(descs.c, engine, c)},
     };
     if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, engine, handle(bias)));
     if (size_t bytes = plan.scratchpad.get_size(); bytes > 0) {
@@ -116,9 +136,13 @@ void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, voi
     plan.primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& error) {
-    fail("oneDNN bf16 matmul failed for m={} n={} k={} trans_a={} trans_b={}: {}", key.m, key.n, key.k, key.trans_a,
+    fail("oneDNN bf16 matmul failed for m={} n={} k={} trans_a={} trans_b={}: {}", m, key.n, k, key.trans_a,
          key.trans_b, error.what());
   }
+}
+
+void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, void* c) {
+  run(key, a, b, bias, c, key.m, key.k);
 }
 
 // c[row, :] = bf16(sums[row, :] + bias), rounded once as oneDNN rounds its sum.
@@ -178,6 +202,27 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   if (k >= 4 * kChunkK && k >= kLongKRatio * std::max(m, n)) return gemm_long_k(key, a, b, bias, c);
   if (trans_a && m >= kTallRows) return gemm_tall_transposed_a(key, a, b, bias, c);
   run(key, a, b, bias, c);
+}
+
+void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       const bf16* a, const bf16* b, bf16* c) {
+  // The leading dimensions must not depend on the runtime size: a stored [m, k] (not transposed) for a
+  // runtime m, a^T [k, m] and b [k, n] for a runtime k.
+  STRATA_CHECK(runtime != GemmRuntimeDim::None && (runtime == GemmRuntimeDim::M ? !trans_a : trans_a && !trans_b),
+               "gemm_bf16_runtime: a runtime {} with trans_a={} trans_b={} has a leading dimension that varies",
+               runtime == GemmRuntimeDim::M ? "m" : "k", trans_a, trans_b);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return gemm_bf16(trans_a, trans_b, m, n, k, a, b, nullptr, c);
+  // f32 sums in the calling thread's scratch, rounded here: with a bf16 output, oneDNN 2.6's jit gemm
+  // behind a runtime dimension keeps its f32 sums in a buffer that concurrent executions of the one
+  // primitive share (measured: wrong sums whenever two threads run it at once).
+  GemmKey key{.m = runtime == GemmRuntimeDim::M ? 0 : m, .n = n, .k = runtime == GemmRuntimeDim::K ? 0 : k,
+              .trans_a = trans_a, .trans_b = trans_b, .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
+              .bias = false, .f32_out = true, .accumulate = false, .threads = omp_get_max_threads(),
+              .runtime = runtime};
+  float* sums = thread_scratch<float>(kRuntimeSumsSlot, static_cast<size_t>(m * n));
+  run(key, a, b, nullptr, sums, m, k);
+  for (int64_t row = 0; row < m; ++row) round_row(sums + row * n, nullptr, c + row * n, n);
 }
 
 }  // namespace strata::cpu

@@ -18,4 +18,12 @@ namespace strata::cpu {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a, const bf16* b,
                const bf16* bias, bf16* c);
 
+// The same product (no bias) for grouped GEMMs, whose groups change size every step: the `runtime`
+// dimension (m, with a not transposed; or k, with a transposed and b not) is left out of the primitive,
+// so one primitive serves every group (making one costs about 2 ms; oneDNN then runs its jit gemm rather
+// than brgemm, measured within 10% of it on the experts' shapes).
+enum class GemmRuntimeDim { None, M, K };
+void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       const bf16* a, const bf16* b, bf16* c);
+
 }  // namespace strata::cpu
