@@ -9,6 +9,7 @@
 #include "compare/adamw_reach.h"
 #include "core/error.h"
 #include "model/family.h"
+#include "parallel/parallel_dimension.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -136,6 +137,9 @@ void GraphCapture::add_gradient_part(const std::string& param, const CapturedTen
     CapturedTensor whole{param + ".grad", kParamGradOp, pending.dtype, pending.precision, pending.sum, 1.0, pending.inputs};
     if (!record_->empty()) whole.layout = record_->values.at(pending.use);
     whole.layout.shape = whole.tensor.shape();
+    // A parameter split over ranks that run other micro-batches (experts under expert parallelism) has
+    // their tokens' gradients too: not this micro-batch's. The steps' parameters compare it.
+    if (!whole.layout.group.empty() && parallel_dimension(whole.layout.group).splits_batch) return;
     completed.push_back(std::move(whole));
   }
 }

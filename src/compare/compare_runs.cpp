@@ -54,10 +54,9 @@ bool same_tokens(const Tensor& dumped, const Tensor& ours) {
 
 // "dp=2 tp=2 pp=1 zero=1 sp": every dimension's degree, in the order their config keys are named.
 std::string layout_text(const TrainConfig& config) {
-  const MeshShape mesh = config.mesh();
   std::string text;
-  for (const ParallelDimension& dimension : parallel_dimensions()) {
-    text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimension.name, mesh.degree(dimension.name));
+  for (const MeshExtent& extent : config.mesh().named_extents()) {
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", extent.dimension, extent.degree);
   }
   return text + (config.zero > 0 ? fmt::format(" zero={}", config.zero) : "") + (config.sp ? " sp" : "");
 }

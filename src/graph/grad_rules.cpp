@@ -71,6 +71,10 @@ const std::map<std::string, GradRule>& rules() {
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("all_gather", {dy[0]}, n.attrs, grad_label(n, "x"))};
        }},
+      {"gather_to_group",
+       [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
+         return {g.apply1("split_to_group", {dy[0]}, n.attrs, grad_label(n, "x"))};
+       }},
       {"reduce_scatter",
        [](Graph& g, const Node& n, const std::vector<int>& dy) -> std::vector<int> {
          return {g.apply1("all_gather", {dy[0]}, n.attrs, grad_label(n, "x"))};

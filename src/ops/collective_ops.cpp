@@ -4,7 +4,9 @@
 // all_gather concatenates along a dimension and reduce_scatter sums and keeps
 // this rank's block of it, each the other's gradient (sequence parallelism);
 // split_to_group keeps this rank's block of a value every rank holds, its
-// gradient all_gather (Megatron's scatter to the sequence-parallel region).
+// gradient all_gather (Megatron's scatter to the sequence-parallel region);
+// gather_to_group is its converse, an all_gather into ops every rank runs alike,
+// whose gradient keeps this rank's block.
 // all_to_all exchanges blocks along a dimension (expert parallelism's token
 // dispatch and combine); the exchange is its own adjoint, so it is its gradient.
 // send_to_stage and receive_from_stage are a pipeline's stage boundary, each
@@ -136,6 +138,23 @@ void add_collective_ops(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
+      .placement = PlacementRule::None,
+  });
+  registry.add({
+      .name = "gather_to_group",
+      .summary = "out = x of every rank of the group named by attr `group` (attr `ranks` of them) side by side "
+                 "along axis attr `dim`, as all_gather, for ops every rank then runs alike on the whole value: "
+                 "each rank's gradient of out is already the whole one, so its gradient keeps this rank's block "
+                 "(split_to_group; Megatron's gather from the sequence-parallel region without a tensor-parallel "
+                 "output gradient)",
+      .inputs = {"x"},
+      .outputs = {"out"},
+      .attrs = {"group", "ranks", "dim"},
+      .infer = [](const Metas& in, const Attrs& attrs) { return resized_along_dim("gather_to_group", in, attrs, true); },
+      .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
+      .precision = PrecisionRole::FollowsInputs,
+      .differentiable = Differentiable::Yes,
+      .comm = one_call(CommPattern::AllGather),
       .placement = PlacementRule::None,
   });
   registry.add({

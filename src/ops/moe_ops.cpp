@@ -71,7 +71,7 @@ void add_route(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::Yes,
-      .placement = PlacementRule::None,
+      .placement = PlacementRule::WholeSequence,
   });
   registry.add({
       .name = "moe_route_backward",
@@ -120,7 +120,7 @@ void add_router_loss_terms(OpRegistry& registry) {
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
       .precision = PrecisionRole::F32Default,
       .differentiable = Differentiable::Yes,
-      .placement = PlacementRule::None,
+      .placement = PlacementRule::WholeSequence,
   });
   registry.add({
       .name = "moe_router_loss_terms_backward",
@@ -218,7 +218,7 @@ void add_permute(OpRegistry& registry) {
       .flops = [](const Metas&, const Metas&, const Attrs&) { return 0.0; },
       .precision = PrecisionRole::FollowsInputs,
       .differentiable = Differentiable::Yes,
-      .placement = PlacementRule::None,
+      .placement = PlacementRule::WholeSequence,
   });
   registry.add({
       .name = "moe_permute_backward",

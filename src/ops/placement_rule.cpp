@@ -16,6 +16,7 @@ std::string_view placement_rule_name(PlacementRule rule) {
     case PlacementRule::VocabLoss: return "vocabulary loss";
     case PlacementRule::ExpertGroups: return "expert groups";
     case PlacementRule::ExpertCombine: return "expert combine";
+    case PlacementRule::WholeSequence: return "whole sequence";
   }
   return "?";
 }

@@ -39,6 +39,10 @@ enum class PlacementRule {
   ExpertGroups,
   // Reads the experts' outputs in the order its rows were sent to them (the weighted combine).
   ExpertCombine,
+  // Reads every position of the micro-batch at once (a router's choices and their sums over the tokens):
+  // under a sequence split its split inputs are gathered whole (gather_to_group) and every rank runs it
+  // alike, as the ops after it that read only whole values.
+  WholeSequence,
 };
 
 std::string_view placement_rule_name(PlacementRule rule);

@@ -30,15 +30,21 @@ int MeshShape::degree(std::string_view dimension) const {
   fail("no parallel dimension '{}'", dimension);
 }
 
-std::string MeshShape::keys() const {
-  std::vector<ParallelDimension> dimensions;
+std::vector<MeshExtent> MeshShape::named_extents() const {
+  std::vector<MeshExtent> named;
   for (const ParallelDimension& dimension : parallel_dimensions()) {
-    if (!dimension.named_when_set_only || degree(dimension.name) != 1) dimensions.push_back(dimension);
+    const int at = degree(dimension.name);
+    if (!dimension.named_when_set_only || at != 1) named.push_back({dimension.name, at});
   }
+  return named;
+}
+
+std::string MeshShape::keys() const {
+  const std::vector<MeshExtent> dimensions = named_extents();
   std::string text = dimensions.size() > 1 ? "keys " : "key ";
   for (size_t i = 0; i < dimensions.size(); ++i) {
     text += i == 0 ? "" : i + 1 == dimensions.size() ? " and " : ", ";
-    text += fmt::format("'parallel.{}' ({})", dimensions[i].name, degree(dimensions[i].name));
+    text += fmt::format("'parallel.{}' ({})", dimensions[i].dimension, dimensions[i].degree);
   }
   return text;
 }

@@ -31,7 +31,10 @@ class MeshShape {
   int degree(std::string_view dimension) const;
   // Every registered dimension's extent, innermost (lowest nesting) first.
   const std::vector<MeshExtent>& extents() const { return extents_; }
-  // "keys 'parallel.dp' (2), 'parallel.tp' (1) and 'parallel.pp' (1)", in registration order.
+  // The extents a message names, in registration order: every dimension but one that applies to
+  // some models only (ParallelDimension::named_when_set_only) at degree 1.
+  std::vector<MeshExtent> named_extents() const;
+  // "keys 'parallel.dp' (2), 'parallel.tp' (1) and 'parallel.pp' (1)": the named extents.
   std::string keys() const;
 
  private:

@@ -139,15 +139,18 @@ class TensorParallelPass {
     }
     const PlacementRule rule = OpRegistry::global().get(n.op).placement;
     if (reads(n, Placement::SplitSequence) && passes_sequence_split(rule)) return sequence_region(n);
+    if (reads(n, Placement::SplitSequence) && rule == PlacementRule::WholeSequence) return whole_sequence(n);
     switch (rule) {
       case PlacementRule::Linear:
         if (placement(n.inputs[1]) == Placement::SplitColumns) return column_linear(n);
         if (placement(n.inputs[1]) == Placement::SplitRows) return row_linear(n);
+        if (positionwise_replicated(n)) return sequence_region(n);
         break;
       case PlacementRule::Matmul:
         if (placement(n.inputs[1]) == Placement::SplitVocab) return vocab_head(n);
         if (placement(n.inputs[1]) == Placement::SplitColumns) return column_matmul(n);
         if (placement(n.inputs[1]) == Placement::SplitRows) return row_matmul(n);
+        if (positionwise_replicated(n)) return sequence_region(n);
         break;
       case PlacementRule::AttentionByHeads:
         if (reads_only(n, Placement::SplitColumns)) return local_heads(n);
@@ -170,6 +173,7 @@ class TensorParallelPass {
       case PlacementRule::RowwiseNorm:
       case PlacementRule::ExpertGroups:
       case PlacementRule::ExpertCombine:
+      case PlacementRule::WholeSequence:
       case PlacementRule::None:
       case PlacementRule::Unstated:
         break;
@@ -260,6 +264,33 @@ class TensorParallelPass {
       }
     }
     produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::SplitSequence);
+  }
+
+  // Each position times replicated weights (a router's gate, a shared expert's linears): the positions
+  // stay split, the weights read through copy_to_group.
+  bool positionwise_replicated(const Node& n) const {
+    return placement(n.inputs[0]) == Placement::SplitSequence &&
+           std::all_of(n.inputs.begin() + 1, n.inputs.end(),
+                       [&](int input) { return placement(input) == Placement::Replicated; });
+  }
+
+  // The op reads every position: its sequence-split inputs gathered whole (once each), it runs alike
+  // on every rank, and so do the ops after it that read only whole values.
+  void whole_sequence(const Node& n) {
+    std::vector<int> inputs = inputs_of(n);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int source_input = n.inputs[i];
+      if (placement(source_input) == Placement::Replicated) continue;
+      if (placement(source_input) != Placement::SplitSequence) refuse(n, "reads a value split by features");
+      auto [gathered, fresh] = gathered_.try_emplace(source_input, -1);
+      if (fresh) {
+        gathered->second = own_value(target().apply1("gather_to_group", {inputs[i]}, sequence_attrs(inputs[i]),
+                                                     n.label + ".gather_tp"),
+                                     ValueLayout::Kind::Whole);
+      }
+      inputs[i] = gathered->second;
+    }
+    produce(n, target().apply(n.op, inputs, n.attrs, n.label), Placement::Replicated);
   }
 
   void column_linear(const Node& n) {
@@ -378,6 +409,7 @@ class TensorParallelPass {
   std::map<int, Placement> placement_;  // of source values; absent: replicated
   std::map<int, int> logits_table_;     // vocabulary-split logits -> the table that made them
   std::map<int, int64_t> parts_;        // of split source values: their fused parts (absent: 1)
+  std::map<int, int> gathered_;         // sequence-split source values gathered whole: their target values
   ValueLayouts layouts_;                // of target values
   std::map<std::string, std::string> gradient_labels_;
 };

@@ -204,12 +204,14 @@ const std::vector<std::string> kExact = {"square_sum_exact"};
 // Collectives return their input in one process (a group of one rank); over real ranks they are
 // checked against one process in tests/parallel/mpi/ (the tensor-parallel MLP, the sequence axis,
 // and GPT-2 split with and without sequence parallelism, where split_to_group places the positions;
-// all_to_all's exchange and gradient in all_to_all_op_test.cpp).
+// all_to_all's exchange and gradient in all_to_all_op_test.cpp, expert parallelism's exchanges and
+// gather_to_group in expert_exchange_op_test.cpp).
 // The stage boundary's two move bytes unchanged; they are checked by the pipeline cut chained in
 // one process (tests/parallel/pipeline_part_test.cpp) and by every pipeline run.
 const std::vector<std::string> kCollectives = {"all_gather",    "all_reduce",         "all_to_all",
                                                "copy_to_group", "receive_from_stage", "reduce_scatter",
-                                               "send_to_stage", "split_to_group"};
+                                               "send_to_stage", "split_to_group",     "gather_to_group",
+                                               "moe_dispatch_exchange", "moe_return_exchange"};
 
 // The type an input takes when the op runs in `dtype`.
 DType input_type(const Input& input, DType dtype) {

@@ -66,6 +66,7 @@ TEST_F(ExpertParallelRun, ComposesWithDataTensorAndPipelineParallelismAndZero) {
        {std::tuple{"ep2_dp2", "--set parallel.ep=2 --set parallel.dp=2"},
         std::tuple{"ep2_dp2_zero1", "--set parallel.ep=2 --set parallel.dp=2 --set parallel.zero=1"},
         std::tuple{"ep2_tp2", "--set parallel.ep=2 --set parallel.tp=2"},
+        std::tuple{"ep2_tp2_sp", "--set parallel.ep=2 --set parallel.tp=2 --set parallel.sp=true"},
         std::tuple{"ep2_pp2", "--set parallel.ep=2 --set parallel.pp=2"},
         std::tuple{"ep4", "--set parallel.ep=4"}}) {
     const fs::path run = train(name, mpirun(4), kSettings + " " + layout);

@@ -127,6 +127,7 @@ void register_elementwise(Backend& backend) {
     backend.add_kernel("all_reduce", dtype, all_reduce_kernel);
     backend.add_kernel("copy_to_group", dtype, copy_to_group_kernel);
     backend.add_kernel("all_gather", dtype, all_gather_kernel);
+    backend.add_kernel("gather_to_group", dtype, all_gather_kernel);
     backend.add_kernel("reduce_scatter", dtype, reduce_scatter_kernel);
     backend.add_kernel("split_to_group", dtype, split_to_group_kernel);
     backend.add_kernel("all_to_all", dtype, all_to_all_kernel);

@@ -122,6 +122,7 @@ void register_elementwise(Backend& backend) {
   add_float_kernels(backend, "all_reduce", all_reduce_kernel);
   add_float_kernels(backend, "copy_to_group", copy_to_group_kernel);
   add_float_kernels(backend, "all_gather", all_gather_kernel);
+  add_float_kernels(backend, "gather_to_group", all_gather_kernel);
   add_float_kernels(backend, "reduce_scatter", reduce_scatter_kernel);
   add_float_kernels(backend, "split_to_group", split_to_group_kernel);
   add_float_kernels(backend, "all_to_all", all_to_all_kernel);
