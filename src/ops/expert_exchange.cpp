@@ -200,9 +200,15 @@ void moe_dispatch_exchange_kernel(const Tensors& inputs, const Tensors& outputs,
     for (int64_t r = 0; r < counts.ranks; ++r) local_sizes[e] += received32[static_cast<size_t>(r * counts.local + e)];
   }
   const size_t row_bytes = xs.nbytes() / static_cast<size_t>(std::max<int64_t>(xs.size(0), 1));
-  std::vector<char> arrived(static_cast<size_t>(total(counts.received)) * row_bytes);
+  const int64_t arriving = total(counts.received);
+  std::vector<char> arrived(static_cast<size_t>(arriving) * row_bytes);
   group.all_to_all_v_bytes(xs.raw(), row_bytes_by_rank(counts, true, row_bytes), arrived.data(),
                            row_bytes_by_rank(counts, false, row_bytes));
+  // Checked once the exchange is done, so that no other rank is left waiting in it.
+  if (arriving > outputs[0].size(0)) {
+    fail("op '{}': the ranks send {} rows, more than the {} of output 'xe' (ranks whose xs differ in rows)", op,
+         arriving, outputs[0].size(0));
+  }
   regroup_rows(counts, arrived.data(), static_cast<char*>(outputs[0].raw()), row_bytes, /*to_expert_major=*/true);
   zero_rows_after(outputs[0], total(counts.received));
 }
