@@ -32,6 +32,26 @@ const char* pattern_name(CommPattern pattern) {
   return "tensor-parallel";
 }
 
+// A mixture of experts' grouped GEMMs (their efficiency on the active experts' FLOPs, at the busiest
+// expert's rows) and the expert-parallel exchanges.
+void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& attribution,
+                      const PlanningProblem& problem, double peak) {
+  const CostModel::ClassTime& experts = attribution.expert_gemms;
+  if (experts.seconds > 0) {
+    out.terms.push_back(
+        {"compute: experts' grouped GEMMs", experts.seconds,
+         fmt::format("{:.0f}% of the matrix peak; {:.0f} rows per expert (the busiest, imbalance {:.2f}), {} experts "
+                     "per device",
+                     100 * experts.flops / experts.seconds / peak, attribution.expert_rows, problem.moe_imbalance,
+                     problem.model.num_experts / out.prediction.plan.ep)});
+  }
+  if (attribution.all_to_all > 0) {
+    out.terms.push_back({"expert-parallel all-to-all", attribution.all_to_all,
+                         fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
+                                     out.prediction.plan.ep)});
+  }
+}
+
 PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   PlanExplanation out{prediction, 0, {}};
   const CostModel::StepAttribution attribution = model.attribute(prediction);
@@ -48,6 +68,7 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   for (const auto& [pattern, seconds] : attribution.tp_comm) {
     out.terms.push_back({pattern_name(pattern), seconds, "not overlapped"});
   }
+  add_expert_terms(out, attribution, problem, peak);
   const TimeBreakdown& t = prediction.time;
   const std::vector<ExplainTerm> rest = {
       {"pipeline transfers", t.pp_comm, ""},
