@@ -172,6 +172,7 @@ double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
     const ExpertLoad load{problem_.model.num_experts, ep, problem_.moe_imbalance};
     return op_seconds(busiest_expert_gemm(op, load, problem_.dtype), problem_.cluster.device, problem_.dtype);
   }
+  if (is_expert_elementwise(op)) return op_seconds(op, problem_.cluster.device, problem_.dtype, ep);
   return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
                     problem_.attention);
 }

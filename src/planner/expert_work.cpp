@@ -16,6 +16,10 @@ bool is_expert_gemm(const OpWork& op) {
   return op.kind == OpKind::Gemm && (op.op == "grouped_matmul" || op.op == "grouped_matmul_weight_grad");
 }
 
+bool is_expert_elementwise(const OpWork& op) {
+  return op.kind == OpKind::Other && op.label.substr(0, op.label.find(':')).find("experts.") != std::string::npos;
+}
+
 double busiest_expert_rows(double rows, const ExpertLoad& load) {
   return std::ceil(load.imbalance * rows * load.ep / static_cast<double>(load.experts));
 }

@@ -1,7 +1,8 @@
 #pragma once
 // A mixture of experts' work on one device under expert parallelism, beyond what the one-device graph
-// says: the grouped GEMMs as the busiest rank runs them, and the all-to-all exchanges of the experts'
-// rows over the expert-parallel group (parallel/expert_parallel.h).
+// says: the grouped GEMMs as the busiest rank runs them, the element-wise work between them over the
+// receive buffer, and the all-to-all exchanges of the experts' rows over the expert-parallel group
+// (parallel/expert_parallel.h).
 //
 // Each of the ep ranks holds E/ep experts and receives, on average, as many rows as its own tokens
 // route (tokens·k): ep·tokens·k/E per expert. A grouped GEMM runs its experts' groups of rows one
@@ -29,6 +30,10 @@ double active_parameters(const ModelConfig& config);
 
 // Whether `op` is an experts' grouped GEMM (forward, input gradient or weight gradient).
 bool is_expert_gemm(const OpWork& op);
+
+// Whether `op` is element-wise work on the experts' rows between their GEMMs (SwiGLU, forward and backward):
+// under expert parallelism the runtime runs it over its whole receive buffer, sized for ep ranks' rows.
+bool is_expert_elementwise(const OpWork& op);
 
 // `op` (is_expert_gemm) as the busiest rank runs it: one GEMM per local expert (`gemm.batch` = E/ep),
 // each with the busiest expert's rows (rounded up), its FLOPs and the operands' bytes those make.

@@ -30,13 +30,15 @@ struct SegmentGraph {
     const std::string base = forward_label(label);
     return kSegmentStream.count(base) != 0 || listed(stream.ops, base);
   }
-  // Whether a value is rows of a mixture of experts' permuted buffer (made or read by the token permutation,
-  // the experts' GEMMs and the activation between them, model/moe/moe_block.h), forward or backward; their
-  // weights' gradients are not rows.
+  // Whether a value is rows of a mixture of experts' permuted buffer (model/moe/moe_block.h): made by the
+  // token permutation, the experts' GEMMs and the activation between them, or their gradients (the weighted
+  // combine's included); the weights' gradients are not rows, nor are the tokens' [batch, seq, C].
   static bool expert_rows(const Value& value) {
     const std::string base = forward_label(value.name);
-    const bool expert_op = base.find("experts.") != std::string::npos ||
-                           (base.size() >= 8 && base.compare(base.size() - 8, 8, "dispatch") == 0);
+    auto ends_with = [&](const std::string& suffix) {
+      return base.size() >= suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool expert_op = base.find("experts.") != std::string::npos || ends_with("dispatch") || ends_with("combine");
     return expert_op && value.meta.shape.size() == 2;
   }
   // The forward op's label a value or op descends from (backward ops extend it after ':' or ".grad_").

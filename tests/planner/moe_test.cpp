@@ -168,6 +168,29 @@ TEST(PlannerMoe, GroupedGemmAtTheBusiestExpertsRows) {
   EXPECT_NEAR(expert_seconds(1.0, 2), expected, 1e-9 * expected);
 }
 
+// SwiGLU between the experts' GEMMs runs over the rank's whole receive buffer, ep ranks' rows: at ep = 2
+// its forward and backward take twice the memory traffic; every other element-wise op is unchanged.
+TEST(PlannerMoe, ExpertElementwiseWorkRunsOverTheReceiveBuffer) {
+  const ModelConfig c = tiled_moe(4);
+  const ClusterSpec cluster = testing::test_cluster(1, 2, 64);
+  auto elementwise_seconds = [&](int ep) {
+    CostModel model(PlanningProblem{"moe", c, 4, 64, DType::F32, cluster});
+    const Prediction prediction = model.evaluate(plan_of(2 / ep, ep, 2, 1));
+    return model.attribute(prediction).compute.at(OpKind::Other).seconds;
+  };
+  double swiglu = 0;  // one layer's, forward and backward, at one rank's rows: memory-bound on the test device
+  const Workload work = build_workload(c, 2, 64, 1, DType::F32);
+  for (const auto* ops : {&work.layer.forward, &work.layer.backward}) {
+    for (const OpWork& op : *ops) {
+      if (op.label.find("experts.act") == std::string::npos) continue;
+      EXPECT_EQ(op.kind, OpKind::Other) << op.label;
+      swiglu += op.bytes / cluster.device.memory_bandwidth_Bps;
+    }
+  }
+  ASSERT_GT(swiglu, 0.0);
+  EXPECT_NEAR(elementwise_seconds(2) - elementwise_seconds(1), 2 /* layers */ * swiglu, 1e-9 * swiglu);
+}
+
 TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   const ModelConfig c = tiled_moe(8);
   PlanLimits limits;
