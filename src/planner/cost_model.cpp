@@ -167,10 +167,14 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
   return *found->second;
 }
 
+ExpertLoad CostModel::expert_load(int ep) const {
+  const GemmEngine& engine = problem_.cluster.device.performance(problem_.dtype).gemm;
+  return {problem_.model.num_experts, ep, problem_.moe_imbalance, engine.alignment.front().first};
+}
+
 double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
   if (is_expert_gemm(op)) {
-    const ExpertLoad load{problem_.model.num_experts, ep, problem_.moe_imbalance};
-    return op_seconds(busiest_expert_gemm(op, load, problem_.dtype), problem_.cluster.device, problem_.dtype);
+    return op_seconds(busiest_expert_gemm(op, expert_load(ep), problem_.dtype), problem_.cluster.device, problem_.dtype);
   }
   if (is_expert_elementwise(op)) return op_seconds(op, problem_.cluster.device, problem_.dtype, ep);
   return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
@@ -794,8 +798,7 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   for (const OpWork& op : work.layer.forward) {
     if (!is_expert_gemm(op)) continue;
-    const ExpertLoad load{problem_.model.num_experts, plan.ep, problem_.moe_imbalance};
-    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, load, problem_.dtype).gemm.m);
+    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, expert_load(plan.ep), problem_.dtype).gemm.m);
   }
   const SegmentCost& layer_cost = figures.cost.layer;
   result.all_to_all = m * layers *

@@ -30,6 +30,7 @@
 
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
+#include "planner/expert_work.h"
 #include "planner/fsdp_copies.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
@@ -139,6 +140,7 @@ class CostModel {
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
   // busiest of `ep` ranks runs them), and one collective's.
   double op_time(const OpWork& op, int sequence_split, int ep) const;
+  ExpertLoad expert_load(int ep) const;  // the problem's experts over `ep` ranks (expert_work.h)
   double call_time(const CommWork& call);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;

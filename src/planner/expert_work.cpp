@@ -21,7 +21,8 @@ bool is_expert_elementwise(const OpWork& op) {
 }
 
 double busiest_expert_rows(double rows, const ExpertLoad& load) {
-  return std::ceil(load.imbalance * rows * load.ep / static_cast<double>(load.experts));
+  const double alignment = static_cast<double>(load.row_alignment);
+  return std::ceil(load.imbalance * rows * load.ep / static_cast<double>(load.experts) / alignment) * alignment;
 }
 
 OpWork busiest_expert_gemm(const OpWork& op, const ExpertLoad& load, DType dtype) {

@@ -22,6 +22,9 @@ struct ExpertLoad {
   int64_t experts = 0;    // E
   int ep = 1;             // the expert-parallel degree
   double imbalance = 1;   // the busiest expert's rows over the mean
+  // A group's rows are a multiple of this: the GEMM engine's widest alignment, to which MoE runtimes pad each
+  // expert's rows (torchtitan's token-group alignment) so that the weight gradient's k stays aligned.
+  int64_t row_alignment = 1;
 };
 
 // Parameters a token's forward pass uses: all of a dense model's; a mixture of experts' less the weights
@@ -36,10 +39,11 @@ bool is_expert_gemm(const OpWork& op);
 bool is_expert_elementwise(const OpWork& op);
 
 // `op` (is_expert_gemm) as the busiest rank runs it: one GEMM per local expert (`gemm.batch` = E/ep),
-// each with the busiest expert's rows (rounded up), its FLOPs and the operands' bytes those make.
+// each with the busiest expert's rows, its FLOPs and the operands' bytes those make.
 OpWork busiest_expert_gemm(const OpWork& op, const ExpertLoad& load, DType dtype);
 
-// Rows of the busiest expert of a micro-batch whose permuted buffer has `rows` (tokens·k).
+// Rows of the busiest expert of a micro-batch whose permuted buffer has `rows` (tokens·k), rounded up to
+// the row alignment.
 double busiest_expert_rows(double rows, const ExpertLoad& load);
 
 // The all-to-all calls of one MoE layer and micro-batch over the ep ranks, as the exchange ops'

@@ -191,6 +191,14 @@ TEST(PlannerMoe, ExpertElementwiseWorkRunsOverTheReceiveBuffer) {
   EXPECT_NEAR(elementwise_seconds(2) - elementwise_seconds(1), 2 /* layers */ * swiglu, 1e-9 * swiglu);
 }
 
+// The busiest expert's rows: the mean (tokens·k/E per rank, ep ranks' worth) times the imbalance, rounded up
+// to the engine's alignment (8 on the H100 and H200 presets), to which runtimes pad each expert's rows.
+TEST(PlannerMoe, BusiestExpertRowsRoundUpToTheAlignment) {
+  EXPECT_EQ(busiest_expert_rows(1000, ExpertLoad{8, 1, 1.05, 8}), 136);  // 131.25 rows
+  EXPECT_EQ(busiest_expert_rows(1000, ExpertLoad{8, 2, 1.0, 8}), 256);   // 250
+  EXPECT_EQ(busiest_expert_rows(1000, ExpertLoad{8, 1, 1.0, 1}), 125);
+}
+
 TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   const ModelConfig c = tiled_moe(8);
   PlanLimits limits;
