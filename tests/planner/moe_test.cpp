@@ -127,6 +127,25 @@ TEST(PlannerMoe, ExpertParallelismHalvesTheExpertsMemory) {
   EXPECT_DOUBLE_EQ(model.evaluate(zero1).memory.optimizer, 2 * 4.0 * (params / 2 + experts / 2));
 }
 
+// ZeRO-1's weight all-gather: each layer's dense weights over dp x ep = 4 neighbouring ranks, its E/ep
+// experts over the dp = 2 ranks that replicate them, ep = 2 apart; the embedding and head with the dense.
+TEST(PlannerMoe, ExpertWeightsGatherOverTheDataParallelRanksAlone) {
+  const ModelConfig c = mixtral_small();
+  const ClusterSpec cluster = testing::test_cluster(1, 4, 64);
+  CostModel model(PlanningProblem{"moe", c, 4, 128, DType::F32, cluster});
+  ParallelPlan plan = plan_of(2, 2, 1, 1);
+  plan.zero = 1;
+  const Prediction prediction = model.evaluate(plan);
+  const Workload work = build_workload(c, 1, 128, 1, DType::F32);
+  const double dense = work.layer.params - work.layer.expert_params, experts = work.layer.expert_params / 2;
+  const double root = static_cast<double>(c.num_parameters()) - 4 * work.layer.params;
+  CommPricer pricer(cluster);
+  const auto gather = comm::Collective::AllGather;
+  const double expected = 4 * (pricer.collective(gather, 4 * dense, 4, 1) + pricer.collective(gather, 4 * experts, 2, 2)) +
+                          pricer.collective(gather, 4 * root, 4, 1);
+  EXPECT_DOUBLE_EQ(prediction.time.param_gather, expected);
+}
+
 // The rows the experts keep for backward: the permuted tokens [R, C], gate and up [R, F] (SwiGLU's
 // inputs), its output [R, F] (the down projection's input) and the down projection's output [R, C]
 // (the weighted combine's weight gradient reads it); expert parallelism sizes them for ep ranks' rows.
