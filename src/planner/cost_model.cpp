@@ -174,7 +174,8 @@ ExpertLoad CostModel::expert_load(int ep) const {
 
 double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
   if (is_expert_gemm(op)) {
-    return op_seconds(busiest_expert_gemm(op, expert_load(ep), problem_.dtype), problem_.cluster.device, problem_.dtype);
+    const OpWork busiest = busiest_expert_gemm(op, expert_load(ep), problem_.dtype);
+    return op_seconds(busiest, problem_.cluster.device, problem_.dtype);
   }
   if (is_expert_elementwise(op)) return op_seconds(op, problem_.cluster.device, problem_.dtype, ep);
   return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
@@ -801,8 +802,8 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     result.expert_rows = static_cast<double>(busiest_expert_gemm(op, expert_load(plan.ep), problem_.dtype).gemm.m);
   }
   const SegmentCost& layer_cost = figures.cost.layer;
-  result.all_to_all = m * layers *
-                      ((plan.recompute == RecomputeMode::Full ? 2 : 1) * layer_cost.ep_forward + layer_cost.ep_backward);
+  const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
+  result.all_to_all = m * layers * (exchange_forwards * layer_cost.ep_forward + layer_cost.ep_backward);
   const ModelComm comm =
       model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype, problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls, double times) {

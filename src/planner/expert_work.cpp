@@ -9,7 +9,8 @@ namespace strata {
 double active_parameters(const ModelConfig& config) {
   const double idle_experts = static_cast<double>(config.num_experts - config.num_experts_per_tok);
   const double expert_weights = 3.0 * static_cast<double>(config.n_embd * config.moe_intermediate_size);
-  return static_cast<double>(config.num_parameters()) - static_cast<double>(config.n_layer) * idle_experts * expert_weights;
+  const double layers = static_cast<double>(config.n_layer);
+  return static_cast<double>(config.num_parameters()) - layers * idle_experts * expert_weights;
 }
 
 bool is_expert_gemm(const OpWork& op) {

@@ -7,8 +7,8 @@
 namespace strata {
 
 double TimeBreakdown::total() const {
-  return compute + recompute + tp_comm + ep_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm + overlap_slowdown +
-         fsdp_copies + param_gather + optimizer;
+  return compute + recompute + tp_comm + ep_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm +
+         overlap_slowdown + fsdp_copies + param_gather + optimizer;
 }
 
 std::string ParallelPlan::describe() const {
