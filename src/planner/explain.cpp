@@ -157,10 +157,8 @@ Explanation explain_plans(CostModel& model, const Prediction& winner, const Pred
   if (runner_up != nullptr) explanation.runner_up = explain_one(model, *runner_up);
   const double base_winner = priced_again(model.problem(), winner.plan);
   const double base_runner = runner_up ? priced_again(model.problem(), runner_up->plan) : 0.0;
-  for (const Perturbation& p : perturbations(model.problem().cluster)) {
-    PlanningProblem problem = model.problem();
-    p.apply(problem.cluster);
-    Sensitivity s{p.figure, priced_again(problem, winner.plan) / base_winner - 1, 0, false};
+  auto sensitivity = [&](const std::string& figure, const PlanningProblem& problem) {
+    Sensitivity s{figure, priced_again(problem, winner.plan) / base_winner - 1, 0, false};
     if (runner_up != nullptr) {
       const double runner = priced_again(problem, runner_up->plan);
       s.runner_up_change = runner / base_runner - 1;
@@ -170,6 +168,16 @@ Explanation explain_plans(CostModel& model, const Prediction& winner, const Pred
       s.order_flips = std::fabs(after) > 1e-3 && (after < 0) != (before < 0);
     }
     explanation.sensitivities.push_back(s);
+  };
+  for (const Perturbation& p : perturbations(model.problem().cluster)) {
+    PlanningProblem problem = model.problem();
+    p.apply(problem.cluster);
+    sensitivity(p.figure, problem);
+  }
+  if (model.problem().model.num_experts > 0) {  // the user's guess, not the cluster's: 10% more of it
+    PlanningProblem problem = model.problem();
+    problem.moe_imbalance *= 1.1;
+    sensitivity("experts' imbalance (--moe-imbalance)", problem);
   }
   std::stable_sort(explanation.sensitivities.begin(), explanation.sensitivities.end(),
                    [](const Sensitivity& a, const Sensitivity& b) {

@@ -27,6 +27,7 @@ TEST(PlanCommand, PlansAMixtureOfExpertsWithItsExpertTerms) {
   EXPECT_NE(split.output.find("expert-parallel all-to-all"), std::string::npos) << split.output;
   EXPECT_NE(split.output.find("(the busiest, imbalance 1.50), 4 experts per device"), std::string::npos)
       << split.output;
+  EXPECT_NE(split.output.find("experts' imbalance (--moe-imbalance)"), std::string::npos) << split.output;
 }
 
 TEST(PlanCommand, BadExpertSettingsAreNamed) {
