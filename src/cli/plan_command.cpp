@@ -29,7 +29,8 @@ struct PlanArgs {
   int nodes = 0;
   int threads = 0;
   int devices = 0;
-  int dp = 0, tp = 0, pp = 0, max_tp = 0, max_pp = 0, zero = -1, virtual_stages = 0;
+  int dp = 0, tp = 0, pp = 0, ep = 0, max_tp = 0, max_pp = 0, max_ep = 0, zero = -1, virtual_stages = 0;
+  double moe_imbalance = 1.0;
   int64_t micro_batch = 0, max_micro_batch = 32;
   std::string sp, recompute, schedule;
   std::string attention = "fused";
@@ -57,8 +58,10 @@ PlanLimits limits_of(const PlanArgs& args) {
   if (args.dp > 0) limits.dp = args.dp;
   if (args.tp > 0) limits.tp = args.tp;
   if (args.pp > 0) limits.pp = args.pp;
+  if (args.ep > 0) limits.ep = args.ep;
   limits.max_tp = args.max_tp;
   limits.max_pp = args.max_pp;
+  limits.max_ep = args.max_ep;
   if (args.zero >= 0) limits.zero = args.zero;
   if (args.virtual_stages > 0) limits.virtual_stages = args.virtual_stages;
   if (args.micro_batch > 0) limits.micro_batch = args.micro_batch;
@@ -101,6 +104,7 @@ void plan(const PlanArgs& args) {
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
+  problem.moe_imbalance = args.moe_imbalance;
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
   std::optional<Explanation> explanation;
@@ -146,7 +150,14 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--dp", args->dp, "Fix the data-parallel degree")->check(CLI::PositiveNumber);
   command->add_option("--tp", args->tp, "Fix the tensor-parallel degree")->check(CLI::PositiveNumber);
   command->add_option("--pp", args->pp, "Fix the pipeline-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--ep", args->ep, "Fix the expert-parallel degree (a mixture of experts: divides its experts)")
+      ->check(CLI::PositiveNumber);
   command->add_option("--max-tp", args->max_tp, "Largest tensor-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--max-ep", args->max_ep, "Largest expert-parallel degree")->check(CLI::PositiveNumber);
+  command->add_option("--moe-imbalance", args->moe_imbalance,
+                      "A mixture of experts' routing imbalance: the busiest expert's tokens over the mean (default 1, "
+                      "perfectly balanced; 1.2 means one expert gets 20% more than its share). Every rank's grouped "
+                      "GEMMs are priced at that expert's rows, since a step waits for its slowest rank");
   command->add_option("--max-pp", args->max_pp, "Largest pipeline-parallel degree")->check(CLI::PositiveNumber);
   command->add_option("--sp", args->sp, "Sequence parallelism: on or off");
   command->add_option("--micro-batch", args->micro_batch, "Fix the rows per micro-batch")->check(CLI::PositiveNumber);

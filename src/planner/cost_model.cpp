@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <queue>
 
@@ -11,6 +12,7 @@
 #include "planner/device_time.h"
 #include "planner/dropout_work.h"
 #include "planner/eager_work.h"
+#include "planner/expert_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
 #include "planner/selective_comm.h"
@@ -71,6 +73,23 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
   return count;
 }
 
+// Why a model cannot run `plan`'s expert parallelism or sequence parallelism, or nothing.
+std::optional<std::string> expert_parallel_reason(const ModelConfig& model, const ParallelPlan& plan) {
+  if (model.num_experts == 0) {
+    if (plan.ep > 1) return fmt::format("expert parallelism {} for a model without experts", plan.ep);
+    return std::nullopt;
+  }
+  if (model.num_experts % plan.ep != 0) {
+    return fmt::format("expert parallelism {} does not divide the {} experts", plan.ep, model.num_experts);
+  }
+  if (plan.sp) {
+    return std::string(
+        "sequence parallelism for a mixture of experts (the runtime's tensor-parallel pass runs no sequence "
+        "parallelism through the router)");
+  }
+  return std::nullopt;
+}
+
 MemoryBreakdown highest_peak(const std::vector<MemoryBreakdown>& stages) {
   return *std::max_element(stages.begin(), stages.end(),
                            [](const MemoryBreakdown& a, const MemoryBreakdown& b) { return a.peak < b.peak; });
@@ -87,6 +106,11 @@ void PlanningProblem::validate() const {
   if (fsdp_reduce != DType::F32 && fsdp_reduce != DType::BF16 && fsdp_reduce != DType::F16) {
     fail("FSDP's gradient reduction (strata plan --fsdp-reduce) must be f32, bf16 or f16, got {}",
          dtype_name(fsdp_reduce));
+  }
+  if (!(moe_imbalance >= 1.0) || !std::isfinite(moe_imbalance)) {
+    fail("the experts' imbalance (strata plan --moe-imbalance) is the busiest expert's tokens over the mean, at "
+         "least 1, got {}",
+         moe_imbalance);
   }
   cluster.device.performance(dtype);  // names the dtypes the device has when it lacks this one
   if (!cluster.device.computes(dtype)) {
@@ -143,7 +167,17 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
   return *found->second;
 }
 
-double CostModel::op_time(const OpWork& op, int sequence_split) const {
+ExpertLoad CostModel::expert_load(int ep) const {
+  const GemmEngine& engine = problem_.cluster.device.performance(problem_.dtype).gemm;
+  return {problem_.model.num_experts, ep, problem_.moe_imbalance, engine.alignment.front().first};
+}
+
+double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
+  if (is_expert_gemm(op)) {
+    const OpWork busiest = busiest_expert_gemm(op, expert_load(ep), problem_.dtype);
+    return op_seconds(busiest, problem_.cluster.device, problem_.dtype);
+  }
+  if (is_expert_elementwise(op)) return op_seconds(op, problem_.cluster.device, problem_.dtype, ep);
   return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
                     problem_.attention);
 }
@@ -152,8 +186,8 @@ double CostModel::call_time(const CommWork& call) {
   return pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
 }
 
-const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
-  auto key = std::make_tuple(micro_batch, tp, sp);
+const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp, int ep) {
+  auto key = std::make_tuple(micro_batch, tp, sp, ep);
   auto found = costs_.find(key);
   if (found != costs_.end()) return found->second;
   const Workload& work = workload(micro_batch, tp);
@@ -162,11 +196,11 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
     for (const OpWork& op : segment.forward) {
-      double seconds = op_time(op, split);
+      double seconds = op_time(op, split, ep);
       cost.forward += seconds;
       if (op.selective_recompute) cost.selective += seconds;
     }
-    for (const OpWork& op : segment.backward) cost.backward += op_time(op, split);
+    for (const OpWork& op : segment.backward) cost.backward += op_time(op, split, ep);
     return cost;
   };
   Costs result;
@@ -188,6 +222,17 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp) {
     segment->tp_backward = price(calls->backward);
   }
   result.layer.tp_selective = price(recomputed_collectives(comm.layer, problem_.selective));
+  // The experts' rows exchanged over the ep ranks, tp-parallel ranks apart in the device order.
+  const ExpertExchanges exchanges = expert_exchanges(problem_.model, micro_batch, problem_.seq, problem_.dtype, ep);
+  auto exchange = [&](const std::vector<CommCall>& calls) {
+    double seconds = 0;
+    for (const CommCall& call : calls) {
+      seconds += pricer_.collective(collective_of(call.pattern), call.bytes, ep, tp, problem_.dtype);
+    }
+    return seconds;
+  };
+  result.layer.ep_forward = exchange(exchanges.forward);
+  result.layer.ep_backward = exchange(exchanges.backward);
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
 }
@@ -216,20 +261,21 @@ double CostModel::accumulate_seconds(double gradients, double micro_batches) con
 
 std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
   const ModelConfig& model = problem_.model;
-  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1) return "degrees must be at least 1";
+  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1 || plan.ep < 1) return "degrees must be at least 1";
   if (plan.devices() != problem_.cluster.devices()) {
-    return fmt::format("dp x tp x pp = {} does not use the cluster's {} devices", plan.devices(),
+    return fmt::format("dp x tp x pp x ep = {} does not use the cluster's {} devices", plan.devices(),
                        problem_.cluster.devices());
   }
+  if (auto why = expert_parallel_reason(model, plan)) return why;
   if (model.n_head % plan.tp != 0 || model.kv_heads() % plan.tp != 0) {
     return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", plan.tp,
                        model.n_head, model.kv_heads());
   }
   if (plan.sp && plan.tp == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
   if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");
-  if (plan.micro_batch * plan.micro_batches * plan.dp != problem_.global_batch) {
-    return fmt::format("dp {} x micro-batch {} x micro-batches {} is not the global batch {}", plan.dp,
-                       plan.micro_batch, plan.micro_batches, problem_.global_batch);
+  if (plan.micro_batch * plan.micro_batches * plan.dp * plan.ep != problem_.global_batch) {
+    return fmt::format("dp {} x ep {} x micro-batch {} x micro-batches {} is not the global batch {}", plan.dp,
+                       plan.ep, plan.micro_batch, plan.micro_batches, problem_.global_batch);
   }
   if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
   int chunks = plan.pp * plan.virtual_stages;
@@ -253,7 +299,10 @@ struct CostModel::PlanFigures {
   const ParallelPlan& plan;
   const Workload& work;
   const Costs& cost;
-  int p, v, t, d, zero;    // pipeline stages, virtual stages, tensor and data parallelism, ZeRO stage
+  int p, v, t, d, zero;    // pipeline stages, virtual stages, tensor parallelism, dense replicas (dp x ep), ZeRO
+  int e, expert_d;         // expert parallelism, and the data parallelism that replicates the experts
+  double layer_params;     // parameters of a layer on one device (its E / ep experts)
+  double layer_experts;    // of those, the experts' when ep > 1 (else 0: they go with the dense ones)
   double m;                // micro-batches
   int split;               // sequence parallelism's split of the residual stream
   double width;            // bytes of a compute-dtype element
@@ -265,30 +314,37 @@ struct CostModel::PlanFigures {
 };
 
 struct CostModel::StageTime {
-  double compute = 0, recompute = 0, tp = 0, p2p = 0, zero = 0, accumulate = 0;
+  double compute = 0, recompute = 0, tp = 0, ep = 0, p2p = 0, zero = 0, accumulate = 0;
   double zero_slowdown = 0;  // compute slowed by the ZeRO-2/3 collectives running beside it
   double fsdp_copies = 0;    // FSDP's copies around its collectives (ZeRO-3)
   double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
   double forward = 0;   // the forward pass with its collectives and half the transfers (the replay's forward)
-  double total() const { return compute + recompute + tp + p2p + zero + zero_slowdown + fsdp_copies + accumulate; }
+  double total() const {
+    return compute + recompute + tp + ep + p2p + zero + zero_slowdown + fsdp_copies + accumulate;
+  }
 };
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const Workload& work = workload(plan.micro_batch, plan.tp);
-  const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp);
+  const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp, plan.ep);
   const int t = plan.tp;
   const SegmentCost& layer = cost.layer;
   double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective + layer.tp_selective
-                           : plan.recompute == RecomputeMode::Full    ? layer.forward + layer.tp_forward
-                                                                  : 0.0;
+                           : plan.recompute == RecomputeMode::Full ? layer.forward + layer.tp_forward + layer.ep_forward
+                                                                   : 0.0;
+  const double experts_here = work.layer.expert_params / plan.ep;
   return PlanFigures{plan,
                      work,
                      cost,
                      plan.pp,
                      plan.virtual_stages,
                      t,
-                     plan.dp,
+                     plan.dp * plan.ep,
                      plan.zero,
+                     plan.ep,
+                     plan.dp,
+                     work.layer.params - work.layer.expert_params + experts_here,
+                     plan.ep > 1 ? experts_here : 0.0,
                      static_cast<double>(plan.micro_batches),
                      plan.sp ? t : 1,
                      static_cast<double>(dtype_size(problem_.dtype)),
@@ -317,10 +373,19 @@ std::vector<int> CostModel::split_layers_by_time(const PlanFigures& figures) {
 }
 
 double CostModel::stage_params(const PlanFigures& figures, int stage, int layers) {
-  double params = layers * figures.work.layer.params;
+  double params = layers * figures.layer_params;
   if (stage == 0) params += figures.work.embedding.params;
   if (stage == figures.p - 1) params += figures.work.head.params + (figures.p > 1 ? figures.tied : 0.0);
   return params;
+}
+
+double CostModel::stage_expert_params(const PlanFigures& figures, int layers) { return layers * figures.layer_experts; }
+
+double CostModel::sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded) {
+  const double params = stage_params(figures, stage, layers);
+  if (!sharded) return params;
+  const double experts = stage_expert_params(figures, layers);
+  return (params - experts) / figures.d + experts / figures.expert_d;
 }
 
 double CostModel::in_flight(const PlanFigures& figures, int stage) const {
@@ -334,14 +399,19 @@ double CostModel::in_flight(const PlanFigures& figures, int stage) const {
 
 MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {
   const Workload& work = figures.work;
-  const int d = figures.d, zero = figures.zero, split = figures.split;
+  const int zero = figures.zero, split = figures.split, e = figures.e;
   MemoryBreakdown mem;
   mem.stage = stage;
-  double params = stage_params(figures, stage, layers);
-  mem.weights = params * figures.width / (zero == 3 ? d : 1);
-  mem.master = figures.mixed ? kF32 * params / (zero >= 1 ? d : 1) : 0.0;
-  mem.gradients = kF32 * params / (zero >= 2 ? d : 1);
-  mem.optimizer = 2 * kF32 * params / (zero >= 1 ? d : 1);
+  const double params = stage_params(figures, stage, layers);
+  // Bytes of `bytes_per_param` per parameter held, sharded by ZeRO or not.
+  auto held = [&](double bytes_per_param, bool sharded) {
+    if (stage_expert_params(figures, layers) == 0) return bytes_per_param * params / (sharded ? figures.d : 1);
+    return bytes_per_param * sharded_params(figures, stage, layers, sharded);
+  };
+  mem.weights = held(figures.width, zero == 3);
+  mem.master = figures.mixed ? held(kF32, zero >= 1) : 0.0;
+  mem.gradients = held(kF32, zero >= 2);
+  mem.optimizer = held(2 * kF32, zero >= 1);
   // One micro-batch's backward runs the head, the layers (the last first), then the embedding;
   // each segment's temporaries come on top of what the segments before it still keep, the
   // segments after it having released theirs.
@@ -353,19 +423,20 @@ MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, i
                                                           work.seq * work.seq) *
                                           figures.width
                                     : 0.0;
-  const double layer_saved = work.layer.saved[figures.mode].total(split) + scores;
+  const double layer_saved = work.layer.saved[figures.mode].total(split, e) + scores;
   const double embedding_saved = stage == 0 ? work.embedding.saved[0].total(split) : 0.0;
   const double head_saved = stage == figures.p - 1 ? work.head.saved[0].total(split) : 0.0;
   double saved = layers * layer_saved + embedding_saved + head_saved;
   double temporaries = 0;
   if (stage == figures.p - 1) temporaries = work.head.peak.total(split) - head_saved;
-  if (layers > 0) temporaries = std::max(temporaries, work.layer.peak.total(split) - layer_saved - head_saved);
+  if (layers > 0) temporaries = std::max(temporaries, work.layer.peak.total(split, e) - layer_saved - head_saved);
   if (stage == 0) temporaries = std::max(temporaries, work.embedding.peak.total(split) - saved);
   mem.activations = in_flight(figures, stage) * saved + temporaries;
+  const double layer_params = figures.layer_params;
   mem.staging =
-      (zero <= 1 ? params : work.layer.params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
+      (zero <= 1 ? params : layer_params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
   // ZeRO-3 gathers two layers at a time (fsdp_schedule.h) and keeps the root unit (embedding, head) gathered.
-  mem.buffers = zero == 3 ? (2 * work.layer.params + params - layers * work.layer.params) * figures.width : 0.0;
+  mem.buffers = zero == 3 ? (2 * layer_params + params - layers * layer_params) * figures.width : 0.0;
   mem.peak =
       mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
   mem.capacity = problem_.cluster.device.usable_memory_bytes();
@@ -407,14 +478,20 @@ void CostModel::rebalance_by_memory(const PlanFigures& figures, std::vector<int>
 }
 
 double CostModel::data_parallel_collective(const PlanFigures& figures, Collective op, double bytes_per_param,
-                                           DType dtype, double params) {
-  return params > 0 ? pricer_.collective(op, bytes_per_param * params, figures.d, figures.t, dtype) : 0.0;
+                                           DType dtype, double params, double experts) {
+  const double dense = params - experts;
+  double seconds = dense > 0 ? pricer_.collective(op, bytes_per_param * dense, figures.d, figures.t, dtype) : 0.0;
+  // The experts' replicas lie ep x tp devices apart in the device order.
+  if (experts > 0 && figures.expert_d > 1) {
+    seconds += pricer_.collective(op, bytes_per_param * experts, figures.expert_d, figures.t * figures.e, dtype);
+  }
+  return seconds;
 }
 
 double CostModel::bucketed(const PlanFigures& figures, Collective op, double bytes_per_param, DType dtype,
                            double layers, double params) {
-  const double layer_params = figures.work.layer.params;
-  return layers * data_parallel_collective(figures, op, bytes_per_param, dtype, layer_params) +
+  const double layer_params = figures.layer_params;
+  return layers * data_parallel_collective(figures, op, bytes_per_param, dtype, layer_params, figures.layer_experts) +
          data_parallel_collective(figures, op, bytes_per_param, dtype, params - layers * layer_params);
 }
 
@@ -444,11 +521,11 @@ CostModel::FsdpCopyTimes CostModel::fsdp_copy_times(const PlanFigures& figures, 
     for (const OpWork& op : ops) sum += op_seconds(op, problem_.cluster.device, problem_.dtype);
     return sum;
   };
-  const FsdpUnitCopies layer = fsdp_unit_copies(problem_.fsdp, figures.work.layer.params, figures.d, problem_.dtype,
-                                                problem_.fsdp_reduce);
+  const FsdpUnitCopies layer =
+      fsdp_unit_copies(problem_.fsdp, figures.layer_params, figures.d, problem_.dtype, problem_.fsdp_reduce);
   times.layer_forward = seconds(layer.per_gather);
   times.layer_backward = seconds(layer.per_gather) + seconds(layer.per_backward);
-  const double root_params = stage_params(figures, stage, layers) - layers * figures.work.layer.params;
+  const double root_params = stage_params(figures, stage, layers) - layers * figures.layer_params;
   const FsdpUnitCopies root =
       fsdp_unit_copies(problem_.fsdp, root_params, figures.d, problem_.dtype, problem_.fsdp_reduce);
   times.root_forward = seconds(root.per_gather);
@@ -458,17 +535,19 @@ CostModel::FsdpCopyTimes CostModel::fsdp_copy_times(const PlanFigures& figures, 
 
 FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layers, double params) {
   const Costs& cost = figures.cost;
-  const double layer_params = figures.work.layer.params;
+  const double layer_params = figures.layer_params, layer_experts = figures.layer_experts;
   const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
   FsdpStage fsdp;
   fsdp.layers = layers;
-  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward + copies.layer_forward;
-  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + figures.layer_recompute + copies.layer_backward;
-  fsdp.layer_gather =
-      data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype, layer_params);
+  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward + cost.layer.ep_forward + copies.layer_forward;
+  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + cost.layer.ep_backward +
+                        figures.layer_recompute + copies.layer_backward;
+  fsdp.layer_gather = data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype,
+                                               layer_params, layer_experts);
   const DType reduce = problem_.fsdp_reduce;
   const double reduce_width = static_cast<double>(dtype_size(reduce));
-  fsdp.layer_reduce = data_parallel_collective(figures, Collective::ReduceScatter, reduce_width, reduce, layer_params);
+  fsdp.layer_reduce =
+      data_parallel_collective(figures, Collective::ReduceScatter, reduce_width, reduce, layer_params, layer_experts);
   if (stage == 0) {
     fsdp.embedding_forward = cost.embedding.forward + cost.embedding.tp_forward;
     fsdp.embedding_backward = cost.embedding.backward + cost.embedding.tp_backward;
@@ -494,6 +573,7 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   double n = layers;
   double forward = n * layer.forward, backward = n * layer.backward;
   st.tp = n * (layer.tp_forward + layer.tp_backward);
+  st.ep = n * (layer.ep_forward + layer.ep_backward);
   if (stage == 0) {
     forward += figures.cost.embedding.forward;
     backward += figures.cost.embedding.backward;
@@ -507,10 +587,10 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   st.compute = forward + backward;
   st.recompute = n * figures.layer_recompute;
   st.p2p = p2p;
-  st.forward = forward + n * layer.tp_forward + p2p / 2;
+  st.forward = forward + n * layer.tp_forward + n * layer.ep_forward + p2p / 2;
   if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
   if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
-  st.backward = backward + st.recompute + n * layer.tp_backward;
+  st.backward = backward + st.recompute + n * layer.tp_backward + n * layer.ep_backward;
   const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
   st.fsdp_copies = copies.total(layers);
   st.forward += n * copies.layer_forward + copies.root_forward;
@@ -519,10 +599,10 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
   st.zero = zero.exposed;
   st.zero_slowdown = zero.slowdown;
   // Megatron-style runtimes add each micro-batch's weight gradient inside its GEMM (beta = 1): no pass of its own.
-  const double params = stage_params(figures, stage, layers);
   st.accumulate = problem_.fused_accumulation
                       ? 0.0
-                      : accumulate_seconds(figures.zero >= 2 ? params / figures.d : params, figures.m) / figures.m;
+                      : accumulate_seconds(sharded_params(figures, stage, layers, figures.zero >= 2), figures.m) /
+                            figures.m;
   return st;
 }
 
@@ -569,6 +649,7 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   time.compute = m * bottleneck.compute;
   time.recompute = m * bottleneck.recompute;
   time.tp_comm = m * bottleneck.tp;
+  time.ep_comm = m * bottleneck.ep;
   time.pp_comm = m * bottleneck.p2p;
   time.zero_comm = m * bottleneck.zero;
   time.overlap_slowdown = m * bottleneck.zero_slowdown;
@@ -584,6 +665,7 @@ CostModel::Overlap CostModel::stage_reduction(const PlanFigures& figures, int st
   struct Ready {
     double params;
     double seconds;
+    double experts = 0;  // of the params, the experts' (ep > 1), reduced over dp alone in buckets of their own
   };
   std::vector<Ready> order;
   const Costs& cost = figures.cost;
@@ -594,25 +676,30 @@ CostModel::Overlap CostModel::stage_reduction(const PlanFigures& figures, int st
   }
   if (stage == 0) ends += cost.embedding.backward;
   const double per_layer = layers > 0 ? std::max(0.0, time.backward - ends) / layers : 0.0;
-  for (int i = 0; i < layers; ++i) order.push_back({figures.work.layer.params, per_layer});
+  for (int i = 0; i < layers; ++i) order.push_back({figures.layer_params, per_layer, figures.layer_experts});
   if (stage == 0) order.push_back({figures.work.embedding.params, cost.embedding.backward});
 
   // Buckets fill in that order; each collective starts when its bucket is complete and the one before is done.
   const Collective op = figures.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
   const double bucket_params = problem_.bucket_bytes / kF32;
-  double clock = 0, comm_end = 0, filled = 0, busy = 0;
-  auto launch = [&] {
-    double seconds = pricer_.collective(op, kF32 * filled, figures.d, figures.t, DType::F32);
+  double clock = 0, comm_end = 0, filled = 0, experts_filled = 0, busy = 0;
+  auto launch = [&](double& bucket, int ranks, int stride) {
+    double seconds = ranks > 1 ? pricer_.collective(op, kF32 * bucket, ranks, stride, DType::F32) : 0.0;
     comm_end = std::max(comm_end, clock) + seconds;
     busy += seconds;
-    filled = 0;
+    bucket = 0;
   };
+  auto launch_dense = [&] { launch(filled, figures.d, figures.t); };
+  auto launch_experts = [&] { launch(experts_filled, figures.expert_d, figures.t * figures.e); };
   for (const Ready& segment : order) {
     clock += segment.seconds;
-    filled += segment.params;
-    if (filled >= bucket_params) launch();
+    filled += segment.params - segment.experts;
+    experts_filled += segment.experts;
+    if (filled >= bucket_params) launch_dense();
+    if (experts_filled >= bucket_params) launch_experts();
   }
-  if (filled > 0) launch();
+  if (filled > 0) launch_dense();
+  if (experts_filled > 0) launch_experts();
   Overlap overlap;
   overlap.exposed = std::max(0.0, comm_end - clock);
   overlap.slowdown = problem_.cluster.device.comm_compute_slowdown * std::max(0.0, busy - overlap.exposed);
@@ -646,9 +733,9 @@ CostModel::Overlap CostModel::data_parallel_comm(const PlanFigures& figures, con
 double CostModel::slowest_optimizer(const PlanFigures& figures, const std::vector<int>& layers) const {
   double seconds = 0;
   for (int stage = 0; stage < figures.p; ++stage) {
-    double count = stage_params(figures, stage, layers[static_cast<size_t>(stage)]);
-    double sharded = figures.zero >= 1 ? count / figures.d : count;
-    seconds = std::max(seconds, optimizer_seconds(sharded, figures.zero >= 2 ? count / figures.d : count));
+    const int n = layers[static_cast<size_t>(stage)];
+    seconds = std::max(seconds, optimizer_seconds(sharded_params(figures, stage, n, figures.zero >= 1),
+                                                  sharded_params(figures, stage, n, figures.zero >= 2)));
   }
   return seconds;
 }
@@ -689,8 +776,8 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
-      ClassTime& entry = result.compute[op.kind];
-      entry.seconds += times * op_time(op, split);
+      ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
+      entry.seconds += times * op_time(op, split, plan.ep);
       entry.flops += times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
     }
   };
@@ -710,6 +797,13 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     add(work.head.backward, m, false);
     if (figures.p == 1 && work.tied_gradient_sum.flops > 0) add({work.tied_gradient_sum}, m, false);
   }
+  for (const OpWork& op : work.layer.forward) {
+    if (!is_expert_gemm(op)) continue;
+    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, expert_load(plan.ep), problem_.dtype).gemm.m);
+  }
+  const SegmentCost& layer_cost = figures.cost.layer;
+  const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
+  result.all_to_all = m * layers * (exchange_forwards * layer_cost.ep_forward + layer_cost.ep_backward);
   const ModelComm comm =
       model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype, problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls, double times) {

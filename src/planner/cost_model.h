@@ -30,6 +30,7 @@
 
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
+#include "planner/expert_work.h"
 #include "planner/fsdp_copies.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
@@ -71,6 +72,9 @@ struct PlanningProblem {
   // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
   // (Composer's PURE mixed precision).
   DType fsdp_reduce = DType::F32;
+  // A mixture of experts' busiest expert's rows over the mean (expert_work.h): every rank's grouped GEMMs
+  // are priced at that expert's rows. 1: perfectly balanced.
+  double moe_imbalance = 1.0;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
 };
@@ -103,8 +107,11 @@ class CostModel {
   };
   struct StepAttribution {
     int stage = 0;
-    std::map<OpKind, ClassTime> compute;  // recomputation included
+    std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
     std::map<CommPattern, double> tp_comm;
+    ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
+    double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch
+    double all_to_all = 0;            // the expert-parallel exchanges (ep > 1)
   };
   StepAttribution attribute(const Prediction& prediction);
 
@@ -120,16 +127,20 @@ class CostModel {
     double tp_forward = 0;
     double tp_backward = 0;
     double tp_selective = 0;  // forward collectives redone under selective recomputation (selective_comm.h)
-    double seconds() const { return forward + backward + tp_forward + tp_backward; }
+    double ep_forward = 0;    // expert-parallel all-to-all exchanges (expert_work.h)
+    double ep_backward = 0;
+    double seconds() const { return forward + backward + tp_forward + tp_backward + ep_forward + ep_backward; }
   };
   struct Costs {
     SegmentCost embedding, layer, head;
     double tied_gradient_sum = 0;
     double boundary_bytes = 0;  // what a stage boundary sends per micro-batch, each way
   };
-  const Costs& costs(int64_t micro_batch, int tp, bool sp);
-  // One op's seconds (a residual-stream op split by sequence parallelism), and one collective's.
-  double op_time(const OpWork& op, int sequence_split) const;
+  const Costs& costs(int64_t micro_batch, int tp, bool sp, int ep);
+  // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
+  // busiest of `ep` ranks runs them), and one collective's.
+  double op_time(const OpWork& op, int sequence_split, int ep) const;
+  ExpertLoad expert_load(int ep) const;  // the problem's experts over `ep` ranks (expert_work.h)
   double call_time(const CommWork& call);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
@@ -162,6 +173,11 @@ class CostModel {
 
   // What those steps share.
   static double stage_params(const PlanFigures& figures, int stage, int layers);  // on one device
+  // Of those, the experts' held apart from the dense ones (ep > 1: they are replicated over dp only).
+  static double stage_expert_params(const PlanFigures& figures, int layers);
+  // Parameters of a stage one device keeps when ZeRO shards them (`sharded`): the dense ones over dp x ep,
+  // the experts' over dp.
+  static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
   double in_flight(const PlanFigures& figures, int stage) const;  // micro-batches whose activations it keeps
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
@@ -178,9 +194,10 @@ class CostModel {
     double total(int layers) const { return layers * (layer_forward + layer_backward) + root_forward + root_backward; }
   };
   FsdpCopyTimes fsdp_copy_times(const PlanFigures& figures, int stage, int layers) const;
-  // One collective over the data-parallel group of `params` parameters' bytes (none for none).
+  // One collective over the data-parallel group of `params` parameters' bytes (none for none); of
+  // those, `experts` (ep > 1) go in a collective of their own over the dp ranks that replicate them.
   double data_parallel_collective(const PlanFigures& figures, comm::Collective op, double bytes_per_param,
-                                  DType dtype, double params);
+                                  DType dtype, double params, double experts = 0);
   // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head.
   double bucketed(const PlanFigures& figures, comm::Collective op, double bytes_per_param, DType dtype, double layers,
                   double params);
@@ -192,7 +209,7 @@ class CostModel {
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
   std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
-  std::map<std::tuple<int64_t, int, bool>, Costs> costs_;
+  std::map<std::tuple<int64_t, int, bool, int>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;
 };

@@ -32,6 +32,26 @@ const char* pattern_name(CommPattern pattern) {
   return "tensor-parallel";
 }
 
+// A mixture of experts' grouped GEMMs (their efficiency on the active experts' FLOPs, at the busiest
+// expert's rows) and the expert-parallel exchanges.
+void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& attribution,
+                      const PlanningProblem& problem, double peak) {
+  const CostModel::ClassTime& experts = attribution.expert_gemms;
+  if (experts.seconds > 0) {
+    out.terms.push_back(
+        {"compute: experts' grouped GEMMs", experts.seconds,
+         fmt::format("{:.0f}% of the matrix peak; {:.0f} rows per expert (the busiest, imbalance {:.2f}), {} experts "
+                     "per device",
+                     100 * experts.flops / experts.seconds / peak, attribution.expert_rows, problem.moe_imbalance,
+                     problem.model.num_experts / out.prediction.plan.ep)});
+  }
+  if (attribution.all_to_all > 0) {
+    out.terms.push_back({"expert-parallel all-to-all", attribution.all_to_all,
+                         fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
+                                     out.prediction.plan.ep)});
+  }
+}
+
 PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   PlanExplanation out{prediction, 0, {}};
   const CostModel::StepAttribution attribution = model.attribute(prediction);
@@ -48,6 +68,7 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   for (const auto& [pattern, seconds] : attribution.tp_comm) {
     out.terms.push_back({pattern_name(pattern), seconds, "not overlapped"});
   }
+  add_expert_terms(out, attribution, problem, peak);
   const TimeBreakdown& t = prediction.time;
   const std::vector<ExplainTerm> rest = {
       {"pipeline transfers", t.pp_comm, ""},
@@ -136,10 +157,8 @@ Explanation explain_plans(CostModel& model, const Prediction& winner, const Pred
   if (runner_up != nullptr) explanation.runner_up = explain_one(model, *runner_up);
   const double base_winner = priced_again(model.problem(), winner.plan);
   const double base_runner = runner_up ? priced_again(model.problem(), runner_up->plan) : 0.0;
-  for (const Perturbation& p : perturbations(model.problem().cluster)) {
-    PlanningProblem problem = model.problem();
-    p.apply(problem.cluster);
-    Sensitivity s{p.figure, priced_again(problem, winner.plan) / base_winner - 1, 0, false};
+  auto sensitivity = [&](const std::string& figure, const PlanningProblem& problem) {
+    Sensitivity s{figure, priced_again(problem, winner.plan) / base_winner - 1, 0, false};
     if (runner_up != nullptr) {
       const double runner = priced_again(problem, runner_up->plan);
       s.runner_up_change = runner / base_runner - 1;
@@ -149,6 +168,16 @@ Explanation explain_plans(CostModel& model, const Prediction& winner, const Pred
       s.order_flips = std::fabs(after) > 1e-3 && (after < 0) != (before < 0);
     }
     explanation.sensitivities.push_back(s);
+  };
+  for (const Perturbation& p : perturbations(model.problem().cluster)) {
+    PlanningProblem problem = model.problem();
+    p.apply(problem.cluster);
+    sensitivity(p.figure, problem);
+  }
+  if (model.problem().model.num_experts > 0) {  // the user's guess, not the cluster's: 10% more of it
+    PlanningProblem problem = model.problem();
+    problem.moe_imbalance *= 1.1;
+    sensitivity("experts' imbalance (--moe-imbalance)", problem);
   }
   std::stable_sort(explanation.sensitivities.begin(), explanation.sensitivities.end(),
                    [](const Sensitivity& a, const Sensitivity& b) {

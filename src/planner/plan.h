@@ -8,8 +8,9 @@
 
 namespace strata {
 
-// Devices are ordered tensor-parallel rank fastest, then data-parallel, then
-// pipeline stage (Megatron's order), filling a node before the next.
+// Devices are ordered tensor-parallel rank fastest, then expert-parallel, then
+// data-parallel, then pipeline stage (Megatron's order with the runtime's ep
+// between tp and dp), filling a node before the next.
 struct ParallelPlan {
   int dp = 1;
   int tp = 1;
@@ -21,9 +22,13 @@ struct ParallelPlan {
   RecomputeMode recompute = RecomputeMode::None;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
+  // Expert parallelism: each MoE layer's experts split over ep ranks, which take their share of the
+  // batch as data-parallel replicas do (the rows split over dp x ep; parallel/expert_parallel.h).
+  int ep = 1;
 
-  int devices() const { return dp * tp * pp; }
-  // "dp=8 tp=8 pp=4 sp mb=1x96 zero=1 recompute=selective 1f1b"; also the tie-break order.
+  int devices() const { return dp * tp * pp * ep; }
+  // "dp=8 tp=8 pp=4 sp mb=1x96 zero=1 recompute=selective 1f1b" ("... pp=4 ep=2 ..." under expert
+  // parallelism); also the tie-break order.
   std::string describe() const;
   bool operator==(const ParallelPlan& other) const = default;
 };
@@ -33,6 +38,7 @@ struct TimeBreakdown {
   double compute = 0;            // forward and backward kernels
   double recompute = 0;          // forward kernels (and collectives) redone in backward
   double tp_comm = 0;            // tensor/sequence-parallel collectives (not overlapped)
+  double ep_comm = 0;            // expert-parallel all-to-all exchanges of the experts' rows (not overlapped)
   double pp_comm = 0;            // pipeline transfers between stages
   double zero_comm = 0;          // per-micro-batch ZeRO-2/3 collectives not hidden behind compute
   double grad_accumulation = 0;  // adding each micro-batch's gradients into the accumulators
@@ -64,7 +70,9 @@ struct Prediction {
   std::vector<int> layers_per_stage;  // per device stage, summed over its virtual chunks
   double step_s = 0;
   double tokens_per_s = 0;
-  double mfu = 0;             // model FLOPs (forward + backward, no recomputation) / (step * devices * matrix peak)
+  // model FLOPs (forward + backward, no recomputation; a mixture of experts' active experts only) /
+  // (step * devices * matrix peak)
+  double mfu = 0;
   double hardware_flops = 0;  // per step, all devices: model FLOPs plus the forward work recomputation redoes
   TimeBreakdown time;
   bool schedule_replayed = false;       // the pipeline time replays the schedule (else a closed form)

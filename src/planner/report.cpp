@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/expert_work.h"
+
 namespace strata {
 
 namespace {
@@ -19,6 +21,7 @@ constexpr Component kComponents[] = {
     {"compute", "compute", &TimeBreakdown::compute},
     {"recompute", "recomputation", &TimeBreakdown::recompute},
     {"tp_comm", "tensor-parallel collectives", &TimeBreakdown::tp_comm},
+    {"ep_comm", "expert-parallel all-to-all", &TimeBreakdown::ep_comm},
     {"pp_comm", "pipeline transfers", &TimeBreakdown::pp_comm},
     {"zero_comm", "ZeRO collectives", &TimeBreakdown::zero_comm},
     {"grad_accumulation", "gradient accumulation", &TimeBreakdown::grad_accumulation},
@@ -82,7 +85,7 @@ std::vector<std::string> explain_difference(const Prediction& winner, const Pred
 }
 
 nlohmann::json plan_json(const ParallelPlan& plan) {
-  return {{"dp", plan.dp},
+  nlohmann::json json = {{"dp", plan.dp},
           {"tp", plan.tp},
           {"pp", plan.pp},
           {"sp", plan.sp},
@@ -93,11 +96,16 @@ nlohmann::json plan_json(const ParallelPlan& plan) {
           {"schedule", std::string(schedule_name(plan.schedule))},
           {"virtual_stages", plan.virtual_stages},
           {"description", plan.describe()}};
+  if (plan.ep > 1) json["ep"] = plan.ep;  // absent: 1, as plans without experts were recorded
+  return json;
 }
 
 nlohmann::json prediction_json(const Prediction& prediction) {
   nlohmann::json time;
-  for (const Component& c : kComponents) time[c.key] = prediction.time.*c.field;
+  for (const Component& c : kComponents) {
+    // Plans without expert parallelism are recorded as before it existed.
+    if (c.field != &TimeBreakdown::ep_comm || prediction.plan.ep > 1) time[c.key] = prediction.time.*c.field;
+  }
   const MemoryBreakdown& m = prediction.memory;
   return {{"plan", plan_json(prediction.plan)},
           {"step_s", prediction.step_s},
@@ -123,7 +131,7 @@ nlohmann::json prediction_json(const Prediction& prediction) {
 
 nlohmann::json problem_json(const PlanningProblem& problem) {
   const ModelConfig& c = problem.model;
-  return {{"model",
+  nlohmann::json json = {{"model",
            {{"name", problem.model_name},
             {"family", c.family},
             {"n_layer", c.n_layer},
@@ -141,6 +149,13 @@ nlohmann::json problem_json(const PlanningProblem& problem) {
             {"nodes", problem.cluster.nodes},
             {"devices_per_node", problem.cluster.devices_per_node},
             {"device", problem.cluster.device.name}}}};
+  if (c.num_experts > 0) {
+    json["model"]["experts"] = c.num_experts;
+    json["model"]["experts_per_token"] = c.num_experts_per_tok;
+    json["model"]["active_parameters"] = active_parameters(c);
+    json["moe_imbalance"] = problem.moe_imbalance;
+  }
+  return json;
 }
 
 std::string format_report(const CostModel& model, const SearchResult& result, size_t top) {
@@ -150,6 +165,12 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
   out += fmt::format("model {} ({}): {} layers, width {}, {} heads, vocab {}, {:.1f}M parameters\n",
                      problem.model_name, c.family, c.n_layer, c.n_embd, c.n_head, c.vocab_size,
                      static_cast<double>(c.num_parameters()) / 1e6);
+  if (c.num_experts > 0) {
+    out += fmt::format(
+        "experts: {} per layer, {} per token: {:.1f}M parameters active (MFU counts these); imbalance {:.2f} (the "
+        "busiest expert's tokens over the mean)\n",
+        c.num_experts, c.num_experts_per_tok, active_parameters(c) / 1e6, problem.moe_imbalance);
+  }
   out += fmt::format("step: {} rows x {} tokens in {}; {:.3g} model FLOPs (forward + backward, no recomputation)\n",
                      problem.global_batch, problem.seq, dtype_name(problem.dtype), model.model_flops_per_step());
   out += fmt::format("cluster {}: {} node(s) x {} {} ({:.1f} GiB usable each)\n", problem.cluster.name,

@@ -45,39 +45,31 @@ class Rejections {
   std::vector<RejectedRegion>& regions_;
 };
 
-std::string layout_name(int dp, int tp, int pp) { return fmt::format("dp={} tp={} pp={}", dp, tp, pp); }
+std::string layout_name(int dp, int tp, int pp, int ep) {
+  return fmt::format("dp={} tp={} pp={}{}", dp, tp, pp, ep > 1 ? fmt::format(" ep={}", ep) : "");
+}
+
+// The expert-parallel degrees to search: those dividing the experts and the devices (a dense model: 1).
+std::vector<int> expert_degrees(const ModelConfig& model, int devices, const PlanLimits& limits) {
+  std::vector<int> degrees;
+  for (int64_t ep : divisors(std::max<int64_t>(model.num_experts, 1))) {
+    if (devices % ep != 0 || (limits.max_ep > 0 && ep > limits.max_ep)) continue;
+    if (!limits.ep || *limits.ep == ep) degrees.push_back(static_cast<int>(ep));
+  }
+  return degrees;
+}
 
 template <typename T>
 bool allowed(const std::optional<T>& fixed, const T& value) {
   return !fixed || *fixed == value;
 }
 
-}  // namespace
-
-bool ranks_before(const Prediction& a, const Prediction& b) {
-  if (a.step_s != b.step_s) return a.step_s < b.step_s;
-  return a.plan.describe() < b.plan.describe();
-}
-
-std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
-                                          std::vector<RejectedRegion>& rejected) {
+// The plans of every layout with expert parallelism `ep`.
+void add_layouts(const CostModel& model, const PlanLimits& limits, int ep, Rejections& reject,
+                 std::vector<ParallelPlan>& plans) {
   const PlanningProblem& problem = model.problem();
-  const int devices = problem.cluster.devices();
+  const int devices = problem.cluster.devices() / ep;
   const int64_t layers = problem.model.n_layer;
-  Rejections reject(rejected);
-  std::vector<ParallelPlan> plans;
-  for (const auto& [name, fixed] : {std::pair{"dp", limits.dp}, {"tp", limits.tp}, {"pp", limits.pp}}) {
-    if (fixed && devices % *fixed != 0) {
-      reject.add(fmt::format("fixed degrees that do not divide the cluster's {} devices", devices),
-                 [degree = name, value = *fixed] { return fmt::format("{}={}", degree, value); });
-      return plans;
-    }
-  }
-  if (limits.dp && limits.tp && limits.pp && *limits.dp * *limits.tp * *limits.pp != devices) {
-    reject.add(fmt::format("fixed layouts whose dp x tp x pp is not the cluster's {} devices", devices),
-               [&] { return layout_name(*limits.dp, *limits.tp, *limits.pp); });
-    return plans;
-  }
   for (int64_t tp64 : divisors(devices)) {
     int tp = static_cast<int>(tp64);
     if (!allowed(limits.tp, tp) || (limits.max_tp > 0 && tp > limits.max_tp)) continue;
@@ -85,7 +77,7 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
       int pp = static_cast<int>(pp64);
       int dp = devices / tp / pp;
       if (!allowed(limits.pp, pp) || (limits.max_pp > 0 && pp > limits.max_pp) || !allowed(limits.dp, dp)) continue;
-      std::string layout = layout_name(dp, tp, pp);
+      std::string layout = layout_name(dp, tp, pp, ep);
       if (problem.model.n_head % tp != 0) {
         reject.add(fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head),
                    [&] { return layout; });
@@ -95,13 +87,13 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
         reject.add(fmt::format("layouts with more pipeline stages than the {} layers", layers), [&] { return layout; });
         continue;
       }
-      if (problem.global_batch % dp != 0) {
-        reject.add(fmt::format("layouts whose data parallelism does not divide the global batch of {} rows",
-                               problem.global_batch),
+      if (problem.global_batch % (dp * ep) != 0) {
+        reject.add(fmt::format("layouts whose data {}parallelism does not divide the global batch of {} rows",
+                               ep > 1 ? "x expert " : "", problem.global_batch),
                    [&] { return layout; });
         continue;
       }
-      const int64_t rows = problem.global_batch / dp;
+      const int64_t rows = problem.global_batch / (dp * ep);
       if (limits.micro_batch && rows % *limits.micro_batch != 0) {
         reject.add(
             fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}", *limits.micro_batch),
@@ -114,10 +106,11 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
         for (bool sp : {false, true}) {
           if (!allowed(limits.sp, sp) || (sp && tp == 1)) continue;
           for (int zero = 0; zero <= 3; ++zero) {
-            if (limits.zero ? zero != *limits.zero : (dp == 1 && zero > 0)) continue;
+            if (limits.zero ? zero != *limits.zero : (dp * ep == 1 && zero > 0)) continue;
             for (RecomputeMode recompute : kRecomputeModes) {
               if (!allowed(limits.recompute, recompute)) continue;
               ParallelPlan plan{dp, tp, pp, sp, micro_batch, micro_batches, zero, recompute};
+              plan.ep = ep;
               if (pp == 1) {
                 if (allowed(limits.schedule, PipelineSchedule::OneFOneB) && allowed(limits.virtual_stages, 1)) {
                   plans.push_back(plan);
@@ -147,6 +140,45 @@ std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimi
       }
     }
   }
+}
+
+}  // namespace
+
+bool ranks_before(const Prediction& a, const Prediction& b) {
+  if (a.step_s != b.step_s) return a.step_s < b.step_s;
+  return a.plan.describe() < b.plan.describe();
+}
+
+std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
+                                          std::vector<RejectedRegion>& rejected) {
+  const PlanningProblem& problem = model.problem();
+  const int devices = problem.cluster.devices();
+  Rejections reject(rejected);
+  std::vector<ParallelPlan> plans;
+  for (const auto& [name, fixed] :
+       {std::pair{"dp", limits.dp}, {"tp", limits.tp}, {"pp", limits.pp}, {"ep", limits.ep}}) {
+    if (fixed && devices % *fixed != 0) {
+      reject.add(fmt::format("fixed degrees that do not divide the cluster's {} devices", devices),
+                 [degree = name, value = *fixed] { return fmt::format("{}={}", degree, value); });
+      return plans;
+    }
+  }
+  const int fixed_ep = limits.ep.value_or(1);
+  if (limits.dp && limits.tp && limits.pp && *limits.dp * *limits.tp * *limits.pp * fixed_ep != devices) {
+    reject.add(fmt::format("fixed layouts whose dp x tp x pp x ep is not the cluster's {} devices", devices),
+               [&] { return layout_name(*limits.dp, *limits.tp, *limits.pp, fixed_ep); });
+    return plans;
+  }
+  if (limits.ep && *limits.ep > 1 && (problem.model.num_experts == 0 || problem.model.num_experts % *limits.ep != 0)) {
+    reject.add(problem.model.num_experts == 0
+                   ? std::string("expert parallelism for a model without experts")
+                   : fmt::format("expert parallelism that does not divide the {} experts", problem.model.num_experts),
+               [&] { return fmt::format("ep={}", *limits.ep); });
+    return plans;
+  }
+  for (int ep : expert_degrees(problem.model, devices, limits)) {
+    add_layouts(model, limits, ep, reject, plans);
+  }
   return plans;
 }
 
@@ -159,7 +191,7 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     bool fits = false;
     double least_peak = 0;
   };
-  std::map<std::tuple<int, int, int>, LayoutMemory> layouts;
+  std::map<std::tuple<int, int, int, int>, LayoutMemory> layouts;
   int64_t out_of_memory = 0;
   std::optional<Prediction> closest_miss;
   for (const ParallelPlan& plan : candidates) {
@@ -170,7 +202,7 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     Prediction prediction = model.evaluate(plan);
     ++result.candidates;
     auto [entry, inserted] =
-        layouts.try_emplace({plan.dp, plan.tp, plan.pp}, LayoutMemory{false, prediction.memory.peak});
+        layouts.try_emplace({plan.dp, plan.tp, plan.pp, plan.ep}, LayoutMemory{false, prediction.memory.peak});
     entry->second.least_peak = std::min(entry->second.least_peak, prediction.memory.peak);
     if (!prediction.fits()) {
       ++out_of_memory;
@@ -201,9 +233,9 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
                                          closest_miss->plan.describe(), closest_miss->memory.peak / kGiB, usable));
     for (const auto& [layout, memory] : layouts) {
       if (memory.fits) continue;
-      auto [dp, tp, pp] = layout;
+      auto [dp, tp, pp, ep] = layout;
       region.details.push_back(fmt::format("{}: no variant fits; the least needs {:.1f} GiB per device",
-                                           layout_name(dp, tp, pp), memory.least_peak / kGiB));
+                                           layout_name(dp, tp, pp, ep), memory.least_peak / kGiB));
     }
     result.rejected.push_back(std::move(region));
   }

@@ -1,6 +1,7 @@
 #pragma once
 // The search over parallel layouts: every factorisation of the devices into
-// data x tensor x pipeline parallelism, sequence parallelism, micro-batch size
+// data x tensor x pipeline x expert parallelism (ep: the divisors of a mixture
+// of experts' expert count; 1 for a dense model), sequence parallelism, micro-batch size
 // (its count follows from the global batch), ZeRO stage, recomputation and
 // pipeline schedule with virtual stages, within the user's limits. Every
 // candidate is priced by the cost model; the ranking is by predicted step
@@ -17,9 +18,10 @@ namespace strata {
 // What the user fixes or bounds (unset: open). A plan with every field fixed
 // is evaluated alone.
 struct PlanLimits {
-  std::optional<int> dp, tp, pp;
+  std::optional<int> dp, tp, pp, ep;
   int max_tp = 0;  // 0: no bound
   int max_pp = 0;
+  int max_ep = 0;
   std::optional<bool> sp;
   std::optional<int64_t> micro_batch;
   int64_t max_micro_batch = 32;

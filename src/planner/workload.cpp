@@ -18,7 +18,8 @@ namespace {
 const std::set<std::string> kSegmentStream = {"x", "d_loss", "tokens", "targets"};
 
 struct SegmentGraph {
-  explicit SegmentGraph(const ModelConfig& config) : stream(model_family(config).residual_stream()) {}
+  explicit SegmentGraph(const ModelConfig& config)
+      : family(model_family(config)), stream(family.residual_stream()) {}
   // Whether the op (or value) of `label` lies on the residual stream: a listed gradient op, or a value or op,
   // forward or backward, under a listed forward label (its backward ops' labels extend it after ':' or ".grad_").
   bool on_residual_stream(const std::string& label) const {
@@ -26,11 +27,27 @@ struct SegmentGraph {
       return std::find(labels.begin(), labels.end(), wanted) != labels.end();
     };
     if (listed(stream.gradient_ops, label)) return true;
-    std::string base = label.substr(0, label.find(':'));
-    base = base.substr(0, base.find(".grad_"));
+    const std::string base = forward_label(label);
     return kSegmentStream.count(base) != 0 || listed(stream.ops, base);
   }
+  // Whether a value is rows of a mixture of experts' permuted buffer (model/moe/moe_block.h): made by the
+  // token permutation, the experts' GEMMs and the activation between them, or their gradients (the weighted
+  // combine's included); the weights' gradients are not rows, nor are the tokens' [batch, seq, C].
+  static bool expert_rows(const Value& value) {
+    const std::string base = forward_label(value.name);
+    auto ends_with = [&](const std::string& suffix) {
+      return base.size() >= suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool expert_op = base.find("experts.") != std::string::npos || ends_with("dispatch") || ends_with("combine");
+    return expert_op && value.meta.shape.size() == 2;
+  }
+  // The forward op's label a value or op descends from (backward ops extend it after ':' or ".grad_").
+  static std::string forward_label(const std::string& label) {
+    const std::string base = label.substr(0, label.find(':'));
+    return base.substr(0, base.find(".grad_"));
+  }
 
+  const ModelFamily& family;
   ResidualStream stream;
   Graph graph;
   int forward_nodes = 0;
@@ -59,7 +76,11 @@ std::vector<bool> selectively_recomputed(const SegmentGraph& segment, SelectiveP
 
 void add_bytes(const SegmentGraph& segment, ActivationBytes& total, const Value& value) {
   double bytes = static_cast<double>(value.meta.nbytes());
-  (segment.on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
+  if (SegmentGraph::expert_rows(value)) {
+    total.expert_rows += bytes;
+  } else {
+    (segment.on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
+  }
 }
 
 // Values the backward pass reads that the forward pass made or was given.
@@ -146,7 +167,12 @@ SegmentWork summarise(const SegmentGraph& segment, SelectivePolicy policy) {
     op.selective_recompute = forward && redone[static_cast<size_t>(id)];
     (forward ? work.forward : work.backward).push_back(std::move(op));
   }
-  for (int param : segment.params) work.params += static_cast<double>(shape_numel(g.value(param).meta.shape));
+  for (int param : segment.params) {
+    const Value& value = g.value(param);
+    const double count = static_cast<double>(shape_numel(value.meta.shape));
+    work.params += count;
+    if (segment.family.stacked_over_experts(value.name)) work.expert_params += count;
+  }
 
   std::set<int> kept = read_by_backward(segment);
   auto total = [&](const std::set<int>& values) {

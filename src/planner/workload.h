@@ -63,18 +63,25 @@ struct OpWork {
 OpWork op_work(const Graph& graph, int node_id);
 
 // Bytes of activations: the part on the residual stream (divided by the
-// tensor-parallel degree under sequence parallelism) and the part already
-// split by tensor parallelism.
+// tensor-parallel degree under sequence parallelism), the part already
+// split by tensor parallelism, and a mixture of experts' rows between the
+// token permutation and the experts' last GEMM, which expert parallelism
+// multiplies: the runtime sizes the rows a rank receives for ep ranks' worth
+// (every rank's rows could go to its experts).
 struct ActivationBytes {
   double residual = 0;
   double sharded = 0;
-  double total(int sequence_split) const { return residual / sequence_split + sharded; }
+  double expert_rows = 0;
+  double total(int sequence_split, int expert_parallel = 1) const {
+    return residual / sequence_split + sharded + expert_rows * expert_parallel;
+  }
 };
 
 struct SegmentWork {
   std::vector<OpWork> forward;
   std::vector<OpWork> backward;
   double params = 0;  // parameters one device holds for this segment
+  double expert_params = 0;  // of those, the ones stacked over the experts (all of them; ep splits them)
   // Kept from forward to backward, per recomputation mode (index: RecomputeMode).
   std::array<ActivationBytes, 3> saved{};
   // Live at once when the segment runs alone (the memory planner's peak plus

@@ -49,6 +49,7 @@ void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
   config.dp = plan.dp;
   config.tp = plan.tp;
   config.pp = plan.pp;
+  config.ep = plan.ep;
   config.sp = plan.sp;
   config.schedule = std::string(schedule_name(plan.schedule));
   config.virtual_stages = plan.virtual_stages;
@@ -61,12 +62,13 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
   request.limits.dp = mesh.degree("dp");
   request.limits.tp = mesh.degree("tp");
   request.limits.pp = mesh.degree("pp");
+  request.limits.ep = mesh.degree("ep");
   request.limits.sp = config.sp;
   request.limits.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   request.limits.virtual_stages = static_cast<int>(config.virtual_stages);
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
-  request.limits.max_micro_batch = config.global_batch / mesh.degree("dp");
+  request.limits.max_micro_batch = config.global_batch / (mesh.degree("dp") * mesh.degree("ep"));
   AutoPlan plan = auto_plan(request);
   config.batch_size = plan.chosen.plan.micro_batch;
   config.validate();
@@ -81,11 +83,12 @@ AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mes
   plan.dp = mesh.degree("dp");
   plan.tp = mesh.degree("tp");
   plan.pp = mesh.degree("pp");
+  plan.ep = mesh.degree("ep");
   plan.sp = config.sp;
   plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
   plan.virtual_stages = static_cast<int>(config.virtual_stages);
   plan.micro_batch = config.batch_size;
-  plan.micro_batches = config.accumulation_steps() / mesh.degree("dp");
+  plan.micro_batches = config.accumulation_steps() / (mesh.degree("dp") * mesh.degree("ep"));
   plan.zero = static_cast<int>(config.zero);
   plan.recompute = parse_recompute_mode(config.recompute, "train.recompute");
   if (config.cluster.empty()) {

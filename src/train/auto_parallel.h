@@ -34,7 +34,7 @@ int threads_per_rank(const TrainConfig& config, int ranks_on_this_host);
 
 // parallel.plan = "auto" before the ranks are arranged in a mesh: the
 // planner's layout of the job's `ranks` among those the runtime executes
-// (dp, tp, pp, sp, GPipe, 1F1B or interleaved), written into
+// (dp, tp, pp, ep, sp, GPipe, 1F1B or interleaved), written into
 // config's parallel.* keys. The trainer then applies the plan on that mesh.
 void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank);
 
