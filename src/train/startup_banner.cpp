@@ -39,6 +39,12 @@ std::string Trainer::startup_banner() const {
                                    : "",
                         static_cast<double>(params_.count()) / 1e6);
   }
+  if (const ExpertParallelRank ep = expert_parallel_rank(mesh_, coordinates_); ep.degree > 1) {
+    text += fmt::format("expert parallel: {} ranks, {} experts of every MoE layer each (whole experts), tokens "
+                        "exchanged with the ranks holding their experts (all-to-all-v, counts first); each rank runs "
+                        "its own micro-batches, as a data-parallel replica of the dense layers\n",
+                        ep.degree, config_.model.num_experts / ep.degree);
+  }
   if (parallel_.degree() > 1) {
     text += fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; {} bucket(s) of up "
                         "to {:g} MiB, {}; ZeRO-{}: gradient buffers {:.2f} MiB, optimizer state {:.2f} MiB per rank\n",
