@@ -43,7 +43,8 @@ class ModelEmitter {
 };
 
 // What sequence parallelism splits along the sequence between the tensor-parallel linears: the norms, the
-// residual adds, the embedding's sum, the final norm. Labels without the layer prefix.
+// residual adds, the embedding's sum, the final norm; a mixture of experts' gate and shared expert, which multiply
+// each position by replicated weights. Labels without the layer prefix.
 struct ResidualStream {
   std::vector<std::string> ops;  // their values too; an op's gradient ops share its label, so they are on it
   // Gradient ops, by their own label, of ops off the stream that sum over it: a row-parallel linear's bias

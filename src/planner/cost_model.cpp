@@ -73,7 +73,7 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
   return count;
 }
 
-// Why a model cannot run `plan`'s expert parallelism or sequence parallelism, or nothing.
+// Why a model cannot run `plan`'s expert parallelism, or nothing.
 std::optional<std::string> expert_parallel_reason(const ModelConfig& model, const ParallelPlan& plan) {
   if (model.num_experts == 0) {
     if (plan.ep > 1) return fmt::format("expert parallelism {} for a model without experts", plan.ep);
@@ -81,11 +81,6 @@ std::optional<std::string> expert_parallel_reason(const ModelConfig& model, cons
   }
   if (model.num_experts % plan.ep != 0) {
     return fmt::format("expert parallelism {} does not divide the {} experts", plan.ep, model.num_experts);
-  }
-  if (plan.sp) {
-    return std::string(
-        "sequence parallelism for a mixture of experts (the runtime's tensor-parallel pass runs no sequence "
-        "parallelism through the router)");
   }
   return std::nullopt;
 }

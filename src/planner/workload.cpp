@@ -8,6 +8,7 @@
 #include "graph/memory_plan.h"
 #include "model/family.h"
 #include "model/graph_emitter.h"
+#include "ops/placement_rule.h"
 
 namespace strata {
 
@@ -55,6 +56,7 @@ struct SegmentGraph {
   std::set<int> activation_inputs;  // graph inputs other than params and the gradient seed
   int seed = -1;                    // the gradient arriving from the next segment
   bool recomputable = false;        // a transformer layer (the only segment recomputation applies to)
+  std::set<int> read_whole;         // read_whole_by_backward's, once the graph is finished
 };
 
 // Per forward node, whether selective recomputation redoes it under `policy`.
@@ -74,10 +76,34 @@ std::vector<bool> selectively_recomputed(const SegmentGraph& segment, SelectiveP
   return redone;
 }
 
-void add_bytes(const SegmentGraph& segment, ActivationBytes& total, const Value& value) {
+// Values the gradient of an op that reads every position (placement rule WholeSequence: a mixture of
+// experts' router) reads: under sequence parallelism that op read them gathered whole, and its gradient reads
+// that whole copy, so they are held whole even where they lie on the residual stream (the router's logits).
+std::set<int> read_whole_by_backward(const SegmentGraph& segment) {
+  const Graph& g = segment.graph;
+  std::set<std::string> whole_ops;
+  for (int id = 0; id < segment.forward_nodes; ++id) {
+    const Node& node = g.node(id);
+    if (OpRegistry::global().get(node.op).placement == PlacementRule::WholeSequence) whole_ops.insert(node.label);
+  }
+  std::set<int> read;
+  for (int id = segment.forward_nodes; id < g.num_nodes(); ++id) {
+    const Node& node = g.node(id);
+    if (!whole_ops.count(SegmentGraph::forward_label(node.label))) continue;
+    for (int input : node.inputs) {
+      if (g.value(input).producer >= 0 && g.value(input).producer < segment.forward_nodes) read.insert(input);
+    }
+  }
+  return read;
+}
+
+void add_bytes(const SegmentGraph& segment, ActivationBytes& total, int id) {
+  const Value& value = segment.graph.value(id);
   double bytes = static_cast<double>(value.meta.nbytes());
   if (SegmentGraph::expert_rows(value)) {
     total.expert_rows += bytes;
+  } else if (segment.read_whole.count(id)) {
+    total.sharded += bytes;
   } else {
     (segment.on_residual_stream(value.name) ? total.residual : total.sharded) += bytes;
   }
@@ -127,7 +153,7 @@ ActivationBytes peak_live(const SegmentGraph& segment, int sequence_split) {
   std::vector<ActivationBytes> live(static_cast<size_t>(g.num_nodes()));
   auto add_lifetime = [&](int value, int first, int last) {
     for (int node = first; node <= last && node < g.num_nodes(); ++node) {
-      add_bytes(segment, live[static_cast<size_t>(node)], g.value(value));
+      add_bytes(segment, live[static_cast<size_t>(node)], value);
     }
   };
   for (int value = 0; value < g.num_values(); ++value) {
@@ -177,7 +203,7 @@ SegmentWork summarise(const SegmentGraph& segment, SelectivePolicy policy) {
   std::set<int> kept = read_by_backward(segment);
   auto total = [&](const std::set<int>& values) {
     ActivationBytes bytes;
-    for (int value : values) add_bytes(segment, bytes, g.value(value));
+    for (int value : values) add_bytes(segment, bytes, value);
     return bytes;
   };
   work.saved[static_cast<size_t>(RecomputeMode::None)] = total(kept);
@@ -207,6 +233,7 @@ void finish(SegmentGraph& segment, int objective) {
     if (is_floating(segment.graph.value(input).meta.dtype)) wrt.push_back(input);
   }
   segment.seed = add_backward(segment.graph, objective, wrt).seed;
+  segment.read_whole = read_whole_by_backward(segment);
 }
 
 int add_activation(SegmentGraph& segment, const std::string& name, Shape shape, DType dtype) {

@@ -1,5 +1,5 @@
 // `strata plan` on a mixture of experts end to end: the search with expert parallelism, the MoE lines of
-// the report and of --explain, and a bad imbalance named.
+// the report and of --explain, sequence parallelism, and a bad imbalance named.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,8 +17,14 @@ TEST(PlanCommand, PlansAMixtureOfExpertsWithItsExpertTerms) {
   EXPECT_NE(searched.output.find("experts: 8 per layer, 2 per token: 5.0M parameters active"), std::string::npos)
       << searched.output;
   EXPECT_NE(searched.output.find("compute: experts' grouped GEMMs"), std::string::npos) << searched.output;
-  EXPECT_NE(searched.output.find("sequence parallelism for a mixture of experts"), std::string::npos)
-      << searched.output;
+
+  // Sequence parallelism runs through the router (gathered) as the runtime's tensor-parallel pass runs it.
+  testing::StrataRun sequence = testing::run_strata("plan " + kMixtral + " dgx-h100 --top 1 --tp 2 --sp on --explain");
+  ASSERT_EQ(sequence.exit_code, 0) << sequence.output;
+  EXPECT_NE(sequence.output.find("winner: dp=4 tp=2 pp=1 sp "), std::string::npos) << sequence.output;
+  EXPECT_NE(sequence.output.find("tensor-parallel all-gather"), std::string::npos) << sequence.output;
+  EXPECT_EQ(sequence.output.find("sequence parallelism for a mixture of experts"), std::string::npos)
+      << sequence.output;
 
   testing::StrataRun split =
       testing::run_strata("plan " + kMixtral + " dgx-h100 --top 2 --ep 2 --moe-imbalance 1.5 --explain");

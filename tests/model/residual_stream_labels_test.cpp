@@ -43,5 +43,15 @@ TEST(ModelResidualStream, LlamaListsOpsItsGraphHas) {
   expect_listed_ops_exist(testing::llama_config(2, 4, 2, 32, 64, 64, 8, false));
 }
 
+// A mixture of experts adds the ops sequence parallelism keeps split (the router's gate; Qwen2-MoE's shared expert,
+// its gate and the sum) and the sum of the normed input's two gradients.
+TEST(ModelResidualStream, MixturesOfExpertsListOpsTheirGraphsHave) {
+  expect_listed_ops_exist(testing::moe_config("mixtral", 2, 4, 2, 32, 24, 37, 4, 2));
+  ModelConfig qwen2 = testing::moe_config("qwen2_moe", 2, 4, 2, 32, 24, 37, 4, 2);
+  qwen2.attention_bias = true;
+  qwen2.shared_expert_intermediate_size = 20;
+  expect_listed_ops_exist(qwen2);
+}
+
 }  // namespace
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include "planner/cost_model.h"
 #include "planner/device_time.h"
 #include "planner/expert_work.h"
+#include "planner/model_comm.h"
 #include "planner/search.h"
 #include "planner_test_support.h"
 
@@ -48,6 +49,23 @@ ParallelPlan plan_of(int dp, int ep, int64_t micro_batch, int64_t micro_batches)
   plan.ep = ep;
   plan.micro_batch = micro_batch;
   plan.micro_batches = micro_batches;
+  return plan;
+}
+
+// A search without ZeRO or recomputation, in micro-batches of 2 rows.
+PlanLimits unsharded_limits() {
+  PlanLimits limits;
+  limits.zero = 0;
+  limits.micro_batch = 2;
+  limits.recompute = RecomputeMode::None;
+  return limits;
+}
+
+// dp=1 tp=`tp` ep=1, one micro-batch of 2 rows.
+ParallelPlan tensor_parallel_plan(int tp, bool sp) {
+  ParallelPlan plan = plan_of(1, 1, 2, 1);
+  plan.tp = tp;
+  plan.sp = sp;
   return plan;
 }
 
@@ -220,12 +238,9 @@ TEST(PlannerMoe, BusiestExpertRowsRoundUpToTheAlignment) {
 
 TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   const ModelConfig c = tiled_moe(8);
-  PlanLimits limits;
-  limits.zero = 0;
+  PlanLimits limits = unsharded_limits();
   limits.max_tp = 1;
   limits.max_pp = 1;
-  limits.micro_batch = 2;
-  limits.recompute = RecomputeMode::None;
   CostModel sizing(PlanningProblem{"moe", c, 4, 64, DType::F32, compute_bound_cluster(2)});
   const double replicated = sizing.evaluate(plan_of(2, 1, 2, 1)).memory.peak;
   const double split = sizing.evaluate(plan_of(1, 2, 2, 1)).memory.peak;
@@ -245,20 +260,125 @@ TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   EXPECT_TRUE(layout_rejected);
 }
 
-TEST(PlannerMoe, SearchTriesEveryExpertDegreeAndNoSequenceParallelism) {
+TEST(PlannerMoe, SearchTriesEveryExpertDegreeAndSequenceParallelism) {
   const ModelConfig c = tiled_moe(4);
   CostModel model(PlanningProblem{"moe", c, 8, 64, DType::F32, testing::test_cluster(1, 8, 64)});
   std::vector<RejectedRegion> rejected;
   std::set<int> degrees;
-  for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) degrees.insert(plan.ep);
-  EXPECT_EQ(degrees, (std::set<int>{1, 2, 4}));  // the divisors of 4 experts (8 does not divide them)
-  SearchResult result = search_plans(model, PlanLimits{}, 1000);
-  for (const Prediction& prediction : result.ranked) EXPECT_FALSE(prediction.plan.sp) << prediction.plan.describe();
-  bool sp_rejected = false;
-  for (const RejectedRegion& region : result.rejected) {
-    sp_rejected = sp_rejected || region.reason.find("sequence parallelism for a mixture of experts") == 0;
+  bool sequence_parallel = false;
+  for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) {
+    degrees.insert(plan.ep);
+    sequence_parallel = sequence_parallel || plan.sp;
   }
-  EXPECT_TRUE(sp_rejected);
+  EXPECT_EQ(degrees, (std::set<int>{1, 2, 4}));  // the divisors of 4 experts (8 does not divide them)
+  EXPECT_TRUE(sequence_parallel);
+  ParallelPlan plan = plan_of(4, 1, 2, 1);
+  plan.tp = 2;
+  plan.sp = true;
+  EXPECT_FALSE(model.invalid_reason(plan).has_value()) << *model.invalid_reason(plan);
+}
+
+// Under sequence parallelism the runtime gathers the router's logits and the normed input before the router and
+// the permutation (gather_to_group: forward an all-gather, backward keeps this rank's block, no call), runs the
+// block whole on every tp rank, and splits its output into the residual add (split_to_group: backward an
+// all-gather). The gate multiplies this rank's positions by its replicated weight, whose gradient is summed over
+// the tp ranks.
+TEST(PlannerMoe, SequenceParallelismGathersTheRouterAndPermutationInputs) {
+  const ModelConfig c = mixtral_small();
+  const int64_t b = 2, s = 128;
+  const double C = 256, E = 8, bf16 = 2, positions = static_cast<double>(b * s);
+  const ModelComm sp = model_comm(c, b, s, 2, true, DType::BF16);
+  auto calls = [](const std::vector<CommWork>& all, const std::string& part) {
+    std::vector<CommWork> found;
+    for (const CommWork& call : all) {
+      if (call.label.find(part) != std::string::npos) found.push_back(call);
+    }
+    return found;
+  };
+  auto expect_one = [&](const std::vector<CommWork>& all, const std::string& part, CommPattern pattern,
+                        double bytes) {
+    const std::vector<CommWork> found = calls(all, part);
+    ASSERT_EQ(found.size(), 1u) << part;
+    EXPECT_EQ(found[0].pattern, pattern) << part;
+    EXPECT_EQ(found[0].bytes, bytes) << part;
+    EXPECT_EQ(found[0].ranks, 2) << part;
+  };
+  expect_one(sp.layer.forward, "block_sparse_moe.router", CommPattern::AllGather, positions * E * bf16);
+  expect_one(sp.layer.forward, "block_sparse_moe.dispatch", CommPattern::AllGather, positions * C * bf16);
+  EXPECT_TRUE(calls(sp.layer.backward, "block_sparse_moe.router").empty());
+  EXPECT_TRUE(calls(sp.layer.backward, "block_sparse_moe.dispatch").empty());
+  expect_one(sp.layer.backward, "mlp.residual", CommPattern::AllGather, positions * C * bf16);
+  expect_one(sp.layer.backward, "block_sparse_moe.gate", CommPattern::AllReduce, E * C * bf16);
+  // Without sequence parallelism every tp rank holds every position: the block needs no call.
+  const ModelComm whole = model_comm(c, b, s, 2, false, DType::BF16);
+  for (const auto* all : {&whole.layer.forward, &whole.layer.backward}) {
+    EXPECT_TRUE(calls(*all, "block_sparse_moe").empty());
+    EXPECT_TRUE(calls(*all, "mlp.residual").empty());
+  }
+}
+
+// Every tp rank runs the experts on every position with or without sequence parallelism; only the gate's
+// three GEMMs (forward, input and weight gradients, 2·b·s·E·C FLOPs each) run on this rank's half of them.
+TEST(PlannerMoe, SequenceParallelismLeavesTheExpertsWholeAndSplitsTheGate) {
+  const ModelConfig c = tiled_moe(4);
+  const ClusterSpec cluster = compute_bound_cluster(2);
+  CostModel model(PlanningProblem{"moe", c, 2, 64, DType::F32, cluster});
+  const Prediction whole = model.evaluate(tensor_parallel_plan(2, false));
+  const Prediction split = model.evaluate(tensor_parallel_plan(2, true));
+  const CostModel::StepAttribution at_whole = model.attribute(whole);
+  const CostModel::StepAttribution at_split = model.attribute(split);
+  EXPECT_EQ(at_split.expert_gemms.seconds, at_whole.expert_gemms.seconds);
+  EXPECT_EQ(at_split.expert_gemms.flops, at_whole.expert_gemms.flops);
+  const double layers = 2, rows = 2, seq = 64, C = 64, E = 4;
+  const double gate = 3 * 2 * rows * seq * E * C;
+  EXPECT_DOUBLE_EQ(at_whole.compute.at(OpKind::Gemm).flops - at_split.compute.at(OpKind::Gemm).flops,
+                   layers * gate / 2);
+
+  // The layer's all-gathers: q, k and v's inputs, the permutation's and the router's forward; the
+  // reduce-scatter's conjugate and the MoE output's split backward; the rest are the embedding's and head's.
+  CommPricer pricer(cluster);
+  const double f32 = 4, tokens = rows * seq;
+  auto gather = [&](double bytes) { return pricer.collective(comm::Collective::AllGather, bytes, 2, 1, DType::F32); };
+  const double per_layer = 6 * gather(tokens * C * f32) + gather(tokens * E * f32);
+  const ModelComm comm = model_comm(c, 2, 64, 2, true, DType::F32);
+  double outside = 0;
+  for (const auto* all : {&comm.embedding.forward, &comm.embedding.backward, &comm.head.forward, &comm.head.backward}) {
+    for (const CommWork& call : *all) {
+      if (call.pattern == CommPattern::AllGather) outside += gather(call.bytes);
+    }
+  }
+  EXPECT_DOUBLE_EQ(at_split.tp_comm.at(CommPattern::AllGather), layers * per_layer + outside);
+}
+
+// The activations a layer keeps for backward: sequence parallelism splits the four [b, s, C] values on the
+// residual stream (the layer's input, the two norms' outputs, the attention's residual sum; the gate's weight
+// gradient reads the second norm's output on this rank's positions), not the router's logits: the router's
+// gradient reads the gathered copy, [b, s, E] whole on every rank.
+TEST(PlannerMoe, SequenceParallelismKeepsTheRouterLogitsWhole) {
+  const ModelConfig c = mixtral_small();
+  const int64_t b = 2, s = 128;
+  const double C = 256, bf16 = 2, positions = static_cast<double>(b * s);
+  const ActivationBytes saved = build_workload(c, b, s, 2, DType::BF16).layer.saved[0];
+  EXPECT_EQ(saved.residual, 4 * positions * C * bf16);  // the logits (b·s·E·2 more) are not among them
+  EXPECT_DOUBLE_EQ(saved.total(2), saved.total(1) - 2 * positions * C * bf16);
+}
+
+// Where attention's and the residual stream's activations decide the fit, the search takes sequence parallelism
+// for a mixture of experts as for a dense model.
+TEST(PlannerMoe, SearchChoosesSequenceParallelismWhenOnlyItFits) {
+  const ModelConfig c = tiled_moe(4);
+  PlanLimits limits = unsharded_limits();
+  limits.tp = 2;
+  limits.pp = 1;
+  limits.ep = 1;
+  CostModel sizing(PlanningProblem{"moe", c, 2, 64, DType::F32, compute_bound_cluster(2)});
+  const double whole = sizing.evaluate(tensor_parallel_plan(2, false)).memory.peak;
+  const double split = sizing.evaluate(tensor_parallel_plan(2, true)).memory.peak;
+  ASSERT_LT(split, whole);
+  CostModel model(PlanningProblem{"moe", c, 2, 64, DType::F32, compute_bound_cluster(2, (split + whole) / 2 / kGiB)});
+  SearchResult result = search_plans(model, limits, 4);
+  ASSERT_EQ(result.ranked.size(), 1u);
+  EXPECT_TRUE(result.ranked.front().plan.sp) << result.ranked.front().plan.describe();
 }
 
 TEST(PlannerMoe, DenseModelsSearchNoExpertParallelism) {

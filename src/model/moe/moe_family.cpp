@@ -47,7 +47,24 @@ class MoeFamily final : public ModelFamily {
   }
 
   std::string_view layer_prefix() const override { return "model.layers."; }
-  ResidualStream residual_stream() const override { return llama::residual_stream(); }
+  // Besides LLaMA's stream, the ops that multiply each position by replicated weights (the router's gate, a
+  // shared expert and its gate) and the sum that adds the shared expert: sequence parallelism keeps them split
+  // (parallel/tensor_parallel.cpp). The router, the permutation, the experts and the combine read every position
+  // and run whole on every tensor-parallel rank.
+  ResidualStream residual_stream() const override {
+    ResidualStream stream = llama::residual_stream();
+    const std::string block = flavour_.block;
+    stream.ops.push_back(block + "gate");
+    // The sum of the normed input's gradients (the gate's and the permutation's) runs on this rank's block.
+    stream.gradient_ops.push_back(block + "dispatch:xs.grad_sum");
+    if (flavour_.shared_expert) {
+      for (const char* op : {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.act",
+                             "shared_expert.down_proj", "shared_expert_gate", "shared_gate", "shared_expert.sum"}) {
+        stream.ops.push_back(block + op);
+      }
+    }
+    return stream;
+  }
   std::string tied_embedding(const ModelConfig& config) const override {
     return config.tie_word_embeddings ? "model.embed_tokens.weight" : "";
   }
