@@ -31,6 +31,7 @@ struct PlanArgs {
   int devices = 0;
   int dp = 0, tp = 0, pp = 0, ep = 0, max_tp = 0, max_pp = 0, max_ep = 0, zero = -1, virtual_stages = 0;
   double moe_imbalance = 1.0;
+  double figure_uncertainty = 0.1;
   int64_t micro_batch = 0, max_micro_batch = 32;
   std::string sp, recompute, schedule;
   std::string attention = "fused";
@@ -111,12 +112,16 @@ void plan(const PlanArgs& args) {
   if (args.explain && !result.ranked.empty()) {
     explanation = explain_plans(cost, result.ranked[0], result.ranked.size() > 1 ? &result.ranked[1] : nullptr);
   }
+  const std::vector<Prediction> shown(result.ranked.begin(),
+                                      result.ranked.begin() + static_cast<std::ptrdiff_t>(
+                                                                  std::min(args.top, result.ranked.size())));
+  const StepIntervals intervals = step_intervals(cost, shown, args.figure_uncertainty);
   if (args.json) {
-    nlohmann::json report = report_json(cost, result, args.top);
+    nlohmann::json report = report_json(cost, result, args.top, &intervals);
     if (explanation) report["explain"] = explanation_json(*explanation);
     fmt::print("{}\n", report.dump(2));
   } else {
-    fmt::print("{}", format_report(cost, result, args.top));
+    fmt::print("{}", format_report(cost, result, args.top, &intervals));
     if (explanation) fmt::print("{}", format_explanation(*explanation));
   }
 }
@@ -143,6 +148,12 @@ void add_plan_command(CLI::App& app) {
   command->add_flag("--explain", args->explain,
                     "For the winner and the runner-up, every term of the step time, and the cluster figures the "
                     "answer is most sensitive to");
+  command
+      ->add_option("--figure-uncertainty", args->figure_uncertainty,
+                   "How far each assumed figure of the cluster description may be off, as a fraction (default 0.1): "
+                   "every plan's step time gets the interval from each such figure this much worse and better, the "
+                   "changes added; measured (fitted, calibrated) and datasheet figures are held")
+      ->check(CLI::Range(0.0, 0.99));
   command->add_option("--nodes", args->nodes, "Override the cluster's node count")->check(CLI::PositiveNumber);
   command->add_option("--threads", args->threads, "Threads per process (calibrated cluster files only)")->check(CLI::PositiveNumber);
   command->add_option("--devices", args->devices, "Processes on this machine (calibrated cluster files only)")

@@ -170,6 +170,27 @@ LinkSpec read_link(const TomlReader& fields, const std::string& bandwidth_key) {
   return link;
 }
 
+// The source of every `{ value, source }` figure of the file, by the figure's full dotted key.
+std::map<std::string, std::string> read_figure_sources(const TomlReader& fields) {
+  const std::string suffix = ".source";
+  std::map<std::string, std::string> sources;
+  for (const auto& [dotted, text] : fields.leaf_texts()) {
+    if (dotted.size() <= suffix.size() || dotted.compare(dotted.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const std::string figure = dotted.substr(0, dotted.size() - suffix.size());
+    TomlReader table = fields;
+    size_t start = 0;
+    for (size_t dot = figure.find('.'); ; dot = figure.find('.', start)) {
+      table = table.table(figure.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    sources[figure] = table.string("source");
+  }
+  return sources;
+}
+
 }  // namespace
 
 double GemmEngine::alignment_efficiency(int64_t n, int64_t k) const {
@@ -258,6 +279,7 @@ ClusterSpec read_cluster(const TomlReader& fields) {
     spec.nics_per_node = static_cast<int>(count(inter, "nics_per_node"));
     spec.nic = read_link(inter, "nic_bandwidth_gbps");
   }
+  spec.figure_sources = read_figure_sources(fields);
   spec.validate();
   return spec;
 }

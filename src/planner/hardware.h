@@ -12,7 +12,11 @@
 //                                   # (the data's dtype on the wire, combined as it is copied)
 //   [device]                        # every figure from here on is { value = ..., source = "..." }:
 //   name = "A100-SXM4-80GB"         # the datasheet, paper or measurement it comes from (a bare
-//   memory_gib = 80                 # number is refused). Shown bare below for brevity.
+//   memory_gib = 80                 # number is refused). Shown bare below for brevity. A source that
+//                                   # begins "fitted by" or "measured" marks a figure measured on the device;
+//                                   # one naming a datasheet, whitepaper or guide (and no assumption) the
+//                                   # vendor's specification; any other is assumed, and `strata plan`'s
+//                                   # step-time intervals vary it (planner/uncertainty.h).
 //   reserved_gib = 5                # never available to the model (runtime, allocator slack)
 //   memory_bandwidth_gbps = 2039    # GB/s
 //   memory_efficiency = 0.8         # fraction of that bandwidth element-wise kernels reach
@@ -161,6 +165,9 @@ struct ClusterSpec {
   // fp32 bytes one device combines per second in a reduction (one operand
   // stream); 0: a third of its memory bandwidth (read two, write one).
   double reduce_Bps = 0;
+  // Every figure's source by its full dotted key ("device.bf16.gemm_tiles" -> "fitted by ..."): what
+  // planner/uncertainty.h reads to tell measured figures from assumed ones.
+  std::map<std::string, std::string> figure_sources;
 
   int devices() const { return nodes * devices_per_node; }
   double node_network_Bps() const { return nic.bandwidth_Bps * nics_per_node; }

@@ -218,6 +218,32 @@ DTypePerformance performance_of(const DTypeProfile& measured, int threads, doubl
   return perf;
 }
 
+namespace {
+
+// Every figure of a calibrated device (and its links) was measured on this machine; the memory size and what is
+// reserved of it do not price time.
+void record_measured_sources(ClusterSpec& cluster) {
+  const std::string measured = fmt::format("measured by `strata calibrate` ({})", cluster.source);
+  for (const char* key : {"memory_bandwidth_gbps", "memory_efficiency", "op_overhead_us"}) {
+    cluster.figure_sources[std::string("device.") + key] = measured;
+  }
+  const char* engine_keys[] = {"matrix_tflops",       "vector_tflops",        "compute_units",
+                               "gemm_tiles",          "gemm_k_step",          "gemm_tile_overhead_us",
+                               "gemm_alignment",      "attention_efficiency", "attention_backward_efficiency",
+                               "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us"};
+  for (const auto& [dtype, performance] : cluster.device.dtypes) {
+    for (const char* key : engine_keys) {
+      cluster.figure_sources[fmt::format("device.{}.{}", dtype_name(dtype), key)] = measured;
+    }
+  }
+  if (cluster.devices_per_node > 1) {
+    cluster.figure_sources["intra_node.bandwidth_gbps"] = measured;
+    cluster.figure_sources["intra_node.latency_us"] = measured;
+  }
+}
+
+}  // namespace
+
 ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, int devices, const std::string& source) {
   if (devices < 1) fail("{}: devices must be at least 1, got {}", source, devices);
   const ThreadProfile& measured = profile.for_threads(threads);
@@ -253,6 +279,7 @@ ClusterSpec cluster_from_profile(const HardwareProfile& profile, int threads, in
     cluster.intra_node = {profile.links->intra_latency_s, profile.links->intra_bandwidth_Bps};
     cluster.reduce_Bps = profile.links->reduce_Bps;
   }
+  record_measured_sources(cluster);
   cluster.validate();
   return cluster;
 }

@@ -61,6 +61,41 @@ std::vector<double> stage_peaks(const Prediction& prediction) {
   return peaks;
 }
 
+// "[1.204, 1.391] s" in the unit of the upper end.
+std::string interval_text(const StepInterval& interval) {
+  const std::string high = seconds_text(interval.high_s);
+  const std::string unit = high.substr(high.find(' '));
+  const double scale = unit == " s" ? 1.0 : unit == " ms" ? 1e3 : 1e6;
+  return fmt::format("[{:.{}f}, {}]{}", interval.low_s * scale, unit == " s" ? 3 : unit == " ms" ? 2 : 1,
+                     high.substr(0, high.find(' ')), unit);
+}
+
+std::string uncertainty_text(const StepIntervals& intervals) {
+  if (intervals.figures.empty()) {
+    return "step-time intervals: every figure that prices time is measured or the vendor's specification\n";
+  }
+  std::string names;
+  for (const UncertainFigure& f : intervals.figures) names += (names.empty() ? "" : ", ") + f.figure;
+  return fmt::format(
+      "step-time intervals: {} assumed figure(s) each {:.0f}% worse and better (--figure-uncertainty), the "
+      "changes added: {}; measured and datasheet figures held\n",
+      intervals.figures.size(), 100 * intervals.range, names);
+}
+
+// Whether ranked plan `i` lies within the winner's interval (the ranking between them is not certain).
+nlohmann::json uncertainty_json(const StepIntervals& intervals) {
+  nlohmann::json figures = nlohmann::json::array();
+  for (const UncertainFigure& f : intervals.figures) figures.push_back({{"figure", f.figure}, {"keys", f.keys}});
+  return {{"range", intervals.range},
+          {"combination", "sum of each assumed figure's change (worst case)"},
+          {"assumed_figures", figures}};
+}
+
+bool within_winner(const StepIntervals* intervals, size_t i) {
+  return intervals != nullptr && i < intervals->plans.size() &&
+         intervals_overlap(intervals->plans.front(), intervals->plans[i]);
+}
+
 }  // namespace
 
 std::string seconds_text(double seconds) {
@@ -158,7 +193,8 @@ nlohmann::json problem_json(const PlanningProblem& problem) {
   return json;
 }
 
-std::string format_report(const CostModel& model, const SearchResult& result, size_t top) {
+std::string format_report(const CostModel& model, const SearchResult& result, size_t top,
+                          const StepIntervals* intervals) {
   const PlanningProblem& problem = model.problem();
   const ModelConfig& c = problem.model;
   std::string out;
@@ -181,13 +217,16 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
   if (result.ranked.empty()) {
     out += "no plan fits\n";
   } else {
-    out +=
-        fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>6} {:>10}\n", "#", "plan", "step", "tokens/s", "MFU", "mem/device");
+    out += fmt::format("{:>3}  {:<62} {:>11}{} {:>9} {:>6} {:>10}\n", "#", "plan", "step",
+                       intervals ? fmt::format(" {:<22}", "interval") : "", "tokens/s", "MFU", "mem/device");
     for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
       const Prediction& p = result.ranked[i];
-      out += fmt::format("{:>3}  {:<62} {:>11} {:>9} {:>5.1f}% {:>6.1f} GiB\n", i + 1, p.plan.describe(),
-                         seconds_text(p.step_s), rate_text(p.tokens_per_s), 100 * p.mfu, p.memory.peak / kGiB);
+      out += fmt::format("{:>3}  {:<62} {:>11}{} {:>9} {:>5.1f}% {:>6.1f} GiB\n", i + 1, p.plan.describe(),
+                         seconds_text(p.step_s),
+                         intervals ? fmt::format(" {:<22}", interval_text(intervals->plans.at(i))) : "",
+                         rate_text(p.tokens_per_s), 100 * p.mfu, p.memory.peak / kGiB);
     }
+    if (intervals) out += uncertainty_text(*intervals);
     const Prediction& winner = result.ranked.front();
     const MemoryBreakdown& m = winner.memory;
     out += fmt::format("\nwinner: {}\n", winner.plan.describe());
@@ -215,6 +254,15 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
       }
       out += fmt::format("  {:>2}. +{:.1f}% ({}): {}\n", i + 1, 100 * (other.step_s / winner.step_s - 1),
                          other.plan.describe(), reasons.empty() ? "the same prediction; later in plan order" : reasons);
+      if (within_winner(intervals, i)) {
+        out += fmt::format(
+            "      this plan and the winner are within each other's intervals: the ranking between them is not "
+            "certain{}\n",
+            order_holds(*intervals, result.ranked, i)
+                ? fmt::format(" (though the assumed figures, erring together, close the gap of {} by at most {})",
+                              seconds_text(other.step_s - winner.step_s), seconds_text(intervals->gap_closing_s[i]))
+                : " (the assumed figures, erring together, can reverse it)");
+      }
     }
   }
   if (!result.rejected.empty()) out += "rejected:\n";
@@ -226,7 +274,8 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
   return out;
 }
 
-nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top) {
+nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top,
+                           const StepIntervals* intervals) {
   nlohmann::json report = problem_json(model.problem());
   report["model_flops_per_step"] = model.model_flops_per_step();
   report["candidates"] = result.candidates;
@@ -236,9 +285,18 @@ nlohmann::json report_json(const CostModel& model, const SearchResult& result, s
   for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
     nlohmann::json entry = prediction_json(result.ranked[i]);
     if (i > 0) entry["loses_by"] = explain_difference(result.ranked.front(), result.ranked[i]);
+    if (intervals) {
+      entry["step_time_low_s"] = intervals->plans.at(i).low_s;
+      entry["step_time_high_s"] = intervals->plans.at(i).high_s;
+      if (i > 0) {
+        entry["within_winner_interval"] = within_winner(intervals, i);
+        entry["order_holds_against_assumed_figures"] = order_holds(*intervals, result.ranked, i);
+      }
+    }
     plans.push_back(std::move(entry));
   }
   report["plans"] = std::move(plans);
+  if (intervals) report["uncertainty"] = uncertainty_json(*intervals);
   nlohmann::json rejected = nlohmann::json::array();
   for (const RejectedRegion& region : result.rejected) {
     rejected.push_back(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "planner/search.h"
+#include "planner/uncertainty.h"
 
 namespace strata {
 
@@ -21,7 +22,11 @@ nlohmann::json plan_json(const ParallelPlan& plan);
 nlohmann::json prediction_json(const Prediction& prediction);
 nlohmann::json problem_json(const PlanningProblem& problem);
 
-std::string format_report(const CostModel& model, const SearchResult& result, size_t top);
-nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top);
+// With `intervals` (of the first `top` ranked plans, planner/uncertainty.h): each plan's step-time interval, and
+// which runners-up lie within the winner's interval.
+std::string format_report(const CostModel& model, const SearchResult& result, size_t top,
+                          const StepIntervals* intervals = nullptr);
+nlohmann::json report_json(const CostModel& model, const SearchResult& result, size_t top,
+                           const StepIntervals* intervals = nullptr);
 
 }  // namespace strata

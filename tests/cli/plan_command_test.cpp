@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "cli/run_strata.h"
 
@@ -42,6 +43,53 @@ TEST(PlanCommand, BadExpertSettingsAreNamed) {
   EXPECT_NE(imbalance.output.find("--moe-imbalance"), std::string::npos) << imbalance.output;
   testing::StrataRun dense = testing::run_strata("plan gpt2-small dgx-h100 --ep 2");
   EXPECT_NE(dense.output.find("expert parallelism for a model without experts"), std::string::npos) << dense.output;
+}
+
+// The row of the winner in a report's table: "  1  <plan> <step> ms [<low>, <high>] ms ...".
+std::string winner_row(const std::string& report) {
+  const size_t row = report.find("\n  1  ");
+  return row == std::string::npos ? "" : report.substr(row + 1, report.find('\n', row + 1) - row - 1);
+}
+
+// The "<low>" and "<high>" texts of a row's interval.
+std::pair<std::string, std::string> interval_texts(const std::string& row) {
+  const size_t open = row.find('[');
+  const size_t comma = row.find(", ", open);
+  const size_t close = row.find(']', open);
+  if (open == std::string::npos || comma == std::string::npos || close == std::string::npos) return {};
+  return {row.substr(open + 1, comma - open - 1), row.substr(comma + 2, close - comma - 2)};
+}
+
+// The step-time interval of each listed plan, in the table and in --json; none at --figure-uncertainty 0.
+TEST(PlanCommand, ShowsTheStepTimeIntervalFromTheAssumedFigures) {
+  testing::StrataRun text = testing::run_strata("plan gpt2-small dgx-a100-80gb --top 2");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("step-time intervals: "), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("GEMM tile efficiencies"), std::string::npos) << text.output;  // the A100's are assumed
+  const std::string row = winner_row(text.output);
+  const auto [low, high] = interval_texts(row);
+  ASSERT_FALSE(low.empty()) << text.output;
+  const size_t step_end = row.find(" ms [");
+  ASSERT_NE(step_end, std::string::npos) << row;
+  const double step = std::stod(row.substr(row.rfind(' ', step_end - 1) + 1));
+  EXPECT_LT(std::stod(low), step) << row;
+  EXPECT_GT(std::stod(high), step) << row;
+
+  testing::StrataRun json = testing::run_strata("plan gpt2-small dgx-a100-80gb --top 2 --json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  for (const char* key : {"\"step_time_low_s\"", "\"step_time_high_s\"", "\"within_winner_interval\""}) {
+    EXPECT_NE(json.output.find(key), std::string::npos) << key;
+  }
+
+  testing::StrataRun exact = testing::run_strata("plan gpt2-small dgx-a100-80gb --top 1 --figure-uncertainty 0");
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  const auto [exact_low, exact_high] = interval_texts(winner_row(exact.output));
+  ASSERT_FALSE(exact_low.empty()) << exact.output;
+  EXPECT_EQ(exact_low, exact_high) << exact.output;
+
+  testing::StrataRun bad = testing::run_strata("plan gpt2-small dgx-a100-80gb --figure-uncertainty 1.5");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--figure-uncertainty"), std::string::npos) << bad.output;
 }
 
 }  // namespace

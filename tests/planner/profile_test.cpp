@@ -10,6 +10,8 @@
 #include "core/toml_reader.h"
 #include "planner/auto_plan.h"
 #include "planner/device_time.h"
+#include "planner/model_spec.h"
+#include "planner/uncertainty.h"
 
 namespace strata {
 namespace {
@@ -101,6 +103,9 @@ TEST(PlannerProfile, DerivesThisMachineAsACluster) {
   EXPECT_DOUBLE_EQ(two.device.performance(DType::F32).vector_flops, 2.5e9);
   EXPECT_DOUBLE_EQ(two.device.memory_bandwidth_Bps, 10e9);
   EXPECT_NE(two.name.find("oversubscribed: 50%"), std::string::npos) << two.name;
+  // Every figure that prices time was measured: no step-time interval comes from it.
+  ModelSpec model = model_preset("gpt2-small");
+  EXPECT_TRUE(uncertain_figures(PlanningProblem{model.name, model.config, 8, 64, DType::F32, two}).empty());
 }
 
 TEST(PlannerProfile, RefusesBrokenFilesNamingTheKey) {
