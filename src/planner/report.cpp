@@ -72,13 +72,15 @@ std::string interval_text(const StepInterval& interval) {
 
 std::string uncertainty_text(const StepIntervals& intervals) {
   if (intervals.figures.empty()) {
-    return "step-time intervals: every figure that prices time is measured or the vendor's specification\n";
+    return "step-time intervals: every figure that prices time is measured or the vendor's specification; the cost "
+           "model's own error (bench/planner/validate.sh) is not included\n";
   }
   std::string names;
   for (const UncertainFigure& f : intervals.figures) names += (names.empty() ? "" : ", ") + f.figure;
   return fmt::format(
       "step-time intervals: {} assumed figure(s) each {:.0f}% worse and better (--figure-uncertainty), the "
-      "changes added: {}; measured and datasheet figures held\n",
+      "changes added: {}; measured and datasheet figures held; the cost model's own error (bench/planner/validate.sh) "
+      "is not included\n",
       intervals.figures.size(), 100 * intervals.range, names);
 }
 
