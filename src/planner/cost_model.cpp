@@ -822,12 +822,25 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   return result;
 }
 
-Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
+MemoryBreakdown CostModel::Placement::highest() const { return highest_peak(stages); }
+
+CostModel::Placement CostModel::place(const ParallelPlan& plan) {
   if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
   const PlanFigures figures = plan_figures(plan);
-  std::vector<int> layers = split_layers_by_time(figures);
-  std::vector<MemoryBreakdown> memories = memory_per_stage(figures, layers);
-  rebalance_by_memory(figures, layers, memories);
+  Placement placement;
+  placement.layers = split_layers_by_time(figures);
+  placement.stages = memory_per_stage(figures, placement.layers);
+  rebalance_by_memory(figures, placement.layers, placement.stages);
+  return placement;
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
+  return evaluate(plan, place(plan), timing);
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan, Placement placement, PipelineTiming timing) {
+  const PlanFigures figures = plan_figures(plan);
+  std::vector<int>& layers = placement.layers;
   std::vector<StageTime> stages = stage_times(figures, layers);
 
   Prediction prediction;
@@ -840,9 +853,9 @@ Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) 
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);
   add_rates(prediction);
+  prediction.memory = placement.highest();
   prediction.layers_per_stage = std::move(layers);
-  prediction.memory = highest_peak(memories);
-  prediction.stages = std::move(memories);
+  prediction.stages = std::move(placement.stages);
   return prediction;
 }
 
