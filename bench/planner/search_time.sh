@@ -3,6 +3,9 @@
 # GPT (Narayanan et al.'s 1T configuration, global batch 3072) on 384 DGX A100
 # nodes (3072 devices) with every dimension open. Prints the planner's own
 # search time and candidate count per run, and the wall time of the command.
+# The search time is wall-clock: on a shared host it grows with the load (0.23 s of CPU read 0.3-0.5 s
+# with the 2-core host loaded 2-3x), so compare two binaries in interleaved runs on the same host, or
+# their CPU time (perf stat -e task-clock).
 # Usage: bench/planner/search_time.sh [runs]   (STRATA=path/to/strata to override)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

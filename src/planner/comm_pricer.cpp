@@ -1,6 +1,7 @@
 #include "planner/comm_pricer.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -8,6 +9,13 @@
 namespace strata {
 
 CommPricer::CommPricer(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+size_t CommPricer::CallKeyHash::operator()(const CallKey& key) const {
+  const auto& [op, bytes, size, stride, dtype] = key;
+  size_t hash = std::hash<double>{}(bytes);
+  for (int field : {op, size, stride, dtype}) hash = hash * 1000003 ^ std::hash<int>{}(field);
+  return hash;
+}
 
 comm::TopologyDesc CommPricer::group_topology(int size, int stride) const {
   const int per_node = cluster_.devices_per_node;

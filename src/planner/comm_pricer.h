@@ -7,8 +7,9 @@
 // runs the same phase at once, so a group gets the share of the node's network
 // that its members on that node own. Results are memoised: a search asks for
 // the same calls many times.
-#include <map>
+#include <cstddef>
 #include <tuple>
+#include <unordered_map>
 
 #include "comm/cost_model.h"
 #include "planner/hardware.h"
@@ -29,8 +30,13 @@ class CommPricer {
   comm::TopologyDesc group_topology(int size, int stride) const;
 
  private:
+  using CallKey = std::tuple<int, double, int, int, int>;  // op, bytes, size, stride, dtype
+  struct CallKeyHash {
+    size_t operator()(const CallKey& key) const;
+  };
   const ClusterSpec& cluster_;
-  std::map<std::tuple<int, double, int, int, int>, double> cache_;
+  // A search asks millions of times for about a thousand distinct calls: hashed, not ordered.
+  std::unordered_map<CallKey, double, CallKeyHash> cache_;
 };
 
 }  // namespace strata

@@ -306,6 +306,7 @@ struct CostModel::PlanFigures {
   double tied;             // parameters of one copy of the tied embedding on a device
   double layer_recompute;  // seconds per layer and micro-batch redone in backward
   double layer_seconds;    // seconds per layer and micro-batch, recomputation included
+  std::vector<double> in_flight;  // per stage, the micro-batches whose activations it keeps
 };
 
 struct CostModel::StageTime {
@@ -328,6 +329,9 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
                            : plan.recompute == RecomputeMode::Full ? layer.forward + layer.tp_forward + layer.ep_forward
                                                                    : 0.0;
   const double experts_here = work.layer.expert_params / plan.ep;
+  // Once per stage here: a search reads each stage's several times (memory_per_stage, rebalance_by_memory).
+  std::vector<double> in_flight(static_cast<size_t>(plan.pp));
+  for (int stage = 0; stage < plan.pp; ++stage) in_flight[static_cast<size_t>(stage)] = micro_batches_kept(plan, stage);
   return PlanFigures{plan,
                      work,
                      cost,
@@ -347,7 +351,8 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
                      static_cast<size_t>(plan.recompute),
                      static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd),
                      layer_recompute,
-                     layer.seconds() + layer_recompute};
+                     layer.seconds() + layer_recompute,
+                     std::move(in_flight)};
 }
 
 std::vector<int> CostModel::split_layers_by_time(const PlanFigures& figures) {
@@ -383,13 +388,14 @@ double CostModel::sharded_params(const PlanFigures& figures, int stage, int laye
   return (params - experts) / figures.d + experts / figures.expert_d;
 }
 
-double CostModel::in_flight(const PlanFigures& figures, int stage) const {
+double CostModel::micro_batches_kept(const ParallelPlan& plan, int stage) const {
   // The schedule's own warm-up (pipeline_schedule.h): the forwards a stage runs before its first
   // backward, plus the one it runs with it, each of a model chunk (1/v of the stage).
-  const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v, static_cast<int>(problem_.model.n_layer)};
-  const PipelinePhases phases = pipeline_phases(figures.plan.schedule, shape, stage);
+  const PipelineShape shape{plan.pp, static_cast<int>(plan.micro_batches), plan.virtual_stages,
+                            static_cast<int>(problem_.model.n_layer)};
+  const PipelinePhases phases = pipeline_phases(plan.schedule, shape, stage);
   const int chunks = std::min(phases.warmup + 1, phases.warmup + phases.steady);
-  return std::min(figures.m, static_cast<double>(chunks) / figures.v);
+  return std::min(static_cast<double>(plan.micro_batches), static_cast<double>(chunks) / plan.virtual_stages);
 }
 
 MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {
@@ -426,7 +432,7 @@ MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, i
   if (stage == figures.p - 1) temporaries = work.head.peak.total(split) - head_saved;
   if (layers > 0) temporaries = std::max(temporaries, work.layer.peak.total(split, e) - layer_saved - head_saved);
   if (stage == 0) temporaries = std::max(temporaries, work.embedding.peak.total(split) - saved);
-  mem.activations = in_flight(figures, stage) * saved + temporaries;
+  mem.activations = figures.in_flight[static_cast<size_t>(stage)] * saved + temporaries;
   const double layer_params = figures.layer_params;
   mem.staging =
       (zero <= 1 ? params : layer_params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
@@ -822,12 +828,25 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   return result;
 }
 
-Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
+MemoryBreakdown CostModel::Placement::highest() const { return highest_peak(stages); }
+
+CostModel::Placement CostModel::place(const ParallelPlan& plan) {
   if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
   const PlanFigures figures = plan_figures(plan);
-  std::vector<int> layers = split_layers_by_time(figures);
-  std::vector<MemoryBreakdown> memories = memory_per_stage(figures, layers);
-  rebalance_by_memory(figures, layers, memories);
+  Placement placement;
+  placement.layers = split_layers_by_time(figures);
+  placement.stages = memory_per_stage(figures, placement.layers);
+  rebalance_by_memory(figures, placement.layers, placement.stages);
+  return placement;
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) {
+  return evaluate(plan, place(plan), timing);
+}
+
+Prediction CostModel::evaluate(const ParallelPlan& plan, Placement placement, PipelineTiming timing) {
+  const PlanFigures figures = plan_figures(plan);
+  std::vector<int>& layers = placement.layers;
   std::vector<StageTime> stages = stage_times(figures, layers);
 
   Prediction prediction;
@@ -840,9 +859,9 @@ Prediction CostModel::evaluate(const ParallelPlan& plan, PipelineTiming timing) 
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);
   add_rates(prediction);
+  prediction.memory = placement.highest();
   prediction.layers_per_stage = std::move(layers);
-  prediction.memory = highest_peak(memories);
-  prediction.stages = std::move(memories);
+  prediction.stages = std::move(placement.stages);
   return prediction;
 }
 

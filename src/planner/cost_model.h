@@ -97,6 +97,18 @@ class CostModel {
   enum class PipelineTiming { ClosedForm, Replayed };
   Prediction evaluate(const ParallelPlan& plan, PipelineTiming timing = PipelineTiming::ClosedForm);
 
+  // The first step of evaluate(): the plan's layers per stage and each stage's memory, all that a plan
+  // that does not fit needs (the search prices the time of those that fit only).
+  struct Placement {
+    std::vector<int> layers;  // per stage
+    std::vector<MemoryBreakdown> stages;
+    MemoryBreakdown highest() const;  // the stage with the highest peak
+  };
+  Placement place(const ParallelPlan& plan);
+  // evaluate() of a plan placed by place().
+  Prediction evaluate(const ParallelPlan& plan, Placement placement,
+                      PipelineTiming timing = PipelineTiming::ClosedForm);
+
   // Where the bottleneck stage's compute and tensor-parallel time of a step go
   // (`prediction` from evaluate): per op class the seconds and FLOPs of its
   // forward, backward and recomputed forward over the step's micro-batches,
@@ -178,7 +190,7 @@ class CostModel {
   // Parameters of a stage one device keeps when ZeRO shards them (`sharded`): the dense ones over dp x ep,
   // the experts' over dp.
   static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
-  double in_flight(const PlanFigures& figures, int stage) const;  // micro-batches whose activations it keeps
+  double micro_batches_kept(const ParallelPlan& plan, int stage) const;  // whose activations the stage keeps
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute

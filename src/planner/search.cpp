@@ -192,27 +192,32 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     double least_peak = 0;
   };
   std::map<std::tuple<int, int, int, int>, LayoutMemory> layouts;
+  struct Miss {
+    ParallelPlan plan;
+    MemoryBreakdown memory;  // its highest stage
+  };
   int64_t out_of_memory = 0;
-  std::optional<Prediction> closest_miss;
+  std::optional<Miss> closest_miss;
   for (const ParallelPlan& plan : candidates) {
     if (auto why = model.invalid_reason(plan)) {
       reject.add(*why, [&] { return plan.describe(); });
       continue;
     }
-    Prediction prediction = model.evaluate(plan);
+    // Most plans do not fit: their memory is all the search needs of them, their time is not priced.
+    CostModel::Placement placement = model.place(plan);
+    const MemoryBreakdown memory = placement.highest();
     ++result.candidates;
-    auto [entry, inserted] =
-        layouts.try_emplace({plan.dp, plan.tp, plan.pp, plan.ep}, LayoutMemory{false, prediction.memory.peak});
-    entry->second.least_peak = std::min(entry->second.least_peak, prediction.memory.peak);
-    if (!prediction.fits()) {
+    auto [entry, inserted] = layouts.try_emplace({plan.dp, plan.tp, plan.pp, plan.ep}, LayoutMemory{false, memory.peak});
+    entry->second.least_peak = std::min(entry->second.least_peak, memory.peak);
+    if (memory.peak > memory.capacity) {
       ++out_of_memory;
-      if (!closest_miss || prediction.memory.peak < closest_miss->memory.peak ||
-          (prediction.memory.peak == closest_miss->memory.peak &&
-           prediction.plan.describe() < closest_miss->plan.describe())) {
-        closest_miss = prediction;
+      if (!closest_miss || memory.peak < closest_miss->memory.peak ||
+          (memory.peak == closest_miss->memory.peak && plan.describe() < closest_miss->plan.describe())) {
+        closest_miss = Miss{plan, memory};
       }
       continue;
     }
+    Prediction prediction = model.evaluate(plan, std::move(placement));
     entry->second.fits = true;
     ++result.feasible;
     if (result.ranked.size() == keep && (keep == 0 || !ranks_before(prediction, result.ranked.back()))) continue;

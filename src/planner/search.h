@@ -43,7 +43,7 @@ struct RejectedRegion {
 struct SearchResult {
   std::vector<Prediction> ranked;  // feasible plans, best first, at most `keep`
   std::vector<RejectedRegion> rejected;
-  int64_t candidates = 0;  // plans the cost model priced
+  int64_t candidates = 0;  // plans the cost model placed (memory); their time is priced when they fit
   int64_t feasible = 0;    // of those, the ones that fit in memory
   double search_s = 0;     // wall time of enumeration and pricing
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "planner/model_spec.h"
@@ -174,6 +175,40 @@ TEST(PlannerSearch, ExplainsRejectedRegions) {
   EXPECT_NE(memory->details[0].find("GiB per device"), std::string::npos);
   ASSERT_FALSE(result.ranked.empty());
   EXPECT_EQ(result.ranked[0].plan.tp, 1);
+}
+
+TEST(PlannerSearch, PricesTheTimeOfFittingPlansOnlyAndRanksAsPricingEveryPlanWould) {
+  // The search places each candidate first and prices its time only when it fits: against pricing
+  // every candidate in full, the same plans fit, the closest miss is the same, and with every fitting
+  // plan kept the ranking is every fitting plan's replayed time in order.
+  CostModel model(problem("gpt2-xl", testing::test_cluster(1, 8, 16), 64, DType::F32));
+  std::vector<RejectedRegion> rejected;
+  const std::vector<ParallelPlan> candidates = enumerate_plans(model, {}, rejected);
+  std::vector<Prediction> fitting;
+  std::optional<Prediction> closest_miss;
+  for (const ParallelPlan& plan : candidates) {
+    if (model.invalid_reason(plan)) continue;
+    Prediction full = model.evaluate(plan);
+    if (full.fits()) {
+      fitting.push_back(model.evaluate(plan, CostModel::PipelineTiming::Replayed));
+    } else if (!closest_miss || full.memory.peak < closest_miss->memory.peak ||
+               (full.memory.peak == closest_miss->memory.peak &&
+                full.plan.describe() < closest_miss->plan.describe())) {
+      closest_miss = full;
+    }
+  }
+  ASSERT_FALSE(fitting.empty());
+  ASSERT_TRUE(closest_miss.has_value());
+  std::sort(fitting.begin(), fitting.end(), ranks_before);
+  const SearchResult result = rank_plans(model, candidates, fitting.size());
+  EXPECT_EQ(result.feasible, static_cast<int64_t>(fitting.size()));
+  ASSERT_EQ(result.ranked.size(), fitting.size());
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    EXPECT_EQ(result.ranked[i].plan.describe(), fitting[i].plan.describe()) << i;
+    EXPECT_EQ(result.ranked[i].step_s, fitting[i].step_s) << i;
+  }
+  ASSERT_FALSE(result.rejected.empty());
+  EXPECT_EQ(result.rejected.back().example, closest_miss->plan.describe());
 }
 
 TEST(PlannerSearch, PureDataParallelismWinsWhenTheModelFitsAndTheNetworkIsFast) {
