@@ -66,6 +66,11 @@ struct ExchangeCounts {
 
   int64_t sent_to(int64_t rank) const { return sum(sent, rank); }
   int64_t received_from(int64_t rank) const { return sum(received, rank); }
+  int64_t received_for(int64_t expert) const {  // from every rank, for local expert `expert`
+    int64_t total = 0;
+    for (int64_t r = 0; r < ranks; ++r) total += received[static_cast<size_t>(r * local + expert)];
+    return total;
+  }
   int64_t sum(const std::vector<int64_t>& counts, int64_t rank) const {
     int64_t total = 0;
     for (int64_t e = 0; e < local; ++e) total += counts[static_cast<size_t>(rank * local + e)];
@@ -99,9 +104,7 @@ std::vector<size_t> row_bytes_by_rank(const ExchangeCounts& counts, bool sent, s
 void regroup_rows(const ExchangeCounts& counts, const char* from, char* to, size_t row_bytes, bool to_expert_major) {
   std::vector<int64_t> expert_start(static_cast<size_t>(counts.local + 1), 0);
   for (int64_t e = 0; e < counts.local; ++e) {
-    int64_t rows = 0;
-    for (int64_t r = 0; r < counts.ranks; ++r) rows += counts.received[static_cast<size_t>(r * counts.local + e)];
-    expert_start[static_cast<size_t>(e + 1)] = expert_start[static_cast<size_t>(e)] + rows;
+    expert_start[static_cast<size_t>(e + 1)] = expert_start[static_cast<size_t>(e)] + counts.received_for(e);
   }
   std::vector<int64_t> expert_fill(expert_start.begin(), expert_start.end() - 1);
   int64_t rank_major = 0;
@@ -195,10 +198,7 @@ void moe_dispatch_exchange_kernel(const Tensors& inputs, const Tensors& outputs,
   counts.received.assign(received32.begin(), received32.end());
   std::memcpy(outputs[2].raw(), received32.data(), received32.size() * sizeof(int32_t));
   int32_t* local_sizes = outputs[1].data<int32_t>();
-  for (int64_t e = 0; e < counts.local; ++e) {
-    local_sizes[e] = 0;
-    for (int64_t r = 0; r < counts.ranks; ++r) local_sizes[e] += received32[static_cast<size_t>(r * counts.local + e)];
-  }
+  for (int64_t e = 0; e < counts.local; ++e) local_sizes[e] = static_cast<int32_t>(counts.received_for(e));
   const size_t row_bytes = xs.nbytes() / static_cast<size_t>(std::max<int64_t>(xs.size(0), 1));
   const int64_t arriving = total(counts.received);
   std::vector<char> arrived(static_cast<size_t>(arriving) * row_bytes);

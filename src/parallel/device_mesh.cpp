@@ -9,6 +9,15 @@
 
 namespace strata {
 
+namespace {
+
+// A group across several dimensions is named by them, innermost first: "ep+dp".
+std::string group_name(const std::vector<std::string>& dimensions) {
+  return fmt::format("{}", fmt::join(dimensions, "+"));
+}
+
+}  // namespace
+
 MeshShape::MeshShape(const std::map<std::string, int>& degrees) {
   for (const auto& [name, degree] : degrees) parallel_dimension(name);  // fails naming an unknown one
   for (const ParallelDimension& dimension : dimensions_innermost_first()) {
@@ -110,7 +119,7 @@ DeviceMesh::DeviceMesh(const comm::Communicator& world, MeshShape shape) : world
       stride *= shape_.degree(dimension);
       origin[dimension] = 0;
     }
-    const std::string name = fmt::format("{}", fmt::join(dimensions, "+"));
+    const std::string name = group_name(dimensions);
     groups_.emplace(name, world.split(rank_at(origin, shape_), key, name));
   }
 }
@@ -124,7 +133,7 @@ comm::Communicator& DeviceMesh::group_across(const std::vector<std::string>& dim
     if (shape_.degree(dimension) > 1) spanning.push_back(dimension);
   }
   if (spanning.empty()) spanning.push_back(dimensions.back());
-  return group(fmt::format("{}", fmt::join(spanning, "+")));
+  return group(group_name(spanning));
 }
 
 comm::Communicator& DeviceMesh::group(std::string_view dimension) {

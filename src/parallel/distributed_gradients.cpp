@@ -31,14 +31,13 @@ std::vector<GradientGroup> gradient_groups(DeviceMesh* mesh, const MeshPlacement
     }
     by_dimensions[replicas].push_back(e);
   }
-  // Every batch dimension first: the dense layers' group, where a job without experts has all its entries.
+  // The most replicated first: the dense layers' group, where a job without experts has all its entries.
+  std::vector<std::pair<std::vector<std::string>, std::vector<size_t>>> ordered(by_dimensions.begin(),
+                                                                                by_dimensions.end());
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   std::vector<GradientGroup> groups;
-  for (auto it = by_dimensions.rbegin(); it != by_dimensions.rend(); ++it) {
-    groups.push_back({DataParallel::over(mesh, it->first), it->second});
-  }
-  std::stable_sort(groups.begin(), groups.end(), [](const GradientGroup& a, const GradientGroup& b) {
-    return a.parallel.dimensions().size() > b.parallel.dimensions().size();
-  });
+  for (auto& [replicas, entries] : ordered) groups.push_back({DataParallel::over(mesh, replicas), std::move(entries)});
   return groups;
 }
 
