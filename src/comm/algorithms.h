@@ -5,6 +5,7 @@
 // size. Internal to comm/: callers go through Communicator.
 #include <cstddef>
 
+#include "comm/call_check.h"
 #include "comm/collective.h"
 #include "comm/engine.h"
 #include "comm/exchange_layout.h"
@@ -73,22 +74,29 @@ Task hierarchical_all_reduce(Context local, Context column, ReduceBuffers buffer
 
 // Shared memory (one-host groups with a segment): each rank copies its
 // contribution once and sums everyone's copies into its output.
-Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_t count);
+// The one-host algorithms carry the call's fingerprint beside their data and
+// compare it there (no separate check).
+Task shm_all_reduce(Context ctx, GroupState* group, Fingerprint call, ReduceBuffers buffers, size_t count);
 // Direct read (one-host groups that may read each other's memory): each rank
 // reads the others' `input` (of input_dtype) and sums everything itself.
-Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
-                       size_t count);
+Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
+                       ReduceBuffers buffers, size_t count);
 
 // All-to-all: every rank's layout.send blocks of `in` land in the receivers'
 // layout.recv blocks of `out` (elements of `width` bytes; in and out disjoint).
 // Pairwise over MPI: every exchange posted at once, rank r + k's block sent
 // and rank r - k's received at step k, so each pair's messages meet early.
 Task pairwise_all_to_all(Context ctx, const void* in, void* out, const ExchangeLayout& layout, size_t width);
-// Pairwise on one host: each rank reads its blocks straight from the
-// senders' inputs (cross-memory attach, one copy), meeting them only on entry
-// and when nobody reads its input any more.
-Task direct_all_to_all(Context ctx, GroupState* group, const void* in, void* out, const ExchangeLayout& layout,
-                       size_t width);
+// Pairwise on one host: each rank stages its small blocks in its exchange
+// area and leaves the others in its input; receivers copy the staged ones and
+// read the rest straight from the senders' inputs (cross-memory attach, one
+// copy). Ranks meet on entry, and at the end only when a peer read a
+// sender's input.
+Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
+                       const ExchangeLayout& layout, size_t width);
+// Before a one-host call rewrites this rank's call header or exchange area:
+// waits for the peers still reading them for the latest staged exchange.
+Task peers_done_reading(Context ctx, GroupState* group);
 // Two levels, uniform blocks of `block_bytes`: an all-to-all inside the node
 // hands each local rank the blocks for its column (its position on every
 // node), an all-to-all along the column delivers them, and one copy puts them

@@ -13,20 +13,6 @@
 namespace strata::comm {
 namespace {
 
-// What every rank must agree on (see CallCheck).
-struct Fingerprint {
-  uint64_t sequence = 0;
-  uint64_t count = 0;
-  int32_t op = 0;
-  int32_t algorithm = 0;
-  int32_t dtype = 0;
-  int32_t reduce = 0;
-  int32_t root = 0;
-  int32_t barrier = 0;
-
-  bool operator==(const Fingerprint&) const = default;
-};
-
 Fingerprint fingerprint_of(const CallSpec& spec, uint64_t sequence) {
   Fingerprint print;
   print.sequence = sequence;
@@ -72,22 +58,7 @@ class FingerprintExchange {
   Task compare(const std::string& group_name) {
     co_await requests_.all();
     if (std::all_of(prints_.begin(), prints_.end(), [&](const Fingerprint& p) { return p == mine_; })) co_return;
-    std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
-    for (int rank = 0; rank < static_cast<int>(prints_.size()); ++rank) {
-      const Fingerprint& print = prints_[static_cast<size_t>(rank)];
-      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == print; });
-      if (same == groups.end()) {
-        groups.push_back({print, {rank}});
-      } else {
-        same->second.push_back(rank);
-      }
-    }
-    std::string detail;
-    for (const auto& [print, ranks] : groups) {
-      detail += fmt::format("{}rank{} {} made {}", detail.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "",
-                            fmt::join(ranks, ","), describe_print(print));
-    }
-    fail("comm call check: the ranks of group '{}' disagree about a call: {}", group_name, detail);
+    fail("comm call check: the ranks of group '{}' disagree about a call: {}", group_name, describe_disagreement(prints_));
   }
 
  private:
@@ -134,9 +105,10 @@ Task all_reduce_call(Context ctx, GroupState* group, CallSpec spec, const void* 
   // f32 partial sums live in the output (overwritten later); bf16 ones in the widened copy.
   buffers.partial = spec.dtype == DType::F32 ? static_cast<float*>(out) : input.copy.floats();
   if (spec.algorithm == Algorithm::SharedMemory) {
-    co_await shm_all_reduce(ctx, group, buffers, spec.count);
+    co_await shm_all_reduce(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), buffers, spec.count);
   } else if (spec.algorithm == Algorithm::DirectRead) {
-    co_await direct_all_reduce(ctx, group, in, spec.dtype, buffers, spec.count);
+    co_await direct_all_reduce(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), in, spec.dtype, buffers,
+                               spec.count);
   } else if (spec.algorithm == Algorithm::Hierarchical) {
     co_await hierarchical_all_reduce(sibling(ctx, group->local), sibling(ctx, group->column), buffers, spec.count,
                                      spec.across);
@@ -196,7 +168,7 @@ Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* 
   switch (spec.algorithm) {
     case Algorithm::Pairwise:
       if (reads_directly(*group)) {
-        co_await direct_all_to_all(ctx, group, in, out, layout, width);
+        co_await direct_all_to_all(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), in, out, layout, width);
       } else {
         co_await pairwise_all_to_all(ctx, in, out, layout, width);
       }
@@ -208,6 +180,18 @@ Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* 
     case Algorithm::Mpi: co_await mpi_all_to_all(ctx, in, out, layout, width); break;
     default: STRATA_CHECK(false, "all_to_all by {}", algorithm_name(spec.algorithm));
   }
+}
+
+// Whether the call's algorithm compares every rank's fingerprint beside its
+// data (the one-host algorithms, through the shared segment): then the
+// overlapped check would only repeat it. A call that moves nothing runs no algorithm.
+bool checks_in_band(const GroupState& group, const CallSpec& spec) {
+  if (spec.barrier || (spec.count == 0 && spec.op != Collective::AllToAllV)) return false;
+  if (spec.op == Collective::AllReduce) {
+    return spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead;
+  }
+  bool exchange = spec.op == Collective::AllToAll || spec.op == Collective::AllToAllV;
+  return exchange && spec.algorithm == Algorithm::Pairwise && reads_directly(group);
 }
 
 // The call itself, after or alongside its check.
@@ -240,9 +224,30 @@ std::string describe_call(const CallSpec& spec) {
   return fmt::format("{}({}, {})", collective_name(spec.op), detail, algorithm_name(spec.algorithm));
 }
 
+std::string describe_disagreement(std::span<const Fingerprint> prints) {
+  std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
+  for (int rank = 0; rank < static_cast<int>(prints.size()); ++rank) {
+    const Fingerprint& print = prints[static_cast<size_t>(rank)];
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == print; });
+    if (same == groups.end()) {
+      groups.push_back({print, {rank}});
+    } else {
+      same->second.push_back(rank);
+    }
+  }
+  std::string detail;
+  for (const auto& [print, ranks] : groups) {
+    detail += fmt::format("{}rank{} {} made {}", detail.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "",
+                          fmt::join(ranks, ","), describe_print(print));
+  }
+  return detail;
+}
+
 Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   const Fingerprint mine = fingerprint_of(spec, ctx.op.label().sequence);
-  switch (group->config.call_check) {
+  CallCheck check = group->config.call_check;
+  if (check == CallCheck::Overlapped && checks_in_band(*group, spec)) check = CallCheck::Off;
+  switch (check) {
     case CallCheck::Off: co_await call_body(ctx, group, spec, in, out); break;
     case CallCheck::Before: {
       std::exception_ptr mismatch;

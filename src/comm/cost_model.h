@@ -74,6 +74,10 @@ inline constexpr size_t kDefaultChunkBytes = 256 * 1024;
 // shared 2-core host); the point-to-point and direct algorithms take those.
 inline constexpr size_t kSharedMemorySlots = 4;
 inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
+// The one-host all-to-all stages a rank's blocks in its exchange area while
+// they fit (a copy in and a copy out instead of a system call per block, and
+// no meeting at the end: the sender's input is free at once).
+inline constexpr size_t kStagedExchangeBytes = 1024 * 1024;
 
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};

@@ -1,9 +1,12 @@
-// The pairwise all-to-all of one host's ranks by direct reads: each rank
-// publishes where its input and its block table are, then reads the block
-// every peer holds for it straight into its output (process_vm_readv: one
-// copy, no message matching), starting with the next rank so that readers
-// spread over the senders. Ranks meet only on entry and when nobody reads
-// their input any more, so a descheduled peer delays no one's reads but its own.
+// The pairwise all-to-all of one host's ranks. Each rank publishes its call
+// and a block table in the shared segment. Blocks that fit its exchange area
+// are staged there (a copy in, a copy out: cheaper than a system call for
+// small blocks); the others stay in its input, and receivers read them
+// straight from it (process_vm_readv: one copy, no message matching), starting
+// with the next rank so that readers spread over the senders. Ranks meet on
+// entry; a rank whose input was read also waits at the end until nobody reads
+// it any more, while a rank that staged everything leaves at once (its next
+// call that rewrites the area waits for the readers instead).
 #include <unistd.h>
 
 #include <cstring>
@@ -24,59 +27,95 @@ std::string peer_label(const Channel& channel, int rank) {
                      world_hostname(world));
 }
 
+// Fills this rank's block table, staging what fits; returns whether any block stays in the input.
+bool publish_blocks(const SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
+                    size_t width) {
+  SharedSegment::ExchangeBlock* table = segment.exchange_table(me);
+  std::byte* staged = segment.staged_data(me);
+  uint64_t used = 0;
+  bool unstaged = false;
+  for (size_t to = 0; to < layout.send.size(); ++to) {
+    const uint64_t offset = layout.send[to].offset * width;
+    const uint64_t bytes = layout.send[to].count * width;
+    if (static_cast<int>(to) == me) continue;
+    if (used + bytes <= SharedSegment::kStagedBytes) {
+      std::memcpy(staged + used, source + offset, bytes);
+      table[to] = {used, bytes, 1};
+      used += bytes;
+    } else {
+      table[to] = {offset, bytes, 0};
+      unstaged = true;
+    }
+  }
+  return unstaged;
+}
+
+// Copies the block `from` left for this rank into `target`; aborts on a disagreement or an unreadable peer.
+void take_block(const Context& ctx, const SharedSegment& segment, int from, std::byte* target,
+                uint64_t expected_bytes) {
+  const int me = ctx.rank();
+  const SharedSegment::ExchangeBlock block = segment.exchange_table(from)[me];
+  if (block.bytes != expected_bytes) {
+    ctx.op.abort_with(fmt::format("{} sends {} bytes where this rank expects {}: the ranks disagree about the "
+                                  "counts of this call",
+                                  peer_label(ctx.channel, from), block.bytes, expected_bytes));
+  }
+  if (block.staged) {
+    std::memcpy(target, segment.staged_data(from) + block.offset, block.bytes);
+    return;
+  }
+  const SharedSegment::CallHeader& theirs = segment.header(from);
+  int error = read_remote(static_cast<pid_t>(theirs.pid), theirs.input_address + block.offset, target, block.bytes);
+  if (error != 0) {
+    ctx.op.abort_with(fmt::format("cannot read the input of {} (pid {}): {}", peer_label(ctx.channel, from),
+                                  theirs.pid, errno_text(error)));
+  }
+}
+
 }  // namespace
 
-Task direct_all_to_all(Context ctx, GroupState* group, const void* in, void* out, const ExchangeLayout& layout,
-                       size_t width) {
+Task peers_done_reading(Context ctx, GroupState* group) {
+  CounterWait finished(ctx.op, *group->shm, ctx.channel, Counter::Finished);
+  co_await finished.until(group->unread_exchange);
+  group->unread_exchange = 0;
+}
+
+Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
+                       const ExchangeLayout& layout, size_t width) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
+  if (group->unread_exchange != 0) co_await peers_done_reading(ctx, group);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
+  const auto* source = static_cast<const std::byte*>(in);
+  auto* target = static_cast<std::byte*>(out);
   SharedSegment::CallHeader& mine = segment.header(me);
-  mine.sequence = sequence;
-  mine.count = 0;
+  mine.call = call;
   mine.input_address = reinterpret_cast<uint64_t>(in);
   mine.input_width = width;
   mine.pid = getpid();
-  mine.layout_address = reinterpret_cast<uint64_t>(layout.send.data());
+  const bool input_read = publish_blocks(segment, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
-  auto* target = static_cast<std::byte*>(out);
   const auto& own = layout.send[static_cast<size_t>(me)];
-  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width,
-              static_cast<const std::byte*>(in) + own.offset * width, own.count * width);
+  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
+              own.count * width);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);
+  segment.check_same_header(ctx.op);
   for (int k = 1; k < p; ++k) {
     const int from = (me + k) % p;
-    const SharedSegment::CallHeader& theirs = segment.header(from);
-    if (theirs.sequence != sequence || theirs.input_width != width) {
-      ctx.op.abort_with(fmt::format("{} is in call #{} with {}-byte elements, this rank in call #{} with {}: the ranks "
-                                    "disagree about this call (STRATA_COMM_CHECK=before names the difference)",
-                                    peer_label(ctx.channel, from), theirs.sequence, theirs.input_width, sequence, width));
-    }
-    const pid_t pid = static_cast<pid_t>(theirs.pid);
-    ExchangeLayout::Block block;
-    int error = read_remote(pid, theirs.layout_address + static_cast<uint64_t>(me) * sizeof(block), &block, sizeof(block));
     const auto& expected = layout.recv[static_cast<size_t>(from)];
-    if (error == 0 && block.count != expected.count) {
-      ctx.op.abort_with(fmt::format("{} sends {} elements where this rank expects {}: the ranks disagree about the "
-                                    "counts of this call",
-                                    peer_label(ctx.channel, from), block.count, expected.count));
-    }
-    if (error == 0) {
-      error = read_remote(pid, theirs.input_address + block.offset * width, target + expected.offset * width,
-                          block.count * width);
-    }
-    if (error != 0) {
-      ctx.op.abort_with(fmt::format("cannot read the input of {} (pid {}): {}", peer_label(ctx.channel, from),
-                                    theirs.pid, errno_text(error)));
-    }
+    take_block(ctx, segment, from, target + expected.offset * width, expected.count * width);
   }
-  // This rank's input and block table must stay readable until every peer has read them.
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
-  CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
-  co_await finished.until(sequence);
+  if (input_read) {
+    // This rank's input must stay readable until every peer has read it.
+    CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
+    co_await finished.until(sequence);
+  } else {
+    group->unread_exchange = sequence;
+  }
   group->shm_queue.pop_front();
 }
 

@@ -20,10 +20,11 @@
 
 namespace strata::comm {
 
-Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType input_dtype, ReduceBuffers buffers,
-                       size_t count) {
+Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
+                       ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
+  if (group->unread_exchange != 0) co_await peers_done_reading(ctx, group);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
@@ -37,24 +38,14 @@ Task direct_all_reduce(Context ctx, GroupState* group, const void* input, DType 
     buffers.own = snapshot.floats();
   }
   SharedSegment::CallHeader& mine = segment.header(me);
-  mine.sequence = sequence;
-  mine.count = count;
+  mine.call = call;
   mine.input_address = reinterpret_cast<uint64_t>(in_place ? static_cast<const void*>(buffers.own) : input);
   mine.input_width = in_place ? sizeof(float) : dtype_size(input_dtype);
   mine.pid = getpid();
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);
-  for (int rank = 0; rank < p; ++rank) {
-    const SharedSegment::CallHeader& theirs = segment.header(rank);
-    if (theirs.sequence == sequence && theirs.count == count) continue;
-    int world = ctx.channel.world_rank[static_cast<size_t>(rank)];
-    ctx.op.abort_with(fmt::format("peer rank {} (world rank {} on {}) is in call #{} with {} elements, this rank in "
-                                  "call #{} with {}: the ranks disagree about this call (STRATA_COMM_CHECK=before names "
-                                  "the difference)",
-                                  ctx.channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
-                                  theirs.sequence, theirs.count, sequence, count));
-  }
+  segment.check_same_header(ctx.op);
 
   const size_t per_chunk = std::max<size_t>(1, ctx.chunk_bytes / sizeof(float));
   const size_t out_width = dtype_size(buffers.out_dtype);

@@ -43,6 +43,9 @@ struct GroupState {
   std::unique_ptr<SharedSegment> shm;
   uint64_t shm_next_chunk = 0;
   std::deque<uint64_t> shm_queue;
+  // The latest all-to-all whose peers may still read this rank's call header
+  // and exchange area (0: none); it returned without waiting for them.
+  uint64_t unread_exchange = 0;
 
   int rank() const { return data.rank; }
   int size() const { return data.size; }

@@ -13,7 +13,9 @@ namespace strata::comm {
 std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool create, int ranks,
                                                   size_t slot_bytes) {
   constexpr size_t kPage = 4096;
-  size_t part_bytes = (kHeaderBytes + kSlots * (kLine + slot_bytes) + kPage - 1) / kPage * kPage;
+  size_t table_bytes = (static_cast<size_t>(ranks) * sizeof(ExchangeBlock) + kLine - 1) / kLine * kLine;
+  size_t used = kHeaderBytes + kSlots * (kLine + slot_bytes) + table_bytes + kStagedBytes;
+  size_t part_bytes = (used + kPage - 1) / kPage * kPage;
   size_t bytes = part_bytes * static_cast<size_t>(ranks);
   int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
   if (fd < 0) return nullptr;
@@ -35,24 +37,31 @@ void SharedSegment::touch(int rank) const {
   std::memset(part(rank) + kHeaderBytes, 0, part_bytes_ - kHeaderBytes);
 }
 
-void SharedSegment::label(int rank, uint64_t chunk, uint64_t sequence, uint64_t count) const {
-  uint64_t* header = reinterpret_cast<uint64_t*>(slot_base(rank, chunk));
-  header[0] = sequence;
-  header[1] = count;
+void SharedSegment::label(int rank, uint64_t chunk, const Fingerprint& call) const {
+  *reinterpret_cast<Fingerprint*>(slot_base(rank, chunk)) = call;
 }
 
-void SharedSegment::check_same_call(const Operation& op, const Channel& channel, uint64_t chunk) const {
-  const uint64_t* mine = reinterpret_cast<const uint64_t*>(slot_base(channel.rank, chunk));
-  for (int rank = 0; rank < ranks_; ++rank) {
-    const uint64_t* theirs = reinterpret_cast<const uint64_t*>(slot_base(rank, chunk));
-    if (theirs[0] == mine[0] && theirs[1] == mine[1]) continue;
-    int world = channel.world_rank[static_cast<size_t>(rank)];
-    op.abort_with(fmt::format("peer rank {} (world rank {} on {}) is in call #{} with {} elements, this rank in call "
-                              "#{} with {}: the ranks disagree about this call (STRATA_COMM_CHECK=before names the "
-                              "difference)",
-                              channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world), theirs[0],
-                              theirs[1], mine[0], mine[1]));
-  }
+namespace {
+
+// Aborts `op` naming every rank's call unless `call_of` gives the same call for all ranks.
+template <typename CallOf>
+void require_same_call(const Operation& op, int ranks, CallOf call_of) {
+  bool same = true;
+  for (int rank = 1; rank < ranks; ++rank) same = same && call_of(rank) == call_of(0);
+  if (same) return;
+  std::vector<Fingerprint> calls;
+  for (int rank = 0; rank < ranks; ++rank) calls.push_back(call_of(rank));
+  op.abort_with(fmt::format("the ranks disagree about this call: {}", describe_disagreement(calls)));
+}
+
+}  // namespace
+
+void SharedSegment::check_same_call(const Operation& op, uint64_t chunk) const {
+  require_same_call(op, ranks_, [&](int rank) { return *reinterpret_cast<const Fingerprint*>(slot_base(rank, chunk)); });
+}
+
+void SharedSegment::check_same_header(const Operation& op) const {
+  require_same_call(op, ranks_, [&](int rank) { return header(rank).call; });
 }
 
 uint64_t CounterWait::value(int rank) const {

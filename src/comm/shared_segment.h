@@ -7,8 +7,10 @@
 // globally, in call order) copied into this rank's slots / summed by it;
 // `entered`/`finished` hold the sequence number of the latest call this rank
 // entered / finished reading its peers for. Slots and the call header carry
-// the call (sequence number and count), so ranks that disagree about a call
-// are caught instead of mixing data.
+// the call's whole fingerprint, so ranks that disagree about a call are
+// caught (with both calls named) instead of mixing data, and these
+// algorithms need no separate check. An all-to-all also stages its small
+// blocks in the rank's exchange area, behind its block table.
 #include <sys/types.h>
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/call_check.h"
 #include "comm/cost_model.h"
 #include "comm/engine.h"
 
@@ -42,22 +45,33 @@ class SharedSegment {
   }
   float* slot(int rank, uint64_t chunk) const { return reinterpret_cast<float*>(slot_base(rank, chunk) + kLine); }
   // Labels this rank's slot of `chunk` with its call, before publishing it.
-  void label(int rank, uint64_t chunk, uint64_t sequence, uint64_t count) const;
+  void label(int rank, uint64_t chunk, const Fingerprint& call) const;
   // After every rank published `chunk`: aborts `op` unless all slots carry the same call.
-  void check_same_call(const Operation& op, const Channel& channel, uint64_t chunk) const;
+  void check_same_call(const Operation& op, uint64_t chunk) const;
 
   // The call a rank is in, with where its input lives (read by peers through
   // cross-memory attach), written before it bumps `entered`.
   struct CallHeader {
-    uint64_t sequence;
-    uint64_t count;
+    Fingerprint call;
     uint64_t input_address;
     uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16); any dtype's for all_to_all
     int64_t pid;
-    uint64_t layout_address;  // all_to_all: where this rank's blocks for each receiver are (ExchangeLayout::send)
   };
   static_assert(sizeof(CallHeader) <= 64, "the call header fills one cache line");
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 4 * kLine); }
+  // After every rank entered: aborts `op` unless all headers carry the same call.
+  void check_same_header(const Operation& op) const;
+
+  // Where an all-to-all sender left its block for one receiver: in its
+  // exchange area (staged) or in its input (read by cross-memory attach).
+  struct ExchangeBlock {
+    uint64_t offset;  // bytes, from the start of the staged data or of the input
+    uint64_t bytes;
+    uint64_t staged;  // 1: in the exchange area
+  };
+  ExchangeBlock* exchange_table(int rank) const { return reinterpret_cast<ExchangeBlock*>(area(rank)); }
+  std::byte* staged_data(int rank) const { return area(rank) + table_bytes(); }
+  static constexpr size_t kStagedBytes = kStagedExchangeBytes;
 
   // Touches this rank's part once, so later copies do not pay first-touch faults.
   void touch(int rank) const;
@@ -65,6 +79,8 @@ class SharedSegment {
  private:
   static constexpr size_t kLine = 64;      // each counter on its own cache line
   static constexpr size_t kHeaderBytes = 5 * kLine;  // four counters, the call header
+  size_t table_bytes() const { return (static_cast<size_t>(ranks_) * sizeof(ExchangeBlock) + kLine - 1) / kLine * kLine; }
+  std::byte* area(int rank) const { return part(rank) + kHeaderBytes + kSlots * (kLine + slot_bytes_); }
   SharedSegment(std::byte* base, size_t bytes, int ranks, size_t slot_bytes, size_t part_bytes)
       : base_(base), bytes_(bytes), ranks_(ranks), slot_bytes_(slot_bytes), part_bytes_(part_bytes) {}
   std::byte* part(int rank) const { return base_ + static_cast<size_t>(rank) * part_bytes_; }

@@ -13,7 +13,7 @@
 
 namespace strata::comm {
 
-Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_t count) {
+Task shm_all_reduce(Context ctx, GroupState* group, Fingerprint call, ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
   const SharedSegment& segment = *group->shm;
@@ -38,13 +38,13 @@ Task shm_all_reduce(Context ctx, GroupState* group, ReduceBuffers buffers, size_
       if (chunk >= SharedSegment::kSlots) co_await everyone_consumed.until(chunk - SharedSegment::kSlots + 1);
       size_t start = copied * per_chunk;
       std::memcpy(segment.slot(me, chunk), buffers.own + start, std::min(per_chunk, count - start) * sizeof(float));
-      segment.label(me, chunk, sequence, count);
+      segment.label(me, chunk, call);
       segment.counter(me, Counter::Published).store(chunk + 1, std::memory_order_release);
       ++copied;
     }
     uint64_t chunk = first + c;
     co_await everyone_published.until(chunk + 1);
-    segment.check_same_call(ctx.op, ctx.channel, chunk);
+    segment.check_same_call(ctx.op, chunk);
     size_t start = c * per_chunk;
     for (int rank = 0; rank < p; ++rank) sources[static_cast<size_t>(rank)] = segment.slot(rank, chunk);
     combine_all_final(static_cast<std::byte*>(buffers.out) + start * width, buffers.out_dtype, sources.data(), p,
