@@ -7,6 +7,8 @@
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
 //   mismatch-direct - the same with the direct-read all_reduce
+//   mismatch-reduce ALGORITHM - rank 1 asks for a max where the others sum (same bytes)
+//   mismatch-all-to-all - rank 1 passes a different count to a one-host all_to_all
 //   late    - rank 1 calls 3 s late; the waiting ranks must sleep, not spin
 //             (exits 1 when a waiting rank used more than a quarter of a core)
 // The timeout comes from STRATA_COMM_TIMEOUT.
@@ -46,7 +48,7 @@ int make_calls(const comm::Communicator& world, bool victim, int calls, const st
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: %s killed|killed-before|killed-all-to-all|absent|healthy|mismatch|mismatch-direct|late [ALGORITHM]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s killed|killed-before|killed-all-to-all|absent|healthy|mismatch|mismatch-direct|mismatch-reduce|mismatch-all-to-all|late [ALGORITHM]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -83,6 +85,17 @@ int main(int argc, char** argv) {
     size_t mine = world.rank() == 1 ? base / 2 : base;
     auto algorithm = mode == "mismatch" ? comm::Algorithm::SharedMemory : comm::Algorithm::DirectRead;
     world.all_reduce(in.data(), out.data(), mine, DType::F32, comm::ReduceOp::Sum, algorithm);
+    return 0;
+  }
+  if (mode == "mismatch-reduce") {
+    const comm::Algorithm algorithm = comm::parse_algorithm(argv[2], "the probe's algorithm");
+    const comm::ReduceOp mine = world.rank() == 1 ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
+    world.all_reduce(in.data(), out.data(), 1000, DType::F32, mine, algorithm);
+    return 0;
+  }
+  if (mode == "mismatch-all-to-all") {
+    const size_t block = world.rank() == 1 ? 5 : 10;
+    world.all_to_all(in.data(), out.data(), block, DType::F32, comm::Algorithm::Pairwise);
     return 0;
   }
   if (mode == "killed-all-to-all") {

@@ -85,6 +85,10 @@ std::vector<Case> uneven_cases(int p) {
       {"rank 0 sends everything", [](int from, int to) { return from == 0 ? size_t{1000} + static_cast<size_t>(to) : 0; }},
       {"everything to the last rank", [p](int from, int to) { return to == p - 1 ? size_t{999} + static_cast<size_t>(from) : 0; }},
       {"one element each", [](int, int) { return size_t{1}; }},
+      // On one host a sender stages blocks while its exchange area has room
+      // and leaves the rest in its input: this mixes both in one call.
+      {"blocks past the staging area beside small ones",
+       [](int from, int to) { return (from + to) % 2 == 0 ? kStagedExchangeBytes / 4 + 1 : size_t{17}; }},
   };
 }
 
