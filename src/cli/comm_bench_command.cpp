@@ -22,11 +22,12 @@ struct BenchArgs {
   int warmup = 2;
   int iters = 10;
   int rounds = 5;
-  std::vector<std::string> algorithms = {"auto", "baseline"};
+  std::vector<std::string> algorithms = {"auto", "baseline", "baseline-blocking"};
   int root = 0;
   double skew = 0.0;
   bool in_place = false;
   bool check_cost = false;
+  bool breakdown = false;
   std::string json;
   bool calibrate = false;
   std::string calibrate_file;
@@ -71,6 +72,7 @@ void bench(const BenchArgs& args) {
   options.skew = args.skew;
   options.in_place = args.in_place;
   options.check_cost = args.check_cost;
+  options.breakdown = args.breakdown;
 
   comm::MpiSession mpi;
   comm::Communicator world = comm::Communicator::world();
@@ -96,7 +98,7 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("-n,--iters", args->iters, "Timed iterations per round")->check(CLI::PositiveNumber);
   command->add_option("--rounds", args->rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
   command->add_option("-a,--algorithms", args->algorithms,
-                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, pairwise, mpi, baseline")
+                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, pairwise, mpi, baseline (MPI's non-blocking collective, polled with the timeout), baseline-blocking (MPI's blocking call, as a plain MPI program makes it)")
       ->delimiter(',');
   command->add_option("--root", args->root, "Broadcast root");
   command->add_option("--skew", args->skew,
@@ -104,6 +106,9 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_flag("--in-place", args->in_place, "all_reduce in place");
   command->add_flag("--check-cost", args->check_cost,
                     "Also run each algorithm with the call check off (rows marked unchecked): what the check costs");
+  command->add_flag("--breakdown", args->breakdown,
+                    "Also time each algorithm's calls phase by phase (entry, launch, first step, progress, wake-up, "
+                    "and the call check inside them): where the latency goes");
   command->add_option("--json", args->json, "Also write the results as JSON here");
   auto* calibrate = command->add_option(
       "--calibrate", args->calibrate_file,

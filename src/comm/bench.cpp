@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -75,6 +76,24 @@ long long count_wrong(const BenchOptions& options, int ranks, int rank, const vo
   return wrong;
 }
 
+// The MPI library's blocking collective, as a plain MPI program calls it (MPI_Allreduce, ...):
+// often faster than the non-blocking one for small messages, but it cannot time out.
+void run_blocking_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out, size_t count,
+                           const std::vector<size_t>& exchange_counts) {
+  MPI_Op op = options.reduce == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+  int n = static_cast<int>(count);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  switch (options.op) {
+    case Collective::AllReduce: MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, op, comm); break;
+    case Collective::ReduceScatter: MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, op, comm); break;
+    case Collective::AllGather: MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm); break;
+    case Collective::Broadcast: MPI_Bcast(out, n, MPI_FLOAT, options.root, comm); break;
+    case Collective::AllToAll:
+    case Collective::AllToAllV: run_blocking_exchange_baseline(options, comm, in, out, exchange_counts, rank); break;
+  }
+}
+
 // The MPI library's collective, the baseline of the speed target. Started non-blocking and
 // waited by polling, so that a dead peer ends the job after the timeout instead of hanging it
 // (a blocking MPI call never returns when the launcher keeps the job alive).
@@ -122,6 +141,21 @@ size_t count_for(const BenchOptions& options, size_t bytes, int ranks) {
   size_t count = bytes / dtype_size(options.dtype);
   if (options.op != Collective::AllReduce && options.op != Collective::Broadcast) count /= static_cast<size_t>(ranks);
   return count;
+}
+
+// Runs `iters` calls phase by phase; the row gets each phase's mean over ranks, per call.
+void record_phases(Communicator& group, int iters, const std::function<void()>& call, BenchRow& row) {
+  group.barrier();
+  CallPhases::start();
+  for (int i = 0; i < iters; ++i) call();
+  const CallPhaseTotals totals = CallPhases::stop();
+  std::vector<float> local, sum(kCallPhaseNames.size() + 1);
+  for (double seconds : totals.seconds) local.push_back(static_cast<float>(seconds / totals.calls));
+  local.push_back(static_cast<float>(totals.check_seconds / totals.calls));
+  group.all_reduce(local.data(), sum.data(), local.size(), DType::F32, ReduceOp::Avg);
+  row.phase_us.clear();
+  for (size_t phase = 0; phase < kCallPhaseNames.size(); ++phase) row.phase_us.push_back(sum[phase] * 1e6);
+  row.check_us = sum.back() * 1e6;
 }
 
 }  // namespace
@@ -176,13 +210,14 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
     std::optional<Algorithm> algorithm;
     Communicator* on = nullptr;
     bool unchecked = false;
+    bool blocking = false;  // baselines: the blocking MPI call
   };
   std::vector<Entry> entries;
   for (const std::string& name : options.algorithms) {
-    if (name == "baseline") {
+    if (name == "baseline" || name == "baseline-blocking") {
       if (options.dtype != DType::F32) fail("comm-bench: the MPI baseline needs f32 buffers (MPI has no bf16)");
       if (group.size() != world_size) fail("comm-bench: the MPI baseline runs on the world group only");
-      entries.push_back({name, std::nullopt, &group});
+      entries.push_back({name, std::nullopt, &group, false, name == "baseline-blocking"});
       continue;
     }
     Algorithm algorithm = parse_algorithm(name, "comm-bench --algorithms");
@@ -249,6 +284,10 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       }
     };
     auto run_once = [&](size_t index) {
+      if (entries[index].blocking) {
+        run_blocking_baseline(options, baseline_comm, in, out, count, exchange_counts);
+        return;
+      }
       if (!entries[index].algorithm) {
         run_baseline(options, baseline_comm, in, out, count, exchange_counts, group.config().timeout_s);
         return;
@@ -291,6 +330,11 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
         rounds[a].push_back(slowest);
       }
     }
+    if (options.breakdown) {
+      for (size_t a = 0; a < entries.size(); ++a) {
+        if (entries[a].algorithm) record_phases(group, options.iters, [&] { run_once(a); }, rows[a]);
+      }
+    }
     for (size_t a = 0; a < entries.size(); ++a) {
       BenchRow& row = rows[a];
       // The output of the last timed iteration must be right as well (unless in place: inputs changed).
@@ -308,7 +352,7 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
       row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
       row.predicted_us = NAN;
       if (!entries[a].algorithm) {
-        row.ran = "MPI library";
+        row.ran = entries[a].blocking ? "MPI library, blocking" : "MPI library";
       } else {
         Decision decision = group.plan(options.op, model_count, options.dtype, *entries[a].algorithm);
         row.ran = std::string(algorithm_name(decision.algorithm));
@@ -337,6 +381,29 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   return report;
 }
 
+namespace {
+
+// The per-call phases of each row that has them (comm/call_phases.h).
+std::string format_breakdown(const BenchReport& report) {
+  std::string text = fmt::format("# per call, microseconds (mean over ranks); the check's time is inside the phases\n");
+  text += fmt::format("# {:>11}  {:<28} {:>9}", "size(B)", "algorithm", "sum");
+  for (const char* phase : kCallPhaseNames) text += fmt::format(" {:>11}", phase);
+  text += fmt::format(" {:>9}\n", "check");
+  for (const BenchRow& row : report.rows) {
+    if (row.phase_us.empty()) continue;
+    double sum = 0.0;
+    for (double us : row.phase_us) sum += us;
+    std::string name = row.algorithm == row.ran ? row.algorithm : row.algorithm + "->" + row.ran;
+    if (row.unchecked) name += " unchecked";
+    text += fmt::format("  {:>11}  {:<28} {:>9.2f}", row.bytes, name, sum);
+    for (double us : row.phase_us) text += fmt::format(" {:>11.2f}", us);
+    text += fmt::format(" {:>9.2f}\n", row.check_us);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string format_table(const BenchReport& report) {
   const BenchOptions& options = report.options;
   std::string detail;
@@ -351,7 +418,7 @@ std::string format_table(const BenchReport& report) {
   text += fmt::format("# {:>11} {:>11}  {:<28} {:>11} {:>11} {:>11} {:>7} {:>13} {:>9}\n", "size(B)", "count",
                       "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "predicted(us)", "error(%)");
   for (const BenchRow& row : report.rows) {
-    std::string name = row.algorithm == row.ran || row.algorithm == "baseline" ? row.algorithm
+    std::string name = row.algorithm == row.ran || row.ran.starts_with("MPI library") ? row.algorithm
                                                                                : row.algorithm + "->" + row.ran;
     if (row.unchecked) name += " unchecked";
     std::string predicted = std::isnan(row.predicted_us) ? "-" : fmt::format("{:.1f}", row.predicted_us);
@@ -361,6 +428,7 @@ std::string format_table(const BenchReport& report) {
     text += fmt::format("  {:>11} {:>11}  {:<28} {:>11.1f} {:>11.3f} {:>11.3f} {:>7} {:>13} {:>9}\n", row.bytes,
                         row.count, name, row.time_us, row.algbw_GBps, row.busbw_GBps, row.wrong, predicted, error);
   }
+  if (options.breakdown) text += format_breakdown(report);
   return text;
 }
 
@@ -385,6 +453,12 @@ std::string format_json(const BenchReport& report) {
                             {"algbw_GBps", row.algbw_GBps},
                             {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
     entry["predicted_us"] = std::isnan(row.predicted_us) ? nlohmann::json(nullptr) : nlohmann::json(row.predicted_us);
+    if (!row.phase_us.empty()) {
+      nlohmann::json phases;
+      for (size_t phase = 0; phase < row.phase_us.size(); ++phase) phases[kCallPhaseNames[phase]] = row.phase_us[phase];
+      phases["check (inside the phases)"] = row.check_us;
+      entry["phases_us"] = phases;
+    }
     json["rows"].push_back(entry);
   }
   return json.dump(2) + "\n";

@@ -1,7 +1,8 @@
 #pragma once
 // comm-bench, in the manner of nccl-tests: for each size from min to max
-// bytes (times factor), each algorithm (and `auto`, and `baseline`: the MPI
-// library's blocking collective) runs warm-up iterations, then `rounds`
+// bytes (times factor), each algorithm (and `auto`, and the MPI library's own
+// collective: `baseline`, non-blocking and polled with the timeout, and
+// `baseline-blocking`, the plain blocking call) runs warm-up iterations, then `rounds`
 // rounds of `iters` timed iterations, the algorithms interleaved within each
 // round so a noisy machine hurts them alike; the reported time is the median
 // round (slowest rank). Inputs are small integers, so every result is exact
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/call_phases.h"
 #include "comm/communicator.h"
 
 namespace strata::comm {
@@ -29,7 +31,7 @@ struct BenchOptions {
   int warmup = 2;
   int iters = 10;
   int rounds = 5;
-  std::vector<std::string> algorithms = {"auto", "baseline"};  // names, "auto" or "baseline"
+  std::vector<std::string> algorithms = {"auto", "baseline", "baseline-blocking"};  // names, "auto" or a baseline
   int root = 0;
   bool in_place = false;
   // Also runs every algorithm (not the baseline) on a twin of the world group
@@ -38,6 +40,9 @@ struct BenchOptions {
   // all_to_all_v: every rank sends rank j a share 1 / (j + 1)^skew of its
   // buffer (0: equal shares), as expert loads are uneven.
   double skew = 0.0;
+  // Also times every algorithm's calls phase by phase (comm/call_phases.h):
+  // where a call's latency goes, as the mean over ranks of `iters` calls.
+  bool breakdown = false;
 };
 
 struct BenchRow {
@@ -54,6 +59,10 @@ struct BenchRow {
   double predicted_us = 0.0;  // NaN when the model does not price it
   double model_latency_us = 0.0;   // uncalibrated model terms, for calibration
   double model_transfer_us = 0.0;
+  // With BenchOptions::breakdown (not for the baseline): microseconds per call in
+  // each of kCallPhaseNames' phases, and the call check's share of them.
+  std::vector<double> phase_us;
+  double check_us = 0.0;
 };
 
 struct BenchReport {

@@ -55,21 +55,40 @@ void run_exchange(Communicator& group, const BenchOptions& options, const void* 
   group.all_to_all_v(in, counts, out, received, options.dtype, algorithm);
 }
 
+namespace {
+
+void fill_mpi_counts(const std::vector<size_t>& counts, int rank, MpiExchangeCounts& mpi) {
+  mpi.send_counts = mpi_counts(counts);
+  mpi.send_displs = displacements(mpi.send_counts);
+  mpi.recv_counts.assign(counts.size(), mpi.send_counts[static_cast<size_t>(rank)]);
+  mpi.recv_displs = displacements(mpi.recv_counts);
+}
+
+}  // namespace
+
 MPI_Request start_exchange_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out,
                                     const std::vector<size_t>& counts, int rank, MpiExchangeCounts& mpi) {
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<int> sent = mpi_counts(counts);
+  fill_mpi_counts(counts, rank, mpi);
   if (options.op == Collective::AllToAll) {
-    MPI_Ialltoall(in, sent[0], MPI_FLOAT, out, sent[0], MPI_FLOAT, comm, &request);
+    MPI_Ialltoall(in, mpi.send_counts[0], MPI_FLOAT, out, mpi.send_counts[0], MPI_FLOAT, comm, &request);
     return request;
   }
-  mpi.send_counts = sent;
-  mpi.send_displs = displacements(mpi.send_counts);
-  mpi.recv_counts.assign(counts.size(), sent[static_cast<size_t>(rank)]);
-  mpi.recv_displs = displacements(mpi.recv_counts);
   MPI_Ialltoallv(in, mpi.send_counts.data(), mpi.send_displs.data(), MPI_FLOAT, out, mpi.recv_counts.data(),
                  mpi.recv_displs.data(), MPI_FLOAT, comm, &request);
   return request;
+}
+
+void run_blocking_exchange_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out,
+                                    const std::vector<size_t>& counts, int rank) {
+  MpiExchangeCounts mpi;
+  fill_mpi_counts(counts, rank, mpi);
+  if (options.op == Collective::AllToAll) {
+    MPI_Alltoall(in, mpi.send_counts[0], MPI_FLOAT, out, mpi.send_counts[0], MPI_FLOAT, comm);
+    return;
+  }
+  MPI_Alltoallv(in, mpi.send_counts.data(), mpi.send_displs.data(), MPI_FLOAT, out, mpi.recv_counts.data(),
+                mpi.recv_displs.data(), MPI_FLOAT, comm);
 }
 
 long long exchange_wrong(const BenchOptions& options, const void* out, const std::vector<size_t>& counts, int rank) {

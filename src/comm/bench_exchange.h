@@ -26,6 +26,9 @@ struct MpiExchangeCounts {
 // The MPI library's MPI_Ialltoall(v) of the same call, on f32.
 MPI_Request start_exchange_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out,
                                     const std::vector<size_t>& counts, int rank, MpiExchangeCounts& mpi);
+// The same as the blocking MPI_Alltoall(v), as a plain MPI program calls it.
+void run_blocking_exchange_baseline(const BenchOptions& options, MPI_Comm comm, const void* in, void* out,
+                                    const std::vector<size_t>& counts, int rank);
 // Elements of this rank's output that differ from what the senders' inputs hold.
 long long exchange_wrong(const BenchOptions& options, const void* out, const std::vector<size_t>& counts, int rank);
 // The model's time of the call for `algorithm` (calibrated with `model`, or not).

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/call_phases.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
 #include "core/error.h"
@@ -45,6 +46,7 @@ class FingerprintExchange {
   FingerprintExchange(const Context& control, const Fingerprint& mine)
       : mine_(mine), prints_(static_cast<size_t>(control.size())),
         requests_(control.op, control.channel, control.tag, 1) {
+    CallPhases::CheckTimer timer;
     MPI_Request request;
     int code = MPI_Iallgather(&mine_, sizeof(Fingerprint), MPI_BYTE, prints_.data(), sizeof(Fingerprint), MPI_BYTE,
                               control.channel.comm, &request);
@@ -56,6 +58,7 @@ class FingerprintExchange {
 
   // Waits for every rank's fingerprint; throws naming each distinct call and its ranks when they differ.
   Task compare(const std::string& group_name) {
+    CallPhases::CheckTimer timer;
     co_await requests_.all();
     if (std::all_of(prints_.begin(), prints_.end(), [&](const Fingerprint& p) { return p == mine_; })) co_return;
     fail("comm call check: the ranks of group '{}' disagree about a call: {}", group_name, describe_disagreement(prints_));

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/call_phases.h"
 #include "comm/calls.h"
 #include "core/error.h"
 
@@ -186,10 +187,12 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
   GroupState& group = *owner;
   uint64_t sequence = ++group.sequence;
   if (spec.barrier) {
+    CallPhases::stamp(CallPoint::Decided);
     spec.algorithm = Algorithm::Ring;
     return Handle(launch(group, owner, group.data, sequence, spec, nullptr, nullptr));
   }
   Decision decision = decide(group, spec.op, model_count, spec.dtype, requested, group.config.log_decisions);
+  CallPhases::stamp(CallPoint::Decided);
   spec.algorithm = decision.algorithm;
   if (spec.algorithm == Algorithm::Hierarchical) {
     CallShape shape{spec.op, static_cast<double>(decision.bytes), spec.dtype};
@@ -211,6 +214,7 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
 
 Handle Communicator::all_reduce_async(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                       Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   require_reducible(dtype, "all_reduce");
   require_buffer(in, count, "all_reduce", "input");
   require_buffer(out, count, "all_reduce", "output");
@@ -220,6 +224,7 @@ Handle Communicator::all_reduce_async(const void* in, void* out, size_t count, D
 
 Handle Communicator::reduce_scatter_async(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                           Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   require_reducible(dtype, "reduce_scatter");
   require_buffer(in, count, "reduce_scatter", "input");
   require_buffer(out, count, "reduce_scatter", "output");
@@ -228,6 +233,7 @@ Handle Communicator::reduce_scatter_async(const void* in, void* out, size_t coun
 }
 
 Handle Communicator::all_gather_async(const void* in, void* out, size_t count, DType dtype, Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   require_buffer(in, count, "all_gather", "input");
   require_buffer(out, count, "all_gather", "output");
   CallSpec spec{Collective::AllGather, count, dtype};
@@ -235,6 +241,7 @@ Handle Communicator::all_gather_async(const void* in, void* out, size_t count, D
 }
 
 Handle Communicator::broadcast_async(void* data, size_t count, DType dtype, int root, Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   if (root < 0 || root >= size()) fail("broadcast: root {} is not a rank of group '{}' (size {})", root, name(), size());
   require_buffer(data, count, "broadcast", "data");
   CallSpec spec{Collective::Broadcast, count, dtype};
@@ -254,6 +261,7 @@ void require_disjoint(const void* in, size_t in_bytes, const void* out, size_t o
 }  // namespace
 
 Handle Communicator::all_to_all_async(const void* in, void* out, size_t count, DType dtype, Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   require_buffer(in, count, "all_to_all", "input");
   require_buffer(out, count, "all_to_all", "output");
   size_t bytes = count * static_cast<size_t>(size()) * dtype_size(dtype);
@@ -265,6 +273,7 @@ Handle Communicator::all_to_all_async(const void* in, void* out, size_t count, D
 
 Handle Communicator::all_to_all_v_async(const void* in, std::span<const size_t> send_counts, void* out,
                                         std::span<const size_t> recv_counts, DType dtype, Algorithm algorithm) {
+  CallPhases::stamp(CallPoint::Entered);
   auto layout = std::make_shared<const ExchangeLayout>(ExchangeLayout::packed(send_counts, recv_counts, size(), "all_to_all_v"));
   const auto me = static_cast<size_t>(rank());
   if (send_counts[me] != recv_counts[me]) {
@@ -290,6 +299,7 @@ std::vector<size_t> Communicator::all_to_all_counts(std::span<const size_t> send
 }
 
 Handle Communicator::barrier_async() {
+  CallPhases::stamp(CallPoint::Entered);
   CallSpec spec;
   spec.barrier = true;
   return start_collective(state_, spec, 0, nullptr, nullptr, Algorithm::Auto);

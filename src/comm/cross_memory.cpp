@@ -1,6 +1,7 @@
 #include "comm/cross_memory.h"
 
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -20,6 +21,11 @@ int read_remote(pid_t pid, uint64_t address, void* target, size_t bytes) {
     done += static_cast<size_t>(got);
   }
   return 0;
+}
+
+pid_t own_pid() {
+  static const pid_t pid = getpid();
+  return pid;
 }
 
 }  // namespace strata::comm

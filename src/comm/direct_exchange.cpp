@@ -7,7 +7,6 @@
 // entry; a rank whose input was read also waits at the end until nobody reads
 // it any more, while a rank that staged everything leaves at once (its next
 // call that rewrites the area waits for the readers instead).
-#include <unistd.h>
 
 #include <cstring>
 
@@ -94,7 +93,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   mine.call = call;
   mine.input_address = reinterpret_cast<uint64_t>(in);
   mine.input_width = width;
-  mine.pid = getpid();
+  mine.pid = own_pid();
   const bool input_read = publish_blocks(segment, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   const auto& own = layout.send[static_cast<size_t>(me)];

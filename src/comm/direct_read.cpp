@@ -5,7 +5,6 @@
 // to learn where each input is, and to know nobody reads theirs any more.
 // No rank waits for another's progress in between, which keeps it fast when
 // ranks are descheduled (more processes than cores).
-#include <unistd.h>
 
 #include <cstring>
 
@@ -41,7 +40,7 @@ Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const v
   mine.call = call;
   mine.input_address = reinterpret_cast<uint64_t>(in_place ? static_cast<const void*>(buffers.own) : input);
   mine.input_width = in_place ? sizeof(float) : dtype_size(input_dtype);
-  mine.pid = getpid();
+  mine.pid = own_pid();
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/call_phases.h"
 #include "core/error.h"
 
 namespace strata::comm {
@@ -88,6 +89,7 @@ Engine& Engine::instance() {
 }
 
 void Engine::launch(const std::shared_ptr<Operation>& op) {
+  CallPhases::stamp(CallPoint::Launching);
   now_ = Operation::Clock::now();
   op->last_progress_ = now_;
   op->last_poll_ = now_;
@@ -97,6 +99,7 @@ void Engine::launch(const std::shared_ptr<Operation>& op) {
     op->trace_lane_ = tracer->acquire_lane();
   }
   op->body_.start();
+  CallPhases::stamp(CallPoint::Launched);
   if (op->body_.done()) {
     mark_finished(*op);
     return;
@@ -129,6 +132,7 @@ const char* wait_category(const OpLabel& label) {
 
 void Engine::mark_finished(Operation& op) {
   op.finished_ = true;
+  CallPhases::stamp(CallPoint::Finished);
   if (!op.tracer_) [[likely]] return;
   trace::Tracer* tracer = std::exchange(op.tracer_, nullptr);
   if (trace::installed() != tracer) return;  // the tracer is gone
@@ -207,6 +211,7 @@ void Engine::wait(Operation& op) {
                                  : now_ - idle_since > kSpinTimeBeforeYield;
     if (yield) sched_yield();
   }
+  CallPhases::stamp(CallPoint::Returned);
   finish(op);
 }
 

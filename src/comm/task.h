@@ -4,14 +4,22 @@
 // by Handle::test()/wait() while the caller computes. A Task starts suspended;
 // co_await on a Task runs it as a child and resumes the parent when it ends.
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <utility>
 
 namespace strata::comm {
 
+// Coroutine frames come from per-thread free lists by size class instead of
+// the heap: a call creates a few of them, and small calls are a microsecond.
+void* allocate_frame(size_t bytes);
+void release_frame(void* frame, size_t bytes) noexcept;
+
 class [[nodiscard]] Task {
  public:
   struct promise_type {
+    static void* operator new(size_t bytes) { return allocate_frame(bytes); }
+    static void operator delete(void* frame, size_t bytes) noexcept { release_frame(frame, bytes); }
     std::coroutine_handle<> continuation;
     std::exception_ptr error;
 

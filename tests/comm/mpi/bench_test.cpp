@@ -44,5 +44,60 @@ TEST(Bench, ChecksEveryRunAndReportsNcclTestsBandwidths) {
   }
 }
 
+// The blocking MPI call is a baseline of its own, checked like the others.
+TEST(Bench, BlockingBaselineRunsAndIsChecked) {
+  Communicator& world = flat_world();
+  for (Collective op : {Collective::AllReduce, Collective::AllToAllV}) {
+    BenchOptions options;
+    options.op = op;
+    options.min_bytes = options.max_bytes = 16384;
+    options.warmup = 0;
+    options.iters = 2;
+    options.rounds = 1;
+    options.skew = 1.0;
+    options.algorithms = {"baseline-blocking"};
+    BenchReport report = run_bench(world, options);
+    ASSERT_EQ(report.rows.size(), 1u);
+    EXPECT_EQ(report.rows[0].wrong, 0) << collective_name(op);
+    EXPECT_EQ(report.rows[0].ran, "MPI library, blocking");
+    EXPECT_TRUE(report.rows[0].phase_us.empty());
+  }
+}
+
+// --breakdown: every algorithm's calls split into the five phases; the call
+// check costs time only where it is a message of its own (ring), not where
+// the one-host algorithms carry it beside their data (shm, direct, pairwise).
+TEST(Bench, BreakdownSplitsCallsIntoPhasesAndShowsWhereTheCheckRuns) {
+  Communicator& world = flat_world();
+  if (world.size() < 2 || !world.topology().cross_memory) GTEST_SKIP() << "needs two ranks that read each other's memory";
+  auto run = [&](Collective op, std::vector<std::string> algorithms) {
+    BenchOptions options;
+    options.op = op;
+    options.min_bytes = options.max_bytes = 4096;
+    options.warmup = 1;
+    options.iters = 4;
+    options.rounds = 1;
+    options.breakdown = true;
+    options.algorithms = std::move(algorithms);
+    options.algorithms.push_back("baseline");
+    return run_bench(world, options);
+  };
+  std::vector<BenchRow> rows = run(Collective::AllReduce, {"ring", "shm", "direct"}).rows;
+  for (const BenchRow& row : run(Collective::AllToAll, {"pairwise"}).rows) rows.push_back(row);
+  for (const BenchRow& row : rows) {
+    if (row.algorithm == "baseline") {
+      EXPECT_TRUE(row.phase_us.empty());
+      continue;
+    }
+    ASSERT_EQ(row.phase_us.size(), kCallPhaseNames.size()) << row.algorithm;
+    for (double us : row.phase_us) EXPECT_GE(us, 0.0) << row.algorithm;
+    if (row.algorithm == "ring") {
+      EXPECT_GT(row.check_us, 0.0) << "the ring's check is a message on the control channel";
+    } else {
+      EXPECT_EQ(row.check_us, 0.0) << row.algorithm << " carries the check beside its data";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::comm::testing
