@@ -96,9 +96,6 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   mine.pid = own_pid();
   const bool input_read = publish_blocks(segment, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
-  const auto& own = layout.send[static_cast<size_t>(me)];
-  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
-              own.count * width);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);
   segment.check_same_header(ctx.op);
@@ -108,6 +105,10 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
     take_block(ctx, segment, from, target + expected.offset * width, expected.count * width);
   }
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
+  // This rank's own block last: the copy overlaps the peers still reading.
+  const auto& own = layout.send[static_cast<size_t>(me)];
+  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
+              own.count * width);
   if (input_read) {
     // This rank's input must stay readable until every peer has read it.
     CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
