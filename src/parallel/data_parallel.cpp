@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "model/family.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_part.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 
@@ -94,10 +95,32 @@ std::vector<ParameterPlacement> place_stages(const PlacementInput& input) {
   return placements;
 }
 
+// Model part `chunk` of a stage is part chunk · stages + stage: interleaving deals the parts round-robin.
+void locate(RankLayout& layout, const RankPosition& position) {
+  layout.part = {.index = position.chunk * position.degree + position.coordinate,
+                 .layers_per_part = position.options.layers_per_part,
+                 .chunks = position.options.parts_per_stage};
+}
+
+std::string summarize(const DimensionSummaryInput& input) {
+  const std::vector<int>& split = input.options.layers_per_part;
+  return fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; layers per "
+                     "stage {}{}; the first stage also runs the embedding, the last the head and loss; the tied "
+                     "embedding's two copies' gradients are summed)\n",
+                     input.degree, input.options.schedule, input.micro_batches_per_rank, fmt::join(split, "+"),
+                     input.planned_layers_per_part == split ? ", the planner's split" : "");
+}
+
 }  // namespace
 
 ParallelDimension pipeline_parallel_dimension() {
-  return {.name = "pp", .nesting = 3, .point_to_point = true, .pass = cut_stage, .place = place_stages};
+  return {.name = "pp",
+          .nesting = 3,
+          .point_to_point = true,
+          .pass = cut_stage,
+          .place = place_stages,
+          .locate = locate,
+          .summarize = summarize};
 }
 
 }  // namespace strata

@@ -1,22 +1,14 @@
-#include "parallel/tensor_parallel_group.h"
+#include "parallel/tensor_parallel_dimension.h"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "model/family.h"
 #include "parallel/parallelize.h"
 
 namespace strata {
-
-TensorParallel::TensorParallel(comm::Communicator group) : group_(std::move(group)) {}
-
-TensorParallel TensorParallel::of(DeviceMesh* mesh) {
-  const std::string& name = tensor_parallel_dimension().name;
-  return mesh && mesh->shape().degree(name) > 1 ? TensorParallel(mesh->group(name)) : TensorParallel();
-}
-
 
 namespace {
 
@@ -48,10 +40,31 @@ std::vector<ParameterPlacement> place_shards(const PlacementInput& input) {
   return placements;
 }
 
+void locate(RankLayout& layout, const RankPosition& position) {
+  layout.tp = {.degree = position.degree,
+               .rank = position.coordinate,
+               .group = tensor_parallel_dimension().name,
+               .sequence_parallel = position.options.sequence_parallel};
+}
+
+std::string summarize(const DimensionSummaryInput& input) {
+  const ModelConfig& model = input.model;
+  return fmt::format("tensor parallel: {} ranks per layer (Megatron's split: QKV and MLP input projections by "
+                     "columns, {} heads each; output projections by rows; the embedding and the loss by vocabulary "
+                     "shards of up to {} rows){}; {:.2f}M parameters per rank\n",
+                     input.degree, model.n_head / input.degree, vocab_shard(model, input.degree),
+                     input.options.sequence_parallel
+                         ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
+                                       model.block_size / input.degree)
+                         : "",
+                     input.parameters_per_rank / 1e6);
+}
+
 }  // namespace
 
 ParallelDimension tensor_parallel_dimension() {
-  return {.name = "tp", .nesting = 0, .pass = split_layers, .place = place_shards};
+  return {.name = "tp", .nesting = 0, .pass = split_layers, .place = place_shards, .locate = locate,
+          .summarize = summarize};
 }
 
 }  // namespace strata
