@@ -20,6 +20,10 @@
 
 namespace strata {
 
+struct ExpertParallelSettings {
+  int64_t ep = 1;  // parallel.ep: expert-parallel degree (the experts split, each rank its own micro-batches)
+};
+
 struct ExpertParallelRank {
   int degree = 1;
   int rank = 0;

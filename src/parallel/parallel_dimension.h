@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/toml_reader.h"
 #include "model/model_graph.h"
 #include "model/sharding_plan.h"
 #include "parallel/parameter_placement.h"
@@ -22,14 +23,23 @@
 namespace strata {
 
 struct RankLayout;
+struct ParallelSettings;
 
-// The configured choices the dimensions read beyond their degrees: their own parallel.* keys, and the
-// model's cut into parts (the pipeline's stages' layers, and the parts each stage runs).
+// A parallel.* key a dimension declares: its name after "parallel.", and where its value lives in
+// the settings (its type and default are that field's). A key named as the dimension is its degree.
+struct DimensionKey {
+  std::string name;
+  std::function<TomlReader::Target(ParallelSettings&)> field;
+};
+// Fails, naming the key, on an impossible value of the dimension's keys (for the model, or with its
+// other keys).
+using CheckSettings = std::function<void(const ParallelSettings& settings, const ModelConfig& model)>;
+
+// What the dimensions read beyond their degrees: their configured keys, and the model's cut into
+// parts (every part's layers, in order).
 struct DimensionOptions {
-  bool sequence_parallel = false;    // parallel.sp, over the tensor-parallel ranks
-  std::string schedule;              // parallel.schedule, the pipeline's
-  std::vector<int> layers_per_part;  // every model part's layers, in order
-  int parts_per_stage = 1;           // parallel.virtual_stages
+  const ParallelSettings& settings;
+  const std::vector<int>& layers_per_part;
 };
 
 // What a dimension's graph pass reads: the family's plan and layer labels, and where this rank sits.
@@ -45,7 +55,7 @@ using DimensionPass = std::function<std::optional<ParallelForward>(const Graph& 
 // parallel.* key when the model cannot be placed at that degree.
 using PlaceParameters = std::function<std::vector<ParameterPlacement>(const PlacementInput&)>;
 // Where a rank at `coordinate` of `degree` sits along the dimension, for its model part `chunk`
-// (one of the parts_per_stage its stage runs): the dimension fills its own part of `layout`.
+// (one of the parts its stage runs): the dimension fills its own part of `layout`.
 struct RankPosition {
   int degree = 1;
   int coordinate = 0;
@@ -87,6 +97,9 @@ struct ParallelDimension {
   LocateRank locate;
   // Unset: it prints nothing of its own (data parallelism's line is the gradients' reduction's).
   SummarizeDimension summarize;
+  // Its config keys (none: degree 1 always) and their checks.
+  std::vector<DimensionKey> keys;
+  CheckSettings check;
 };
 
 // Every dimension: the built-in ones, then those registered, in that order (the order their

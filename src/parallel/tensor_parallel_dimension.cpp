@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/key_checks.h"
 #include "model/family.h"
+#include "parallel/parallel_settings.h"
 #include "parallel/parallelize.h"
 
 namespace strata {
@@ -44,7 +46,32 @@ void locate(RankLayout& layout, const RankPosition& position) {
   layout.tp = {.degree = position.degree,
                .rank = position.coordinate,
                .group = tensor_parallel_dimension().name,
-               .sequence_parallel = position.options.sequence_parallel};
+               .sequence_parallel = position.options.settings.sp};
+}
+
+void check_settings(const ParallelSettings& settings, const ModelConfig& model) {
+  const int64_t tp = settings.tp;
+  check_positive("parallel.tp", tp);
+  if (model.n_head % tp != 0) {
+    fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
+         model.n_head);
+  }
+  if (model.kv_heads() % tp != 0) {
+    fail("key 'parallel.tp' ({}) must divide the key/value heads (model.n_kv_head = {}): each tensor-parallel rank "
+         "holds whole heads",
+         tp, model.kv_heads());
+  }
+  if (settings.sp && tp == 1) {
+    fail("key 'parallel.sp' needs parallel.tp > 1: the sequence is split over the tensor-parallel ranks");
+  }
+  if (settings.sp && model.block_size % tp != 0) {
+    fail("key 'parallel.sp': model.block_size ({}) must be a multiple of parallel.tp ({}) to split the sequence",
+         model.block_size, tp);
+  }
+  if (model.vocab_size < tp) {
+    fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
+         model.vocab_size);
+  }
 }
 
 std::string summarize(const DimensionSummaryInput& input) {
@@ -53,7 +80,7 @@ std::string summarize(const DimensionSummaryInput& input) {
                      "columns, {} heads each; output projections by rows; the embedding and the loss by vocabulary "
                      "shards of up to {} rows){}; {:.2f}M parameters per rank\n",
                      input.degree, model.n_head / input.degree, vocab_shard(model, input.degree),
-                     input.options.sequence_parallel
+                     input.options.settings.sp
                          ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
                                        model.block_size / input.degree)
                          : "",
@@ -63,8 +90,15 @@ std::string summarize(const DimensionSummaryInput& input) {
 }  // namespace
 
 ParallelDimension tensor_parallel_dimension() {
-  return {.name = "tp", .nesting = 0, .pass = split_layers, .place = place_shards, .locate = locate,
-          .summarize = summarize};
+  return {.name = "tp",
+          .nesting = 0,
+          .pass = split_layers,
+          .place = place_shards,
+          .locate = locate,
+          .summarize = summarize,
+          .keys = {settings_key<&TensorParallelSettings::tp>("tp"),
+                   settings_key<&TensorParallelSettings::sp>("sp")},
+          .check = check_settings};
 }
 
 }  // namespace strata

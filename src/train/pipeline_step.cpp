@@ -91,10 +91,12 @@ void Trainer::check_pipeline_schedule() const {
                         static_cast<int>(config_.virtual_stages), static_cast<int>(config_.model.n_layer)});
 }
 
+int Trainer::chunks_per_stage() const { return static_cast<int>(config_.virtual_stages); }
+
 // The planner's split of the layers when it priced this layout (its stages balance the embedding
 // and head too), else an even one; interleaved, even parts of p · v. One part: the whole model.
 std::vector<int> Trainer::pipeline_layer_split() const {
-  const int layers = static_cast<int>(config_.model.n_layer), chunks = static_cast<int>(config_.virtual_stages);
+  const int layers = static_cast<int>(config_.model.n_layer), chunks = chunks_per_stage();
   const int parts = pipeline_.degree() * chunks;
   std::vector<int> split = plan_.chosen.layers_per_stage;
   if (chunks > 1 || static_cast<int>(split.size()) != parts ||

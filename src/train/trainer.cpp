@@ -176,7 +176,7 @@ void Trainer::apply_plan() {
 void Trainer::build_model_chunks() {
   layers_per_stage_ = pipeline_layer_split();
   const DimensionOptions options = dimension_options();
-  for (int chunk = 0; chunk < options.parts_per_stage; ++chunk) {
+  for (int chunk = 0; chunk < chunks_per_stage(); ++chunk) {
     const RankLayout layout = rank_layout(mesh_, coordinates_, options, chunk);
     chunks_.push_back({build_rank_model(config_, /*training=*/true, layout),
                        build_rank_model(config_, /*training=*/false, layout)});
@@ -184,10 +184,7 @@ void Trainer::build_model_chunks() {
 }
 
 DimensionOptions Trainer::dimension_options() const {
-  return {.sequence_parallel = config_.sp,
-          .schedule = config_.schedule,
-          .layers_per_part = layers_per_stage_,
-          .parts_per_stage = static_cast<int>(config_.virtual_stages)};
+  return {.settings = config_, .layers_per_part = layers_per_stage_};
 }
 
 // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
@@ -225,7 +222,7 @@ void Trainer::find_held_parameters() {
   }
   placements_ =
       place_parameters(mesh_, {.model = config_.model, .specs = specs_, .layers_per_part = layers_per_stage_,
-                                      .parts_per_stage = static_cast<int>(config_.virtual_stages)});
+                                      .parts_per_stage = chunks_per_stage()});
   checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements_);
   pieces_ = held_pieces(specs_, placements_, coordinates_);
   std::vector<ParamSpec> held_specs = held_of(specs_, held_);

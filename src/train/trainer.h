@@ -114,6 +114,7 @@ class Trainer {
   // The pipeline's part of the step (pipeline_step.cpp).
   bool pipelined() const { return pipeline_.degree() > 1; }
   void check_pipeline_schedule() const;          // the schedule fits this job's micro-batches per rank
+  int chunks_per_stage() const;                  // the model parts this rank runs (interleaved: several)
   std::vector<int> pipeline_layer_split() const;  // every model part's layers
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
   // The last stage's `values` (the losses' stage) on every stage; without a pipeline, `values`.
