@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "parallel/tensor_parallel_group.h"
+#include "core/key_checks.h"
+#include "parallel/parallel_settings.h"
 
 namespace strata {
 
@@ -85,8 +86,25 @@ void DataParallel::barrier() {
   if (group_) group_->barrier();
 }
 
+namespace {
+
+void check_settings(const ParallelSettings& settings, const ModelConfig&) {
+  check_non_negative("parallel.dp", settings.dp);
+  check_positive("parallel.bucket_mb", settings.bucket_mb);
+  if (settings.zero < 0 || settings.zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", settings.zero);
+}
+
+}  // namespace
+
 ParallelDimension data_parallel_dimension() {
-  return {.name = "dp", .nesting = 2, .runs_on_devices = true, .splits_batch = true};
+  return {.name = "dp",
+          .nesting = 2,
+          .runs_on_devices = true,
+          .splits_batch = true,
+          .keys = {settings_key<&DataParallelSettings::dp>("dp"),
+                   settings_key<&DataParallelSettings::bucket_mb>("bucket_mb"),
+                   settings_key<&DataParallelSettings::zero>("zero")},
+          .check = check_settings};
 }
 
 }  // namespace strata

@@ -17,6 +17,13 @@
 
 namespace strata {
 
+// The keys of the ranks sharing a step's micro-batches: their degree and their gradients' reduction.
+struct DataParallelSettings {
+  int64_t dp = 0;         // parallel.dp: data-parallel degree; 0: the job's ranks / the other degrees' product
+  double bucket_mb = 25;  // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
+  int64_t zero = 0;       // parallel.zero: 0; 1: AdamW's moments and update split over the dp ranks; 2: gradients too
+};
+
 // Micro-batches [first, first + count) of a step's global sequence.
 struct MicroBatchShare {
   int64_t first = 0;

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
+#include "core/key_checks.h"
 #include "graph/rewrite.h"
 #include "model/family.h"
 #include "ops/placement_rule.h"
+#include "parallel/parallel_settings.h"
 #include "parallel/parallelize.h"
 
 namespace strata {
@@ -179,15 +183,33 @@ std::vector<ParameterPlacement> place_experts(const PlacementInput& input) {
   return placements;
 }
 
+void locate(RankLayout& layout, const RankPosition& position) {
+  layout.ep = {.degree = position.degree, .rank = position.coordinate, .group = expert_parallel_dimension().name};
+}
+
+void check_settings(const ParallelSettings& settings, const ModelConfig& model) {
+  const int64_t ep = settings.ep;
+  check_positive("parallel.ep", ep);
+  if (ep > 1 && model.num_experts == 0) {
+    fail("key 'parallel.ep' ({}) needs a mixture-of-experts model (model.num_experts > 0): it splits the experts", ep);
+  }
+  if (model.num_experts % ep != 0) {
+    fail("key 'parallel.ep' ({}) must divide model.num_experts ({}): each expert-parallel rank holds whole experts", ep,
+         model.num_experts);
+  }
+}
+
+std::string summarize(const DimensionSummaryInput& input) {
+  return fmt::format("expert parallel: {} ranks, {} experts of every MoE layer each (whole experts), tokens "
+                     "exchanged with the ranks holding their experts (all-to-all-v, counts first); each rank runs "
+                     "its own micro-batches, as a data-parallel replica of the dense layers\n",
+                     input.degree, input.model.num_experts / input.degree);
+}
+
 }  // namespace
 
 ParallelForward parallelize_experts(const Graph& forward, const ShardingPlan& plan, const ExpertParallelRank& ep) {
   return ExpertParallelPass(forward, plan, ep).run();
-}
-
-ExpertParallelRank expert_parallel_rank(const MeshShape& shape, const MeshCoordinates& at) {
-  const std::string name = expert_parallel_dimension().name;
-  return {.degree = shape.degree(name), .rank = at.at(name), .group = name};
 }
 
 ParallelDimension expert_parallel_dimension() {
@@ -196,7 +218,11 @@ ParallelDimension expert_parallel_dimension() {
           .splits_batch = true,
           .named_when_set_only = true,
           .pass = split_experts,
-          .place = place_experts};
+          .place = place_experts,
+          .locate = locate,
+          .summarize = summarize,
+          .keys = {settings_key<&ExpertParallelSettings::ep>("ep")},
+          .check = check_settings};
 }
 
 }  // namespace strata

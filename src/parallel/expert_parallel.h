@@ -20,14 +20,15 @@
 
 namespace strata {
 
+struct ExpertParallelSettings {
+  int64_t ep = 1;  // parallel.ep: expert-parallel degree (the experts split, each rank its own micro-batches)
+};
+
 struct ExpertParallelRank {
   int degree = 1;
   int rank = 0;
   std::string group = "ep";  // the collective group (ops/collective_group.h) of the exchange
 };
-
-// This rank's place along "ep" in a mesh of `shape`.
-ExpertParallelRank expert_parallel_rank(const MeshShape& shape, const MeshCoordinates& at);
 
 // The part of `forward` rank `ep.rank` runs: the stacked expert weights take their E / P experts.
 ParallelForward parallelize_experts(const Graph& forward, const ShardingPlan& plan, const ExpertParallelRank& ep);

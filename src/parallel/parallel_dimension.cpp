@@ -7,7 +7,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel.h"
-#include "parallel/tensor_parallel_group.h"
+#include "parallel/tensor_parallel_dimension.h"
 
 namespace strata {
 

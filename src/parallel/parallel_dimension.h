@@ -8,12 +8,14 @@
 // point-to-point flows besides collectives (pipeline stage boundaries). The mesh, the collective
 // groups and the checkpoint's rank layout loop over the registered dimensions; adding one is its own
 // files, one entry in `builtin_dimensions()` (or `register_parallel_dimension`), and its config key.
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/toml_reader.h"
 #include "model/model_graph.h"
 #include "model/sharding_plan.h"
 #include "parallel/parameter_placement.h"
@@ -21,6 +23,24 @@
 namespace strata {
 
 struct RankLayout;
+struct ParallelSettings;
+
+// A parallel.* key a dimension declares: its name after "parallel.", and where its value lives in
+// the settings (its type and default are that field's). A key named as the dimension is its degree.
+struct DimensionKey {
+  std::string name;
+  std::function<TomlReader::Target(ParallelSettings&)> field;
+};
+// Fails, naming the key, on an impossible value of the dimension's keys (for the model, or with its
+// other keys).
+using CheckSettings = std::function<void(const ParallelSettings& settings, const ModelConfig& model)>;
+
+// What the dimensions read beyond their degrees: their configured keys, and the model's cut into
+// parts (every part's layers, in order).
+struct DimensionOptions {
+  const ParallelSettings& settings;
+  const std::vector<int>& layers_per_part;
+};
 
 // What a dimension's graph pass reads: the family's plan and layer labels, and where this rank sits.
 struct DimensionPassInput {
@@ -34,6 +54,26 @@ using DimensionPass = std::function<std::optional<ParallelForward>(const Graph& 
 // Every parameter's placement along the dimension (parallel/parameter_placement.h); fails naming the
 // parallel.* key when the model cannot be placed at that degree.
 using PlaceParameters = std::function<std::vector<ParameterPlacement>(const PlacementInput&)>;
+// Where a rank at `coordinate` of `degree` sits along the dimension, for its model part `chunk`
+// (one of the parts its stage runs): the dimension fills its own part of `layout`.
+struct RankPosition {
+  int degree = 1;
+  int coordinate = 0;
+  const DimensionOptions& options;
+  int chunk = 0;
+};
+using LocateRank = std::function<void(RankLayout& layout, const RankPosition& position)>;
+// What a run prints at start-up about the dimension at a degree above 1: one line saying how it
+// splits the work.
+struct DimensionSummaryInput {
+  const ModelConfig& model;
+  int degree = 1;
+  const DimensionOptions& options;
+  int64_t micro_batches_per_rank = 0;          // of a step, on each rank sharing it
+  double parameters_per_rank = 0;              // the elements this rank holds
+  const std::vector<int>& planned_layers_per_part;  // the planner's split, when it priced this layout
+};
+using SummarizeDimension = std::function<std::string(const DimensionSummaryInput&)>;
 
 struct ParallelDimension {
   std::string name;
@@ -53,6 +93,13 @@ struct ParallelDimension {
   DimensionPass pass;
   // Unset: every coordinate holds every parameter whole.
   PlaceParameters place;
+  // Unset: its pass (if any) reads nothing of the rank's position.
+  LocateRank locate;
+  // Unset: it prints nothing of its own (data parallelism's line is the gradients' reduction's).
+  SummarizeDimension summarize;
+  // Its config keys (none: degree 1 always) and their checks.
+  std::vector<DimensionKey> keys;
+  CheckSettings check;
 };
 
 // Every dimension: the built-in ones, then those registered, in that order (the order their

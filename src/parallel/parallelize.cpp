@@ -28,6 +28,18 @@ ParallelForward chain(ParallelForward first, ParallelForward second) {
 
 }  // namespace
 
+RankLayout rank_layout(const MeshShape& shape, const MeshCoordinates& at, const DimensionOptions& options, int chunk) {
+  RankLayout layout;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    if (!dimension.locate) continue;
+    dimension.locate(layout, {.degree = shape.degree(dimension.name),
+                              .coordinate = at.at(dimension.name),
+                              .options = options,
+                              .chunk = chunk});
+  }
+  return layout;
+}
+
 ParallelForward parallelize_forward(const Graph& forward, const ShardingPlan& plan, const std::string& layer_prefix,
                                     const RankLayout& layout) {
   const DimensionPassInput input{plan, layer_prefix, layout};

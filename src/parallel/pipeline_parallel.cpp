@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
+#include "core/key_checks.h"
 #include "model/family.h"
+#include "parallel/parallel_settings.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_part.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/tensor_parallel_group.h"
 
 namespace strata {
 
@@ -94,10 +97,47 @@ std::vector<ParameterPlacement> place_stages(const PlacementInput& input) {
   return placements;
 }
 
+// Model part `chunk` of a stage is part chunk · stages + stage: interleaving deals the parts round-robin.
+void locate(RankLayout& layout, const RankPosition& position) {
+  layout.part = {.index = position.chunk * position.degree + position.coordinate,
+                 .layers_per_part = position.options.layers_per_part,
+                 .chunks = static_cast<int>(position.options.settings.virtual_stages)};
+}
+
+void check_settings(const ParallelSettings& settings, const ModelConfig& model) {
+  check_positive("parallel.pp", settings.pp);
+  if (settings.pp > model.n_layer) {
+    fail("key 'parallel.pp' ({}) exceeds model.n_layer ({}): every pipeline stage needs at least one layer",
+         settings.pp, model.n_layer);
+  }
+  check_positive("parallel.virtual_stages", settings.virtual_stages);
+  check_pipeline_layout(parse_schedule(settings.schedule, "key 'parallel.schedule'"), static_cast<int>(settings.pp),
+                        static_cast<int>(settings.virtual_stages), static_cast<int>(model.n_layer));
+}
+
+std::string summarize(const DimensionSummaryInput& input) {
+  const std::vector<int>& split = input.options.layers_per_part;
+  return fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; layers per "
+                     "stage {}{}; the first stage also runs the embedding, the last the head and loss; the tied "
+                     "embedding's two copies' gradients are summed)\n",
+                     input.degree, input.options.settings.schedule, input.micro_batches_per_rank, fmt::join(split, "+"),
+                     input.planned_layers_per_part == split ? ", the planner's split" : "");
+}
+
 }  // namespace
 
 ParallelDimension pipeline_parallel_dimension() {
-  return {.name = "pp", .nesting = 3, .point_to_point = true, .pass = cut_stage, .place = place_stages};
+  return {.name = "pp",
+          .nesting = 3,
+          .point_to_point = true,
+          .pass = cut_stage,
+          .place = place_stages,
+          .locate = locate,
+          .summarize = summarize,
+          .keys = {settings_key<&PipelineParallelSettings::pp>("pp"),
+                   settings_key<&PipelineParallelSettings::schedule>("schedule"),
+                   settings_key<&PipelineParallelSettings::virtual_stages>("virtual_stages")},
+          .check = check_settings};
 }
 
 }  // namespace strata

@@ -4,7 +4,9 @@
 // and the values one stage has that every stage needs (the last stage's
 // losses). One process is
 // the same object with one stage.
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -13,6 +15,12 @@
 #include "core/tensor.h"
 
 namespace strata {
+
+struct PipelineParallelSettings {
+  int64_t pp = 1;                 // parallel.pp: pipeline stages (the layers cut into pp parts)
+  std::string schedule = "1f1b";  // parallel.schedule: "1f1b", "gpipe" or "interleaved"
+  int64_t virtual_stages = 1;     // parallel.virtual_stages: model chunks per stage (interleaved)
+};
 
 class PipelineParallel {
  public:

@@ -1,7 +1,6 @@
 #include "train/config.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -15,9 +14,9 @@
 #include "backends/backends.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/key_checks.h"
 #include "core/toml_reader.h"
 #include "model/hf_model_dir.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace strata {
 
@@ -64,15 +63,6 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.val_batches", &c.val_batches},
       {"parallel.plan", &c.plan},
       {"parallel.cluster", &c.cluster},
-      {"parallel.dp", &c.dp},
-      {"parallel.tp", &c.tp},
-      {"parallel.sp", &c.sp},
-      {"parallel.pp", &c.pp},
-      {"parallel.ep", &c.ep},
-      {"parallel.schedule", &c.schedule},
-      {"parallel.virtual_stages", &c.virtual_stages},
-      {"parallel.bucket_mb", &c.bucket_mb},
-      {"parallel.zero", &c.zero},
       {"precision.compute", &c.precision},
       {"precision.fp32_ops", &c.fp32_ops},
       {"precision.loss_scale", &c.loss_scale},
@@ -86,6 +76,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"checkpoint.resume", &c.resume},
   };
   all.insert(all.end(), rest.begin(), rest.end());
+  // The dimensions' own keys (parallel/parallel_settings.h), each declared with its registration.
+  for (auto& [key, value] : c.keys()) all.push_back({key, value});
   return all;
 }
 
@@ -146,29 +138,6 @@ void apply_override(toml::table& table, const std::string& assignment) {
 
 }  // namespace
 
-namespace {
-
-template <typename T>
-void check_finite(const char* key, T value) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) fail("key '{}' must be a finite number, got {}", key, value);
-  }
-}
-
-template <typename T>
-void check_positive(const char* key, T value) {
-  check_finite(key, value);
-  if (!(value > 0)) fail("key '{}' must be positive, got {}", key, value);
-}
-
-template <typename T>
-void check_non_negative(const char* key, T value) {
-  check_finite(key, value);
-  if (value < 0) fail("key '{}' must be at least 0, got {}", key, value);
-}
-
-}  // namespace
-
 // In the order the keys' checks run: the first impossible value is the one named.
 void TrainConfig::validate() const {
   model.validate();
@@ -216,44 +185,7 @@ void TrainConfig::validate_parallel() const {
     fail("key 'parallel.cluster' must name a cluster file (a preset in configs/clusters/, or the one "
          "`strata calibrate` writes) when parallel.plan = \"auto\"");
   }
-  check_non_negative("parallel.dp", dp);
-  check_positive("parallel.tp", tp);
-  if (model.n_head % tp != 0) {
-    fail("key 'parallel.tp' ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole heads", tp,
-         model.n_head);
-  }
-  if (model.kv_heads() % tp != 0) {
-    fail("key 'parallel.tp' ({}) must divide the key/value heads (model.n_kv_head = {}): each tensor-parallel rank "
-         "holds whole heads",
-         tp, model.kv_heads());
-  }
-  if (sp && tp == 1) fail("key 'parallel.sp' needs parallel.tp > 1: the sequence is split over the tensor-parallel ranks");
-  if (sp && model.block_size % tp != 0) {
-    fail("key 'parallel.sp': model.block_size ({}) must be a multiple of parallel.tp ({}) to split the sequence",
-         model.block_size, tp);
-  }
-  check_positive("parallel.pp", pp);
-  if (pp > model.n_layer) {
-    fail("key 'parallel.pp' ({}) exceeds model.n_layer ({}): every pipeline stage needs at least one layer", pp,
-         model.n_layer);
-  }
-  check_positive("parallel.virtual_stages", virtual_stages);
-  check_pipeline_layout(parse_schedule(schedule, "key 'parallel.schedule'"), static_cast<int>(pp),
-                        static_cast<int>(virtual_stages), static_cast<int>(model.n_layer));
-  if (model.vocab_size < tp) {
-    fail("key 'parallel.tp' ({}) exceeds model.vocab_size ({}): every rank needs vocabulary rows", tp,
-         model.vocab_size);
-  }
-  check_positive("parallel.ep", ep);
-  if (ep > 1 && model.num_experts == 0) {
-    fail("key 'parallel.ep' ({}) needs a mixture-of-experts model (model.num_experts > 0): it splits the experts", ep);
-  }
-  if (model.num_experts % ep != 0) {
-    fail("key 'parallel.ep' ({}) must divide model.num_experts ({}): each expert-parallel rank holds whole experts", ep,
-         model.num_experts);
-  }
-  check_positive("parallel.bucket_mb", bucket_mb);
-  if (zero < 0 || zero > 2) fail("key 'parallel.zero' must be 0, 1 or 2, got {}", zero);
+  check(model);
 }
 
 void TrainConfig::validate_precision_and_ops() const {
@@ -275,31 +207,6 @@ void TrainConfig::validate_precision_and_ops() const {
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
-}
-
-MeshShape TrainConfig::mesh_for(int ranks) const {
-  const int tensor = static_cast<int>(tp), pipeline = static_cast<int>(pp), experts = static_cast<int>(ep);
-  if (ranks % (tensor * pipeline * experts) != 0) {
-    if (experts > 1) {
-      fail("keys 'parallel.tp' ({}), 'parallel.pp' ({}) and 'parallel.ep' ({}): their product must divide the {} ranks "
-           "launched",
-           tensor, pipeline, experts, ranks);
-    }
-    fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tensor,
-         pipeline, ranks);
-  }
-  const int data = dp == 0 ? ranks / (tensor * pipeline * experts) : static_cast<int>(dp);
-  if (tensor == 1 && pipeline == 1 && data * experts != ranks) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
-         "number of ranks{} (or be 0)",
-         data, ranks, experts > 1 ? " over parallel.ep" : "");
-  }
-  return MeshShape({{"dp", data}, {"tp", tensor}, {"pp", pipeline}, {"ep", experts}});
-}
-
-MeshShape TrainConfig::mesh() const {
-  return MeshShape({{"dp", static_cast<int>(std::max<int64_t>(dp, 1))}, {"tp", static_cast<int>(tp)},
-                    {"pp", static_cast<int>(pp)}, {"ep", static_cast<int>(ep)}});
 }
 
 ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {

@@ -8,11 +8,13 @@
 
 #include "graph/autocast.h"
 #include "model/model_graph.h"
-#include "parallel/device_mesh.h"
+#include "parallel/parallel_settings.h"
 
 namespace strata {
 
-struct TrainConfig {
+// The parallel.* keys are the dimensions' own (ParallelSettings: dp, tp, sp, pp, ep, schedule, ...),
+// declared and checked with each dimension's registration; this struct adds the rest of the job.
+struct TrainConfig : ParallelSettings {
   ModelConfig model;
   // model.init_from: HuggingFace weights: a safetensors file, or a model directory whose config.json
   // also fills the [model] keys not given (given ones must agree)
@@ -58,15 +60,6 @@ struct TrainConfig {
   // parallel degrees) for parallel.cluster, recording plan.json in the run dir.
   std::string plan = "manual";
   std::string cluster;  // parallel.cluster: a cluster file: a preset name, a path, or `strata calibrate`'s output
-  int64_t dp = 0;          // parallel.dp: data-parallel degree; 0: the job's ranks / (tp · pp · ep)
-  int64_t tp = 1;          // parallel.tp: tensor-parallel degree (Megatron's split of every layer)
-  bool sp = false;         // parallel.sp: sequence parallelism over the tensor-parallel group
-  int64_t pp = 1;          // parallel.pp: pipeline stages (the layers cut into pp parts)
-  int64_t ep = 1;          // parallel.ep: expert-parallel degree (the experts split, each rank its own micro-batches)
-  std::string schedule = "1f1b";  // parallel.schedule: "1f1b", "gpipe" or "interleaved"
-  int64_t virtual_stages = 1;     // parallel.virtual_stages: model chunks per stage (interleaved)
-  double bucket_mb = 25;   // parallel.bucket_mb: MiB of gradients per reduction (as PyTorch DDP)
-  int64_t zero = 0;        // parallel.zero: 0; 1: AdamW's moments and update split over the dp ranks; 2: gradients too
 
   // precision.compute: "f32", or "bf16" / "f16" mixed precision with f32
   // master weights (fp32 and fp16 are read too; a parsed config holds the
@@ -91,15 +84,10 @@ struct TrainConfig {
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;
-  // The parallel.* degrees as a mesh (parallel.dp = 0, "the ranks left", counted as 1).
-  MeshShape mesh() const;
-  // The mesh of a job of `ranks`: parallel.dp = 0 takes the ranks left; fails naming the keys
-  // when the degrees do not make the ranks.
-  MeshShape mesh_for(int ranks) const;
 
  private:
   void validate_training() const;           // train.*, data.*, checkpoint.*
-  void validate_parallel() const;           // parallel.*, against the model's shape
+  void validate_parallel() const;           // parallel.*, against the model's shape (the dimensions' checks)
   void validate_precision_and_ops() const;  // precision.*, train.recompute, ops.*
 };
 

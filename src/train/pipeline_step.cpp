@@ -1,9 +1,13 @@
 // A pipeline stage's share of a step: the schedule's actions for this stage
 // (parallel/pipeline_schedule.h) run on the stage's compiled model chunks
 // (one, or parallel.virtual_stages interleaved), each micro-batch in flight on
-// a chunk in its own slot of that chunk's compiled graph.
+// a chunk in its own slot of that chunk's compiled graph. The one place the trainer
+// names a dimension: a pipeline's schedule orders the step's micro-batches, stage by
+// stage, so it shapes the step itself, where every other dimension only changes the
+// graph a rank runs (its pass) and where its parameters lie (its placement).
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -79,6 +83,89 @@ class SlotPools {
 };
 
 }  // namespace
+
+void Trainer::check_pipeline_schedule() const {
+  if (!pipelined()) return;
+  check_pipeline_shape(parse_schedule(config_.schedule, "key 'parallel.schedule'"),
+                       {pipeline_.degree(), static_cast<int>(config_.accumulation_steps() / parallel_.degree()),
+                        static_cast<int>(config_.virtual_stages), static_cast<int>(config_.model.n_layer)});
+}
+
+int Trainer::chunks_per_stage() const { return static_cast<int>(config_.virtual_stages); }
+
+// The planner's split of the layers when it priced this layout (its stages balance the embedding
+// and head too), else an even one; interleaved, even parts of p · v. One part: the whole model.
+std::vector<int> Trainer::pipeline_layer_split() const {
+  const int layers = static_cast<int>(config_.model.n_layer), chunks = chunks_per_stage();
+  const int parts = pipeline_.degree() * chunks;
+  std::vector<int> split = plan_.chosen.layers_per_stage;
+  if (chunks > 1 || static_cast<int>(split.size()) != parts ||
+      std::accumulate(split.begin(), split.end(), 0) != layers ||
+      std::find(split.begin(), split.end(), 0) != split.end()) {
+    split = balanced_layers(parts, layers);
+  }
+  return split;
+}
+
+void Trainer::bind_pipeline_inputs() {
+  const int64_t batch = config_.batch_size, seq = config_.model.block_size;
+  const int64_t micro_batches = config_.accumulation_steps() / parallel_.degree();
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    step_tokens_.push_back(Tensor::empty({batch, seq}, DType::I32));
+    step_targets_.push_back(Tensor::empty({batch, seq}, DType::I32));
+  }
+  // A chunk keeps the micro-batches in flight in its own slots: at most the stage's warm-up plus one.
+  const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), static_cast<int>(chunks_.size()),
+                            static_cast<int>(config_.model.n_layer)};
+  const PipelineSchedule schedule = parse_schedule(config_.schedule, "key 'parallel.schedule'");
+  stage_actions_ = pipeline_actions(schedule, shape)[static_cast<size_t>(pipeline_.stage())];
+  const PipelinePhases phases = pipeline_phases(schedule, shape, pipeline_.stage());
+  const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
+  for (ModelChunk& chunk : chunks_) {
+    const ModelGraph& model = chunk.train_model;
+    chunk.train_graph->set_slots(slots);
+    for (int slot = 0; slot < slots; ++slot) {
+      auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
+        const TensorMeta& meta = model.graph.value(value).meta;
+        buffers.push_back(Tensor::empty(meta.shape, meta.dtype));
+        chunk.train_graph->bind(slot, value, buffers.back());
+      };
+      if (model.tokens >= 0) bind_new(chunk.slot_tokens, model.tokens);
+      if (model.targets >= 0) bind_new(chunk.slot_targets, model.targets);
+    }
+    // The values the stage-boundary receives stand for are never read: one placeholder serves every slot.
+    auto bind_placeholder = [](CompiledGraph& graph, const Graph& g, int value) {
+      const TensorMeta& meta = g.value(value).meta;
+      graph.bind(value, Tensor::empty(meta.shape, meta.dtype));
+    };
+    for (int value : model.received_values) bind_placeholder(*chunk.train_graph, model.graph, value);
+    if (model.loss >= 0) {
+      chunk.train_graph->bind(model.grads.seed, loss_seed_);
+    } else {
+      for (int seed : model.grads.seeds) bind_placeholder(*chunk.train_graph, model.graph, seed);
+    }
+    for (int value : chunk.eval_model.received_values) {
+      bind_placeholder(*chunk.eval_graph, chunk.eval_model.graph, value);
+    }
+  }
+}
+
+void Trainer::sum_tied_gradients() {
+  if (!pipelined()) return;
+  const std::vector<ParameterPlacement>& along_stages = placements_.at(pipeline_parallel_dimension().name);
+  // Under ZeRO a rank's range of the tied embedding is the same on both stages: it has a bucket of its own.
+  const std::vector<ParameterRange>& ranges = optimizer_->ranges();
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const std::vector<int>& holders = along_stages[held_[ranges[r].parameter]].holders;
+    if (holders.size() < 2) continue;
+    STRATA_CHECK(holders.size() == 2 && holders.front() == 0 && holders.back() == pipeline_.degree() - 1,
+                 "parameter '{}' is held by {} stages; only the tied embedding is shared (first and last)",
+                 specs_[held_[ranges[r].parameter]].name, holders.size());
+    pipeline_.sum_tied_gradient(gradients_->range_gradients()[r]);
+  }
+}
+
+std::vector<double> Trainer::from_loss_stage(std::vector<double> values) { return pipeline_.from_last_stage(std::move(values)); }
 
 std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
   STRATA_CHECK(count == static_cast<int64_t>(step_tokens_.size()), "a pipeline step of {} micro-batches, made for {}",

@@ -60,13 +60,12 @@ RouterMetrics RouterTally::tallied(DataParallel& parallel, int64_t micro_batches
   return metrics;
 }
 
-std::optional<RouterMetrics> RouterTally::finish(DataParallel& parallel, PipelineParallel& pipeline,
-                                                 int64_t micro_batches) {
+std::optional<RouterMetrics> RouterTally::finish(DataParallel& parallel, int64_t micro_batches,
+                                                 const FromLossRanks& from_loss_ranks) {
   if (!routed_) return std::nullopt;
   RouterMetrics metrics;
   if (active()) metrics = tallied(parallel, micro_batches);
-  // The last stage's figures on every stage (one stage: its own).
-  const std::vector<double> figures = pipeline.from_last_stage(
+  const std::vector<double> figures = from_loss_ranks(
       {metrics.aux_loss, metrics.z_loss, metrics.expert_tokens_min, metrics.expert_tokens_max,
        metrics.expert_tokens_mean, static_cast<double>(metrics.dropped)});
   return RouterMetrics{figures[0], figures[1], figures[2], figures[3], figures[4], static_cast<int64_t>(figures[5])};

@@ -19,32 +19,18 @@ std::string Trainer::startup_banner() const {
                   config_.model.family, config_.model.n_layer, config_.model.n_head, config_.model.n_embd,
                   config_.model.vocab_size, config_.model.block_size,
                   static_cast<double>(config_.model.num_parameters()) / 1e6);
-  if (pipeline_.degree() > 1) {
-    text += fmt::format("pipeline parallel: {} stages ({} schedule, {} micro-batches per step and replica; layers per "
-                        "stage {}{}; the first stage also runs the embedding, the last the head and loss; the tied "
-                        "embedding's two copies' gradients are summed)\n",
-                        pipeline_.degree(), config_.schedule, config_.accumulation_steps() / parallel_.degree(),
-                        fmt::join(layers_per_stage_, "+"),
-                        plan_.chosen.layers_per_stage == layers_per_stage_ ? ", the planner's split" : "");
+  const DimensionOptions options = dimension_options();
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    const int degree = mesh_.degree(dimension.name);
+    if (degree == 1 || !dimension.summarize) continue;
+    text += dimension.summarize({.model = config_.model,
+                                 .degree = degree,
+                                 .options = options,
+                                 .micro_batches_per_rank = config_.accumulation_steps() / parallel_.degree(),
+                                 .parameters_per_rank = static_cast<double>(params_.count()),
+                                 .planned_layers_per_part = plan_.chosen.layers_per_stage});
   }
-  if (tensor_.degree() > 1) {
-    text += fmt::format("tensor parallel: {} ranks per layer (Megatron's split: QKV and MLP input projections by "
-                        "columns, {} heads each; output projections by rows; the embedding and the loss by vocabulary "
-                        "shards of up to {} rows){}; {:.2f}M parameters "
-                        "per rank\n",
-                        tensor_.degree(), config_.model.n_head / tensor_.degree(),
-                        vocab_shard(config_.model, tensor_.degree()),
-                        config_.sp ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
-                                                 config_.model.block_size / tensor_.degree())
-                                   : "",
-                        static_cast<double>(params_.count()) / 1e6);
-  }
-  if (const ExpertParallelRank ep = expert_parallel_rank(mesh_, coordinates_); ep.degree > 1) {
-    text += fmt::format("expert parallel: {} ranks, {} experts of every MoE layer each (whole experts), tokens "
-                        "exchanged with the ranks holding their experts (all-to-all-v, counts first); each rank runs "
-                        "its own micro-batches, as a data-parallel replica of the dense layers\n",
-                        ep.degree, config_.model.num_experts / ep.degree);
-  }
+  // The ranks sharing a step's micro-batches, and their gradients' reduction.
   if (parallel_.degree() > 1) {
     text += fmt::format("data parallel: {} ranks, micro-batches of {} rows, {} per rank per step; {} bucket(s) of up "
                         "to {:g} MiB, {}; ZeRO-{}: gradient buffers {:.2f} MiB, optimizer state {:.2f} MiB per rank\n",

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <numeric>
 #include <set>
 
 #include <fmt/core.h>
@@ -62,8 +61,13 @@ std::vector<Tensor> tensors_of(ParameterSet& params) {
 // AdamW state alone cannot fit in this machine's memory with every rank on it.
 TrainConfig fits_in_memory(TrainConfig config, const JobWorld& world, const DataParallel& parallel) {
   config.validate();
-  const double parameters =
-      static_cast<double>(config.model.num_parameters()) / static_cast<double>(config.tp * config.pp);
+  // Each rank holds its share of the dimensions that split or cut the model (not those sharing the batch).
+  const MeshShape mesh = config.mesh();
+  double model_split = 1;
+  for (const MeshExtent& extent : mesh.extents()) {
+    if (!parallel_dimension(extent.dimension).splits_batch) model_split *= extent.degree;
+  }
+  const double parameters = static_cast<double>(config.model.num_parameters()) / model_split;
   const int ranks = world.ranks_on_this_host();
   const double moment_share = config.zero >= 1 ? 1.0 / parallel.degree() : 1.0;
   const double bytes = parameters * (4 + 4 + 8 * moment_share) * ranks;
@@ -104,7 +108,6 @@ Trainer::Trainer(TrainConfig config, DeviceMesh* mesh)
     : world_(JobWorld::of(mesh)),
       parallel_(DataParallel::of(mesh)),
       config_(fits_in_memory(std::move(config), world_, parallel_)),
-      tensor_(TensorParallel::of(mesh)),
       pipeline_(PipelineParallel::of(mesh)),
       mesh_(mesh ? mesh->shape() : MeshShape()),
       device_mesh_(mesh),
@@ -163,11 +166,7 @@ void Trainer::apply_plan() {
          "ranks, so that every rank runs the same number of micro-batches",
          config_.global_batch, config_.batch_size, parallel_.degree());
   }
-  if (pipeline_.degree() > 1) {
-    check_pipeline_shape(parse_schedule(config_.schedule, "key 'parallel.schedule'"),
-                         {pipeline_.degree(), static_cast<int>(config_.accumulation_steps() / parallel_.degree()),
-                          static_cast<int>(config_.virtual_stages), static_cast<int>(config_.model.n_layer)});
-  }
+  check_pipeline_schedule();
   if (config_.plan != "auto") applied = describe_manual_plan(config_, mesh_, plan_threads_);
   plan_ = std::move(applied.plan);
   plan_summary_ = std::move(applied.summary);
@@ -175,25 +174,17 @@ void Trainer::apply_plan() {
 }
 
 void Trainer::build_model_chunks() {
-  // The planner's split of the layers when it priced this layout (its stages balance the embedding
-  // and head too), else an even one; interleaved, even parts of p · v.
-  const int layers = static_cast<int>(config_.model.n_layer), chunks = static_cast<int>(config_.virtual_stages);
-  const int parts = pipeline_.degree() * chunks;
-  std::vector<int> split = plan_.chosen.layers_per_stage;
-  if (chunks > 1 || static_cast<int>(split.size()) != parts ||
-      std::accumulate(split.begin(), split.end(), 0) != layers ||
-      std::find(split.begin(), split.end(), 0) != split.end()) {
-    split = balanced_layers(parts, layers);
-  }
-  TensorParallelRank tp_rank = tensor_.graph_rank();
-  tp_rank.sequence_parallel = config_.sp;
-  const ExpertParallelRank ep_rank = expert_parallel_rank(mesh_, coordinates_);
-  layers_per_stage_ = split;
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const RankLayout layout{tp_rank, {chunk * pipeline_.degree() + pipeline_.stage(), split, chunks}, ep_rank};
+  layers_per_stage_ = pipeline_layer_split();
+  const DimensionOptions options = dimension_options();
+  for (int chunk = 0; chunk < chunks_per_stage(); ++chunk) {
+    const RankLayout layout = rank_layout(mesh_, coordinates_, options, chunk);
     chunks_.push_back({build_rank_model(config_, /*training=*/true, layout),
                        build_rank_model(config_, /*training=*/false, layout)});
   }
+}
+
+DimensionOptions Trainer::dimension_options() const {
+  return {.settings = config_, .layers_per_part = layers_per_stage_};
 }
 
 // What this rank holds: the parameters its chunks read (the tied embedding through either copy),
@@ -231,7 +222,7 @@ void Trainer::find_held_parameters() {
   }
   placements_ =
       place_parameters(mesh_, {.model = config_.model, .specs = specs_, .layers_per_part = layers_per_stage_,
-                                      .parts_per_stage = static_cast<int>(config_.virtual_stages)});
+                                      .parts_per_stage = chunks_per_stage()});
   checkpoint_pieces_ = checkpoint_pieces(specs_, mesh_, placements_);
   pieces_ = held_pieces(specs_, placements_, coordinates_);
   std::vector<ParamSpec> held_specs = held_of(specs_, held_);
@@ -243,7 +234,7 @@ void Trainer::find_held_parameters() {
 void Trainer::make_optimizer() {
   GradientEntries entries{.parameters = param_tensors_};
   for (size_t k = 0; k < held_.size(); ++k) {  // the tied embedding's entries get buckets of their own
-    if (stage_holders(held_[k]).size() > 1 || (head_copy_entry_ && held_[k] == tied_index_)) entries.alone.push_back(k);
+    if (held_apart(held_[k]) || (head_copy_entry_ && held_[k] == tied_index_)) entries.alone.push_back(k);
   }
   if (head_copy_entry_) {
     entries.head_copy = *head_copy_entry_;
@@ -377,53 +368,10 @@ void Trainer::bind_inputs() {
       }
     }
   }
-  if (pipeline_.degree() == 1) {
+  if (!pipelined()) {
     chunks_.front().train_graph->bind(chunks_.front().train_model.grads.seed, loss_seed_);
   } else {
     bind_pipeline_inputs();
-  }
-}
-
-void Trainer::bind_pipeline_inputs() {
-  const int64_t batch = config_.batch_size, seq = config_.model.block_size;
-  const int64_t micro_batches = config_.accumulation_steps() / parallel_.degree();
-  for (int64_t micro = 0; micro < micro_batches; ++micro) {
-    step_tokens_.push_back(Tensor::empty({batch, seq}, DType::I32));
-    step_targets_.push_back(Tensor::empty({batch, seq}, DType::I32));
-  }
-  // A chunk keeps the micro-batches in flight in its own slots: at most the stage's warm-up plus one.
-  const PipelineShape shape{pipeline_.degree(), static_cast<int>(micro_batches), static_cast<int>(chunks_.size()),
-                            static_cast<int>(config_.model.n_layer)};
-  const PipelineSchedule schedule = parse_schedule(config_.schedule, "key 'parallel.schedule'");
-  stage_actions_ = pipeline_actions(schedule, shape)[static_cast<size_t>(pipeline_.stage())];
-  const PipelinePhases phases = pipeline_phases(schedule, shape, pipeline_.stage());
-  const int slots = static_cast<int>(std::min<int64_t>(phases.warmup + 1, micro_batches));
-  for (ModelChunk& chunk : chunks_) {
-    const ModelGraph& model = chunk.train_model;
-    chunk.train_graph->set_slots(slots);
-    for (int slot = 0; slot < slots; ++slot) {
-      auto bind_new = [&](std::vector<Tensor>& buffers, int value) {
-        const TensorMeta& meta = model.graph.value(value).meta;
-        buffers.push_back(Tensor::empty(meta.shape, meta.dtype));
-        chunk.train_graph->bind(slot, value, buffers.back());
-      };
-      if (model.tokens >= 0) bind_new(chunk.slot_tokens, model.tokens);
-      if (model.targets >= 0) bind_new(chunk.slot_targets, model.targets);
-    }
-    // The values the stage-boundary receives stand for are never read: one placeholder serves every slot.
-    auto bind_placeholder = [](CompiledGraph& graph, const Graph& g, int value) {
-      const TensorMeta& meta = g.value(value).meta;
-      graph.bind(value, Tensor::empty(meta.shape, meta.dtype));
-    };
-    for (int value : model.received_values) bind_placeholder(*chunk.train_graph, model.graph, value);
-    if (model.loss >= 0) {
-      chunk.train_graph->bind(model.grads.seed, loss_seed_);
-    } else {
-      for (int seed : model.grads.seeds) bind_placeholder(*chunk.train_graph, model.graph, seed);
-    }
-    for (int value : chunk.eval_model.received_values) {
-      bind_placeholder(*chunk.eval_graph, chunk.eval_model.graph, value);
-    }
   }
 }
 
@@ -502,20 +450,6 @@ ExactSquareSum Trainer::gradient_square_sum() {
   return world_.sum(square_sum(counted, *dispatcher_));
 }
 
-void Trainer::sum_tied_gradients() {
-  if (pipeline_.degree() == 1) return;
-  // Under ZeRO a rank's range of the tied embedding is the same on both stages: it has a bucket of its own.
-  const std::vector<ParameterRange>& ranges = optimizer_->ranges();
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    const std::vector<int>& holders = stage_holders(held_[ranges[r].parameter]);
-    if (holders.size() < 2) continue;
-    STRATA_CHECK(holders.size() == 2 && holders.front() == 0 && holders.back() == pipeline_.degree() - 1,
-                 "parameter '{}' is held by {} stages; only the tied embedding is shared (first and last)",
-                 specs_[held_[ranges[r].parameter]].name, holders.size());
-    pipeline_.sum_tied_gradient(gradients_->range_gradients()[r]);
-  }
-}
-
 void Trainer::upload_batch() {
   if (device().is_host()) return;
   device_tokens_.copy_from(tokens_);
@@ -581,7 +515,7 @@ StepMetrics Trainer::step() {
   train_loader_->skip(share.first);
   supply_weight_copies(weight_copies_fresh_);
   const std::vector<double> losses =
-      pipeline_.degree() > 1 ? pipeline_micro_batches(share.count) : this->micro_batches(share);
+      pipelined() ? pipeline_micro_batches(share.count) : this->micro_batches(share);
   train_loader_->skip(micro_batches - share.first - share.count);
   node_observer_ = {};
   double comm_wait_s = 0;
@@ -600,8 +534,10 @@ StepMetrics Trainer::step() {
   metrics.loss = loss_sum / static_cast<double>(micro_batches);
   metrics.lr = schedule_.at(completed_steps_);
   if (parallel_.degree() > 1) metrics.comm_wait_s = comm_wait_s;
-  if (pipeline_.degree() > 1) metrics.pipeline_wait_s = pipeline_wait_s_;
-  metrics.router = router_tally_.finish(parallel_, pipeline_, micro_batches);
+  if (pipelined()) metrics.pipeline_wait_s = pipeline_wait_s_;
+  metrics.router = router_tally_.finish(parallel_, micro_batches, [this](std::vector<double> figures) {
+    return from_loss_stage(std::move(figures));
+  });
   update(metrics, loss_scale);
   completed_steps_ = metrics.step;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -692,7 +628,7 @@ double Trainer::validation_loss() {
   const int64_t ranks = parallel_.degree();
   const int64_t passes = ranks_compute_together() ? (config_.val_batches + ranks - 1) / ranks : share.count;
   std::vector<double> losses;
-  if (pipeline_.degree() > 1) {
+  if (pipelined()) {
     losses = pipeline_validation(passes);
   } else {
     for (int64_t batch = 0; batch < passes; ++batch) {
@@ -714,8 +650,11 @@ RankTensors Trainer::checkpoint_tensors(std::vector<Tensor> parameters, Gradient
   return {held_, std::move(parameters), first_moments.grads(), second_moments.grads()};
 }
 
-const std::vector<int>& Trainer::stage_holders(size_t parameter) const {
-  return placements_.at(pipeline_parallel_dimension().name).at(parameter).holders;
+bool Trainer::held_apart(size_t parameter) const {
+  for (const auto& [dimension, placed] : placements_) {
+    if (placed.at(parameter).holders.size() > 1) return true;
+  }
+  return false;
 }
 
 nlohmann::json Trainer::layout_json() const {
@@ -782,7 +721,7 @@ int Trainer::run() {
                     .total_steps = config_.steps,
                     .continued_from = completed_steps_,
                     // Under mpirun a rank's stdout can be a pseudo-terminal even when the job's output goes to a file.
-                    .progress_bar = parallel_.degree() * tensor_.degree() * pipeline_.degree() == 1,
+                    .progress_bar = mesh_.size() == 1,
                     .tokens_per_step = config_.global_batch * config_.model.block_size,
                     .peak_flops = peak_.flops,
                     .peak_source = peak_.source},

@@ -19,7 +19,6 @@
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/tensor_parallel_group.h"
 #include "record/run_recorder.h"
 #include "record/trace_session.h"
 #include "train/auto_parallel.h"
@@ -108,9 +107,18 @@ class Trainer {
   // Host copies of tensors on the device (the tensors themselves on the host), for a checkpoint to write.
   static std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
   nlohmann::json layout_json() const;
-  const std::vector<int>& stage_holders(size_t parameter) const;  // the pipeline stages holding it
+  // Held by several coordinates of a dimension, apart (the tied embedding on a pipeline's first and last stage).
+  bool held_apart(size_t parameter) const;
+  DimensionOptions dimension_options() const;  // the configured choices the dimensions read
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
+  // The pipeline's part of the step (pipeline_step.cpp).
+  bool pipelined() const { return pipeline_.degree() > 1; }
+  void check_pipeline_schedule() const;          // the schedule fits this job's micro-batches per rank
+  int chunks_per_stage() const;                  // the model parts this rank runs (interleaved: several)
+  std::vector<int> pipeline_layer_split() const;  // every model part's layers
   void sum_tied_gradients();             // the first and last stage's copies of the tied embedding
+  // The last stage's `values` (the losses' stage) on every stage; without a pipeline, `values`.
+  std::vector<double> from_loss_stage(std::vector<double> values);
   // One step's share of micro-batches through this rank's pipeline stage, by
   // the schedule's actions; the last stage's losses, in order, on every stage.
   std::vector<double> pipeline_micro_batches(int64_t count);
@@ -153,7 +161,9 @@ class Trainer {
   JobWorld world_;  // with parallel_, before config_: the config is checked against the host's memory with them
   DataParallel parallel_;
   TrainConfig config_;
-  TensorParallel tensor_;
+  // The one dimension the step itself is shaped by: its schedule orders the micro-batches stage by
+  // stage (pipeline_step.cpp). Every other dimension reaches the trainer only through the mesh:
+  // its pass (rank_layout), its placements and its start-up line.
   PipelineParallel pipeline_;
   MeshShape mesh_;  // the degrees of the groups this rank was given
   DeviceMesh* device_mesh_ = nullptr;  // their groups (none: one process)

@@ -104,5 +104,60 @@ TEST(TrainConfig, PrecisionIsReadInEverySpellingAndSavedInOne) {
   EXPECT_THAT(error_of(kValid, {"precision.compute=i32"}), HasSubstr("key 'precision.compute' must be f32"));
 }
 
+// The parallel.* keys are the dimensions' own (parallel/parallel_settings.h): read, checked and written
+// back through each dimension's registration, with messages naming the key.
+const std::string kParallel = std::string(kValid) + R"(
+[parallel]
+tp = 2
+sp = true
+pp = 2
+schedule = "gpipe"
+bucket_mb = 10
+zero = 1
+)";
+
+TEST(ParallelKeys, EveryDimensionsKeysAreReadOverriddenAndWrittenBack) {
+  const TrainConfig config = parse_train_config(kParallel, "job.toml", {"parallel.dp=3", "parallel.virtual_stages=1"});
+  EXPECT_EQ(config.dp, 3);
+  EXPECT_DOUBLE_EQ(config.bucket_mb, 10);
+  EXPECT_EQ(config.zero, 1);
+  EXPECT_EQ(config.tp, 2);
+  EXPECT_TRUE(config.sp);
+  EXPECT_EQ(config.pp, 2);
+  EXPECT_EQ(config.schedule, "gpipe");
+  EXPECT_EQ(config.virtual_stages, 1);
+  EXPECT_EQ(config.ep, 1);  // the default of a key not given
+  const std::string saved = to_toml(config);
+  for (const char* line : {"dp = 3", "bucket_mb = 10", "zero = 1", "tp = 2", "sp = true", "pp = 2",
+                           "schedule = 'gpipe'", "virtual_stages = 1", "ep = 1"}) {
+    EXPECT_THAT(saved, HasSubstr(line));
+  }
+  EXPECT_EQ(to_toml(parse_train_config(saved, "saved.toml", {})), saved);
+}
+
+TEST(ParallelKeys, TheDegreesMakeTheMesh) {
+  const TrainConfig config = parse_train_config(kParallel, "job.toml", {});
+  EXPECT_EQ(config.mesh().size(), 4);  // parallel.dp = 0 counted as 1
+  const MeshShape job = config.mesh_for(8);
+  EXPECT_EQ(job.degree("dp"), 2);  // the ranks tp · pp leave
+  EXPECT_EQ(job.degree("tp"), 2);
+  EXPECT_EQ(job.degree("pp"), 2);
+  EXPECT_EQ(job.degree("ep"), 1);
+}
+
+TEST(ParallelKeys, EachDimensionsChecksNameItsKey) {
+  EXPECT_THAT(error_of(kParallel, {"parallel.tp=\"two\""}),
+              HasSubstr("--set: key 'parallel.tp' must be an integer, got a string"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.dp=-1"}), HasSubstr("job.toml: key 'parallel.dp' must be at least 0, got -1"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.bucket_mb=0"}), HasSubstr("key 'parallel.bucket_mb' must be positive, got 0"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.zero=3"}), HasSubstr("key 'parallel.zero' must be 0, 1 or 2, got 3"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.tp=3"}), HasSubstr("key 'parallel.tp' (3) must divide model.n_head (4)"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.tp=1"}), HasSubstr("key 'parallel.sp' needs parallel.tp > 1"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.pp=3"}), HasSubstr("key 'parallel.pp' (3) exceeds model.n_layer (2)"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.schedule=zb"}),
+              HasSubstr("key 'parallel.schedule': pipeline schedule must be gpipe, 1f1b or interleaved, got 'zb'"));
+  EXPECT_THAT(error_of(kParallel, {"parallel.ep=2"}), HasSubstr("key 'parallel.ep' (2) needs a mixture-of-experts model"));
+}
+
 }  // namespace
 }  // namespace strata
