@@ -9,9 +9,12 @@ reason); layouts the planner refuses (memory, invalid) are listed as rejected. N
 the error figures.
 
 Figures: per row the error pred/meas - 1; per source and overall the mean absolute error (MAE,
-mean |pred/meas - 1|) and the Spearman rank correlation of predicted vs measured within groups of
-runs of the same model on the same device (source + model + device, groups of >= 3 rows; average
-ranks for ties), per group and the mean over groups.
+mean |pred/meas - 1|), the mean signed error and the Spearman rank correlation of predicted vs
+measured within groups of runs of the same model on the same device (source + model + device,
+groups of >= 3 rows; average ranks for ties), per group and the mean over groups. The same figures
+leave-one-source-out: each row priced again with every mechanism and preset value its source
+motivated switched off or at its prior value (bench/planner/mechanisms.csv, provenance.py), and the
+cluster presets whose rows come from one source only flagged.
 
 Usage: validate.py [--csv FILE...] [--rows ID,ID,...] [--max-mae PCT | --max-mae-file FILE]
                    [--strict] [--json OUT] [--strata PATH] [--keep DIR]
@@ -29,8 +32,11 @@ import subprocess
 import sys
 import tempfile
 
+from provenance import ProvenanceError, Variant, read_mechanisms
+
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PUBLISHED = os.path.join(REPO, "bench", "planner", "published")
+MECHANISMS = os.path.join(REPO, "bench", "planner", "mechanisms.csv")
 GPUS_PER_NODE = 8
 
 # device column -> cluster preset (all 8 devices per node).
@@ -120,8 +126,10 @@ def model_toml(row):
     return "\n".join(lines) + "\n", notes
 
 
-def plan_command(strata, row, model_path):
-    preset = os.path.join(REPO, preset_for(row["device"].strip()))
+def plan_command(strata, row, model_path, variant):
+    """The row's `strata plan` command; `variant` (provenance.Variant) switches mechanisms off."""
+    preset = preset_for(row["device"].strip())
+    preset = variant.presets.get(preset, os.path.join(REPO, preset))
     pp = int(row["pp"])
     cmd = [strata, "plan", model_path, preset,
            "--nodes", str(int(row["gpus"]) // GPUS_PER_NODE),
@@ -172,7 +180,7 @@ def plan_command(strata, row, model_path):
     if (row.get("compile") or "").strip() == "0":
         cmd += ["--eager", "on"]
     cmd += ["--json", "--top", "1"]
-    return cmd
+    return variant.apply(cmd)
 
 
 def rejection_reason(result):
@@ -186,8 +194,8 @@ def rejection_reason(result):
     return "; ".join(parts) or "no plan and no reason given"
 
 
-def evaluate(strata, row, work):
-    """Runs the planner for one expressible row; returns a result dict."""
+def evaluate(strata, row, work, variant):
+    """Runs the planner for one expressible row (mechanisms off as `variant` says); returns a result dict."""
     out = {"id": row["id"], "source": row["source"], "model": row["model"], "device": row["device"],
            "measured_s": float(row["measured_iteration_s"])}
     text, notes = model_toml(row)
@@ -195,7 +203,7 @@ def evaluate(strata, row, work):
     model_path = os.path.join(work, row["id"] + ".toml")
     with open(model_path, "w") as f:
         f.write(text)
-    cmd = plan_command(strata, row, model_path)
+    cmd = plan_command(strata, row, model_path, variant)
     out["command"] = " ".join(cmd)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -261,6 +269,11 @@ def mae(results):
     return 100 * sum(errors) / len(errors) if errors else None
 
 
+def mean_signed(results):
+    errors = [r["error"] for r in results]
+    return 100 * sum(errors) / len(errors) if errors else None
+
+
 def group_spearman(results):
     groups = {}
     for r in results:
@@ -279,8 +292,39 @@ def summary(results, rows_total, skipped, rejected):
     groups = group_spearman(results)
     rhos = [g["spearman"] for g in groups if g["spearman"] is not None]
     return {"rows": rows_total, "evaluated": len(results), "skipped": skipped, "rejected": rejected,
-            "mae_pct": mae(results), "groups": groups,
+            "mae_pct": mae(results), "signed_pct": mean_signed(results), "groups": groups,
             "mean_spearman": sum(rhos) / len(rhos) if rhos else None}
+
+
+def leave_one_source_out(strata, rows, records, mechanisms, work):
+    """Each evaluated row priced again with every mechanism its source motivated off (provenance.Variant.without):
+    the row's record gains 'loso' (predicted_s, error or the reason it failed). Returns {source: Variant}."""
+    by_id = {row["id"]: row for row in rows}
+    variants = {}
+    for record in (r for r in records if r["status"] == "ok"):
+        source = record["source"]
+        if source not in variants:
+            variants[source] = Variant.without(source, mechanisms, REPO, work)
+        if not variants[source].mechanisms:
+            record["loso"] = {"status": "ok", "predicted_s": record["predicted_s"], "error": record["error"]}
+            continue
+        again = evaluate(strata, by_id[record["id"]], work, variants[source])
+        record["loso"] = {k: again[k] for k in ("status", "predicted_s", "error", "reason", "command") if k in again}
+    return variants
+
+
+def loso_results(ok):
+    """The rows whose leave-one-source-out pricing succeeded, as results of their own (for summary)."""
+    return [dict(r, predicted_s=r["loso"]["predicted_s"], error=r["loso"]["error"]) for r in ok
+            if r.get("loso", {}).get("status") == "ok"]
+
+
+def preset_sources(ok):
+    """Cluster preset -> the sources of the evaluated rows priced on it."""
+    uses = {}
+    for r in ok:
+        uses.setdefault(preset_for(r["device"].strip()), set()).add(r["source"])
+    return uses
 
 
 def fmt(value, spec, none="-"):
@@ -297,6 +341,51 @@ def read_max_mae_file(path):
     except (OSError, ValueError) as e:
         fail_usage(f"--max-mae-file {path}: {e}")
     fail_usage(f"--max-mae-file {path}: no number in it")
+
+
+def print_figures(per_source, per_source_loso, overall, overall_loso, variants):
+    pct = lambda v: fmt(v, ">7.1f", f"{'-':>7}")
+    rho = lambda v: fmt(v, ">6.2f", f"{'-':>6}")
+    print("\nper source: rows (evaluated/skipped/rejected); in sample: MAE, mean signed error (pred/meas - 1), mean "
+          "Spearman;\nleave-one-source-out (the source's rows with every mechanism it motivated off, "
+          "bench/planner/mechanisms.csv): the same")
+    print(f"  {'source':<18} {'rows':>5} {'eval':>5} {'skip':>5} {'rej':>5} {'MAE %':>7} {'sign %':>7} {'rho':>6}"
+          f"   {'LOSO MAE':>8} {'sign %':>7} {'rho':>6} {'off':>4}")
+    for s, f in list(per_source.items()) + [("overall", overall)]:
+        g = per_source_loso.get(s, overall_loso)
+        off = len(variants[s].mechanisms) if s in variants else ("" if s == "overall" else "-")
+        print(f"  {s:<18} {f['rows']:>5} {f['evaluated']:>5} {f['skipped']:>5} {f['rejected']:>5} "
+              f"{pct(f['mae_pct'])} {pct(f['signed_pct'])} {rho(f['mean_spearman'])}   "
+              f"{fmt(g['mae_pct'], '>8.1f', f'{chr(45):>8}')} {pct(g['signed_pct'])} {rho(g['mean_spearman'])} {off:>4}")
+    print("\nSpearman rank correlation within groups (source + model + device, >= 3 evaluated rows), in sample and "
+          "leave-one-source-out:")
+    if not overall["groups"]:
+        print("  (no group with 3 or more evaluated rows)")
+    loso_groups = {(g["source"], g["model"], g["device"]): g for g in overall_loso["groups"]}
+    for g in overall["groups"]:
+        h = loso_groups.get((g["source"], g["model"], g["device"]), {})
+        print(f"  {g['source']:<16} {g['model']:<40} {g['device'][:24]:<24} n={g['n']:<3} "
+              f"rho={fmt(g['spearman'], '+.2f', 'undefined (constant)')}  "
+              f"LOSO rho={fmt(h.get('spearman'), '+.2f', 'undefined')}")
+    print(f"\nheadline ({overall['evaluated']} rows): MAE {pct(overall['mae_pct']).strip()}%, mean signed error "
+          f"{fmt(overall['signed_pct'], '+.1f')}%, leave-one-source-out MAE {pct(overall_loso['mae_pct']).strip()}% "
+          f"(signed {fmt(overall_loso['signed_pct'], '+.1f')}%, {overall_loso['evaluated']} rows), mean Spearman "
+          f"{fmt(overall['mean_spearman'], '.2f')} (leave-one-source-out {fmt(overall_loso['mean_spearman'], '.2f')})")
+
+
+def print_provenance(mechanisms, variants, presets, failed):
+    print("\nmechanisms and preset values by the source that motivated them (mechanisms.csv):")
+    for m in mechanisms:
+        state = {"flag": f"off: {m['flag']} {m['off'] or '(not passed)'}", "preset": "off: prior value in "
+                 + m["presets"], "kept": "kept on in every figure"}[m["kind"]]
+        print(f"  {m['id']:<30} {m['motivated_by'] or '-':<38} {m['introduced']:<16} {state}")
+    for r in failed:
+        print(f"  leave-one-source-out failed for {r['id']}: {r['loso'].get('reason', r['loso']['status'])}")
+    print("\ncluster presets by the sources whose rows use them (one source: the preset is checked by that source "
+          "alone):")
+    for preset, sources in sorted(presets.items()):
+        flag = "  <- one source only" if len(sources) == 1 else ""
+        print(f"  {preset:<42} {', '.join(sorted(sources))}{flag}")
 
 
 def main():
@@ -316,6 +405,10 @@ def main():
     args = ap.parse_args()
 
     max_mae = args.max_mae
+    try:
+        mechanisms = read_mechanisms(MECHANISMS)
+    except ProvenanceError as e:
+        fail_usage(str(e))
     if args.max_mae_file:
         max_mae = read_max_mae_file(args.max_mae_file)
     if not (os.path.isfile(args.strata) and os.access(args.strata, os.X_OK)):
@@ -356,7 +449,8 @@ def main():
             records.append({"id": row["id"], "source": row["source"], "model": row["model"],
                             "device": row["device"], "status": "skipped", "reason": "; ".join(reasons)})
             continue
-        records.append(evaluate(args.strata, row, work))
+        records.append(evaluate(args.strata, row, work, Variant()))
+    variants = leave_one_source_out(args.strata, rows, records, mechanisms, work)
     if work_ctx:
         work_ctx.cleanup()
 
@@ -392,25 +486,18 @@ def main():
 
     # ---- figures
     sources = sorted({r["source"] for r in records})
-    per_source = {}
+    per_source, per_source_loso = {}, {}
     for s in sources:
         mine = [r for r in records if r["source"] == s]
-        per_source[s] = summary([r for r in mine if r["status"] == "ok"], len(mine),
-                                sum(r["status"] == "skipped" for r in mine),
+        mine_ok = [r for r in mine if r["status"] == "ok"]
+        per_source[s] = summary(mine_ok, len(mine), sum(r["status"] == "skipped" for r in mine),
                                 sum(r["status"] in ("rejected", "error") for r in mine))
+        per_source_loso[s] = summary(loso_results(mine_ok), len(mine_ok), 0,
+                                     sum(r.get("loso", {}).get("status", "ok") != "ok" for r in mine_ok))
     overall = summary(ok, len(records), len(skipped), len(rejected))
-
-    print("\nper source: rows (evaluated/skipped/rejected), MAE of iteration time, mean Spearman over groups")
-    print(f"  {'source':<18} {'rows':>5} {'eval':>5} {'skip':>5} {'rej':>5} {'MAE %':>7} {'Spearman':>9}")
-    for s, f in list(per_source.items()) + [("overall", overall)]:
-        print(f"  {s:<18} {f['rows']:>5} {f['evaluated']:>5} {f['skipped']:>5} {f['rejected']:>5} "
-              f"{fmt(f['mae_pct'], '>7.1f', f'{chr(45):>7}')} {fmt(f['mean_spearman'], '>9.2f', f'{chr(45):>9}')}")
-    print("\nSpearman rank correlation within groups (source + model + device, >= 3 evaluated rows):")
-    if not overall["groups"]:
-        print("  (no group with 3 or more evaluated rows)")
-    for g in overall["groups"]:
-        print(f"  {g['source']:<16} {g['model']:<40} {g['device'][:24]:<24} n={g['n']:<3} "
-              f"rho={fmt(g['spearman'], '+.2f', 'undefined (constant)')}")
+    overall_loso = summary(loso_results(ok), len(ok), 0, sum(r.get("loso", {}).get("status", "ok") != "ok" for r in ok))
+    print_figures(per_source, per_source_loso, overall, overall_loso, variants)
+    print_provenance(mechanisms, variants, preset_sources(ok), [r for r in ok if r.get("loso", {}).get("status") != "ok"])
 
     status = 0
     if max_mae is not None:
@@ -429,7 +516,10 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"strata": args.strata, "csv": files, "max_mae_pct": max_mae, "rows": records,
-                       "per_source": per_source, "overall": overall}, f, indent=1)
+                       "per_source": per_source, "overall": overall,
+                       "leave_one_source_out": {"per_source": per_source_loso, "overall": overall_loso,
+                                                "mechanisms_off": {s: v.mechanisms for s, v in variants.items()}},
+                       "presets": {p: sorted(u) for p, u in preset_sources(ok).items()}}, f, indent=1)
     return status
 
 
