@@ -90,22 +90,27 @@ class Variant:
     def without(source, mechanisms, repo, work):
         """Every flag and preset mechanism motivated by `source` off; presets written under `work`."""
         mine = [m for m in mechanisms if source in m["sources"] and m["kind"] in ("flag", "preset")]
-        flags = [(m["flag"], m["on"], m["off"]) for m in mine if m["kind"] == "flag"]
+        return Variant.off(mine, f"leave-{source}-out", repo, work)
+
+    @staticmethod
+    def off(mechanisms, label, repo, work):
+        """The given flag and preset mechanisms off; the presets with prior values written under `work`."""
+        flags = [(m["flag"], m["on"], m["off"]) for m in mechanisms if m["kind"] == "flag"]
         texts = {}
-        for m in (m for m in mine if m["kind"] == "preset"):
+        for m in (m for m in mechanisms if m["kind"] == "preset"):
             for preset in m["presets"].split():
                 if preset not in texts:
                     with open(os.path.join(repo, preset)) as f:
                         texts[preset] = f.read()
                 texts[preset] = preset_with_priors(texts[preset], m["tables"].split(), prior_values(m),
-                                                   f"{m['id']} off for leave-{source}-out")
+                                                   f"{m['id']} off for {label}")
         presets = {}
         for preset, text in texts.items():
-            path = os.path.join(work, f"loso-{source}-{os.path.basename(preset)}")
+            path = os.path.join(work, f"{label}-{os.path.basename(preset)}")
             with open(path, "w") as f:
                 f.write(text)
             presets[preset] = path
-        return Variant(flags, presets, [m["id"] for m in mine])
+        return Variant(flags, presets, [m["id"] for m in mechanisms])
 
     def apply(self, cmd):
         """The command with this variant's flags switched (only where the row has the mechanism's on value)."""

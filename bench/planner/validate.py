@@ -313,6 +313,33 @@ def leave_one_source_out(strata, rows, records, mechanisms, work):
     return variants
 
 
+def ablate(strata, rows, ok, mechanisms, work):
+    """Each flag or preset mechanism off alone, on the evaluated rows of the sources that motivated it: how much of
+    their fit it makes. Returns [{mechanism, rows, changed, mae_pct/signed_pct on and off}]."""
+    by_id = {row["id"]: row for row in rows}
+    out = []
+    for m in (m for m in mechanisms if m["kind"] in ("flag", "preset")):
+        mine = [r for r in ok if r["source"] in m["sources"]]
+        variant = Variant.off([m], f"ablate-{m['id']}", REPO, work)
+        again = [evaluate(strata, by_id[r["id"]], work, variant) for r in mine]
+        both = [(r, a) for r, a in zip(mine, again) if a["status"] == "ok"]
+        changed = sum(abs(a["predicted_s"] - r["predicted_s"]) > 1e-9 * r["predicted_s"] for r, a in both)
+        out.append({"mechanism": m["id"], "rows": len(mine), "priced": len(both), "changed": changed,
+                    "on": {"mae_pct": mae([r for r, _ in both]), "signed_pct": mean_signed([r for r, _ in both])},
+                    "off": {"mae_pct": mae([a for _, a in both]), "signed_pct": mean_signed([a for _, a in both])}})
+    return out
+
+
+def print_ablation(ablation):
+    print("\neach mechanism off alone, on the rows of the sources that motivated it (in-sample MAE / signed, on -> "
+          "off):")
+    for a in ablation:
+        on, off = a["on"], a["off"]
+        print(f"  {a['mechanism']:<30} rows {a['priced']:>2}/{a['rows']:<2} changed {a['changed']:>2}  MAE "
+              f"{fmt(on['mae_pct'], '5.1f')} -> {fmt(off['mae_pct'], '5.1f')}  signed {fmt(on['signed_pct'], '+6.1f')} "
+              f"-> {fmt(off['signed_pct'], '+6.1f')}")
+
+
 def loso_results(ok):
     """The rows whose leave-one-source-out pricing succeeded, as results of their own (for summary)."""
     return [dict(r, predicted_s=r["loso"]["predicted_s"], error=r["loso"]["error"]) for r in ok
@@ -402,6 +429,8 @@ def main():
     ap.add_argument("--strata", default=os.environ.get("STRATA", os.path.join(REPO, "build", "bin", "strata")),
                     help="the strata binary (default: $STRATA, else build/bin/strata)")
     ap.add_argument("--keep", metavar="DIR", help="write the model TOMLs to DIR and keep them")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also price each source's rows with each mechanism it motivated off alone")
     args = ap.parse_args()
 
     max_mae = args.max_mae
@@ -451,6 +480,8 @@ def main():
             continue
         records.append(evaluate(args.strata, row, work, Variant()))
     variants = leave_one_source_out(args.strata, rows, records, mechanisms, work)
+    ablation = ablate(args.strata, rows, [r for r in records if r["status"] == "ok"], mechanisms, work) \
+        if args.ablate else None
     if work_ctx:
         work_ctx.cleanup()
 
@@ -498,6 +529,8 @@ def main():
     overall_loso = summary(loso_results(ok), len(ok), 0, sum(r.get("loso", {}).get("status", "ok") != "ok" for r in ok))
     print_figures(per_source, per_source_loso, overall, overall_loso, variants)
     print_provenance(mechanisms, variants, preset_sources(ok), [r for r in ok if r.get("loso", {}).get("status") != "ok"])
+    if ablation is not None:
+        print_ablation(ablation)
 
     status = 0
     if max_mae is not None:
@@ -519,7 +552,8 @@ def main():
                        "per_source": per_source, "overall": overall,
                        "leave_one_source_out": {"per_source": per_source_loso, "overall": overall_loso,
                                                 "mechanisms_off": {s: v.mechanisms for s, v in variants.items()}},
-                       "presets": {p: sorted(u) for p, u in preset_sources(ok).items()}}, f, indent=1)
+                       "presets": {p: sorted(u) for p, u in preset_sources(ok).items()}, "ablation": ablation},
+                      f, indent=1)
     return status
 
 
