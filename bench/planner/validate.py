@@ -479,9 +479,12 @@ def main():
                             "device": row["device"], "status": "skipped", "reason": "; ".join(reasons)})
             continue
         records.append(evaluate(args.strata, row, work, Variant()))
-    variants = leave_one_source_out(args.strata, rows, records, mechanisms, work)
-    ablation = ablate(args.strata, rows, [r for r in records if r["status"] == "ok"], mechanisms, work) \
-        if args.ablate else None
+    try:
+        variants = leave_one_source_out(args.strata, rows, records, mechanisms, work)
+        ablation = ablate(args.strata, rows, [r for r in records if r["status"] == "ok"], mechanisms, work) \
+            if args.ablate else None
+    except ProvenanceError as e:
+        fail_usage(f"{MECHANISMS}: {e}")
     if work_ctx:
         work_ctx.cleanup()
 
