@@ -370,6 +370,55 @@ def read_max_mae_file(path):
     fail_usage(f"--max-mae-file {path}: no number in it")
 
 
+def print_rows(records):
+    """The table of evaluated rows (with their leave-one-source-out error), then the rejected and skipped ones."""
+    ok = [r for r in records if r["status"] == "ok"]
+    head = f"{'id':<56} {'meas s':>8} {'pred s':>8} {'err %':>7} {'LOSO %':>7}  " + \
+        " ".join(f"{t:>7}" for _, t in TERMS) + f" {'other':>7}"
+    print("Predicted vs measured iteration time (strata plan, the published layout fixed); terms in seconds")
+    print(head)
+    print("-" * len(head))
+    for r in ok:
+        ts = r["time_s"]
+        shown = [ts.get(k) for k, _ in TERMS]
+        other = sum(v for k, v in ts.items() if k not in dict(TERMS))
+        loso = r.get("loso", {}).get("error")
+        print(f"{r['id']:<56} {r['measured_s']:>8.3f} {r['predicted_s']:>8.3f} {100 * r['error']:>+7.1f} "
+              f"{fmt(None if loso is None else 100 * loso, '>+7.1f', f'{chr(45):>7}')}  " +
+              " ".join(fmt(v, ">7.3f", f"{'-':>7}") for v in shown) + f" {other:>7.3f}")
+    notes = [(r["id"], n) for r in ok for n in r.get("notes", [])]
+    if notes:
+        print("\nnotes:")
+        for i, n in notes:
+            print(f"  {i}: {n}")
+    rejected = [r for r in records if r["status"] in ("rejected", "error")]
+    if rejected:
+        print(f"\nrejected by the planner ({len(rejected)}; not in the figures):")
+        for r in rejected:
+            print(f"  {r['id']}: {r['status']}: {r['reason']}")
+    skipped = [r for r in records if r["status"] == "skipped"]
+    if skipped:
+        print(f"\nskipped, not expressible ({len(skipped)}):")
+        for r in skipped:
+            print(f"  {r['id']}: {r['reason']}")
+
+
+def figures(records):
+    """Per source and overall: the in-sample summary and the leave-one-source-out one."""
+    ok = [r for r in records if r["status"] == "ok"]
+    loso_failed = lambda rs: sum(r.get("loso", {}).get("status", "ok") != "ok" for r in rs)
+    per_source, per_source_loso = {}, {}
+    for s in sorted({r["source"] for r in records}):
+        mine = [r for r in records if r["source"] == s]
+        mine_ok = [r for r in mine if r["status"] == "ok"]
+        per_source[s] = summary(mine_ok, len(mine), sum(r["status"] == "skipped" for r in mine),
+                                sum(r["status"] in ("rejected", "error") for r in mine))
+        per_source_loso[s] = summary(loso_results(mine_ok), len(mine_ok), 0, loso_failed(mine_ok))
+    overall = summary(ok, len(records), sum(r["status"] == "skipped" for r in records),
+                      sum(r["status"] in ("rejected", "error") for r in records))
+    return per_source, per_source_loso, overall, summary(loso_results(ok), len(ok), 0, loso_failed(ok))
+
+
 def print_figures(per_source, per_source_loso, overall, overall_loso, variants):
     pct = lambda v: fmt(v, ">7.1f", f"{'-':>7}")
     rho = lambda v: fmt(v, ">6.2f", f"{'-':>6}")
@@ -488,48 +537,9 @@ def main():
     if work_ctx:
         work_ctx.cleanup()
 
+    print_rows(records)
+    per_source, per_source_loso, overall, overall_loso = figures(records)
     ok = [r for r in records if r["status"] == "ok"]
-    # ---- the table
-    head = f"{'id':<56} {'meas s':>8} {'pred s':>8} {'err %':>7}  " + " ".join(f"{t:>7}" for _, t in TERMS) + \
-        f" {'other':>7}"
-    print("Predicted vs measured iteration time (strata plan, the published layout fixed); terms in seconds")
-    print(head)
-    print("-" * len(head))
-    for r in ok:
-        ts = r["time_s"]
-        shown = [ts.get(k) for k, _ in TERMS]
-        other = sum(v for k, v in ts.items() if k not in dict(TERMS))
-        print(f"{r['id']:<56} {r['measured_s']:>8.3f} {r['predicted_s']:>8.3f} {100 * r['error']:>+7.1f}  " +
-              " ".join(fmt(v, ">7.3f", f"{'-':>7}") for v in shown) + f" {other:>7.3f}")
-    notes = [(r["id"], n) for r in ok for n in r.get("notes", [])]
-    if notes:
-        print("\nnotes:")
-        for i, n in notes:
-            print(f"  {i}: {n}")
-
-    rejected = [r for r in records if r["status"] in ("rejected", "error")]
-    if rejected:
-        print(f"\nrejected by the planner ({len(rejected)}; not in the figures):")
-        for r in rejected:
-            print(f"  {r['id']}: {r['status']}: {r['reason']}")
-    skipped = [r for r in records if r["status"] == "skipped"]
-    if skipped:
-        print(f"\nskipped, not expressible ({len(skipped)}):")
-        for r in skipped:
-            print(f"  {r['id']}: {r['reason']}")
-
-    # ---- figures
-    sources = sorted({r["source"] for r in records})
-    per_source, per_source_loso = {}, {}
-    for s in sources:
-        mine = [r for r in records if r["source"] == s]
-        mine_ok = [r for r in mine if r["status"] == "ok"]
-        per_source[s] = summary(mine_ok, len(mine), sum(r["status"] == "skipped" for r in mine),
-                                sum(r["status"] in ("rejected", "error") for r in mine))
-        per_source_loso[s] = summary(loso_results(mine_ok), len(mine_ok), 0,
-                                     sum(r.get("loso", {}).get("status", "ok") != "ok" for r in mine_ok))
-    overall = summary(ok, len(records), len(skipped), len(rejected))
-    overall_loso = summary(loso_results(ok), len(ok), 0, sum(r.get("loso", {}).get("status", "ok") != "ok" for r in ok))
     print_figures(per_source, per_source_loso, overall, overall_loso, variants)
     print_provenance(mechanisms, variants, preset_sources(ok), [r for r in ok if r.get("loso", {}).get("status") != "ok"])
     if ablation is not None:
@@ -545,8 +555,8 @@ def main():
             status = 1
         else:
             print(f"\nOK: overall MAE {overall['mae_pct']:.1f}% <= {max_mae:g}%")
-    if args.strict and rejected:
-        print(f"FAIL (--strict): {len(rejected)} selected row(s) rejected or failed")
+    if args.strict and overall["rejected"]:
+        print(f"FAIL (--strict): {overall['rejected']} selected row(s) rejected or failed")
         status = 1
 
     if args.json:
