@@ -166,9 +166,11 @@ def plan_command(strata, row, model_path, variant):
     if row.get("framework", "").strip() == "composer-fsdp" and row["attention"].strip() == "fused":
         cmd += ["--attention-library", "flash-triton"]
     # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
-    # wraps FullyShardedDataParallel (FSDP1), torchtitan calls fully_shard (FSDP2).
-    if row.get("framework", "").strip() == "composer-fsdp":
+    # and Lightning's FSDPStrategy (lit-gpt, TinyLlama) wrap FullyShardedDataParallel (FSDP1), torchtitan calls
+    # fully_shard (FSDP2).
+    if row.get("framework", "").strip() in ("composer-fsdp", "lit-gpt-fsdp"):
         cmd += ["--fsdp", "1"]
+    if row.get("framework", "").strip() == "composer-fsdp":
         # Composer's PURE mixed precision (the source's "MP Mode" column) reduces the gradients in the compute
         # dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
         if (row.get("mixed_precision") or "").strip() == "pure":
