@@ -9,9 +9,12 @@ reason); layouts the planner refuses (memory, invalid) are listed as rejected. N
 the error figures.
 
 Figures: per row the error pred/meas - 1; per source and overall the mean absolute error (MAE,
-mean |pred/meas - 1|) and the Spearman rank correlation of predicted vs measured within groups of
-runs of the same model on the same device (source + model + device, groups of >= 3 rows; average
-ranks for ties), per group and the mean over groups.
+mean |pred/meas - 1|), the mean signed error and the Spearman rank correlation of predicted vs
+measured within groups of runs of the same model on the same device (source + model + device,
+groups of >= 3 rows; average ranks for ties), per group and the mean over groups. The same figures
+leave-one-source-out: each row priced again with every mechanism and preset value its source
+motivated switched off or at its prior value (bench/planner/mechanisms.csv, provenance.py), and the
+cluster presets whose rows come from one source only flagged.
 
 Usage: validate.py [--csv FILE...] [--rows ID,ID,...] [--max-mae PCT | --max-mae-file FILE]
                    [--strict] [--json OUT] [--strata PATH] [--keep DIR]
@@ -29,8 +32,11 @@ import subprocess
 import sys
 import tempfile
 
+from provenance import ProvenanceError, Variant, read_mechanisms
+
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PUBLISHED = os.path.join(REPO, "bench", "planner", "published")
+MECHANISMS = os.path.join(REPO, "bench", "planner", "mechanisms.csv")
 GPUS_PER_NODE = 8
 
 # device column -> cluster preset (all 8 devices per node).
@@ -120,8 +126,10 @@ def model_toml(row):
     return "\n".join(lines) + "\n", notes
 
 
-def plan_command(strata, row, model_path):
-    preset = os.path.join(REPO, preset_for(row["device"].strip()))
+def plan_command(strata, row, model_path, variant):
+    """The row's `strata plan` command; `variant` (provenance.Variant) switches mechanisms off."""
+    preset = preset_for(row["device"].strip())
+    preset = variant.presets.get(preset, os.path.join(REPO, preset))
     pp = int(row["pp"])
     cmd = [strata, "plan", model_path, preset,
            "--nodes", str(int(row["gpus"]) // GPUS_PER_NODE),
@@ -158,9 +166,11 @@ def plan_command(strata, row, model_path):
     if row.get("framework", "").strip() == "composer-fsdp" and row["attention"].strip() == "fused":
         cmd += ["--attention-library", "flash-triton"]
     # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
-    # wraps FullyShardedDataParallel (FSDP1), torchtitan calls fully_shard (FSDP2).
-    if row.get("framework", "").strip() == "composer-fsdp":
+    # and Lightning's FSDPStrategy (lit-gpt, TinyLlama) wrap FullyShardedDataParallel (FSDP1), torchtitan calls
+    # fully_shard (FSDP2).
+    if row.get("framework", "").strip() in ("composer-fsdp", "lit-gpt-fsdp"):
         cmd += ["--fsdp", "1"]
+    if row.get("framework", "").strip() == "composer-fsdp":
         # Composer's PURE mixed precision (the source's "MP Mode" column) reduces the gradients in the compute
         # dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
         if (row.get("mixed_precision") or "").strip() == "pure":
@@ -172,7 +182,7 @@ def plan_command(strata, row, model_path):
     if (row.get("compile") or "").strip() == "0":
         cmd += ["--eager", "on"]
     cmd += ["--json", "--top", "1"]
-    return cmd
+    return variant.apply(cmd)
 
 
 def rejection_reason(result):
@@ -186,8 +196,8 @@ def rejection_reason(result):
     return "; ".join(parts) or "no plan and no reason given"
 
 
-def evaluate(strata, row, work):
-    """Runs the planner for one expressible row; returns a result dict."""
+def evaluate(strata, row, work, variant):
+    """Runs the planner for one expressible row (mechanisms off as `variant` says); returns a result dict."""
     out = {"id": row["id"], "source": row["source"], "model": row["model"], "device": row["device"],
            "measured_s": float(row["measured_iteration_s"])}
     text, notes = model_toml(row)
@@ -195,7 +205,7 @@ def evaluate(strata, row, work):
     model_path = os.path.join(work, row["id"] + ".toml")
     with open(model_path, "w") as f:
         f.write(text)
-    cmd = plan_command(strata, row, model_path)
+    cmd = plan_command(strata, row, model_path, variant)
     out["command"] = " ".join(cmd)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -261,6 +271,11 @@ def mae(results):
     return 100 * sum(errors) / len(errors) if errors else None
 
 
+def mean_signed(results):
+    errors = [r["error"] for r in results]
+    return 100 * sum(errors) / len(errors) if errors else None
+
+
 def group_spearman(results):
     groups = {}
     for r in results:
@@ -279,8 +294,66 @@ def summary(results, rows_total, skipped, rejected):
     groups = group_spearman(results)
     rhos = [g["spearman"] for g in groups if g["spearman"] is not None]
     return {"rows": rows_total, "evaluated": len(results), "skipped": skipped, "rejected": rejected,
-            "mae_pct": mae(results), "groups": groups,
+            "mae_pct": mae(results), "signed_pct": mean_signed(results), "groups": groups,
             "mean_spearman": sum(rhos) / len(rhos) if rhos else None}
+
+
+def leave_one_source_out(strata, rows, records, mechanisms, work):
+    """Each evaluated row priced again with every mechanism its source motivated off (provenance.Variant.without):
+    the row's record gains 'loso' (predicted_s, error or the reason it failed). Returns {source: Variant}."""
+    by_id = {row["id"]: row for row in rows}
+    variants = {}
+    for record in (r for r in records if r["status"] == "ok"):
+        source = record["source"]
+        if source not in variants:
+            variants[source] = Variant.without(source, mechanisms, REPO, work)
+        if not variants[source].mechanisms:
+            record["loso"] = {"status": "ok", "predicted_s": record["predicted_s"], "error": record["error"]}
+            continue
+        again = evaluate(strata, by_id[record["id"]], work, variants[source])
+        record["loso"] = {k: again[k] for k in ("status", "predicted_s", "error", "reason", "command") if k in again}
+    return variants
+
+
+def ablate(strata, rows, ok, mechanisms, work):
+    """Each flag or preset mechanism off alone, on the evaluated rows of the sources that motivated it: how much of
+    their fit it makes. Returns [{mechanism, rows, changed, mae_pct/signed_pct on and off}]."""
+    by_id = {row["id"]: row for row in rows}
+    out = []
+    for m in (m for m in mechanisms if m["kind"] in ("flag", "preset")):
+        mine = [r for r in ok if r["source"] in m["sources"]]
+        variant = Variant.off([m], f"ablate-{m['id']}", REPO, work)
+        again = [evaluate(strata, by_id[r["id"]], work, variant) for r in mine]
+        both = [(r, a) for r, a in zip(mine, again) if a["status"] == "ok"]
+        changed = sum(abs(a["predicted_s"] - r["predicted_s"]) > 1e-9 * r["predicted_s"] for r, a in both)
+        out.append({"mechanism": m["id"], "rows": len(mine), "priced": len(both), "changed": changed,
+                    "on": {"mae_pct": mae([r for r, _ in both]), "signed_pct": mean_signed([r for r, _ in both])},
+                    "off": {"mae_pct": mae([a for _, a in both]), "signed_pct": mean_signed([a for _, a in both])}})
+    return out
+
+
+def print_ablation(ablation):
+    print("\neach mechanism off alone, on the rows of the sources that motivated it (in-sample MAE / signed, on -> "
+          "off):")
+    for a in ablation:
+        on, off = a["on"], a["off"]
+        print(f"  {a['mechanism']:<30} rows {a['priced']:>2}/{a['rows']:<2} changed {a['changed']:>2}  MAE "
+              f"{fmt(on['mae_pct'], '5.1f')} -> {fmt(off['mae_pct'], '5.1f')}  signed {fmt(on['signed_pct'], '+6.1f')} "
+              f"-> {fmt(off['signed_pct'], '+6.1f')}")
+
+
+def loso_results(ok):
+    """The rows whose leave-one-source-out pricing succeeded, as results of their own (for summary)."""
+    return [dict(r, predicted_s=r["loso"]["predicted_s"], error=r["loso"]["error"]) for r in ok
+            if r.get("loso", {}).get("status") == "ok"]
+
+
+def preset_sources(ok):
+    """Cluster preset -> the sources of the evaluated rows priced on it."""
+    uses = {}
+    for r in ok:
+        uses.setdefault(preset_for(r["device"].strip()), set()).add(r["source"])
+    return uses
 
 
 def fmt(value, spec, none="-"):
@@ -299,6 +372,100 @@ def read_max_mae_file(path):
     fail_usage(f"--max-mae-file {path}: no number in it")
 
 
+def print_rows(records):
+    """The table of evaluated rows (with their leave-one-source-out error), then the rejected and skipped ones."""
+    ok = [r for r in records if r["status"] == "ok"]
+    head = f"{'id':<56} {'meas s':>8} {'pred s':>8} {'err %':>7} {'LOSO %':>7}  " + \
+        " ".join(f"{t:>7}" for _, t in TERMS) + f" {'other':>7}"
+    print("Predicted vs measured iteration time (strata plan, the published layout fixed); terms in seconds")
+    print(head)
+    print("-" * len(head))
+    for r in ok:
+        ts = r["time_s"]
+        shown = [ts.get(k) for k, _ in TERMS]
+        other = sum(v for k, v in ts.items() if k not in dict(TERMS))
+        loso = r.get("loso", {}).get("error")
+        print(f"{r['id']:<56} {r['measured_s']:>8.3f} {r['predicted_s']:>8.3f} {100 * r['error']:>+7.1f} "
+              f"{fmt(None if loso is None else 100 * loso, '>+7.1f', f'{chr(45):>7}')}  " +
+              " ".join(fmt(v, ">7.3f", f"{'-':>7}") for v in shown) + f" {other:>7.3f}")
+    notes = [(r["id"], n) for r in ok for n in r.get("notes", [])]
+    if notes:
+        print("\nnotes:")
+        for i, n in notes:
+            print(f"  {i}: {n}")
+    rejected = [r for r in records if r["status"] in ("rejected", "error")]
+    if rejected:
+        print(f"\nrejected by the planner ({len(rejected)}; not in the figures):")
+        for r in rejected:
+            print(f"  {r['id']}: {r['status']}: {r['reason']}")
+    skipped = [r for r in records if r["status"] == "skipped"]
+    if skipped:
+        print(f"\nskipped, not expressible ({len(skipped)}):")
+        for r in skipped:
+            print(f"  {r['id']}: {r['reason']}")
+
+
+def figures(records):
+    """Per source and overall: the in-sample summary and the leave-one-source-out one."""
+    ok = [r for r in records if r["status"] == "ok"]
+    loso_failed = lambda rs: sum(r.get("loso", {}).get("status", "ok") != "ok" for r in rs)
+    per_source, per_source_loso = {}, {}
+    for s in sorted({r["source"] for r in records}):
+        mine = [r for r in records if r["source"] == s]
+        mine_ok = [r for r in mine if r["status"] == "ok"]
+        per_source[s] = summary(mine_ok, len(mine), sum(r["status"] == "skipped" for r in mine),
+                                sum(r["status"] in ("rejected", "error") for r in mine))
+        per_source_loso[s] = summary(loso_results(mine_ok), len(mine_ok), 0, loso_failed(mine_ok))
+    overall = summary(ok, len(records), sum(r["status"] == "skipped" for r in records),
+                      sum(r["status"] in ("rejected", "error") for r in records))
+    return per_source, per_source_loso, overall, summary(loso_results(ok), len(ok), 0, loso_failed(ok))
+
+
+def print_figures(per_source, per_source_loso, overall, overall_loso, variants):
+    pct = lambda v: fmt(v, ">7.1f", f"{'-':>7}")
+    rho = lambda v: fmt(v, ">6.2f", f"{'-':>6}")
+    print("\nper source: rows (evaluated/skipped/rejected); in sample: MAE, mean signed error (pred/meas - 1), mean "
+          "Spearman;\nleave-one-source-out (the source's rows with every mechanism it motivated off, "
+          "bench/planner/mechanisms.csv): the same")
+    print(f"  {'source':<18} {'rows':>5} {'eval':>5} {'skip':>5} {'rej':>5} {'MAE %':>7} {'sign %':>7} {'rho':>6}"
+          f"   {'LOSO MAE':>8} {'sign %':>7} {'rho':>6} {'off':>4}")
+    for s, f in list(per_source.items()) + [("overall", overall)]:
+        g = per_source_loso.get(s, overall_loso)
+        off = len(variants[s].mechanisms) if s in variants else ("" if s == "overall" else "-")
+        print(f"  {s:<18} {f['rows']:>5} {f['evaluated']:>5} {f['skipped']:>5} {f['rejected']:>5} "
+              f"{pct(f['mae_pct'])} {pct(f['signed_pct'])} {rho(f['mean_spearman'])}   "
+              f"{fmt(g['mae_pct'], '>8.1f', f'{chr(45):>8}')} {pct(g['signed_pct'])} {rho(g['mean_spearman'])} {off:>4}")
+    print("\nSpearman rank correlation within groups (source + model + device, >= 3 evaluated rows), in sample and "
+          "leave-one-source-out:")
+    if not overall["groups"]:
+        print("  (no group with 3 or more evaluated rows)")
+    loso_groups = {(g["source"], g["model"], g["device"]): g for g in overall_loso["groups"]}
+    for g in overall["groups"]:
+        h = loso_groups.get((g["source"], g["model"], g["device"]), {})
+        print(f"  {g['source']:<16} {g['model']:<40} {g['device'][:24]:<24} n={g['n']:<3} "
+              f"rho={fmt(g['spearman'], '+.2f', 'undefined (constant)')}  "
+              f"LOSO rho={fmt(h.get('spearman'), '+.2f', 'undefined')}")
+    print(f"\nheadline ({overall['evaluated']} rows): MAE {pct(overall['mae_pct']).strip()}%, mean signed error "
+          f"{fmt(overall['signed_pct'], '+.1f')}%, leave-one-source-out MAE {pct(overall_loso['mae_pct']).strip()}% "
+          f"(signed {fmt(overall_loso['signed_pct'], '+.1f')}%, {overall_loso['evaluated']} rows), mean Spearman "
+          f"{fmt(overall['mean_spearman'], '.2f')} (leave-one-source-out {fmt(overall_loso['mean_spearman'], '.2f')})")
+
+
+def print_provenance(mechanisms, variants, presets, failed):
+    print("\nmechanisms and preset values by the source that motivated them (mechanisms.csv):")
+    for m in mechanisms:
+        state = {"flag": f"off: {m['flag']} {m['off'] or '(not passed)'}", "preset": "off: prior value in "
+                 + m["presets"], "kept": "kept on in every figure"}[m["kind"]]
+        print(f"  {m['id']:<30} {m['motivated_by'] or '-':<38} {m['introduced']:<16} {state}")
+    for r in failed:
+        print(f"  leave-one-source-out failed for {r['id']}: {r['loso'].get('reason', r['loso']['status'])}")
+    print("\ncluster presets by the sources whose rows use them (one source: the preset is checked by that source "
+          "alone):")
+    for preset, sources in sorted(presets.items()):
+        flag = "  <- one source only" if len(sources) == 1 else ""
+        print(f"  {preset:<42} {', '.join(sorted(sources))}{flag}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", nargs="+", metavar="FILE",
@@ -313,9 +480,15 @@ def main():
     ap.add_argument("--strata", default=os.environ.get("STRATA", os.path.join(REPO, "build", "bin", "strata")),
                     help="the strata binary (default: $STRATA, else build/bin/strata)")
     ap.add_argument("--keep", metavar="DIR", help="write the model TOMLs to DIR and keep them")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also price each source's rows with each mechanism it motivated off alone")
     args = ap.parse_args()
 
     max_mae = args.max_mae
+    try:
+        mechanisms = read_mechanisms(MECHANISMS)
+    except ProvenanceError as e:
+        fail_usage(str(e))
     if args.max_mae_file:
         max_mae = read_max_mae_file(args.max_mae_file)
     if not (os.path.isfile(args.strata) and os.access(args.strata, os.X_OK)):
@@ -356,61 +529,23 @@ def main():
             records.append({"id": row["id"], "source": row["source"], "model": row["model"],
                             "device": row["device"], "status": "skipped", "reason": "; ".join(reasons)})
             continue
-        records.append(evaluate(args.strata, row, work))
+        records.append(evaluate(args.strata, row, work, Variant()))
+    try:
+        variants = leave_one_source_out(args.strata, rows, records, mechanisms, work)
+        ablation = ablate(args.strata, rows, [r for r in records if r["status"] == "ok"], mechanisms, work) \
+            if args.ablate else None
+    except ProvenanceError as e:
+        fail_usage(f"{MECHANISMS}: {e}")
     if work_ctx:
         work_ctx.cleanup()
 
+    print_rows(records)
+    per_source, per_source_loso, overall, overall_loso = figures(records)
     ok = [r for r in records if r["status"] == "ok"]
-    # ---- the table
-    head = f"{'id':<56} {'meas s':>8} {'pred s':>8} {'err %':>7}  " + " ".join(f"{t:>7}" for _, t in TERMS) + \
-        f" {'other':>7}"
-    print("Predicted vs measured iteration time (strata plan, the published layout fixed); terms in seconds")
-    print(head)
-    print("-" * len(head))
-    for r in ok:
-        ts = r["time_s"]
-        shown = [ts.get(k) for k, _ in TERMS]
-        other = sum(v for k, v in ts.items() if k not in dict(TERMS))
-        print(f"{r['id']:<56} {r['measured_s']:>8.3f} {r['predicted_s']:>8.3f} {100 * r['error']:>+7.1f}  " +
-              " ".join(fmt(v, ">7.3f", f"{'-':>7}") for v in shown) + f" {other:>7.3f}")
-    notes = [(r["id"], n) for r in ok for n in r.get("notes", [])]
-    if notes:
-        print("\nnotes:")
-        for i, n in notes:
-            print(f"  {i}: {n}")
-
-    rejected = [r for r in records if r["status"] in ("rejected", "error")]
-    if rejected:
-        print(f"\nrejected by the planner ({len(rejected)}; not in the figures):")
-        for r in rejected:
-            print(f"  {r['id']}: {r['status']}: {r['reason']}")
-    skipped = [r for r in records if r["status"] == "skipped"]
-    if skipped:
-        print(f"\nskipped, not expressible ({len(skipped)}):")
-        for r in skipped:
-            print(f"  {r['id']}: {r['reason']}")
-
-    # ---- figures
-    sources = sorted({r["source"] for r in records})
-    per_source = {}
-    for s in sources:
-        mine = [r for r in records if r["source"] == s]
-        per_source[s] = summary([r for r in mine if r["status"] == "ok"], len(mine),
-                                sum(r["status"] == "skipped" for r in mine),
-                                sum(r["status"] in ("rejected", "error") for r in mine))
-    overall = summary(ok, len(records), len(skipped), len(rejected))
-
-    print("\nper source: rows (evaluated/skipped/rejected), MAE of iteration time, mean Spearman over groups")
-    print(f"  {'source':<18} {'rows':>5} {'eval':>5} {'skip':>5} {'rej':>5} {'MAE %':>7} {'Spearman':>9}")
-    for s, f in list(per_source.items()) + [("overall", overall)]:
-        print(f"  {s:<18} {f['rows']:>5} {f['evaluated']:>5} {f['skipped']:>5} {f['rejected']:>5} "
-              f"{fmt(f['mae_pct'], '>7.1f', f'{chr(45):>7}')} {fmt(f['mean_spearman'], '>9.2f', f'{chr(45):>9}')}")
-    print("\nSpearman rank correlation within groups (source + model + device, >= 3 evaluated rows):")
-    if not overall["groups"]:
-        print("  (no group with 3 or more evaluated rows)")
-    for g in overall["groups"]:
-        print(f"  {g['source']:<16} {g['model']:<40} {g['device'][:24]:<24} n={g['n']:<3} "
-              f"rho={fmt(g['spearman'], '+.2f', 'undefined (constant)')}")
+    print_figures(per_source, per_source_loso, overall, overall_loso, variants)
+    print_provenance(mechanisms, variants, preset_sources(ok), [r for r in ok if r.get("loso", {}).get("status") != "ok"])
+    if ablation is not None:
+        print_ablation(ablation)
 
     status = 0
     if max_mae is not None:
@@ -422,14 +557,18 @@ def main():
             status = 1
         else:
             print(f"\nOK: overall MAE {overall['mae_pct']:.1f}% <= {max_mae:g}%")
-    if args.strict and rejected:
-        print(f"FAIL (--strict): {len(rejected)} selected row(s) rejected or failed")
+    if args.strict and overall["rejected"]:
+        print(f"FAIL (--strict): {overall['rejected']} selected row(s) rejected or failed")
         status = 1
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"strata": args.strata, "csv": files, "max_mae_pct": max_mae, "rows": records,
-                       "per_source": per_source, "overall": overall}, f, indent=1)
+                       "per_source": per_source, "overall": overall,
+                       "leave_one_source_out": {"per_source": per_source_loso, "overall": overall_loso,
+                                                "mechanisms_off": {s: v.mechanisms for s, v in variants.items()}},
+                       "presets": {p: sorted(u) for p, u in preset_sources(ok).items()}, "ablation": ablation},
+                      f, indent=1)
     return status
 
 

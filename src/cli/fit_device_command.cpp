@@ -153,6 +153,17 @@ void fit_device_command(const FitDeviceArgs& args) {
         figure(toml::value(fit.memory_efficiency),
                fmt::format("{}: median share of the datasheet bandwidth large copies and adds reached", where)));
   }
+  for (const auto& [dtype, ops] : fit.op_efficiency) {
+    if (!base.device.dtypes.count(dtype)) continue;
+    toml::table figures;
+    for (const auto& [op, efficiency] : ops) {
+      figures.insert(op, figure(toml::value(efficiency),
+                                fmt::format("{}: the op's ideal traffic at the rate large copies and adds reached, over "
+                                            "its measured time (median over tensors of 256 MB and more{})",
+                                            where, dtype == DType::F16 ? "; f16 takes bf16's" : "")));
+    }
+    dtype_table(file, dtype).insert_or_assign("op_efficiency", std::move(figures));
+  }
   std::ostringstream body;
   body << toml::toml_formatter(file);
   const std::string out = args.out.empty() ? args.cluster : args.out;

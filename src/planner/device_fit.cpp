@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "planner/device_time.h"
@@ -20,6 +21,44 @@ double median(std::vector<double> values) {
   STRATA_CHECK(!values.empty(), "median of nothing");
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+// The measurement script's memory-bound kernels by the planner op they time (copy and add set the bandwidth itself;
+// cross-entropy is timed forward and backward together, which no one planner op is).
+const std::map<std::string, std::string> kMeasuredOps = {
+    {"layer_norm", "layernorm"}, {"rms_norm", "rms_norm"}, {"gelu", "gelu"}, {"adamw_fused", "adamw"}};
+// Tensors this large stream long enough that the launch is no part of their time.
+const double kStreamingBytes = 256e6;
+
+bool streams(const MeasuredMemoryOp& op) { return (op.op == "copy" || op.op == "add") && op.bytes >= kStreamingBytes; }
+
+// Each measured op's ideal traffic at the large copies' and adds' rate over its measured time (the median over its
+// large tensors; at most 1): what the planner divides the op's ideal-traffic time by.
+std::map<DType, std::map<std::string, double>> fit_op_efficiency(const KernelMeasurements& measured) {
+  std::vector<double> rates;
+  for (const MeasuredMemoryOp& op : measured.memory_ops) {
+    if (streams(op)) rates.push_back(op.bytes / op.seconds);
+  }
+  std::map<DType, std::map<std::string, std::vector<double>>> shares;
+  for (const MeasuredMemoryOp& op : measured.memory_ops) {
+    auto planner_op = kMeasuredOps.find(op.op);
+    if (rates.empty() || planner_op == kMeasuredOps.end() || op.bytes < kStreamingBytes) continue;
+    shares[op.dtype][planner_op->second].push_back(op.bytes / median(rates) / op.seconds);
+  }
+  std::map<DType, std::map<std::string, double>> efficiency;
+  for (const auto& [dtype, ops] : shares) {
+    for (const auto& [op, values] : ops) efficiency[dtype][op] = std::min(1.0, median(values));
+  }
+  return efficiency;
+}
+
+// The efficiency fitted to a measured memory op's planner op; 0 when none was.
+double fitted_efficiency(const DeviceFit& fit, const MeasuredMemoryOp& op) {
+  auto planner_op = kMeasuredOps.find(op.op);
+  auto dtype = fit.op_efficiency.find(op.dtype);
+  if (planner_op == kMeasuredOps.end() || dtype == fit.op_efficiency.end()) return 0;
+  auto found = dtype->second.find(planner_op->second);
+  return found == dtype->second.end() ? 0 : found->second;
 }
 
 double predict_attention(const AttentionMeasurement& a, const DeviceSpec& device, DType dtype) {
@@ -91,12 +130,21 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
   if (options.memory) {
     std::vector<double> shares;
     for (const MeasuredMemoryOp& op : measured.memory_ops) {
-      if ((op.op == "copy" || op.op == "add") && op.bytes >= 256e6) {
-        shares.push_back(std::min(1.0, op.bytes / op.seconds / device.memory_bandwidth_Bps));
-      }
+      if (streams(op)) shares.push_back(std::min(1.0, op.bytes / op.seconds / device.memory_bandwidth_Bps));
     }
     if (shares.empty()) fail("{}: no large copy or add to fit the memory efficiency to", measured.source);
     fit.memory_efficiency = device.memory_efficiency = median(shares);
+  }
+  // A ratio to the measured device's own streaming rate, so it holds on a description whose memory is not fitted.
+  for (const auto& [dtype, ops] : fit_op_efficiency(measured)) {
+    if (!device.dtypes.count(dtype)) continue;
+    fit.op_efficiency[dtype] = ops;
+    device.dtypes.at(dtype).op_efficiency = ops;
+  }
+  // f16's half-precision kernels take bf16's, as its engines do.
+  if (device.dtypes.count(DType::F16) && fit.op_efficiency.count(DType::BF16) && !fit.op_efficiency.count(DType::F16)) {
+    fit.op_efficiency[DType::F16] = fit.op_efficiency.at(DType::BF16);
+    device.dtypes.at(DType::F16).op_efficiency = fit.op_efficiency.at(DType::BF16);
   }
 
   for (const auto& [dtype, gemms] : measured.gemm) {
@@ -117,8 +165,10 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
   for (const MeasuredMemoryOp& op : measured.memory_ops) {
     double predicted =
         device.op_overhead_s + op.bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
+    const double efficiency = fitted_efficiency(fit, op);
+    if (efficiency > 0) predicted /= efficiency;  // as device_time.cpp prices the op
     fit.kernels.push_back({"memory", op.op, fmt::format("{:.0f} elements", op.elements), op.dtype, op.seconds,
-                           predicted, false});
+                           predicted, efficiency > 0 && op.bytes >= kStreamingBytes});
   }
   return fit;
 }

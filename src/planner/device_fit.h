@@ -4,7 +4,8 @@
 // fused attention from one backend's forward and backward times, and the
 // share of the memory bandwidth that streaming kernels reach. The structure
 // (compute units, tiles, steps, alignment) and the datasheet peaks stay the
-// description's own; only what engine_fit.h fits changes. Then every measured
+// description's own; only what engine_fit.h fits changes, and the per-op
+// efficiency of the memory-bound kernels measured. Then every measured
 // kernel is priced again, to show how well the one model predicts each.
 #include <map>
 #include <string>
@@ -43,6 +44,9 @@ struct DeviceFit {
   std::map<DType, size_t> gemm_samples;  // fitted ones
   FitQuality attention;
   double memory_efficiency = 0;  // fitted, or the description's
+  // Memory-bound kernels the planner prices at their ideal traffic (a norm, GeLU, AdamW), by dtype: the time that
+  // traffic takes at the rate the measured device's large copies and adds reached, over the kernel's measured time.
+  std::map<DType, std::map<std::string, double>> op_efficiency;
   std::vector<KernelComparison> kernels;
 };
 

@@ -115,5 +115,37 @@ TEST(PlannerDeviceFit, GivesTheSustainedRateToTheDtypeMeasuredAndItsTensorCoreTw
   }
 }
 
+// Memory-bound kernels timed beside large copies: each mapped op's efficiency is its ideal traffic at the copies'
+// rate over its measured time, from its large tensors only, at most 1; f16 takes bf16's.
+TEST(PlannerDeviceFit, PricesMeasuredMemoryBoundOpsAgainstTheCopiesRate) {
+  Measured m = measured_device();
+  m.device.dtypes[DType::F32] = m.device.dtypes.at(DType::BF16);
+  const double rate = 2e12;  // bytes per second the large copies reach
+  auto op = [&](const std::string& name, DType dtype, double bytes, double slowdown) {
+    m.kernels.memory_ops.push_back({name, dtype, bytes / 4, bytes, slowdown * bytes / rate});
+  };
+  op("copy", DType::BF16, 512e6, 1.0);
+  op("add", DType::F32, 1024e6, 1.0);
+  op("layer_norm", DType::BF16, 512e6, 2.0);
+  op("layer_norm", DType::BF16, 1024e6, 2.0);
+  op("layer_norm", DType::BF16, 4e6, 50.0);     // launch-bound: not fitted
+  op("rms_norm", DType::BF16, 512e6, 0.9);      // faster than a copy: capped at 1
+  op("adamw_fused", DType::F32, 1024e6, 1.25);
+  op("cross_entropy", DType::BF16, 1024e6, 3.0);  // forward and backward at once: no one planner op
+  DeviceFitOptions options;
+  const DeviceFit fit = fit_device(m.device, m.kernels, options);
+  const auto& bf16 = fit.device.performance(DType::BF16).op_efficiency;
+  EXPECT_DOUBLE_EQ(bf16.at("layernorm"), 0.5);
+  EXPECT_DOUBLE_EQ(bf16.at("rms_norm"), 1.0);
+  EXPECT_EQ(bf16.size(), 2u);
+  EXPECT_EQ(fit.device.performance(DType::F16).op_efficiency, bf16);
+  EXPECT_DOUBLE_EQ(fit.device.performance(DType::F32).op_efficiency.at("adamw"), 0.8);
+  // The planner divides the op's ideal-traffic time by it: a large bf16 LayerNorm at twice a copy's time.
+  const double bytes = 1024e6;
+  OpWork layernorm{"layernorm", "ln", OpKind::Other, 0, bytes};
+  EXPECT_NEAR(op_seconds(layernorm, fit.device, DType::BF16), fit.device.op_overhead_s * 2 + 2 * bytes / rate,
+              1e-12);
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Give a cluster description the GEMM engine fitted for another one on the same silicon: the tiles, the fixed
-cost per tile, the alignment levels and the sustained matrix rate of its bf16 and f16 tables, each with the source
-the fit wrote. The rest of the description (its peaks, memory, network, attention and comments) stays as it is.
+cost per tile, the alignment levels and the sustained matrix rate of its bf16 and f16 tables, and the per-op
+efficiency of the memory-bound kernels measured (`op_efficiency` of its bf16, f16 and f32 tables: each a ratio to
+the measured card's own streaming rate), each with the source the fit wrote. The rest of the description (its peaks, memory, network, attention and comments) stays as it is.
 The H100 presets take the engine `strata fit-device` fits to the H200's kernels (the same GH100 compute): fitting
 those kernels against an H100's memory would price their memory-bound part on the wrong bandwidth.
 
@@ -19,6 +20,8 @@ import tomllib
 DTYPES = ("bf16", "f16")
 ENGINE = ("gemm_tiles", "gemm_tile_overhead_us", "gemm_alignment")
 SUSTAINED = "sustained_matrix_tflops"
+OP_DTYPES = ("bf16", "f16", "f32")
+OP_EFFICIENCY = "op_efficiency"
 
 
 def toml_value(value):
@@ -54,6 +57,10 @@ def figures_for(fitted, target, fitted_path, scale_sustained):
             f"assumption: the share of the matrix peak {fitted_path} sustains at its power limit "
             f"({sustained['value']:.1f} of {peak:g} TFLOP/s, {share:.4f}; {sustained['source']}) applied to this "
             f"part's {own_peak:g}")
+    for dtype in OP_DTYPES:
+        ops = fitted["device"][dtype].get(OP_EFFICIENCY, {})
+        if ops:
+            lines[f"{dtype}.{OP_EFFICIENCY}"] = {op: figure_line(op, f["value"], f["source"]) for op, f in ops.items()}
     return lines
 
 
@@ -79,10 +86,15 @@ def rewrite(text, lines, target):
         if key == "matrix_tflops" and SUSTAINED in wanted and SUSTAINED not in target["device"][table]:
             out.append(wanted.pop(SUSTAINED))
         i += 1
+    # An op_efficiency table the target lacks goes at the end (a TOML table may follow any other).
+    for table in [t for t, k in lines.items() if k and t.endswith(OP_EFFICIENCY)]:
+        while out and not out[-1].strip():
+            out.pop()
+        out += ["", f"[device.{table}]", *lines.pop(table).values()]
     left = {t: list(k) for t, k in lines.items() if k}
     if left:
         raise SystemExit(f"figures not placed in the target: {left}")
-    return "\n".join(out)
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def main():
@@ -103,6 +115,8 @@ def main():
     if args.check:
         stale = [f"[device.{dtype}] {key}" for dtype in DTYPES for key in (*ENGINE, SUSTAINED)
                  if taken["device"][dtype].get(key) != target["device"][dtype].get(key)]
+        stale += [f"[device.{dtype}.{OP_EFFICIENCY}]" for dtype in OP_DTYPES
+                  if taken["device"][dtype].get(OP_EFFICIENCY) != target["device"][dtype].get(OP_EFFICIENCY)]
         if stale:
             raise SystemExit(f"{args.target} does not hold {args.fitted}'s engine: {', '.join(stale)} differ "
                              f"(run bench/planner/gpu/take_engine.py {args.fitted} {args.target}"
