@@ -475,7 +475,7 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     std::vector<const BenchRow*> rows;
     for (const BenchRow& row : report.rows) {
       // Fitted to what runs by default: checked calls.
-      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && !row.unchecked && row.slowest_us > 0) {
+      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && !row.unchecked && row.time_us > 0) {
         rows.push_back(&row);
       }
     }
@@ -494,13 +494,13 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
       std::vector<double> bandwidth, latency;
       for (const BenchRow* row : large) {
         if (row->model_transfer_us > 0) {
-          bandwidth.push_back((row->slowest_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
+          bandwidth.push_back((row->time_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
         }
       }
       if (!bandwidth.empty()) bandwidth_scale = std::clamp(median(bandwidth), 0.01, 100.0);
       for (const BenchRow* row : latency_bound) {
         if (row->model_latency_us > 0) {
-          latency.push_back((row->slowest_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
+          latency.push_back((row->time_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
         }
       }
       if (!latency.empty()) latency_scale = std::clamp(median(latency), 0.01, 100.0);
@@ -510,7 +510,7 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     for (const BenchRow* row : rows) {
       double modeled_us = latency_scale * row->model_latency_us + bandwidth_scale * row->model_transfer_us;
       if (modeled_us <= 0) continue;
-      double factor = std::clamp(row->slowest_us / modeled_us, 0.01, 100.0);
+      double factor = std::clamp(row->time_us / modeled_us, 0.01, 100.0);
       if (!size_factors.empty() && size_factors.back().first == static_cast<double>(row->bytes)) {
         size_factors.back().second = std::sqrt(size_factors.back().second * factor);
       } else {

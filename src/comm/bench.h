@@ -85,9 +85,10 @@ double measure_memcpy_GBps(size_t bytes);
 std::string format_table(const BenchReport& report);
 std::string format_json(const BenchReport& report);
 // Fits per-algorithm latency and bandwidth scales to the report's rows and
-// stores them in `calibration`. It fits the slowest round of each row, not the
-// median: on a shared machine that favours algorithms that hold up when a rank
-// is descheduled over ones that are fastest only when nothing else runs. The
+// stores them in `calibration`. It fits each row's median round, the time the
+// benchmark reports and the planner should predict (fitting the slowest round
+// made the calibrated model 30-60% slower than the medians on a busy host, and
+// made the choices hinge on its worst moments). The
 // bandwidth scale comes from the larger half of
 // the sizes (where algorithm choices matter most), the latency scale from the
 // rows the model calls latency-bound, both medians (robust to a disturbed

@@ -44,6 +44,9 @@ void TopologyDesc::validate(const std::string& what) const {
   for (int node : node_of_rank) {
     if (node < 0 || node >= nodes) fail("{}: rank placed on node {} of {}", what, node, nodes);
   }
+  if (!(cores_per_node >= 0.0) || !std::isfinite(cores_per_node)) {
+    fail("{}: cores_per_node must be a finite value >= 0, got {}", what, cores_per_node);
+  }
 }
 
 namespace {
@@ -193,21 +196,36 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
               const ModelOptions& options);
 
 // Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host
-// with cross-memory attach each rank reads its p - 1 blocks itself after one
-// meeting and before another; otherwise step k is every rank's message to
-// rank + k, as long as its largest message.
+// with cross-memory attach each sender stages its blocks in its exchange area
+// while they fit (in rank order, as the runtime does) and leaves the rest in
+// its input; every rank then copies its p - 1 blocks in after one meeting, and
+// a second meeting comes only when some block was read from an input. The
+// busiest rank's copies (staging in, reading out) set the pace, or, when the
+// ranks outnumber their cores, all copies spread over the cores. Otherwise
+// step k is every rank's message to rank + k, as long as its largest message.
 Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct) {
   const int p = topology.ranks();
   if (direct) {
-    double busiest = 0.0;
-    for (int to = 0; to < p; ++to) {
-      double received = 0.0;
-      for (int from = 0; from < p; ++from) {
-        if (from != to) received += bytes[static_cast<size_t>(from)][static_cast<size_t>(to)];
+    double busiest = 0.0, total = 0.0;
+    bool all_staged = true;
+    for (int rank = 0; rank < p; ++rank) {
+      double staged = 0.0, received = 0.0;
+      for (int peer = 0; peer < p; ++peer) {
+        if (peer == rank) continue;
+        const double block = bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
+        if (staged + block <= static_cast<double>(kStagedExchangeBytes)) {
+          staged += block;
+        } else {
+          all_staged = false;
+        }
+        received += bytes[static_cast<size_t>(peer)][static_cast<size_t>(rank)];
       }
-      busiest = std::max(busiest, received);
+      busiest = std::max(busiest, staged + received);
+      total += staged + received;
     }
-    return {2.0 * topology.intra.latency_s, busiest / topology.intra.bandwidth_Bps};
+    const double cores = topology.cores_per_node;
+    const double paced = cores > 0.0 && cores < p ? std::max(busiest, total / cores) : busiest;
+    return {(all_staged ? 1.0 : 2.0) * topology.intra.latency_s, paced / topology.intra.bandwidth_Bps};
   }
   Schedule schedule(topology);
   for (int k = 1; k < p; ++k) {

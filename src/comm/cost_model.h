@@ -42,6 +42,11 @@ struct TopologyDesc {
   // ... and can read each other's memory directly (Linux cross-memory attach):
   // allows the direct-read all-reduce there.
   bool cross_memory = false;
+  // The cores a node's ranks of the group run on at once; 0: one per rank.
+  // Below the rank count (more processes than cores) their copies share the
+  // cores, so an uneven exchange costs its total work spread over them, not
+  // only its busiest rank's.
+  double cores_per_node = 0.0;
 
   int ranks() const;
   int node_of(int rank) const;

@@ -83,6 +83,11 @@ void Operation::abort_with(const std::string& problem) const {
   std::abort();
 }
 
+double Engine::cores_for(int group_ranks) const {
+  const double share = static_cast<double>(host_cores_) * group_ranks / std::max(host_ranks_, 1);
+  return std::clamp(share, 1.0, static_cast<double>(group_ranks));
+}
+
 Engine& Engine::instance() {
   static Engine engine;
   return engine;

@@ -116,10 +116,18 @@ class Engine {
   bool test(Operation& op);
   // Drives everything until `op` finishes (rethrows its error).
   void wait(Operation& op);
-  // With more ranks than cores on a host, a waiting rank yields its core at
-  // once (its peers need it); otherwise it spins, as MPI does, and yields only
-  // after a millisecond without progress.
-  void set_oversubscribed(bool oversubscribed) { oversubscribed_ = oversubscribed; }
+  // This process's host: how many ranks of the job share it, and its cores.
+  // With more ranks than cores, a waiting rank yields its core at once (its
+  // peers need it); otherwise it spins, as MPI does, and yields only after a
+  // millisecond without progress.
+  void set_host(int ranks, int cores) {
+    host_ranks_ = ranks;
+    host_cores_ = cores;
+    oversubscribed_ = ranks > cores;
+  }
+  // The cores `group_ranks` of the host's ranks get when all run at once:
+  // their share of the host's cores, at most one each.
+  double cores_for(int group_ranks) const;
 
  private:
   bool advance(Operation& op, Operation::Clock::time_point now);
@@ -128,6 +136,8 @@ class Engine {
   static void finish(Operation& op);
   std::vector<std::shared_ptr<Operation>> active_;
   bool oversubscribed_ = true;
+  int host_ranks_ = 1;
+  int host_cores_ = 1;
   // Reading the clock costs as much as a poll: it is refreshed every few polls.
   Operation::Clock::time_point now_{};
   unsigned polls_ = 0;

@@ -156,6 +156,7 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   state.shm = std::move(segment);
   state.topology.shared_memory = true;
   state.topology.cross_memory = check_cross_memory(group);
+  state.topology.cores_per_node = Engine::instance().cores_for(state.size());
   state.choices.clear();  // choices made during start-up did not know about the segment
 }
 
@@ -182,7 +183,7 @@ Communicator Communicator::world(const CommConfig& config) {
   place_nodes(*state, nodes);
   // Ranks sharing this host (by host name: simulated nodes still share the cores).
   long here = std::count(hostnames.begin(), hostnames.end(), hostnames[static_cast<size_t>(world.rank())]);
-  Engine::instance().set_oversubscribed(here > sysconf(_SC_NPROCESSORS_ONLN));
+  Engine::instance().set_host(static_cast<int>(here), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 
   ResolvedLinks links = resolve_links(world, layout_key(hostnames, nodes, config.simulated_ranks_per_node));
   const TopologyDesc& figures = links.description.topology;

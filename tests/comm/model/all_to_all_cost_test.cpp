@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/cost_model.h"
+#include "core/error.h"
 
 namespace strata::comm {
 namespace {
@@ -33,6 +34,54 @@ TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
 }
 
+// Blocks that fit the sender's exchange area are staged: a copy in, a copy
+// out, and one meeting, since no rank waits for readers of its input.
+TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
+  const int p = 4;
+  const double n = 64e3;
+  double want = 2e-6 + 2 * (p - 1) * n / p / 10e9;
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
+  // Rank 0 sends 0.6 MiB to each peer: the first fits its area, the others
+  // stay in its input, so everyone meets twice; rank 0 copies 0.6 MiB in and
+  // receives 3 x 1e3, the others each receive 0.6 MiB + 2e3 and stage 3e3.
+  const double big = 0.6 * static_cast<double>(kStagedExchangeBytes);
+  std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
+  for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = big;
+  for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
+  double busiest = std::max(big + 3e3, 3e3 + big + 2e3);
+  double want_mixed = 2 * 2e-6 + busiest / 10e9;
+  EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true)).total(), want_mixed, 1e-12 * want_mixed);
+}
+
+// More ranks than cores: the copies of all ranks share the cores, so a skewed
+// exchange costs its total work over the cores, as an even one of the same
+// total does, rather than its busiest rank's work.
+TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
+  const int p = 4;
+  TopologyDesc shared = node_of(p, true);
+  shared.cores_per_node = 2;
+  const double block = 4e6;  // past any exchange area: one copy per block, two meetings
+  std::vector<std::vector<double>> skewed(p, std::vector<double>(p, 0.0));
+  for (int from = 1; from < p; ++from) skewed[static_cast<size_t>(from)][0] = 3 * block;  // all to rank 0
+  for (int from = 0; from < p; ++from) {
+    for (int to = 1; to < p; ++to) skewed[static_cast<size_t>(from)][static_cast<size_t>(to)] = from == to ? 0.0 : block / 3;
+  }
+  double total = 0.0, busiest = 0.0;
+  for (int to = 0; to < p; ++to) {
+    double received = 0.0;
+    for (int from = 0; from < p; ++from) received += from == to ? 0.0 : skewed[static_cast<size_t>(from)][static_cast<size_t>(to)];
+    total += received;
+    busiest = std::max(busiest, received);
+  }
+  double want = 2 * 2e-6 + std::max(busiest, total / 2) / 10e9;
+  EXPECT_NEAR(predict_all_to_all_v(skewed, shared).total(), want, 1e-12 * want);
+  // With a core per rank the busiest rank sets the pace.
+  double own_cores = 2 * 2e-6 + busiest / 10e9;
+  EXPECT_NEAR(predict_all_to_all_v(skewed, node_of(p, true)).total(), own_cores, 1e-12 * own_cores);
+  shared.cores_per_node = -1;
+  EXPECT_THROW(shared.validate("test cluster"), Error);
+}
+
 TEST(AllToAllCost, HierarchicalSendsFewerMessagesBetweenNodes) {
   TopologyDesc topology;
   topology.nodes = 2;
@@ -58,9 +107,10 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   // Step 1 (r -> r+1): largest block 3e6 (2 -> 0); step 2 (r -> r+2): 3e6 (1 -> 0).
   double want = 2 * (2e-6 + 3e6 / 10e9);
   EXPECT_NEAR(predict_all_to_all_v(bytes, topology).total(), want, 1e-12 * want);
-  // Direct reads: rank 0 reads 6e6 itself.
+  // On one host: rank 0 stages its two 1e3 blocks and reads 6e6 itself; the
+  // 3e6 blocks do not fit an exchange area, so the ranks meet twice.
   TopologyDesc direct = node_of(3, true);
-  double want_direct = 2 * 2e-6 + 6e6 / 10e9;
+  double want_direct = 2 * 2e-6 + (2e3 + 6e6) / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(bytes, direct).total(), want_direct, 1e-12 * want_direct);
   // Uniform counts cost what all_to_all of that size costs.
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));
