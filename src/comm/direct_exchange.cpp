@@ -9,6 +9,7 @@
 // call that rewrites the area waits for the readers instead).
 
 #include <cstring>
+#include <vector>
 
 #include "comm/algorithms.h"
 #include "comm/cross_memory.h"
@@ -96,13 +97,26 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   mine.pid = own_pid();
   const bool input_read = publish_blocks(segment, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
+  // Each peer's block is taken as soon as that peer has entered (in order
+  // from the next rank), not after everyone has: with more ranks than cores,
+  // whoever runs gets on with the peers already there.
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
-  co_await entered.until(sequence);
-  segment.check_same_header(ctx.op);
-  for (int k = 1; k < p; ++k) {
-    const int from = (me + k) % p;
-    const auto& expected = layout.recv[static_cast<size_t>(from)];
-    take_block(ctx, segment, from, target + expected.offset * width, expected.count * width);
+  std::vector<char> taken(static_cast<size_t>(p), 0);
+  taken[static_cast<size_t>(me)] = 1;
+  for (int left = p - 1; left > 0;) {
+    co_await entered.any_until(sequence, taken);
+    for (int k = 1; k < p; ++k) {
+      const int from = (me + k) % p;
+      if (taken[static_cast<size_t>(from)] || !entered.reached(from)) continue;
+      if (!(segment.header(from).call == call)) {
+        co_await entered.until(sequence);  // to name every rank's call
+        segment.check_same_header(ctx.op);
+      }
+      const auto& expected = layout.recv[static_cast<size_t>(from)];
+      take_block(ctx, segment, from, target + expected.offset * width, expected.count * width);
+      taken[static_cast<size_t>(from)] = 1;
+      --left;
+    }
   }
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
   // This rank's own block last: the copy overlaps the peers still reading.

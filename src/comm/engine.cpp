@@ -30,7 +30,7 @@ int world_rank_of_self() {
 // long wait, to leave room for whatever else runs on the host. A wait longer
 // still (a peer computing, or gone until the timeout) sleeps, with intervals
 // that grow to a millisecond: a yielding loop alone still burns a whole core.
-constexpr int kSpinsBeforeYieldOversubscribed = 64;
+constexpr int kSpinsBeforeYieldOversubscribed = 4;
 constexpr auto kSpinTimeBeforeYield = std::chrono::milliseconds(1);
 constexpr auto kIdleTimeBeforeSleep = std::chrono::milliseconds(5);
 constexpr auto kShortestSleep = std::chrono::microseconds(20);

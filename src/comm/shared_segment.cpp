@@ -69,6 +69,12 @@ uint64_t CounterWait::value(int rank) const {
 }
 
 bool CounterWait::poll(bool) {
+  if (ignored_) {
+    for (int rank = 0; rank < segment_.ranks(); ++rank) {
+      if (waits_for(rank) && value(rank) >= target_) return true;
+    }
+    return false;
+  }
   for (int rank = 0; rank < segment_.ranks(); ++rank) {
     if (value(rank) < target_) return false;
   }
@@ -78,7 +84,7 @@ bool CounterWait::poll(bool) {
 std::string CounterWait::pending_peers() const {
   std::string text;
   for (int rank = 0; rank < segment_.ranks(); ++rank) {
-    if (value(rank) >= target_) continue;
+    if (!waits_for(rank) || value(rank) >= target_) continue;
     int world = channel_.world_rank[static_cast<size_t>(rank)];
     const char* what = which_ == Counter::Published  ? "to publish chunk"
                        : which_ == Counter::Consumed ? "to finish reading chunk"

@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/call_check.h"
 #include "comm/cost_model.h"
@@ -130,16 +131,26 @@ class CounterWait : public Waitable {
   // co_await until(n): every rank's counter >= n.
   Wait until(uint64_t target) {
     target_ = target;
+    ignored_ = nullptr;
     return {*this};
   }
+  // co_await any_until(n, ignored): some rank not ignored (ignored[rank] == 0) has its counter >= n.
+  Wait any_until(uint64_t target, const std::vector<char>& ignored) {
+    target_ = target;
+    ignored_ = &ignored;
+    return {*this};
+  }
+  bool reached(int rank) const { return value(rank) >= target_; }
 
  private:
+  bool waits_for(int rank) const { return !ignored_ || !(*ignored_)[static_cast<size_t>(rank)]; }
   uint64_t value(int rank) const;
   Operation& op_;
   const SharedSegment& segment_;
   const Channel& channel_;
   Counter which_;
   uint64_t target_ = 0;
+  const std::vector<char>* ignored_ = nullptr;  // any_until: ranks already dealt with
 };
 
 }  // namespace strata::comm
