@@ -37,9 +37,11 @@ trap 'rm -rf "$work"' EXIT
 for n in "${ranks[@]}"; do
   STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STRATA_COMM_REPROBE "$exe" topo > /dev/null
   if [[ $calibrate == 1 ]]; then
-    run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 2 -n 5 --rounds 5 \
-      -a ring,rhd,recursive_doubling,binomial,shm,direct --calibrate > /dev/null
-    run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 2 -n 5 --rounds 5 -a pairwise --calibrate > /dev/null
+    # Measured as the comparison runs: interleaved with the MPI baselines
+    # (which evict each other's data from the caches), the same iterations.
+    run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 2 \
+      -a ring,rhd,recursive_doubling,binomial,shm,direct,baseline,baseline-blocking --calibrate > /dev/null
+    run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 2 -a pairwise,baseline,baseline-blocking --calibrate > /dev/null
   fi
   run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 4 --json "$work/all_reduce-$n.json" > /dev/null
   run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 4 --json "$work/all_to_all-$n.json" > /dev/null
