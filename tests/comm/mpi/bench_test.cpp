@@ -44,18 +44,24 @@ TEST(Bench, ChecksEveryRunAndReportsNcclTestsBandwidths) {
   }
 }
 
+// One size, a few iterations, one round.
+BenchOptions one_size(Collective op, size_t bytes, std::vector<std::string> algorithms) {
+  BenchOptions options;
+  options.op = op;
+  options.min_bytes = options.max_bytes = bytes;
+  options.warmup = 1;
+  options.iters = 4;
+  options.rounds = 1;
+  options.algorithms = std::move(algorithms);
+  return options;
+}
+
 // The blocking MPI call is a baseline of its own, checked like the others.
 TEST(Bench, BlockingBaselineRunsAndIsChecked) {
   Communicator& world = flat_world();
   for (Collective op : {Collective::AllReduce, Collective::AllToAllV}) {
-    BenchOptions options;
-    options.op = op;
-    options.min_bytes = options.max_bytes = 16384;
-    options.warmup = 0;
-    options.iters = 2;
-    options.rounds = 1;
+    BenchOptions options = one_size(op, 16384, {"baseline-blocking"});
     options.skew = 1.0;
-    options.algorithms = {"baseline-blocking"};
     BenchReport report = run_bench(world, options);
     ASSERT_EQ(report.rows.size(), 1u);
     EXPECT_EQ(report.rows[0].wrong, 0) << collective_name(op);
@@ -71,15 +77,9 @@ TEST(Bench, BreakdownSplitsCallsIntoPhasesAndShowsWhereTheCheckRuns) {
   Communicator& world = flat_world();
   if (world.size() < 2 || !world.topology().cross_memory) GTEST_SKIP() << "needs two ranks that read each other's memory";
   auto run = [&](Collective op, std::vector<std::string> algorithms) {
-    BenchOptions options;
-    options.op = op;
-    options.min_bytes = options.max_bytes = 4096;
-    options.warmup = 1;
-    options.iters = 4;
-    options.rounds = 1;
+    algorithms.push_back("baseline");
+    BenchOptions options = one_size(op, 4096, std::move(algorithms));
     options.breakdown = true;
-    options.algorithms = std::move(algorithms);
-    options.algorithms.push_back("baseline");
     return run_bench(world, options);
   };
   std::vector<BenchRow> rows = run(Collective::AllReduce, {"ring", "shm", "direct"}).rows;
