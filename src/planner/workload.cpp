@@ -21,7 +21,7 @@ const std::set<std::string> kSegmentStream = {"x", "d_loss", "tokens", "targets"
 
 struct SegmentGraph {
   explicit SegmentGraph(const ModelConfig& config)
-      : family(model_family(config)), stream(family.residual_stream()) {}
+      : family(model_family(config)), stream(family.residual_stream()), sharding(family.sharding_plan()) {}
   // Whether the op (or value) of `label` lies on the residual stream: a listed gradient op, or a value or op,
   // forward or backward, under a listed forward label (its backward ops' labels extend it after ':' or ".grad_").
   bool on_residual_stream(const std::string& label) const {
@@ -51,6 +51,7 @@ struct SegmentGraph {
 
   const ModelFamily& family;
   ResidualStream stream;
+  ShardingPlan sharding;
   Graph graph;
   int forward_nodes = 0;
   std::set<int> params;
@@ -249,9 +250,9 @@ Shape table_shape(const ModelConfig& c) { return {c.vocab_size, c.n_embd}; }
 // The part of parameter `name` (of `whole` shape) that one rank of a tensor-parallel group of `tp` holds, as the
 // runtime's pass splits it (parallel/tensor_parallel.h) by the family's sharding plan: the last rank's, the
 // largest where vocabulary shards differ by a row.
-Shape held_by_a_rank(const ModelFamily& family, const std::string& name, const Shape& whole, int tp) {
+Shape held_by_a_rank(const ShardingPlan& sharding, const std::string& name, const Shape& whole, int tp) {
   const TensorParallelRank rank{.degree = tp, .rank = tp - 1};
-  return ParameterShard(name, whole, family.sharding_plan().rule_for(name), rank).shape();
+  return ParameterShard(name, whole, sharding.rule_for(name), rank).shape();
 }
 
 // Builds the model's layers into the segment's graph (see model/family.h); each parameter the layers read
@@ -262,7 +263,7 @@ GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype, int tp, const s
     for (int id : segment.params) {
       if (segment.graph.value(id).name == name) return id;
     }
-    int id = segment.graph.add_param(name, {held_by_a_rank(segment.family, plan_prefix + name, whole, tp), dtype});
+    int id = segment.graph.add_param(name, {held_by_a_rank(segment.sharding, plan_prefix + name, whole, tp), dtype});
     segment.params.insert(id);
     return id;
   };
@@ -301,7 +302,9 @@ SegmentWork head_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType 
   finish(seg, emit.op("cross_entropy", {logits, targets}, {}, "loss"));
   SegmentWork work = summarise(seg, SelectivePolicy::AttentionCore);
   const std::string tied = family.tied_embedding(c);
-  if (!tied.empty()) work.params -= static_cast<double>(shape_numel(held_by_a_rank(family, tied, table_shape(c), tp)));
+  if (!tied.empty()) {
+    work.params -= static_cast<double>(shape_numel(held_by_a_rank(seg.sharding, tied, table_shape(c), tp)));
+  }
   return work;
 }
 
@@ -374,7 +377,7 @@ Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t 
   const ModelFamily& family = model_family(config);
   const std::string tied = family.tied_embedding(config);
   if (!tied.empty()) {
-    TensorMeta table{held_by_a_rank(family, tied, table_shape(config), tp), dtype};
+    TensorMeta table{held_by_a_rank(family.sharding_plan(), tied, table_shape(config), tp), dtype};
     OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
     work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes};
     work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);
