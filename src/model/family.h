@@ -27,8 +27,11 @@ namespace strata {
 class ModelEmitter {
  public:
   virtual ~ModelEmitter() = default;
-  // The value of parameter `name`, whose (shard) shape is `shape`.
+  // The value of parameter `name`, whose whole shape is `shape`. An emitter may hand out a part of it
+  // (the planner's holds one tensor-parallel rank's shard), so a family reads widths off the values it gets.
   virtual int param(const std::string& name, const Shape& shape) = 0;
+  // The shape of a value the emitter handed out.
+  virtual Shape shape(int value) const = 0;
   // Every output of the op (a router's weights and its dispatch plan).
   virtual std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
                                const std::string& label) = 0;
@@ -77,13 +80,13 @@ class ModelFamily {
   // parameter (a mixture of experts: only the active experts count) overrides it.
   virtual double training_flops_per_token(const ModelConfig& config) const;
 
-  // The layers, at tensor-parallel degree `tp` (shard shapes). `positions` [T] i32 are the
-  // tokens' absolute positions.
-  virtual int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int positions, int tp) const = 0;
-  virtual int block(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& prefix,
-                    int tp) const = 0;
+  // The layers, their parameters declared whole; head counts and widths follow the values the emitter
+  // hands out (ModelEmitter::param). `positions` [T] i32 are the tokens' absolute positions.
+  virtual int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int positions) const = 0;
+  virtual int block(ModelEmitter& e, const ModelConfig& config, int x, int positions,
+                    const std::string& prefix) const = 0;
   virtual int final_norm(ModelEmitter& e, const ModelConfig& config, int x) const = 0;
-  virtual int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) const = 0;
+  virtual int lm_head(ModelEmitter& e, const ModelConfig& config, int normed) const = 0;
 
   // The parameter a HuggingFace weights file's tensor `stored` is: the name itself, or the
   // spelling of the bare model class (GPT2Model, LlamaModel) prefixed; "" for the buffers some
@@ -122,7 +125,5 @@ ModelConfig model_config_of_hf(const nlohmann::json& hf, const std::string& sour
 // Conveniences over the family of `config`.
 std::vector<ParamSpec> model_param_specs(const ModelConfig& config);
 std::string layer_prefix(const ModelConfig& config, int64_t layer);
-// Rows of a vocabulary-parallel shard of the token table (ceil(V / tp); no padding).
-inline int64_t vocab_shard(const ModelConfig& config, int tp) { return (config.vocab_size + tp - 1) / tp; }
 
 }  // namespace strata

@@ -13,13 +13,14 @@ namespace strata {
 
 class GraphEmitter final : public ModelEmitter {
  public:
-  // The graph value of parameter `name`, whose (shard) shape is `shape`.
+  // The graph value of parameter `name`, whose whole shape is `shape` (the value may hold a part of it).
   using ParamSource = std::function<int(const std::string& name, const Shape& shape)>;
 
   GraphEmitter(Graph& graph, const PrecisionPolicy& precision, ParamSource params)
-      : ops_(graph, precision), params_(std::move(params)) {}
+      : graph_(graph), ops_(graph, precision), params_(std::move(params)) {}
 
   int param(const std::string& name, const Shape& shape) override { return params_(name, shape); }
+  Shape shape(int value) const override { return graph_.value(value).meta.shape; }
   std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
                        const std::string& label) override {
     return ops_.apply(op, inputs, attrs, label);
@@ -30,6 +31,7 @@ class GraphEmitter final : public ModelEmitter {
   }
 
  private:
+  const Graph& graph_;
   Autocast ops_;
   ParamSource params_;
 };

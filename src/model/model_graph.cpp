@@ -187,17 +187,17 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
                  shape_str(g.value(id).meta.shape), shape_str(shape));
     return id;
   });
-  int x = family.embed(emit, config, model.tokens, model.positions, 1);
+  int x = family.embed(emit, config, model.tokens, model.positions);
   RouterSums router_sums;
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     const int first_node = g.num_nodes();
     const std::string prefix = layer_prefix(config, layer);
-    x = family.block(emit, config, x, model.positions, prefix, 1);
+    x = family.block(emit, config, x, model.positions, prefix);
     add_layer_router_terms(emit, g, first_node, prefix, router_sums);
   }
   const int normed = family.final_norm(emit, config, x);
   building_head = true;
-  model.logits = family.lm_head(emit, config, normed, 1);
+  model.logits = family.lm_head(emit, config, normed);
   model.loss = emit.op("cross_entropy", {model.logits, model.targets}, {}, "loss");
   add_router_losses(emit, config, batch * seq, router_sums, model);
   ValueLayouts layouts;

@@ -34,6 +34,7 @@ class CachedEmitter final : public ModelEmitter {
                  shape_str(tensor.shape()), shape_str(shape));
     return input(tensor);
   }
+  Shape shape(int value) const override { return values_.at(static_cast<size_t>(value)).shape(); }
   std::vector<int> ops(const std::string& op, const std::vector<int>& inputs, const Attrs& attrs,
                        const std::string&) override {
     std::vector<Tensor> tensors;
@@ -99,16 +100,16 @@ Tensor Sampler::feed(const std::vector<int32_t>& tokens) {
   const Device& device = dispatcher_.backend().device();
   CachedEmitter emit(params_, dispatcher_, length_);
   const int at = emit.input(positions.to_device(device));
-  int x = family_.embed(emit, config_, emit.input(ids.to_device(device)), at, 1);
+  int x = family_.embed(emit, config_, emit.input(ids.to_device(device)), at);
   for (int64_t layer = 0; layer < config_.n_layer; ++layer) {
     emit.use_cache(key_cache_[static_cast<size_t>(layer)], value_cache_[static_cast<size_t>(layer)]);
-    x = family_.block(emit, config_, x, at, layer_prefix(config_, layer), 1);
+    x = family_.block(emit, config_, x, at, layer_prefix(config_, layer));
   }
   length_ += count;
   // Only the last position's logits are needed: the head reads just that row.
   const int normed = family_.final_norm(emit, config_, x);
   const int last = emit.input(emit.value(normed).narrow(1, count - 1, 1).clone());
-  return emit.value(family_.lm_head(emit, config_, last, 1)).reshape({config_.vocab_size});
+  return emit.value(family_.lm_head(emit, config_, last)).reshape({config_.vocab_size});
 }
 
 int32_t Sampler::pick(const Tensor& device_logits, const SamplingOptions& options, uint64_t draw) const {

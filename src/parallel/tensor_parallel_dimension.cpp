@@ -74,12 +74,15 @@ void check_settings(const ParallelSettings& settings, const ModelConfig& model) 
   }
 }
 
+// Rows of the largest vocabulary-parallel shard of the token table (ceil(V / tp); no padding).
+int64_t largest_vocab_shard(const ModelConfig& model, int tp) { return (model.vocab_size + tp - 1) / tp; }
+
 std::string summarize(const DimensionSummaryInput& input) {
   const ModelConfig& model = input.model;
   return fmt::format("tensor parallel: {} ranks per layer (Megatron's split: QKV and MLP input projections by "
                      "columns, {} heads each; output projections by rows; the embedding and the loss by vocabulary "
                      "shards of up to {} rows){}; {:.2f}M parameters per rank\n",
-                     input.degree, model.n_head / input.degree, vocab_shard(model, input.degree),
+                     input.degree, model.n_head / input.degree, largest_vocab_shard(model, input.degree),
                      input.options.settings.sp
                          ? fmt::format("; sequence parallel: norms and residuals on {} positions per rank",
                                        model.block_size / input.degree)

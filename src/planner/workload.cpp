@@ -9,6 +9,7 @@
 #include "model/family.h"
 #include "model/graph_emitter.h"
 #include "ops/placement_rule.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -20,7 +21,7 @@ const std::set<std::string> kSegmentStream = {"x", "d_loss", "tokens", "targets"
 
 struct SegmentGraph {
   explicit SegmentGraph(const ModelConfig& config)
-      : family(model_family(config)), stream(family.residual_stream()) {}
+      : family(model_family(config)), stream(family.residual_stream()), sharding(family.sharding_plan()) {}
   // Whether the op (or value) of `label` lies on the residual stream: a listed gradient op, or a value or op,
   // forward or backward, under a listed forward label (its backward ops' labels extend it after ':' or ".grad_").
   bool on_residual_stream(const std::string& label) const {
@@ -50,6 +51,7 @@ struct SegmentGraph {
 
   const ModelFamily& family;
   ResidualStream stream;
+  ShardingPlan sharding;
   Graph graph;
   int forward_nodes = 0;
   std::set<int> params;
@@ -242,17 +244,30 @@ int add_activation(SegmentGraph& segment, const std::string& name, Shape shape, 
   return id;
 }
 
-// Builds the model's layers into the segment's graph (see model/family.h);
-// each parameter the layers read becomes one of the segment's, once.
-GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype) {
-  return GraphEmitter(segment.graph, PrecisionPolicy{}, [&segment, dtype](const std::string& name, const Shape& shape) {
+// The token embedding's whole shape [V, C].
+Shape table_shape(const ModelConfig& c) { return {c.vocab_size, c.n_embd}; }
+
+// The part of parameter `name` (of `whole` shape) that one rank of a tensor-parallel group of `tp` holds, as the
+// runtime's pass splits it (parallel/tensor_parallel.h) by the family's sharding plan: the last rank's, the
+// largest where vocabulary shards differ by a row.
+Shape held_by_a_rank(const ShardingPlan& sharding, const std::string& name, const Shape& whole, int tp) {
+  const TensorParallelRank rank{.degree = tp, .rank = tp - 1};
+  return ParameterShard(name, whole, sharding.rule_for(name), rank).shape();
+}
+
+// Builds the model's layers into the segment's graph (see model/family.h); each parameter the layers read
+// becomes one of the segment's, once, with the shape a tensor-parallel rank holds. A layer's parameters are
+// named without the layer prefix (`plan_prefix`), which the sharding plan's patterns carry.
+GraphEmitter segment_emitter(SegmentGraph& segment, DType dtype, int tp, const std::string& plan_prefix = "") {
+  auto param = [&segment, dtype, tp, plan_prefix](const std::string& name, const Shape& whole) {
     for (int id : segment.params) {
       if (segment.graph.value(id).name == name) return id;
     }
-    int id = segment.graph.add_param(name, {shape, dtype});
+    int id = segment.graph.add_param(name, {held_by_a_rank(segment.sharding, plan_prefix + name, whole, tp), dtype});
     segment.params.insert(id);
     return id;
-  });
+  };
+  return GraphEmitter(segment.graph, PrecisionPolicy{}, param);
 }
 
 // One transformer block, with this device's shard of every tensor-parallel weight.
@@ -262,8 +277,8 @@ SegmentWork layer_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   // The positions are one [s] input every layer shares (rotary reads them), not a layer's activation.
   int positions = seg.graph.add_input("positions", {{s}, DType::I32});
-  GraphEmitter emit = segment_emitter(seg, dtype);
-  finish(seg, model_family(c).block(emit, c, x, positions, "", tp));
+  GraphEmitter emit = segment_emitter(seg, dtype, tp, layer_prefix(c, 0));
+  finish(seg, model_family(c).block(emit, c, x, positions, ""));
   return summarise(seg, selective);
 }
 
@@ -271,8 +286,8 @@ SegmentWork embedding_work(const ModelConfig& c, int64_t b, int64_t s, int tp, D
   SegmentGraph seg(c);
   int tokens = add_activation(seg, "tokens", {b, s}, DType::I32);
   int positions = add_activation(seg, "positions", {s}, DType::I32);
-  GraphEmitter emit = segment_emitter(seg, dtype);
-  finish(seg, model_family(c).embed(emit, c, tokens, positions, tp));
+  GraphEmitter emit = segment_emitter(seg, dtype, tp);
+  finish(seg, model_family(c).embed(emit, c, tokens, positions));
   return summarise(seg, SelectivePolicy::AttentionCore);
 }
 
@@ -281,12 +296,15 @@ SegmentWork head_work(const ModelConfig& c, int64_t b, int64_t s, int tp, DType 
   SegmentGraph seg(c);
   int x = add_activation(seg, "x", {b, s, c.n_embd}, dtype);
   int targets = add_activation(seg, "targets", {b, s}, DType::I32);
-  GraphEmitter emit = segment_emitter(seg, dtype);
+  GraphEmitter emit = segment_emitter(seg, dtype, tp);
   const ModelFamily& family = model_family(c);
-  int logits = family.lm_head(emit, c, family.final_norm(emit, c, x), tp);
+  int logits = family.lm_head(emit, c, family.final_norm(emit, c, x));
   finish(seg, emit.op("cross_entropy", {logits, targets}, {}, "loss"));
   SegmentWork work = summarise(seg, SelectivePolicy::AttentionCore);
-  if (!family.tied_embedding(c).empty()) work.params -= static_cast<double>(vocab_shard(c, tp) * c.n_embd);
+  const std::string tied = family.tied_embedding(c);
+  if (!tied.empty()) {
+    work.params -= static_cast<double>(shape_numel(held_by_a_rank(seg.sharding, tied, table_shape(c), tp)));
+  }
   return work;
 }
 
@@ -356,8 +374,10 @@ Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t 
   work.embedding = embedding_work(config, micro_batch, seq, tp, dtype);
   work.layer = layer_work(config, micro_batch, seq, tp, dtype, selective);
   work.head = head_work(config, micro_batch, seq, tp, dtype);
-  if (!model_family(config).tied_embedding(config).empty()) {
-    TensorMeta table{{vocab_shard(config, tp), config.n_embd}, dtype};
+  const ModelFamily& family = model_family(config);
+  const std::string tied = family.tied_embedding(config);
+  if (!tied.empty()) {
+    TensorMeta table{held_by_a_rank(family.sharding_plan(), tied, table_shape(config), tp), dtype};
     OpCost sum = OpRegistry::global().cost("add", {table, table}, {});
     work.tied_gradient_sum = {"add", "wte.grad_sum", OpKind::Other, sum.flops, sum.bytes};
     work.tied_gradient_sum_extra = tied_gradient_sum_extra(table);

@@ -92,24 +92,23 @@ class GPT2Family final : public ModelFamily {
   std::string tied_embedding(const ModelConfig&) const override { return "transformer.wte.weight"; }
   int64_t kv_width(const ModelConfig& config) const override { return config.n_embd; }
 
-  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int positions_in, int tp) const override {
-    const int wte = e.param("transformer.wte.weight", {vocab_shard(config, tp), config.n_embd});
+  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int positions_in) const override {
+    const int wte = e.param("transformer.wte.weight", {config.vocab_size, config.n_embd});
     const int wpe = e.param("transformer.wpe.weight", {positions(config), config.n_embd});
     return e.op("add", {e.op("embedding", {wte, tokens}, {}, "wte"), e.op("embedding", {wpe, positions_in}, {}, "wpe")},
                 {}, "embed");
   }
 
-  // The tensor-parallel degree gives Megatron's shard shapes: c_attn and c_fc by output columns,
-  // the two c_proj by input rows, attention by heads.
-  int block(ModelEmitter& e, const ModelConfig& config, int x, int, const std::string& prefix,
-            int tp) const override {
+  // The attention runs the heads the emitter's c_attn holds (all, or the planner's tensor-parallel share).
+  int block(ModelEmitter& e, const ModelConfig& config, int x, int, const std::string& prefix) const override {
     const int64_t c = config.n_embd, f = hidden(config);
-    const int qkv = linear(e, layernorm(e, config, x, prefix + "ln_1"), prefix + "attn.c_attn", c, 3 * c / tp);
-    const int attended = e.attention("attention", {qkv}, {{"n_head", config.n_head / tp}}, prefix + "attn");
-    x = e.op("add", {x, linear(e, attended, prefix + "attn.c_proj", c / tp, c)}, {}, prefix + "attn.residual");
-    int h = linear(e, layernorm(e, config, x, prefix + "ln_2"), prefix + "mlp.c_fc", c, f / tp);
+    const int qkv = linear(e, layernorm(e, config, x, prefix + "ln_1"), prefix + "attn.c_attn", c, 3 * c);
+    const int64_t heads = e.shape(qkv).back() / (3 * config.head_size());
+    const int attended = e.attention("attention", {qkv}, {{"n_head", heads}}, prefix + "attn");
+    x = e.op("add", {x, linear(e, attended, prefix + "attn.c_proj", c, c)}, {}, prefix + "attn.residual");
+    int h = linear(e, layernorm(e, config, x, prefix + "ln_2"), prefix + "mlp.c_fc", c, f);
     h = e.op("gelu", {h}, {}, prefix + "mlp.gelu");
-    return e.op("add", {x, linear(e, h, prefix + "mlp.c_proj", f / tp, c)}, {}, prefix + "mlp.residual");
+    return e.op("add", {x, linear(e, h, prefix + "mlp.c_proj", f, c)}, {}, prefix + "mlp.residual");
   }
 
   int final_norm(ModelEmitter& e, const ModelConfig& config, int x) const override {
@@ -117,8 +116,8 @@ class GPT2Family final : public ModelFamily {
   }
 
   // Logits through the tied token embedding.
-  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) const override {
-    const int wte = e.param("transformer.wte.weight", {vocab_shard(config, tp), config.n_embd});
+  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed) const override {
+    const int wte = e.param("transformer.wte.weight", {config.vocab_size, config.n_embd});
     return e.op("matmul", {normed, wte}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
   }
 

@@ -62,22 +62,22 @@ class LlamaFamily final : public ModelFamily {
   }
   int64_t kv_width(const ModelConfig& config) const override { return config.kv_heads() * config.head_size(); }
 
-  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int, int tp) const override {
-    return llama::embed(e, config, tokens, tp);
+  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int) const override {
+    return llama::embed(e, config, tokens);
   }
 
-  int block(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& prefix,
-            int tp) const override {
+  int block(ModelEmitter& e, const ModelConfig& config, int x, int positions,
+            const std::string& prefix) const override {
     const int64_t c = config.n_embd, f = config.intermediate_size;
     const int h = llama::rms_norm(e, config, x, prefix + "input_layernorm");
-    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, {});
+    const int attended = llama::self_attention(e, config, h, positions, prefix, {});
     x = e.op("add", {x, attended}, {}, prefix + "self_attn.residual");
     const int normed = llama::rms_norm(e, config, x, prefix + "post_attention_layernorm");
     const bool mb = config.mlp_bias;
-    const int gate = llama::linear(e, normed, prefix + "mlp.gate_proj", c, f / tp, mb);
-    const int up = llama::linear(e, normed, prefix + "mlp.up_proj", c, f / tp, mb);
+    const int gate = llama::linear(e, normed, prefix + "mlp.gate_proj", c, f, mb);
+    const int up = llama::linear(e, normed, prefix + "mlp.up_proj", c, f, mb);
     const int act = e.op("swiglu", {gate, up}, {}, prefix + "mlp.act");
-    return e.op("add", {x, llama::linear(e, act, prefix + "mlp.down_proj", f / tp, c, mb)}, {},
+    return e.op("add", {x, llama::linear(e, act, prefix + "mlp.down_proj", f, c, mb)}, {},
                 prefix + "mlp.residual");
   }
 
@@ -85,8 +85,8 @@ class LlamaFamily final : public ModelFamily {
     return llama::rms_norm(e, config, x, "model.norm");
   }
 
-  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) const override {
-    return llama::lm_head(e, config, normed, tp);
+  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed) const override {
+    return llama::lm_head(e, config, normed);
   }
 
   std::string parameter_of_hf_tensor(const std::string& stored) const override {

@@ -19,9 +19,10 @@ int per_head_rms_norm(ModelEmitter& e, const ModelConfig& config, int x, int64_t
               name + ".merge_heads");
 }
 
-// An RMSNorm over all of x's `width` features (OLMoE's q and k norms).
-int width_rms_norm(ModelEmitter& e, const ModelConfig& config, int x, int64_t width, const std::string& name) {
-  return e.op("rms_norm", {x, e.param(name + ".weight", {width})}, {{"eps", config.layer_norm_eps}}, name);
+// An RMSNorm over all of x's features (OLMoE's q and k norms).
+int width_rms_norm(ModelEmitter& e, const ModelConfig& config, int x, const std::string& name) {
+  return e.op("rms_norm", {x, e.param(name + ".weight", {e.shape(x).back()})}, {{"eps", config.layer_norm_eps}},
+              name);
 }
 
 }  // namespace
@@ -51,36 +52,37 @@ int rope(ModelEmitter& e, const ModelConfig& config, int x, int positions, const
 }
 
 int self_attention(ModelEmitter& e, const ModelConfig& config, int h, int positions, const std::string& prefix,
-                   int tp, const AttentionStyle& style) {
+                   const AttentionStyle& style) {
   const int64_t c = config.n_embd, d = config.head_size();
-  const int64_t heads = config.n_head / tp, kv_heads = config.kv_heads() / tp;
   const std::string attn = prefix + "self_attn.";
   const bool ab = config.attention_bias;
-  int q = linear(e, h, attn + "q_proj", c, heads * d, ab);
-  int k = linear(e, h, attn + "k_proj", c, kv_heads * d, ab);
+  int q = linear(e, h, attn + "q_proj", c, config.n_head * d, ab);
+  int k = linear(e, h, attn + "k_proj", c, config.kv_heads() * d, ab);
+  // The heads the projections made here: all of them, or the planner's tensor-parallel rank's share.
+  const int64_t heads = e.shape(q).back() / d, kv_heads = e.shape(k).back() / d;
   if (style.qk_norm == QkNorm::PerHead) {
     q = per_head_rms_norm(e, config, q, heads, attn + "q_norm");
     k = per_head_rms_norm(e, config, k, kv_heads, attn + "k_norm");
   } else if (style.qk_norm == QkNorm::Whole) {
-    q = width_rms_norm(e, config, q, heads * d, attn + "q_norm");
-    k = width_rms_norm(e, config, k, kv_heads * d, attn + "k_norm");
+    q = width_rms_norm(e, config, q, attn + "q_norm");
+    k = width_rms_norm(e, config, k, attn + "k_norm");
   }
   q = rope(e, config, q, positions, attn + "rotary_q");
   k = rope(e, config, k, positions, attn + "rotary_k");
-  const int v = linear(e, h, attn + "v_proj", c, kv_heads * d, ab);
+  const int v = linear(e, h, attn + "v_proj", c, config.kv_heads() * d, ab);
   const int attended = e.attention("grouped_attention", {q, k, v}, {{"n_head", heads}, {"n_kv_head", kv_heads}},
                                    prefix + "self_attn");
-  return linear(e, attended, attn + "o_proj", heads * d, c, ab && style.o_proj_bias);
+  return linear(e, attended, attn + "o_proj", config.n_head * d, c, ab && style.o_proj_bias);
 }
 
-int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int tp) {
-  const int table = e.param("model.embed_tokens.weight", {vocab_shard(config, tp), config.n_embd});
+int embed(ModelEmitter& e, const ModelConfig& config, int tokens) {
+  const int table = e.param("model.embed_tokens.weight", {config.vocab_size, config.n_embd});
   return e.op("embedding", {table, tokens}, {}, "model.embed_tokens");
 }
 
-int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) {
+int lm_head(ModelEmitter& e, const ModelConfig& config, int normed) {
   const std::string table = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  const int weight = e.param(table, {vocab_shard(config, tp), config.n_embd});
+  const int weight = e.param(table, {config.vocab_size, config.n_embd});
   return e.op("matmul", {normed, weight}, {{"trans_a", false}, {"trans_b", true}}, "lm_head");
 }
 

@@ -27,9 +27,9 @@ int linear(ModelEmitter& e, int x, const std::string& name, int64_t in, int64_t 
 int rope(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& label);
 
 // The attention sublayer of `prefix` on the normed h, its output projection included (the residual add
-// is the caller's); tp shards the heads.
+// is the caller's); it runs the heads the emitter's q and k projections hold.
 int self_attention(ModelEmitter& e, const ModelConfig& config, int h, int positions, const std::string& prefix,
-                   int tp, const AttentionStyle& style);
+                   const AttentionStyle& style);
 
 // input_layernorm, the self_attn projections (biases with attention_bias), the q/k norms,
 // post_attention_layernorm: the specs of a layer's attention half, in the order LLaMA lists them.
@@ -38,9 +38,9 @@ void add_attention_specs(std::vector<ParamSpec>& specs, const ModelConfig& confi
 // A linear's specs: weight [out, in] normal(0, 0.02), and a zero bias.
 void add_linear_specs(std::vector<ParamSpec>& specs, const std::string& name, int64_t out, int64_t in, bool bias);
 
-// The embedding lookup (a vocabulary shard at tp > 1) and the LM head, tied to it or untied.
-int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int tp);
-int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp);
+// The embedding lookup and the LM head, tied to it or untied.
+int embed(ModelEmitter& e, const ModelConfig& config, int tokens);
+int lm_head(ModelEmitter& e, const ModelConfig& config, int normed);
 // Megatron's split of the attention (q, k, v column-parallel, o row-parallel), the embedding and the
 // LM head (vocabulary-parallel): the rules the families on LLaMA's attention share.
 std::vector<ShardRule> attention_sharding_rules();

@@ -78,14 +78,14 @@ class MoeFamily final : public ModelFamily {
            6.0 * static_cast<double>(config.n_layer) * idle_experts * expert_weights;
   }
 
-  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int, int tp) const override {
-    return llama::embed(e, config, tokens, tp);
+  int embed(ModelEmitter& e, const ModelConfig& config, int tokens, int) const override {
+    return llama::embed(e, config, tokens);
   }
 
-  int block(ModelEmitter& e, const ModelConfig& config, int x, int positions, const std::string& prefix,
-            int tp) const override {
+  int block(ModelEmitter& e, const ModelConfig& config, int x, int positions,
+            const std::string& prefix) const override {
     const int h = llama::rms_norm(e, config, x, prefix + "input_layernorm");
-    const int attended = llama::self_attention(e, config, h, positions, prefix, tp, flavour_.attention);
+    const int attended = llama::self_attention(e, config, h, positions, prefix, flavour_.attention);
     x = e.op("add", {x, attended}, {}, prefix + "self_attn.residual");
     const int normed = llama::rms_norm(e, config, x, prefix + "post_attention_layernorm");
     return e.op("add", {x, sparse_moe_block(e, config, flavour_, normed, prefix)}, {}, prefix + "mlp.residual");
@@ -95,8 +95,8 @@ class MoeFamily final : public ModelFamily {
     return llama::rms_norm(e, config, x, "model.norm");
   }
 
-  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed, int tp) const override {
-    return llama::lm_head(e, config, normed, tp);
+  int lm_head(ModelEmitter& e, const ModelConfig& config, int normed) const override {
+    return llama::lm_head(e, config, normed);
   }
 
   std::string parameter_of_hf_tensor(const std::string& stored) const override {
