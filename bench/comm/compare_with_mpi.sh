@@ -40,7 +40,7 @@ for n in "${ranks[@]}"; do
     # Measured as the comparison runs: interleaved with the MPI baselines
     # (which evict each other's data from the caches), the same iterations.
     run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 2 \
-      -a ring,rhd,recursive_doubling,binomial,shm,direct,baseline,baseline-blocking --calibrate > /dev/null
+      -a ring,rhd,recursive_doubling,binomial,shm,direct,direct_split,baseline,baseline-blocking --calibrate > /dev/null
     run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 2 -a pairwise,baseline,baseline-blocking --calibrate > /dev/null
   fi
   run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 4 --json "$work/all_reduce-$n.json" > /dev/null

@@ -98,7 +98,7 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("-n,--iters", args->iters, "Timed iterations per round")->check(CLI::PositiveNumber);
   command->add_option("--rounds", args->rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
   command->add_option("-a,--algorithms", args->algorithms,
-                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, pairwise, mpi, baseline (MPI's non-blocking collective, polled with the timeout), baseline-blocking (MPI's blocking call, as a plain MPI program makes it)")
+                      "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, direct_split, pairwise, mpi, baseline (MPI's non-blocking collective, polled with the timeout), baseline-blocking (MPI's blocking call, as a plain MPI program makes it)")
       ->delimiter(',');
   command->add_option("--root", args->root, "Broadcast root");
   command->add_option("--skew", args->skew,

@@ -94,6 +94,11 @@ Task pairwise_all_to_all(Context ctx, const void* in, void* out, const ExchangeL
 // sender's input.
 Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
                        const ExchangeLayout& layout, size_t width);
+// Direct read, split (three or more ranks pay off): each rank reduces its
+// BlockLayout slice from everyone's `input` into its output, then, once every
+// slice is reduced, reads the others' reduced slices from their outputs.
+Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
+                             ReduceBuffers buffers, size_t count);
 // Before a one-host call rewrites this rank's call header or exchange area:
 // waits for the peers still reading them for the latest staged exchange.
 Task peers_done_reading(Context ctx, GroupState* group);

@@ -109,6 +109,9 @@ Task all_reduce_call(Context ctx, GroupState* group, CallSpec spec, const void* 
   buffers.partial = spec.dtype == DType::F32 ? static_cast<float*>(out) : input.copy.floats();
   if (spec.algorithm == Algorithm::SharedMemory) {
     co_await shm_all_reduce(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), buffers, spec.count);
+  } else if (spec.algorithm == Algorithm::DirectSplit) {
+    co_await direct_split_all_reduce(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), in, spec.dtype,
+                                     buffers, spec.count);
   } else if (spec.algorithm == Algorithm::DirectRead) {
     co_await direct_all_reduce(ctx, group, fingerprint_of(spec, ctx.op.label().sequence), in, spec.dtype, buffers,
                                spec.count);
@@ -191,7 +194,8 @@ Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* 
 bool checks_in_band(const GroupState& group, const CallSpec& spec) {
   if (spec.barrier || (spec.count == 0 && spec.op != Collective::AllToAllV)) return false;
   if (spec.op == Collective::AllReduce) {
-    return spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead;
+    return spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead ||
+           spec.algorithm == Algorithm::DirectSplit;
   }
   bool exchange = spec.op == Collective::AllToAll || spec.op == Collective::AllToAllV;
   return exchange && spec.algorithm == Algorithm::Pairwise && reads_directly(group);

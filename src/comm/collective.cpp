@@ -37,6 +37,7 @@ std::string_view algorithm_name(Algorithm algorithm) {
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::SharedMemory: return "shm";
     case Algorithm::DirectRead: return "direct";
+    case Algorithm::DirectSplit: return "direct_split";
     case Algorithm::Pairwise: return "pairwise";
     case Algorithm::Mpi: return "mpi";
   }
@@ -64,7 +65,7 @@ Algorithm parse_algorithm(std::string_view name, std::string_view what) {
     if (algorithm_name(algorithm) == name) return algorithm;
   }
   fail("{}: unknown algorithm '{}' (expected auto, ring, rhd, recursive_doubling, binomial, "
-       "hierarchical, shm, direct, pairwise or mpi)",
+       "hierarchical, shm, direct, direct_split, pairwise or mpi)",
        what, name);
 }
 
@@ -81,7 +82,8 @@ bool implements(Algorithm algorithm, Collective op) {
     case Algorithm::BinomialTree: return op == Collective::AllReduce || op == Collective::Broadcast;
     case Algorithm::Hierarchical: return op == Collective::AllReduce || op == Collective::AllToAll;
     case Algorithm::SharedMemory: return op == Collective::AllReduce;
-    case Algorithm::DirectRead: return op == Collective::AllReduce;
+    case Algorithm::DirectRead:
+    case Algorithm::DirectSplit: return op == Collective::AllReduce;
   }
   return false;
 }

@@ -19,6 +19,8 @@ enum class ReduceOp { Sum, Avg, Max };
 // reduce-scatter (recursive halving) followed by all-gather (recursive doubling).
 // SharedMemory: ranks of one host sum each other's chunks in a shared segment.
 // DirectRead: ranks of one host read each other's inputs (cross-memory attach).
+// DirectSplit: the same reads, split: each rank reduces its slice from the
+// others' inputs, then reads the other reduced slices (2(p-1)/p of the bytes).
 // Pairwise: all-to-all as p - 1 exchanges with rank r + k and r - k; on one
 // host the ranks read their blocks straight from the senders (cross-memory
 // attach), between hosts they are MPI messages.
@@ -33,6 +35,7 @@ enum class Algorithm {
   DirectRead,
   Pairwise,
   Mpi,
+  DirectSplit,  // last: the values of the others stay as they were
 };
 // In order of preference when the cost model prices two alike: rhd before
 // ring, as it moves each step as one message (fewer handshakes, and a
@@ -40,8 +43,9 @@ enum class Algorithm {
 inline constexpr std::array kConcreteAlgorithms = {
     Algorithm::RecursiveHalvingDoubling, Algorithm::Ring,         Algorithm::RecursiveDoubling,
     Algorithm::BinomialTree,             Algorithm::Hierarchical, Algorithm::SharedMemory,
-    Algorithm::DirectRead,               Algorithm::Pairwise,     Algorithm::Mpi};
-inline constexpr size_t kAlgorithmSlots = 10;  // indexable by static_cast<size_t>(Algorithm)
+    Algorithm::DirectRead,               Algorithm::DirectSplit,  Algorithm::Pairwise,
+    Algorithm::Mpi};
+inline constexpr size_t kAlgorithmSlots = 11;  // indexable by static_cast<size_t>(Algorithm)
 
 std::string_view collective_name(Collective op);  // "all_reduce", ...
 std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "max"

@@ -199,6 +199,7 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
     spec.across = hierarchical_inner_algorithm(shape, group.topology, group.model);
   }
   bool uses_segment = spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead ||
+                      spec.algorithm == Algorithm::DirectSplit ||
                       (spec.algorithm == Algorithm::Pairwise && reads_directly(group));
   bool moves_data = spec.count > 0 || spec.op == Collective::AllToAllV;
   if (uses_segment && moves_data) group.shm_queue.push_back(sequence);

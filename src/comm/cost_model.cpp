@@ -312,6 +312,16 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
           (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
+    case Algorithm::DirectSplit: {
+      // Each rank reads its slice of the p - 1 other inputs and sums the p
+      // slices, then reads the p - 1 other reduced slices (outputs, in the
+      // dtype); ranks meet three times (enter, slices reduced, done reading).
+      Cost cost;
+      cost.latency_s = 3.0 * topology.intra.latency_s;
+      cost.transfer_s = (p - 1.0) / p * count *
+                        (2.0 * width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+      return cost;
+    }
     case Algorithm::Hierarchical: {
       TopologyDesc node = node_topology(topology);
       int local = node.ranks();
@@ -409,11 +419,12 @@ bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc&
   if (!implements(algorithm, shape.op)) {
     return refuse(fmt::format("{} does not implement {}", algorithm_name(algorithm), collective_name(shape.op)));
   }
-  if (algorithm == Algorithm::SharedMemory || algorithm == Algorithm::DirectRead) {
+  if (algorithm == Algorithm::SharedMemory || algorithm == Algorithm::DirectRead ||
+      algorithm == Algorithm::DirectSplit) {
     std::string name(algorithm_name(algorithm));
     if (!topology.shared_memory) return refuse(name + " needs ranks that share memory (no shared segment)");
-    if (algorithm == Algorithm::DirectRead && !topology.cross_memory) {
-      return refuse("direct needs ranks that can read each other's memory (cross-memory attach)");
+    if (algorithm != Algorithm::SharedMemory && !topology.cross_memory) {
+      return refuse(name + " needs ranks that can read each other's memory (cross-memory attach)");
     }
     if (topology.nodes != 1) return refuse(name + " needs all ranks on one node");
     double capacity = static_cast<double>(kSharedMemorySlots * kSharedMemorySlotBytes);

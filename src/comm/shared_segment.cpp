@@ -89,6 +89,7 @@ std::string CounterWait::pending_peers() const {
     const char* what = which_ == Counter::Published  ? "to publish chunk"
                        : which_ == Counter::Consumed ? "to finish reading chunk"
                        : which_ == Counter::Entered  ? "to enter call #"
+                       : which_ == Counter::Reduced  ? "to reduce its slice of call #"
                                                      : "to finish reading the inputs of call #";
     text += fmt::format("{}peer rank {} (world rank {} on {}) {}{} in shared memory", text.empty() ? "" : ", ",
                         channel_.group_rank[static_cast<size_t>(rank)], world, world_hostname(world), what,

@@ -27,7 +27,7 @@
 
 namespace strata::comm {
 
-enum class Counter { Published, Consumed, Entered, Finished };
+enum class Counter { Published, Consumed, Entered, Finished, Reduced };
 
 class SharedSegment {
  public:
@@ -57,9 +57,10 @@ class SharedSegment {
     uint64_t input_address;
     uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16); any dtype's for all_to_all
     int64_t pid;
+    uint64_t output_address;  // direct_split: where the reduced slices are read
   };
-  static_assert(sizeof(CallHeader) <= 64, "the call header fills one cache line");
-  CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 4 * kLine); }
+  static_assert(sizeof(CallHeader) <= 2 * 64, "the call header fills two cache lines");
+  CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 5 * kLine); }
   // After every rank entered: aborts `op` unless all headers carry the same call.
   void check_same_header(const Operation& op) const;
 
@@ -79,7 +80,7 @@ class SharedSegment {
 
  private:
   static constexpr size_t kLine = 64;      // each counter on its own cache line
-  static constexpr size_t kHeaderBytes = 5 * kLine;  // four counters, the call header
+  static constexpr size_t kHeaderBytes = 7 * kLine;  // five counters, the call header
   size_t table_bytes() const { return (static_cast<size_t>(ranks_) * sizeof(ExchangeBlock) + kLine - 1) / kLine * kLine; }
   std::byte* area(int rank) const { return part(rank) + kHeaderBytes + kSlots * (kLine + slot_bytes_); }
   SharedSegment(std::byte* base, size_t bytes, int ranks, size_t slot_bytes, size_t part_bytes)

@@ -205,6 +205,26 @@ TEST(CostModel, RefusesWhatItCannotPrice) {
   EXPECT_NE(why.find("same number"), std::string::npos) << why;
 }
 
+// direct_split: each rank reads its slice of the p - 1 other inputs, sums p
+// slices, then reads the p - 1 other reduced slices; three meetings.
+TEST(CostModel, DirectSplitReadsTwoSlicesPerPeerAndSumsItsOwn) {
+  TopologyDesc topology = one_node(4);
+  const double n = 4 << 20, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
+  std::string why;
+  topology.shared_memory = true;
+  EXPECT_FALSE(applicable(Algorithm::DirectSplit, {Collective::AllReduce, n}, topology, &why));
+  EXPECT_NE(why.find("cross-memory attach"), std::string::npos) << why;
+  topology.cross_memory = true;
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology),
+                       3 * a + 0.75 * (2 * n * b + n * c), "direct_split");
+  expect_near_relative(predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectSplit, topology),
+                       3 * a + 0.75 * (2 * n * b + 2 * n * c), "direct_split bf16 (reads bf16, sums fp32)");
+  // Fewer bytes than direct's p - 1 whole inputs once the transfer dominates.
+  EXPECT_LT(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology),
+            predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology));
+  EXPECT_FALSE(applicable(Algorithm::DirectSplit, {Collective::ReduceScatter, n}, topology));
+}
+
 TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
   TopologyDesc topology = one_node(4);
   const double n = 48 * 1024, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
