@@ -99,9 +99,10 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
 // slice is reduced, reads the others' reduced slices from their outputs.
 Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                              ReduceBuffers buffers, size_t count);
-// Before a one-host call rewrites this rank's call header or exchange area:
-// waits for the peers still reading them for the latest staged exchange.
-Task peers_done_reading(Context ctx, GroupState* group);
+// The start of a one-host call that publishes a call header: waits for its
+// turn on the segment (calls take it in call order), then for the peers still
+// reading this rank's header or exchange area for its latest staged exchange.
+Task take_segment_for_header(Context ctx, GroupState* group);
 // Two levels, uniform blocks of `block_bytes`: an all-to-all inside the node
 // hands each local rank the blocks for its column (its position on every
 // node), an all-to-all along the column delivers them, and one copy puts them

@@ -74,7 +74,9 @@ void take_block(const Context& ctx, const SharedSegment& segment, int from, std:
 
 }  // namespace
 
-Task peers_done_reading(Context ctx, GroupState* group) {
+Task take_segment_for_header(Context ctx, GroupState* group) {
+  co_await SegmentTurn(ctx.op, group->shm_queue, ctx.op.label().sequence);
+  if (group->unread_exchange == 0) co_return;
   CounterWait finished(ctx.op, *group->shm, ctx.channel, Counter::Finished);
   co_await finished.until(group->unread_exchange);
   group->unread_exchange = 0;
@@ -83,18 +85,13 @@ Task peers_done_reading(Context ctx, GroupState* group) {
 Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
                        const ExchangeLayout& layout, size_t width) {
   const uint64_t sequence = ctx.op.label().sequence;
-  co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
-  if (group->unread_exchange != 0) co_await peers_done_reading(ctx, group);
+  co_await take_segment_for_header(ctx, group);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
   const auto* source = static_cast<const std::byte*>(in);
   auto* target = static_cast<std::byte*>(out);
-  SharedSegment::CallHeader& mine = segment.header(me);
-  mine.call = call;
-  mine.input_address = reinterpret_cast<uint64_t>(in);
-  mine.input_width = width;
-  mine.pid = own_pid();
+  segment.write_header(me, call, in, width);
   const bool input_read = publish_blocks(segment, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   // Each peer's block is taken as soon as that peer has entered (in order

@@ -22,8 +22,7 @@ namespace strata::comm {
 Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                        ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
-  co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
-  if (group->unread_exchange != 0) co_await peers_done_reading(ctx, group);
+  co_await take_segment_for_header(ctx, group);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
@@ -36,11 +35,8 @@ Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const v
     std::memcpy(snapshot.floats(), buffers.own, count * sizeof(float));
     buffers.own = snapshot.floats();
   }
-  SharedSegment::CallHeader& mine = segment.header(me);
-  mine.call = call;
-  mine.input_address = reinterpret_cast<uint64_t>(in_place ? static_cast<const void*>(buffers.own) : input);
-  mine.input_width = in_place ? sizeof(float) : dtype_size(input_dtype);
-  mine.pid = own_pid();
+  segment.write_header(me, call, in_place ? static_cast<const void*>(buffers.own) : input,
+                       in_place ? sizeof(float) : dtype_size(input_dtype));
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);

@@ -69,17 +69,12 @@ void reduce_slice(const Context& ctx, const SharedSegment& segment, const Reduce
 Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                              ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
-  co_await SegmentTurn(ctx.op, group->shm_queue, sequence);
-  if (group->unread_exchange != 0) co_await peers_done_reading(ctx, group);
+  co_await take_segment_for_header(ctx, group);
   const SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
-  SharedSegment::CallHeader& mine = segment.header(me);
-  mine.call = call;
-  mine.input_address = reinterpret_cast<uint64_t>(input);
-  mine.input_width = dtype_size(input_dtype);
-  mine.pid = own_pid();
-  mine.output_address = reinterpret_cast<uint64_t>(buffers.out);
+  segment.write_header(me, call, input, dtype_size(input_dtype)).output_address =
+      reinterpret_cast<uint64_t>(buffers.out);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   co_await entered.until(sequence);

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "comm/cross_memory.h"
+
 namespace strata::comm {
 
 std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool create, int ranks,
@@ -35,6 +37,16 @@ SharedSegment::~SharedSegment() { munmap(base_, bytes_); }
 
 void SharedSegment::touch(int rank) const {
   std::memset(part(rank) + kHeaderBytes, 0, part_bytes_ - kHeaderBytes);
+}
+
+SharedSegment::CallHeader& SharedSegment::write_header(int rank, const Fingerprint& call, const void* input,
+                                                       size_t input_width) const {
+  CallHeader& mine = header(rank);
+  mine.call = call;
+  mine.input_address = reinterpret_cast<uint64_t>(input);
+  mine.input_width = input_width;
+  mine.pid = own_pid();
+  return mine;
 }
 
 void SharedSegment::label(int rank, uint64_t chunk, const Fingerprint& call) const {

@@ -61,6 +61,8 @@ class SharedSegment {
   };
   static_assert(sizeof(CallHeader) <= 2 * 64, "the call header fills two cache lines");
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 5 * kLine); }
+  // Fills `rank`'s header with its call, its input and this process's id.
+  CallHeader& write_header(int rank, const Fingerprint& call, const void* input, size_t input_width) const;
   // After every rank entered: aborts `op` unless all headers carry the same call.
   void check_same_header(const Operation& op) const;
 
