@@ -14,6 +14,7 @@
 namespace strata::comm {
 
 struct GroupState;
+class SharedSegment;
 
 struct Context {
   Operation& op;
@@ -94,6 +95,12 @@ Task pairwise_all_to_all(Context ctx, const void* in, void* out, const ExchangeL
 // sender's input.
 Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
                        const ExchangeLayout& layout, size_t width);
+// The direct reads' reduction: this rank's elements [first, first + length)
+// summed over every rank's input (peers' read from their call headers'
+// addresses, fp32 or bf16) into its output, chunk by chunk, in rank order.
+// copy_own: this rank's own chunk is copied first (its output may alias it).
+void reduce_from_peers(const Context& ctx, const SharedSegment& segment, const ReduceBuffers& buffers, size_t first,
+                       size_t length, bool copy_own, bool streaming);
 // Direct read, split (three or more ranks pay off): each rank reduces its
 // BlockLayout slice from everyone's `input` into its output, then, once every
 // slice is reduced, reads the others' reduced slices from their outputs.

@@ -188,19 +188,6 @@ Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* 
   }
 }
 
-// Whether the call's algorithm compares every rank's fingerprint beside its
-// data (the one-host algorithms, through the shared segment): then the
-// overlapped check would only repeat it. A call that moves nothing runs no algorithm.
-bool checks_in_band(const GroupState& group, const CallSpec& spec) {
-  if (spec.barrier || (spec.count == 0 && spec.op != Collective::AllToAllV)) return false;
-  if (spec.op == Collective::AllReduce) {
-    return spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead ||
-           spec.algorithm == Algorithm::DirectSplit;
-  }
-  bool exchange = spec.op == Collective::AllToAll || spec.op == Collective::AllToAllV;
-  return exchange && spec.algorithm == Algorithm::Pairwise && reads_directly(group);
-}
-
 // The call itself, after or alongside its check.
 Task call_body(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   if (spec.barrier) {
@@ -231,6 +218,17 @@ std::string describe_call(const CallSpec& spec) {
   return fmt::format("{}({}, {})", collective_name(spec.op), detail, algorithm_name(spec.algorithm));
 }
 
+bool runs_on_segment(const GroupState& group, const CallSpec& spec) {
+  if (spec.barrier || (spec.count == 0 && spec.op != Collective::AllToAllV)) return false;
+  switch (spec.algorithm) {
+    case Algorithm::SharedMemory:
+    case Algorithm::DirectRead:
+    case Algorithm::DirectSplit: return true;
+    case Algorithm::Pairwise: return reads_directly(group);
+    default: return false;
+  }
+}
+
 std::string describe_disagreement(std::span<const Fingerprint> prints) {
   std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
   for (int rank = 0; rank < static_cast<int>(prints.size()); ++rank) {
@@ -253,7 +251,8 @@ std::string describe_disagreement(std::span<const Fingerprint> prints) {
 Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out) {
   const Fingerprint mine = fingerprint_of(spec, ctx.op.label().sequence);
   CallCheck check = group->config.call_check;
-  if (check == CallCheck::Overlapped && checks_in_band(*group, spec)) check = CallCheck::Off;
+  // The one-host algorithms compare the fingerprints beside their data: the overlapped check would only repeat it.
+  if (check == CallCheck::Overlapped && runs_on_segment(*group, spec)) check = CallCheck::Off;
   switch (check) {
     case CallCheck::Off: co_await call_body(ctx, group, spec, in, out); break;
     case CallCheck::Before: {

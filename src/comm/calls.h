@@ -23,7 +23,13 @@ struct CallSpec {
   std::shared_ptr<const ExchangeLayout> layout;
 };
 
-std::string describe_call(const CallSpec& spec);  // "all_reduce(count 10, f32, sum, ring)"
+std::string describe_call(const CallSpec& spec);
+
+// Whether the call runs a one-host algorithm over the group's shared segment
+// (shm, the direct reads, the one-host pairwise exchange): it then takes its
+// turn on the segment and compares the call's fingerprint there, beside its
+// data. A barrier, or a call that moves nothing, runs no such algorithm.
+bool runs_on_segment(const GroupState& group, const CallSpec& spec);  // "all_reduce(count 10, f32, sum, ring)"
 
 Task collective_call(Context ctx, GroupState* group, CallSpec spec, const void* in, void* out);
 

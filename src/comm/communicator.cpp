@@ -198,11 +198,7 @@ Handle start_collective(const std::shared_ptr<GroupState>& owner, CallSpec spec,
     CallShape shape{spec.op, static_cast<double>(decision.bytes), spec.dtype};
     spec.across = hierarchical_inner_algorithm(shape, group.topology, group.model);
   }
-  bool uses_segment = spec.algorithm == Algorithm::SharedMemory || spec.algorithm == Algorithm::DirectRead ||
-                      spec.algorithm == Algorithm::DirectSplit ||
-                      (spec.algorithm == Algorithm::Pairwise && reads_directly(group));
-  bool moves_data = spec.count > 0 || spec.op == Collective::AllToAllV;
-  if (uses_segment && moves_data) group.shm_queue.push_back(sequence);
+  if (runs_on_segment(group, spec)) group.shm_queue.push_back(sequence);
   if (group.config.log_decisions && group.rank() == 0) {
     std::fprintf(stderr, "strata comm [%s] call #%llu %s\n", group.name.c_str(),
                  static_cast<unsigned long long>(sequence), format_decision(decision).c_str());

@@ -12,20 +12,11 @@
 #include <vector>
 
 #include "comm/algorithms.h"
-#include "comm/cross_memory.h"
 #include "comm/group_state.h"
 #include "comm/shared_segment.h"
-#include "core/error.h"
-#include "core/file_io.h"
 
 namespace strata::comm {
 namespace {
-
-std::string peer_label(const Channel& channel, int rank) {
-  int world = channel.world_rank[static_cast<size_t>(rank)];
-  return fmt::format("peer rank {} (world rank {} on {})", channel.group_rank[static_cast<size_t>(rank)], world,
-                     world_hostname(world));
-}
 
 // Fills this rank's block table, staging what fits; returns whether any block stays in the input.
 bool publish_blocks(const SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
@@ -64,12 +55,8 @@ void take_block(const Context& ctx, const SharedSegment& segment, int from, std:
     std::memcpy(target, segment.staged_data(from) + block.offset, block.bytes);
     return;
   }
-  const SharedSegment::CallHeader& theirs = segment.header(from);
-  int error = read_remote(static_cast<pid_t>(theirs.pid), theirs.input_address + block.offset, target, block.bytes);
-  if (error != 0) {
-    ctx.op.abort_with(fmt::format("cannot read the input of {} (pid {}): {}", peer_label(ctx.channel, from),
-                                  theirs.pid, errno_text(error)));
-  }
+  segment.read_peer(ctx.op, ctx.channel, from, segment.header(from).input_address + block.offset, target, block.bytes,
+                    "input");
 }
 
 }  // namespace

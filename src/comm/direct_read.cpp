@@ -7,24 +7,52 @@
 // ranks are descheduled (more processes than cores).
 
 #include <cstring>
+#include <vector>
 
 #include "comm/algorithms.h"
-#include "comm/cross_memory.h"
 #include "comm/group_state.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
 #include "comm/shared_segment.h"
-#include "core/error.h"
-#include "core/file_io.h"
 
 namespace strata::comm {
+
+void reduce_from_peers(const Context& ctx, const SharedSegment& segment, const ReduceBuffers& buffers, size_t first,
+                       size_t length, bool copy_own, bool streaming) {
+  const int p = ctx.size();
+  const int me = ctx.rank();
+  const size_t per_chunk = std::max<size_t>(1, ctx.chunk_bytes / sizeof(float));
+  const size_t out_width = dtype_size(buffers.out_dtype);
+  // One fp32 landing buffer per rank (this rank's used only with copy_own), plus room for raw bf16.
+  ScratchPool::Lease landing = ScratchPool::instance().acquire((static_cast<size_t>(p) + 1) * per_chunk * sizeof(float));
+  std::vector<const float*> sources(static_cast<size_t>(p));
+  for (size_t start = first; start < first + length; start += per_chunk) {
+    const size_t n = std::min(per_chunk, first + length - start);
+    for (int rank = 0; rank < p; ++rank) {
+      float* target = landing.floats() + static_cast<size_t>(rank) * per_chunk;
+      if (rank == me) {
+        if (copy_own) std::memcpy(target, buffers.own + start, n * sizeof(float));
+        sources[static_cast<size_t>(rank)] = copy_own ? target : buffers.own + start;
+        continue;
+      }
+      const SharedSegment::CallHeader& theirs = segment.header(rank);
+      void* raw = theirs.input_width == sizeof(float) ? static_cast<void*>(target)
+                                                       : landing.floats() + static_cast<size_t>(p) * per_chunk;
+      segment.read_peer(ctx.op, ctx.channel, rank, theirs.input_address + start * theirs.input_width, raw,
+                        n * theirs.input_width, "input");
+      if (theirs.input_width != sizeof(float)) widen(target, raw, DType::BF16, n);
+      sources[static_cast<size_t>(rank)] = target;
+    }
+    combine_all_final(static_cast<std::byte*>(buffers.out) + start * out_width, buffers.out_dtype, sources.data(), p,
+                      n, buffers.op, buffers.divisor, streaming);
+  }
+}
 
 Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                        ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await take_segment_for_header(ctx, group);
   const SharedSegment& segment = *group->shm;
-  const int p = ctx.size();
   const int me = ctx.rank();
   // Peers read this rank's input while it writes its output. In place they
   // read its fp32 contribution instead (the widened copy of bf16, a snapshot of f32).
@@ -42,37 +70,8 @@ Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const v
   co_await entered.until(sequence);
   segment.check_same_header(ctx.op);
 
-  const size_t per_chunk = std::max<size_t>(1, ctx.chunk_bytes / sizeof(float));
-  const size_t out_width = dtype_size(buffers.out_dtype);
-  const bool streaming = count * out_width >= kStreamingBytes;
-  // One fp32 landing buffer per rank (its own stays unused), plus room for raw bf16.
-  ScratchPool::Lease landing = ScratchPool::instance().acquire((static_cast<size_t>(p) + 1) * per_chunk * sizeof(float));
-  std::vector<const float*> sources(static_cast<size_t>(p));
-  for (size_t start = 0; start < count; start += per_chunk) {
-    size_t length = std::min(per_chunk, count - start);
-    for (int rank = 0; rank < p; ++rank) {
-      if (rank == me) {
-        sources[static_cast<size_t>(rank)] = buffers.own + start;
-        continue;
-      }
-      const SharedSegment::CallHeader& theirs = segment.header(rank);
-      float* target = landing.floats() + static_cast<size_t>(rank) * per_chunk;
-      void* raw = theirs.input_width == sizeof(float) ? static_cast<void*>(target)
-                                                       : landing.floats() + static_cast<size_t>(p) * per_chunk;
-      int error = read_remote(static_cast<pid_t>(theirs.pid), theirs.input_address + start * theirs.input_width, raw,
-                              length * theirs.input_width);
-      if (error != 0) {
-        int world = ctx.channel.world_rank[static_cast<size_t>(rank)];
-        ctx.op.abort_with(fmt::format("cannot read the input of peer rank {} (world rank {} on {}, pid {}): {}",
-                                      ctx.channel.group_rank[static_cast<size_t>(rank)], world, world_hostname(world),
-                                      theirs.pid, errno_text(error)));
-      }
-      if (theirs.input_width != sizeof(float)) widen(target, raw, DType::BF16, length);
-      sources[static_cast<size_t>(rank)] = target;
-    }
-    combine_all_final(static_cast<std::byte*>(buffers.out) + start * out_width, buffers.out_dtype, sources.data(), p,
-                      length, buffers.op, buffers.divisor, streaming);
-  }
+  const bool streaming = count * dtype_size(buffers.out_dtype) >= kStreamingBytes;
+  reduce_from_peers(ctx, segment, buffers, 0, count, false, streaming);
   // This rank's input must stay readable until every peer has finished with it.
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
   CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);

@@ -53,6 +53,12 @@ std::string world_hostname(int world_rank) {
   return names[static_cast<size_t>(world_rank)];
 }
 
+std::string peer_label(const Channel& channel, int rank) {
+  int world = channel.world_rank[static_cast<size_t>(rank)];
+  return fmt::format("peer rank {} (world rank {} on {})", channel.group_rank[static_cast<size_t>(rank)], world,
+                     world_hostname(world));
+}
+
 std::string OpLabel::describe() const {
   std::string text = kind;
   if (bytes == 0 && algorithm == Algorithm::Auto && peer < 0) return text;
@@ -212,7 +218,7 @@ void Engine::wait(Operation& op) {
       now_ = Operation::Clock::now();  // the timeout counts the time asleep
       continue;
     }
-    bool yield = oversubscribed_ ? idle_polls > kSpinsBeforeYieldOversubscribed
+    bool yield = oversubscribed() ? idle_polls > kSpinsBeforeYieldOversubscribed
                                  : now_ - idle_since > kSpinTimeBeforeYield;
     if (yield) sched_yield();
   }
@@ -284,9 +290,7 @@ bool RequestSet::busy() const {
 std::string RequestSet::peer_name(size_t slot) const {
   int peer = slots_[slot].peer;
   if (peer < 0) return "the other ranks inside the MPI library's collective";
-  int world = channel_.world_rank[static_cast<size_t>(peer)];
-  return fmt::format("peer rank {} (world rank {} on {})", channel_.group_rank[static_cast<size_t>(peer)], world,
-                     world_hostname(world));
+  return peer_label(channel_, peer);
 }
 
 std::string RequestSet::pending_peers() const {

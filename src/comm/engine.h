@@ -61,6 +61,9 @@ std::string mpi_error_text(int code);
 void set_world_hostnames(std::vector<std::string> hostnames);
 std::string world_hostname(int world_rank);
 
+// "peer rank 1 (world rank 3 on host)": channel rank `rank`, for error messages.
+std::string peer_label(const Channel& channel, int rank);
+
 // Something an algorithm waits on: MPI requests, or counters in shared memory.
 class Waitable {
  public:
@@ -123,7 +126,6 @@ class Engine {
   void set_host(int ranks, int cores) {
     host_ranks_ = ranks;
     host_cores_ = cores;
-    oversubscribed_ = ranks > cores;
   }
   // The cores `group_ranks` of the host's ranks get when all run at once:
   // their share of the host's cores, at most one each.
@@ -135,9 +137,10 @@ class Engine {
   bool progress_all();  // true when some operation moved
   static void finish(Operation& op);
   std::vector<std::shared_ptr<Operation>> active_;
-  bool oversubscribed_ = true;
+  bool oversubscribed() const { return host_ranks_ > host_cores_; }
+  // Until the world is joined the host is unknown: count it oversubscribed (yield early).
   int host_ranks_ = 1;
-  int host_cores_ = 1;
+  int host_cores_ = 0;
   // Reading the clock costs as much as a poll: it is refreshed every few polls.
   Operation::Clock::time_point now_{};
   unsigned polls_ = 0;

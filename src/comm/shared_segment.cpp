@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "comm/cross_memory.h"
+#include "core/file_io.h"
 
 namespace strata::comm {
 
@@ -47,6 +48,16 @@ SharedSegment::CallHeader& SharedSegment::write_header(int rank, const Fingerpri
   mine.input_width = input_width;
   mine.pid = own_pid();
   return mine;
+}
+
+void SharedSegment::read_peer(const Operation& op, const Channel& channel, int rank, uint64_t address, void* target,
+                              size_t bytes, const char* what) const {
+  const CallHeader& theirs = header(rank);
+  int error = read_remote(static_cast<pid_t>(theirs.pid), address, target, bytes);
+  if (error != 0) {
+    op.abort_with(fmt::format("cannot read the {} of {} (pid {}): {}", what, peer_label(channel, rank), theirs.pid,
+                              errno_text(error)));
+  }
 }
 
 void SharedSegment::label(int rank, uint64_t chunk, const Fingerprint& call) const {
@@ -97,14 +108,12 @@ std::string CounterWait::pending_peers() const {
   std::string text;
   for (int rank = 0; rank < segment_.ranks(); ++rank) {
     if (!waits_for(rank) || value(rank) >= target_) continue;
-    int world = channel_.world_rank[static_cast<size_t>(rank)];
     const char* what = which_ == Counter::Published  ? "to publish chunk"
                        : which_ == Counter::Consumed ? "to finish reading chunk"
                        : which_ == Counter::Entered  ? "to enter call #"
                        : which_ == Counter::Reduced  ? "to reduce its slice of call #"
                                                      : "to finish reading the inputs of call #";
-    text += fmt::format("{}peer rank {} (world rank {} on {}) {}{} in shared memory", text.empty() ? "" : ", ",
-                        channel_.group_rank[static_cast<size_t>(rank)], world, world_hostname(world), what,
+    text += fmt::format("{}{} {}{} in shared memory", text.empty() ? "" : ", ", peer_label(channel_, rank), what,
                         which_ == Counter::Published || which_ == Counter::Consumed ? target_ - 1 : target_);
   }
   return text.empty() ? "nothing (internal error)" : text;

@@ -63,6 +63,10 @@ class SharedSegment {
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 5 * kLine); }
   // Fills `rank`'s header with its call, its input and this process's id.
   CallHeader& write_header(int rank, const Fingerprint& call, const void* input, size_t input_width) const;
+  // Reads `bytes` at `address` in the process behind `rank`'s header (cross-memory
+  // attach); aborts `op` naming the peer and `what` ("input", ...) when it cannot.
+  void read_peer(const Operation& op, const Channel& channel, int rank, uint64_t address, void* target, size_t bytes,
+                 const char* what) const;
   // After every rank entered: aborts `op` unless all headers carry the same call.
   void check_same_header(const Operation& op) const;
 
