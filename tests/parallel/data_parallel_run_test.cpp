@@ -214,8 +214,8 @@ TEST_F(DataParallelRun, SigtermToOneRankStopsEveryRankAfterTheSameStepWithACheck
   EXPECT_NO_THROW(Checkpoint(run_dir / checkpoint).tensor("exp_avg.transformer.wte.weight")) << run.output;
 }
 
-// A rank killed mid-run: the survivor's next collective times out (5 s here) and
-// ends the job with an error naming the collective and the peer it waits on.
+// A rank killed mid-run: the survivor ends the job with an error naming the
+// collective and the peer, within the timeout (5 s here).
 TEST_F(DataParallelRun, AKilledRankEndsTheOthersWithANamedErrorWithinTheTimeout) {
   fs::path run_dir = root() / "killed";
   std::string launch = "env STRATA_COMM_TIMEOUT=5 " + std::string(STRATA_MPIRUN) +
@@ -234,8 +234,12 @@ TEST_F(DataParallelRun, AKilledRankEndsTheOthersWithANamedErrorWithinTheTimeout)
   std::ofstream(script_file) << script << "\n";
   LaunchResult run = shell("bash " + script_file.string());
   EXPECT_EQ(run.output.find("exit=0"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("no progress for 5.0 s (the timeout); waiting for peer rank"), std::string::npos)
-      << run.output;
+  // Either the survivor's next collective times out waiting for the peer, or,
+  // when the one-host direct all-reduce is reading the dead rank's input at
+  // that moment, the read fails at once; both name the peer.
+  const bool timed_out = run.output.find("no progress for 5.0 s (the timeout); waiting for peer rank") != std::string::npos;
+  const bool read_failed = run.output.find("cannot read the input of peer rank") != std::string::npos;
+  EXPECT_TRUE(timed_out || read_failed) << run.output;
   auto seconds_at = run.output.find("seconds=");
   ASSERT_NE(seconds_at, std::string::npos) << run.output;
   EXPECT_LE(std::stoi(run.output.substr(seconds_at + 8)), 30) << run.output;
