@@ -209,7 +209,7 @@ def run_gemm(j, dev, timer, res):
 
 # ------------------------------------------------------------------------------------------ attention
 def attention_jobs():
-    # b*seq = 16384 tokens; heads*d in {2048, 4096}. Where d does not divide the width (d = 80, 96, 192)
+    # b*seq = 16384 tokens; heads*d in {2048, 4096}. Where d does not divide the width (d = 80, 96, 108, 120, 192)
     # heads is rounded instead of skipping, so those head sizes are measured too (recorded as is).
     jobs = []
     for s in (1024, 2048, 4096, 8192):
@@ -219,6 +219,12 @@ def attention_jobs():
                 jobs.append(dict(batch=16384 // s, heads=heads, kv_heads=heads, seq=s, head_dim=d))
                 if d == 128:  # GQA, kv heads = heads/4
                     jobs.append(dict(batch=16384 // s, heads=heads, kv_heads=heads // 4, seq=s, head_dim=d))
+    # Head sizes off the kernels' multiples of 32 (and of 8, for 108) that real layouts use; fewer lengths.
+    for s in (2048, 4096):
+        for d in (108, 120):
+            for width in (2048, 4096):
+                heads = round(width / d)
+                jobs.append(dict(batch=16384 // s, heads=heads, kv_heads=heads, seq=s, head_dim=d))
     random.Random(1).shuffle(jobs)
     return jobs
 

@@ -3,8 +3,8 @@
 cost per tile, the alignment levels and the sustained matrix rate of its bf16 and f16 tables, and the per-op
 efficiency of the memory-bound kernels measured (`op_efficiency` of its bf16, f16 and f32 tables: each a ratio to
 the measured card's own streaming rate), each with the source the fit wrote. The rest of the description (its peaks, memory, network, attention and comments) stays as it is.
-The H100 presets take the engine `strata fit-device` fits to the H200's kernels (the same GH100 compute): fitting
-those kernels against an H100's memory would price their memory-bound part on the wrong bandwidth.
+Grand Teton's 500 W H100 takes the engine `strata fit-device` fits to the 700 W H100 SXM's kernels (dgx-h100.toml):
+fitting those kernels against its HBM2e would price their memory-bound part on the wrong bandwidth.
 
     take_engine.py FITTED TARGET [--scale-sustained] [--check]
 
