@@ -190,7 +190,9 @@ double measure_memcpy_GBps(size_t bytes) {
   return bytes / best / 1e9;
 }
 
-BenchReport run_bench(Communicator& group, const BenchOptions& options) {
+namespace {
+
+void check_options(const Communicator& group, const BenchOptions& options) {
   if (options.min_bytes == 0 || options.max_bytes < options.min_bytes) {
     fail("comm-bench: sizes must satisfy 0 < min ({}) <= max ({})", options.min_bytes, options.max_bytes);
   }
@@ -201,22 +203,30 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   }
   if (options.root < 0 || options.root >= group.size()) fail("comm-bench: root {} is not a rank", options.root);
   if (options.algorithms.empty()) fail("comm-bench: no algorithms to run");
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  // One entry per requested name (empty algorithm: the MPI library's own collective), each
-  // run on `group`, and with check_cost each algorithm again on an unchecked twin.
-  struct Entry {
-    std::string name;
-    std::optional<Algorithm> algorithm;
-    Communicator* on = nullptr;
-    bool unchecked = false;
-    bool blocking = false;  // baselines: the blocking MPI call
-  };
+}
+
+// One requested name (no algorithm: the MPI library's own collective), run on `on`; with check_cost each
+// algorithm again on an unchecked twin of the group.
+struct Entry {
+  std::string name;
+  std::optional<Algorithm> algorithm;
+  Communicator* on = nullptr;
+  bool unchecked = false;
+  bool blocking = false;  // baselines: the blocking MPI call
+};
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+std::vector<Entry> requested_entries(Communicator& group, const BenchOptions& options) {
   std::vector<Entry> entries;
   for (const std::string& name : options.algorithms) {
     if (name == "baseline" || name == "baseline-blocking") {
       if (options.dtype != DType::F32) fail("comm-bench: the MPI baseline needs f32 buffers (MPI has no bf16)");
-      if (group.size() != world_size) fail("comm-bench: the MPI baseline runs on the world group only");
+      if (group.size() != world_size()) fail("comm-bench: the MPI baseline runs on the world group only");
       entries.push_back({name, std::nullopt, &group, false, name == "baseline-blocking"});
       continue;
     }
@@ -226,36 +236,28 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
     }
     entries.push_back({name, algorithm, &group});
   }
-  std::optional<Communicator> unchecked;
-  if (options.check_cost) {
-    if (group.size() != world_size) fail("comm-bench: the check's cost is measured on the world group only");
-    if (group.config().call_check == CallCheck::Off) fail("comm-bench: the check's cost needs the check on (STRATA_COMM_CHECK)");
-    CommConfig config = group.config();
-    config.call_check = CallCheck::Off;
-    unchecked = Communicator::world(config);
-    for (size_t i = 0, n = entries.size(); i < n; ++i) {
-      if (entries[i].algorithm) entries.push_back({entries[i].name, entries[i].algorithm, &*unchecked, true});
-    }
-  }
-  MPI_Comm baseline_comm = MPI_COMM_NULL;
-  if (std::any_of(entries.begin(), entries.end(), [](const Entry& entry) { return !entry.algorithm; })) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
-  }
+  return entries;
+}
 
-  const int p = group.size();
-  const int me = group.rank();
-  const size_t width = dtype_size(options.dtype);
-  BenchReport report;
-  report.options = options;
-  report.ranks = p;
-  report.nodes = group.nodes();
-  report.links = group.link_source().kind + " " + group.link_source().path;
-  report.memcpy_GBps = measure_memcpy_GBps(std::min<size_t>(options.max_bytes, size_t{256} << 20));
+// `unchecked` becomes the world group with the call check off, and each algorithm gets an entry on it too.
+void add_unchecked_twins(const Communicator& group, std::optional<Communicator>& unchecked, std::vector<Entry>& entries) {
+  if (group.size() != world_size()) fail("comm-bench: the check's cost is measured on the world group only");
+  if (group.config().call_check == CallCheck::Off) fail("comm-bench: the check's cost needs the check on (STRATA_COMM_CHECK)");
+  CommConfig config = group.config();
+  config.call_check = CallCheck::Off;
+  unchecked.emplace(Communicator::world(config));
+  for (size_t i = 0, n = entries.size(); i < n; ++i) {
+    if (entries[i].algorithm) entries.push_back({entries[i].name, entries[i].algorithm, &*unchecked, true});
+  }
+}
 
-  // Buffers for the largest size, allocated once (first touch is slow).
-  size_t largest = count_for(options, options.max_bytes, p);
-  const bool exchange = options.op == Collective::AllToAll || options.op == Collective::AllToAllV;
-  const size_t ranks = static_cast<size_t>(p);
+bool is_exchange(Collective op) { return op == Collective::AllToAll || op == Collective::AllToAllV; }
+
+// Buffers for the largest size, allocated and touched once (first touch is slow).
+Buffers allocate_buffers(const BenchOptions& options, int p) {
+  const size_t width = dtype_size(options.dtype), ranks = static_cast<size_t>(p);
+  const size_t largest = count_for(options, options.max_bytes, p);
+  const bool exchange = is_exchange(options.op);
   size_t in_elements = options.op == Collective::ReduceScatter || exchange ? largest * ranks : largest;
   size_t out_elements = options.op == Collective::AllGather || exchange ? largest * ranks : largest;
   if (options.op == Collective::AllToAllV) out_elements *= ranks;  // skewed: up to everything to one rank
@@ -263,118 +265,171 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
                   ScratchPool::instance().acquire(std::max<size_t>(out_elements, 1) * width)};
   std::memset(buffers.input(), 0, in_elements * width);
   std::memset(buffers.output(), 0, out_elements * width);
+  return buffers;
+}
 
-  for (double size = static_cast<double>(options.min_bytes); size <= static_cast<double>(options.max_bytes) * 1.0000001;
-       size *= options.factor) {
-    size_t count = count_for(options, static_cast<size_t>(size), p);
-    size_t bytes = count * width * ((options.op == Collective::AllReduce || options.op == Collective::Broadcast) ? 1 : ranks);
-    if (count == 0) continue;
-    const std::vector<size_t> exchange_counts =
-        exchange ? bench_exchange_counts(count * ranks, p, options.op == Collective::AllToAllV ? options.skew : 0.0)
-                 : std::vector<size_t>{};
-    size_t model_count = bytes / width;
-    void* out = buffers.output();
-    void* in = options.in_place && options.op == Collective::AllReduce ? out : buffers.input();
-    auto prepare = [&] {
-      size_t input_count = options.op == Collective::ReduceScatter || exchange ? count * ranks : count;
-      if (options.op == Collective::Broadcast) {
-        if (me == options.root) fill(out, options.dtype, count, me, 0);
-      } else {
-        fill(in, options.dtype, input_count, me, 0);
-      }
-    };
-    auto run_once = [&](size_t index) {
-      if (entries[index].blocking) {
-        run_blocking_baseline(options, baseline_comm, in, out, count, exchange_counts);
-        return;
-      }
-      if (!entries[index].algorithm) {
-        run_baseline(options, baseline_comm, in, out, count, exchange_counts, group.config().timeout_s);
-        return;
-      }
-      Algorithm algorithm = *entries[index].algorithm;
-      Communicator& on = *entries[index].on;
-      switch (options.op) {
-        case Collective::AllReduce: on.all_reduce(in, out, count, options.dtype, options.reduce, algorithm); break;
-        case Collective::ReduceScatter: on.reduce_scatter(in, out, count, options.dtype, options.reduce, algorithm); break;
-        case Collective::AllGather: on.all_gather(in, out, count, options.dtype, algorithm); break;
-        case Collective::Broadcast: on.broadcast(out, count, options.dtype, options.root, algorithm); break;
-        case Collective::AllToAll:
-        case Collective::AllToAllV: run_exchange(on, options, in, out, exchange_counts, algorithm); break;
-      }
-    };
-    auto check = [&](size_t index) {
-      long long wrong = count_wrong(options, p, me, out, count, !entries[index].algorithm, exchange_counts);
-      float local = static_cast<float>(wrong), total = 0.0f;
-      group.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
-      return static_cast<long long>(total);
-    };
+// One message size: every entry run, checked, timed over rounds and priced by the model.
+class SizeRun {
+ public:
+  SizeRun(Communicator& group, const BenchOptions& options, const std::vector<Entry>& entries, MPI_Comm baseline_comm,
+          const Buffers& buffers, size_t count)
+      : group_(group), options_(options), entries_(entries), baseline_comm_(baseline_comm), count_(count),
+        ranks_(static_cast<size_t>(group.size())), exchange_(is_exchange(options.op)),
+        bytes_(count * dtype_size(options.dtype) *
+               (options.op == Collective::AllReduce || options.op == Collective::Broadcast ? 1 : ranks_)),
+        exchange_counts_(exchange_ ? bench_exchange_counts(count * ranks_, group.size(),
+                                                           options.op == Collective::AllToAllV ? options.skew : 0.0)
+                                   : std::vector<size_t>{}),
+        out_(buffers.output()),
+        in_(options.in_place && options.op == Collective::AllReduce ? out_ : buffers.input()) {}
 
-    std::vector<BenchRow> rows(entries.size());
-    std::vector<std::vector<double>> rounds(entries.size());
-    for (size_t a = 0; a < entries.size(); ++a) {
+  std::vector<BenchRow> rows() {
+    std::vector<BenchRow> rows(entries_.size());
+    std::vector<std::vector<double>> rounds(entries_.size());
+    for (size_t a = 0; a < entries_.size(); ++a) {
       prepare();
       run_once(a);
-      rows[a].wrong = check(a);
-      for (int i = 0; i < options.warmup; ++i) run_once(a);
+      rows[a].wrong = wrong_elements(a);
+      for (int i = 0; i < options_.warmup; ++i) run_once(a);
     }
-    for (int round = 0; round < options.rounds; ++round) {
-      for (size_t a = 0; a < entries.size(); ++a) {
-        if (options.in_place) prepare();
-        group.barrier();
-        auto start = Clock::now();
-        for (int i = 0; i < options.iters; ++i) run_once(a);
-        float local = static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count() / options.iters);
-        float slowest = 0.0f;
-        group.all_reduce(&local, &slowest, 1, DType::F32, ReduceOp::Max);
-        rounds[a].push_back(slowest);
-      }
+    for (int round = 0; round < options_.rounds; ++round) {
+      for (size_t a = 0; a < entries_.size(); ++a) rounds[a].push_back(timed_call_s(a));
     }
-    if (options.breakdown) {
-      for (size_t a = 0; a < entries.size(); ++a) {
-        if (entries[a].algorithm) record_phases(group, options.iters, [&] { run_once(a); }, rows[a]);
-      }
+    for (size_t a = 0; a < entries_.size() && options_.breakdown; ++a) {
+      if (entries_[a].algorithm) record_phases(group_, options_.iters, [&] { run_once(a); }, rows[a]);
     }
-    for (size_t a = 0; a < entries.size(); ++a) {
-      BenchRow& row = rows[a];
+    for (size_t a = 0; a < entries_.size(); ++a) {
       // The output of the last timed iteration must be right as well (unless in place: inputs changed).
-      if (!options.in_place) row.wrong += check(a);
-      std::vector<double>& times = rounds[a];
-      std::sort(times.begin(), times.end());
-      double seconds = times[times.size() / 2];
-      row.bytes = bytes;
-      row.count = count;
-      row.algorithm = entries[a].name;
-      row.unchecked = entries[a].unchecked;
-      row.time_us = seconds * 1e6;
-      row.slowest_us = times.back() * 1e6;
-      row.algbw_GBps = bytes / seconds / 1e9;
-      row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options.op, p);
-      row.predicted_us = NAN;
-      if (!entries[a].algorithm) {
-        row.ran = entries[a].blocking ? "MPI library, blocking" : "MPI library";
-      } else {
-        Decision decision = group.plan(options.op, model_count, options.dtype, *entries[a].algorithm);
-        row.ran = std::string(algorithm_name(decision.algorithm));
-        row.predicted_us = decision.predicted_s * 1e6;
-        if (exchange && modeled(decision.algorithm)) {
-          // all_to_all_v's decision cannot see the counts: the row prices them.
-          ModelOptions uncalibrated;
-          Cost raw = predict_exchange(options, exchange_counts, decision.algorithm, group.topology(), uncalibrated);
-          row.predicted_us =
-              predict_exchange(options, exchange_counts, decision.algorithm, group.topology(), group.model()).total() * 1e6;
-          row.model_latency_us = raw.latency_s * 1e6;
-          row.model_transfer_us = raw.transfer_s * 1e6;
-        } else if (modeled(decision.algorithm)) {
-          CallShape shape{options.op, static_cast<double>(bytes), options.dtype};
-          ModelOptions uncalibrated;
-          uncalibrated.chunk_bytes = group.model().chunk_bytes;
-          Cost raw = predict(shape, decision.algorithm, group.topology(), uncalibrated);
-          row.model_latency_us = raw.latency_s * 1e6;
-          row.model_transfer_us = raw.transfer_s * 1e6;
-        }
-      }
-      report.rows.push_back(row);
+      if (!options_.in_place) rows[a].wrong += wrong_elements(a);
+      describe(a, rounds[a], rows[a]);
+    }
+    return rows;
+  }
+
+ private:
+  void prepare() {
+    const int me = group_.rank();
+    if (options_.op == Collective::Broadcast) {
+      if (me == options_.root) fill(out_, options_.dtype, count_, me, 0);
+      return;
+    }
+    fill(in_, options_.dtype, options_.op == Collective::ReduceScatter || exchange_ ? count_ * ranks_ : count_, me, 0);
+  }
+
+  void run_once(size_t index) {
+    const Entry& entry = entries_[index];
+    if (entry.blocking) return run_blocking_baseline(options_, baseline_comm_, in_, out_, count_, exchange_counts_);
+    if (!entry.algorithm) {
+      return run_baseline(options_, baseline_comm_, in_, out_, count_, exchange_counts_, group_.config().timeout_s);
+    }
+    const Algorithm algorithm = *entry.algorithm;
+    Communicator& on = *entry.on;
+    switch (options_.op) {
+      case Collective::AllReduce: on.all_reduce(in_, out_, count_, options_.dtype, options_.reduce, algorithm); break;
+      case Collective::ReduceScatter: on.reduce_scatter(in_, out_, count_, options_.dtype, options_.reduce, algorithm); break;
+      case Collective::AllGather: on.all_gather(in_, out_, count_, options_.dtype, algorithm); break;
+      case Collective::Broadcast: on.broadcast(out_, count_, options_.dtype, options_.root, algorithm); break;
+      case Collective::AllToAll:
+      case Collective::AllToAllV: run_exchange(on, options_, in_, out_, exchange_counts_, algorithm); break;
+    }
+  }
+
+  // Wrong elements summed over every rank.
+  long long wrong_elements(size_t index) {
+    long long wrong = count_wrong(options_, group_.size(), group_.rank(), out_, count_, !entries_[index].algorithm,
+                                  exchange_counts_);
+    float local = static_cast<float>(wrong), total = 0.0f;
+    group_.all_reduce(&local, &total, 1, DType::F32, ReduceOp::Sum);
+    return static_cast<long long>(total);
+  }
+
+  // One round of `iters` calls: the slowest rank's mean seconds per call.
+  double timed_call_s(size_t index) {
+    if (options_.in_place) prepare();
+    group_.barrier();
+    auto start = Clock::now();
+    for (int i = 0; i < options_.iters; ++i) run_once(index);
+    float local = static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count() / options_.iters);
+    float slowest = 0.0f;
+    group_.all_reduce(&local, &slowest, 1, DType::F32, ReduceOp::Max);
+    return slowest;
+  }
+
+  // The row's figures: the median round, bandwidths as nccl-tests give them, and the model's prediction.
+  void describe(size_t index, std::vector<double>& times, BenchRow& row) const {
+    const Entry& entry = entries_[index];
+    std::sort(times.begin(), times.end());
+    const double seconds = times[times.size() / 2];
+    row.bytes = bytes_;
+    row.count = count_;
+    row.algorithm = entry.name;
+    row.unchecked = entry.unchecked;
+    row.time_us = seconds * 1e6;
+    row.slowest_us = times.back() * 1e6;
+    row.algbw_GBps = bytes_ / seconds / 1e9;
+    row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(options_.op, group_.size());
+    row.predicted_us = NAN;
+    if (!entry.algorithm) {
+      row.ran = entry.blocking ? "MPI library, blocking" : "MPI library";
+      return;
+    }
+    const Decision decision =
+        group_.plan(options_.op, bytes_ / dtype_size(options_.dtype), options_.dtype, *entry.algorithm);
+    row.ran = std::string(algorithm_name(decision.algorithm));
+    row.predicted_us = decision.predicted_s * 1e6;
+    if (!modeled(decision.algorithm)) return;
+    ModelOptions uncalibrated;
+    Cost raw;
+    if (exchange_) {
+      // all_to_all_v's decision cannot see the counts: the row prices them.
+      raw = predict_exchange(options_, exchange_counts_, decision.algorithm, group_.topology(), uncalibrated);
+      row.predicted_us =
+          predict_exchange(options_, exchange_counts_, decision.algorithm, group_.topology(), group_.model()).total() * 1e6;
+    } else {
+      uncalibrated.chunk_bytes = group_.model().chunk_bytes;
+      raw = predict({options_.op, static_cast<double>(bytes_), options_.dtype}, decision.algorithm, group_.topology(),
+                    uncalibrated);
+    }
+    row.model_latency_us = raw.latency_s * 1e6;
+    row.model_transfer_us = raw.transfer_s * 1e6;
+  }
+
+  Communicator& group_;
+  const BenchOptions& options_;
+  const std::vector<Entry>& entries_;
+  MPI_Comm baseline_comm_;
+  size_t count_, ranks_;
+  bool exchange_;
+  size_t bytes_;
+  std::vector<size_t> exchange_counts_;
+  void* out_;
+  void* in_;
+};
+
+}  // namespace
+
+BenchReport run_bench(Communicator& group, const BenchOptions& options) {
+  check_options(group, options);
+  std::vector<Entry> entries = requested_entries(group, options);
+  std::optional<Communicator> unchecked;
+  if (options.check_cost) add_unchecked_twins(group, unchecked, entries);
+  MPI_Comm baseline_comm = MPI_COMM_NULL;
+  if (std::any_of(entries.begin(), entries.end(), [](const Entry& entry) { return !entry.algorithm; })) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &baseline_comm);
+  }
+  BenchReport report;
+  report.options = options;
+  report.ranks = group.size();
+  report.nodes = group.nodes();
+  report.links = group.link_source().kind + " " + group.link_source().path;
+  report.memcpy_GBps = measure_memcpy_GBps(std::min<size_t>(options.max_bytes, size_t{256} << 20));
+  const Buffers buffers = allocate_buffers(options, group.size());
+  for (double size = static_cast<double>(options.min_bytes); size <= static_cast<double>(options.max_bytes) * 1.0000001;
+       size *= options.factor) {
+    const size_t count = count_for(options, static_cast<size_t>(size), group.size());
+    if (count == 0) continue;
+    for (BenchRow& row : SizeRun(group, options, entries, baseline_comm, buffers, count).rows()) {
+      report.rows.push_back(std::move(row));
     }
   }
   if (baseline_comm != MPI_COMM_NULL) MPI_Comm_free(&baseline_comm);
