@@ -117,6 +117,12 @@ Task take_segment_for_header(Context ctx, GroupState* group);
 // ranks - ranks_per_node.
 Task hierarchical_all_to_all(Context local, Context column, const std::vector<int>& node_of_rank, const void* in,
                              void* out, size_t block_bytes);
+// The same with uneven counts (all_to_all_v): the local ranks first trade the
+// sizes of the blocks they will forward for each other (nodes counts per
+// pair), then the two exchanges carry each block once inside the node and
+// once between nodes, and one copy puts them at their senders' places.
+Task hierarchical_all_to_all_v(Context local, Context column, const std::vector<int>& node_of_rank, const void* in,
+                               void* out, const ExchangeLayout& layout, size_t width);
 
 // The MPI library's own non-blocking collectives (MPI_Iallreduce, ...).
 Task mpi_all_reduce(Context ctx, ReduceBuffers buffers, size_t count);

@@ -114,7 +114,7 @@ Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& co
   for (auto& row : bytes) {
     for (size_t count : counts) row.push_back(static_cast<double>(count) * width);
   }
-  return predict_all_to_all_v(bytes, topology, model);
+  return predict_all_to_all_v(bytes, topology, model, algorithm);
 }
 
 }  // namespace strata::comm

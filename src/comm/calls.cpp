@@ -180,8 +180,13 @@ Task all_to_all_call(Context ctx, GroupState* group, CallSpec spec, const void* 
       }
       break;
     case Algorithm::Hierarchical:
-      co_await hierarchical_all_to_all(sibling(ctx, group->local), sibling(ctx, group->column), group->node_of_rank, in,
-                                       out, spec.count * width);
+      if (spec.op == Collective::AllToAllV) {
+        co_await hierarchical_all_to_all_v(sibling(ctx, group->local), sibling(ctx, group->column), group->node_of_rank,
+                                           in, out, layout, width);
+      } else {
+        co_await hierarchical_all_to_all(sibling(ctx, group->local), sibling(ctx, group->column), group->node_of_rank,
+                                         in, out, spec.count * width);
+      }
       break;
     case Algorithm::Mpi: co_await mpi_all_to_all(ctx, in, out, layout, width); break;
     default: STRATA_CHECK(false, "all_to_all by {}", algorithm_name(spec.algorithm));

@@ -80,7 +80,7 @@ bool implements(Algorithm algorithm, Collective op) {
       return op == Collective::AllReduce || op == Collective::ReduceScatter;
     case Algorithm::RecursiveDoubling: return op == Collective::AllReduce || op == Collective::AllGather;
     case Algorithm::BinomialTree: return op == Collective::AllReduce || op == Collective::Broadcast;
-    case Algorithm::Hierarchical: return op == Collective::AllReduce || op == Collective::AllToAll;
+    case Algorithm::Hierarchical: return op == Collective::AllReduce || exchange;
     case Algorithm::SharedMemory: return op == Collective::AllReduce;
     case Algorithm::DirectRead:
     case Algorithm::DirectSplit: return op == Collective::AllReduce;

@@ -248,16 +248,69 @@ std::vector<std::vector<double>> uniform_blocks(double block_bytes, int ranks) {
 bool reads_directly(const TopologyDesc& topology) { return topology.nodes == 1 && topology.cross_memory; }
 
 // bytes: nccl-tests' size, one rank's whole buffer.
-Cost all_to_all_cost(double bytes, Algorithm algorithm, const TopologyDesc& topology) {
+Cost all_to_all_cost(Collective op, double bytes, Algorithm algorithm, const TopologyDesc& topology) {
   const int p = topology.ranks();
   if (algorithm == Algorithm::Pairwise) return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology));
   // Hierarchical: an all-to-all inside the node, one along the column (the
-  // node's link shared by all columns), and three copies of the buffer.
+  // node's link shared by all columns), and three copies of the buffer;
+  // all_to_all_v first trades the blocks' sizes inside the node.
   TopologyDesc node = node_topology(topology);
   TopologyDesc column = column_topology(topology);
   Cost inside = pairwise_cost(uniform_blocks(bytes / node.ranks(), node.ranks()), node, false);
   Cost across = pairwise_cost(uniform_blocks(bytes / column.ranks(), column.ranks()), column, false);
-  return {inside.latency_s + across.latency_s, inside.transfer_s + across.transfer_s + 3.0 * bytes / topology.reduce_Bps};
+  Cost sizes;
+  if (op == Collective::AllToAllV) {
+    sizes = pairwise_cost(uniform_blocks(static_cast<double>(topology.nodes * sizeof(uint64_t)), node.ranks()), node, false);
+  }
+  return {sizes.latency_s + inside.latency_s + across.latency_s,
+          sizes.transfer_s + inside.transfer_s + across.transfer_s + 3.0 * bytes / topology.reduce_Bps};
+}
+
+// Hierarchical all_to_all_v: the sizes traded inside the node (one more exchange's latency), then each node's
+// exchange inside it and each column's between nodes, every one priced on its own blocks and the slowest
+// setting the pace, and three copies of the busiest rank's bytes (staging, column staging, output).
+Cost hierarchical_all_to_all_v_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology) {
+  const int p = topology.ranks();
+  const TopologyDesc node = node_topology(topology), column = column_topology(topology);
+  const size_t positions = static_cast<size_t>(node.ranks()), nodes = static_cast<size_t>(topology.nodes);
+  std::vector<std::vector<size_t>> members(nodes);
+  for (int rank = 0; rank < p; ++rank) members[static_cast<size_t>(topology.node_of(rank))].push_back(static_cast<size_t>(rank));
+  auto sent = [&](size_t from_node, size_t from_position, size_t to_node, size_t to_position) {
+    return bytes[members[from_node][from_position]][members[to_node][to_position]];
+  };
+  Cost inside, across;
+  for (size_t n = 0; n < nodes; ++n) {
+    std::vector<std::vector<double>> blocks(positions, std::vector<double>(positions, 0.0));
+    for (size_t q = 0; q < positions; ++q) {
+      for (size_t l = 0; l < positions; ++l) {
+        for (size_t m = 0; m < nodes; ++m) blocks[q][l] += sent(n, q, m, l);
+      }
+    }
+    Cost cost = pairwise_cost(blocks, node, false);
+    if (cost.total() > inside.total()) inside = cost;
+  }
+  for (size_t l = 0; l < positions; ++l) {
+    std::vector<std::vector<double>> blocks(nodes, std::vector<double>(nodes, 0.0));
+    for (size_t n = 0; n < nodes; ++n) {
+      for (size_t m = 0; m < nodes; ++m) {
+        for (size_t q = 0; q < positions; ++q) blocks[n][m] += sent(n, q, m, l);
+      }
+    }
+    Cost cost = pairwise_cost(blocks, column, false);
+    if (cost.total() > across.total()) across = cost;
+  }
+  const Cost sizes = pairwise_cost(uniform_blocks(static_cast<double>(nodes * sizeof(uint64_t)), node.ranks()), node, false);
+  double busiest = 0.0;
+  for (int rank = 0; rank < p; ++rank) {
+    double out = 0.0, in = 0.0;
+    for (int peer = 0; peer < p; ++peer) {
+      out += bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
+      in += bytes[static_cast<size_t>(peer)][static_cast<size_t>(rank)];
+    }
+    busiest = std::max({busiest, out, in});
+  }
+  return {sizes.latency_s + inside.latency_s + across.latency_s,
+          sizes.transfer_s + inside.transfer_s + across.transfer_s + 3.0 * busiest / topology.reduce_Bps};
 }
 
 Cost all_reduce_cost(double count, double width, Algorithm algorithm, const TopologyDesc& topology,
@@ -351,7 +404,7 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
     return all_reduce_cost(count, width, algorithm, topology, options, shape);
   }
   if (shape.op == Collective::AllToAll || shape.op == Collective::AllToAllV) {
-    return all_to_all_cost(shape.bytes, algorithm, topology);
+    return all_to_all_cost(shape.op, shape.bytes, algorithm, topology);
   }
   Schedule schedule(topology);
   Fold fold(p);
@@ -490,10 +543,14 @@ Cost predict(const CallShape& shape, Algorithm algorithm, const TopologyDesc& to
 }
 
 Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
-                          const ModelOptions& options) {
+                          const ModelOptions& options, Algorithm algorithm) {
   const int p = topology.ranks();
   if (bytes.size() != static_cast<size_t>(p)) fail("all_to_all_v cost: {} rows of counts for {} ranks", bytes.size(), p);
   if (p <= 1) return {};
+  std::string why;
+  if (!modeled(algorithm) || !applicable(algorithm, {Collective::AllToAllV, 1.0, DType::F32}, topology, &why)) {
+    fail("all_to_all_v cost: {} is not priced here{}", algorithm_name(algorithm), why.empty() ? "" : ": " + why);
+  }
   double busiest = 0.0;
   for (int rank = 0; rank < p; ++rank) {
     double sent = 0.0, received = 0.0;
@@ -503,8 +560,9 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
     }
     busiest = std::max({busiest, sent, received});
   }
-  Cost raw = pairwise_cost(bytes, topology, reads_directly(topology));
-  return calibrated(raw, options.of(Algorithm::Pairwise), busiest);
+  Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology)
+                                                  : pairwise_cost(bytes, topology, reads_directly(topology));
+  return calibrated(raw, options.of(algorithm), busiest);
 }
 
 Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options) {

@@ -131,10 +131,11 @@ inline double predict_seconds(const CallShape& shape, Algorithm algorithm, const
   return predict(shape, algorithm, topology, options).total();
 }
 
-// all_to_all_v with bytes[i][j] sent from rank i to rank j, by its one
-// modeled algorithm (pairwise), calibrated at the busiest rank's buffer size.
+// all_to_all_v with bytes[i][j] sent from rank i to rank j, by `algorithm`
+// (pairwise or hierarchical), calibrated at the busiest rank's buffer size.
+// Throws strata::Error for an algorithm it does not price or that cannot run there.
 Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
-                          const ModelOptions& options = {});
+                          const ModelOptions& options = {}, Algorithm algorithm = Algorithm::Pairwise);
 
 struct Choice {
   Algorithm algorithm = Algorithm::Ring;

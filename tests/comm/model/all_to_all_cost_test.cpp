@@ -1,6 +1,6 @@
 // The all-to-all costs against hand-derived formulas: pairwise by messages
 // (Thakur, Rabenseifner and Gropp's (p-1)(alpha + n/p beta)), pairwise by
-// direct reads, the two-level exchange, and uneven counts.
+// direct reads, the two-level exchange, and uneven counts (flat and two-level).
 #include <gtest/gtest.h>
 
 #include "comm/cost_model.h"
@@ -116,6 +116,40 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));
   EXPECT_NEAR(predict_all_to_all_v(even, topology).total(),
               predict_seconds({Collective::AllToAllV, 3e6}, Algorithm::Pairwise, topology), 1e-15);
+}
+
+// Two nodes of two ranks, ranks (node, position): 0 = (0,0), 1 = (0,1), 2 = (1,0), 3 = (1,1).
+TopologyDesc two_by_two() {
+  TopologyDesc topology;
+  topology.nodes = 2;
+  topology.ranks_per_node = 2;
+  topology.intra = {1e-6, 20e9};
+  topology.inter = {20e-6, 2e9};
+  topology.reduce_Bps = 8e9;
+  return topology;
+}
+
+TEST(AllToAllCost, HierarchicalUnevenCountsPayTheirSlowestNodeAndColumn) {
+  const TopologyDesc topology = two_by_two();
+  // Rank 0 sends 4e6 to rank 3 (node 1, position 1); every other block is 1e3.
+  std::vector<std::vector<double>> bytes(4, std::vector<double>(4, 1e3));
+  for (int rank = 0; rank < 4; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
+  bytes[0][3] = 4e6;
+  // Sizes traded inside a node: 1 step of 2 x 8 bytes. Inside node 0, rank 0 hands rank 1 what goes to position 1
+  // on both nodes: 1e3 (to rank 1) + 4e6 (to rank 3); one step as long as that block. Along column 1, rank 1
+  // sends node 1 what both of node 0's ranks send rank 3: 4e6 + 1e3, on a link shared by the node's 2 columns.
+  // Copies: the busiest rank, rank 0, sends 4e6 + 2e3.
+  const double sizes = 1e-6 + 16 / 20e9;
+  const double inside = 1e-6 + (4e6 + 1e3) / 20e9;
+  const double across = 20e-6 + (4e6 + 1e3) / (2e9 / 2);
+  const double want = sizes + inside + across + 3 * (4e6 + 2e3) / 8e9;
+  EXPECT_NEAR(predict_all_to_all_v(bytes, topology, {}, Algorithm::Hierarchical).total(), want, 1e-12 * want);
+  // Even counts cost what the two-level all_to_all_v of that size costs.
+  std::vector<std::vector<double>> even(4, std::vector<double>(4, 1e6));
+  EXPECT_NEAR(predict_all_to_all_v(even, topology, {}, Algorithm::Hierarchical).total(),
+              predict_seconds({Collective::AllToAllV, 4e6}, Algorithm::Hierarchical, topology), 1e-15);
+  // One node has nothing to price it on.
+  EXPECT_THROW(predict_all_to_all_v(bytes, node_of(4, false), {}, Algorithm::Hierarchical), Error);
 }
 
 }  // namespace
