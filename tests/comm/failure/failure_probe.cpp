@@ -3,6 +3,7 @@
 //   killed-before [ALGORITHM] - rank 1 dies just before making that call
 //   killed-all-to-all [ALGORITHM] - rank 1 dies in the middle of the first of a few large all_to_alls
 //             (default pairwise)
+//   killed-all-to-all-v [ALGORITHM] - the same with all_to_all_v, uneven counts
 //   absent  - rank 1 never makes the call (it sleeps), the others wait for it
 //   healthy - everyone makes the call (the control: exits 0)
 //   mismatch - rank 1 passes a different count to a shared-memory all_reduce
@@ -48,7 +49,7 @@ int make_calls(const comm::Communicator& world, bool victim, int calls, const st
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: %s killed|killed-before|killed-all-to-all|absent|healthy|mismatch|mismatch-direct|mismatch-reduce|mismatch-all-to-all|late [ALGORITHM]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s killed|killed-before|killed-all-to-all|killed-all-to-all-v|absent|healthy|mismatch|mismatch-direct|mismatch-reduce|mismatch-all-to-all|late [ALGORITHM]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -104,6 +105,17 @@ int main(int argc, char** argv) {
     // Several exchanges, as a training step makes: a survivor that received all
     // of the victim's first exchange (MPI may pull it alone) waits in the next.
     return make_calls(world, victim, 3, [&] { return world.all_to_all_async(in.data(), out.data(), block, DType::F32, algorithm); });
+  }
+  if (mode == "killed-all-to-all-v") {
+    const comm::Algorithm algorithm = argc == 3 ? comm::parse_algorithm(argv[2], "the probe's algorithm") : comm::Algorithm::Pairwise;
+    // Rank r sends peer j a share that grows with j; every rank receives the same from each sender.
+    const size_t p = static_cast<size_t>(world.size()), unit = count / (p * (p + 1) / 2);
+    std::vector<size_t> send_counts(p), recv_counts(p, unit * (static_cast<size_t>(world.rank()) + 1));
+    for (size_t peer = 0; peer < p; ++peer) send_counts[peer] = unit * (peer + 1);
+    std::vector<float> received(unit * p * p);
+    return make_calls(world, victim, 3, [&] {
+      return world.all_to_all_v_async(in.data(), send_counts, received.data(), recv_counts, DType::F32, algorithm);
+    });
   }
   const comm::Algorithm algorithm = argc == 3 ? comm::parse_algorithm(argv[2], "the probe's algorithm") : comm::Algorithm::Ring;
   // Larger calls than its segment's slots hold go to the ring, so shm gets a small one.
