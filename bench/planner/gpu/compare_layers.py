@@ -9,31 +9,16 @@ Python 3 standard library only; STRATA=path overrides build/bin/strata.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
-STRATA = os.environ.get("STRATA", os.path.join(REPO, "build", "bin", "strata"))
+from plan_one_device import HERE, REPO, plan_one_device
 
 
 def compute_seconds(layer, n_layer, cluster, work):
-    family = "gpt2" if layer["family"] == "gpt" else "llama"
-    lines = ["[model]", f'family = "{family}"', f"n_layer = {n_layer}", f"n_head = {layer['heads']}",
-             f"n_embd = {layer['hidden']}", "vocab_size = 128", f"block_size = {layer['seq']}",
-             f"intermediate_size = {layer['ffn']}"]
-    if family == "llama":
-        lines += [f"n_kv_head = {layer['kv_heads']}", "tie_word_embeddings = false"]
-    path = os.path.join(work, "model.toml")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    mb = str(layer["micro_batch"])
-    out = subprocess.run([STRATA, "plan", path, cluster, "--nodes", "1", "--dp", "8", "--tp", "1", "--pp", "1",
-                          "--micro-batch", mb, "--global-batch", str(8 * layer["micro_batch"]), "--dtype", "bf16",
-                          "--zero", "0", "--recompute", "none", "--json", "--top", "1"],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)["plans"][0]["time_s"]["compute"]
+    plan = plan_one_device(work, layer["family"], n_layer, layer["heads"], layer["kv_heads"], layer["hidden"],
+                           layer["ffn"], 128, layer["seq"], layer["micro_batch"], cluster)
+    return plan["plans"][0]["time_s"]["compute"]
 
 
 def main():

@@ -11,13 +11,10 @@ Python 3 standard library only; STRATA=path overrides build/bin/strata.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
-STRATA = os.environ.get("STRATA", os.path.join(REPO, "build", "bin", "strata"))
+from plan_one_device import HERE, REPO, plan_one_device
 
 # Measured kernel classes (measure_step.py) beside the planner's terms (`strata plan --explain`).
 MEASURED = {
@@ -35,21 +32,10 @@ PREDICTED = {
 
 
 def predicted_terms(step, cluster, work):
-    family = "gpt2" if step["family"] == "gpt" else "llama"
-    lines = ["[model]", f'family = "{family}"', f"n_layer = {step['n_layer']}", f"n_head = {step['heads']}",
-             f"n_embd = {step['hidden']}", f"vocab_size = {step['vocab']}", f"block_size = {step['seq']}",
-             f"intermediate_size = {step['ffn']}"]
-    if family == "llama":
-        lines += [f"n_kv_head = {step['kv_heads']}", "tie_word_embeddings = false"]
-    path = os.path.join(work, "model.toml")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    mb = step["micro_batch"]
-    out = subprocess.run([STRATA, "plan", path, cluster, "--nodes", "1", "--dp", "8", "--tp", "1", "--pp", "1",
-                          "--micro-batch", str(mb), "--global-batch", str(8 * mb), "--dtype", "bf16", "--zero", "0",
-                          "--recompute", "none", "--eager", "on", "--loss", "eager-f32", "--explain", "--json",
-                          "--top", "1"], capture_output=True, text=True, check=True)
-    terms = {t["name"]: t["seconds"] for t in json.loads(out.stdout)["explain"]["winner"]["terms"]}
+    plan = plan_one_device(work, step["family"], step["n_layer"], step["heads"], step["kv_heads"], step["hidden"],
+                           step["ffn"], step["vocab"], step["seq"], step["micro_batch"], cluster,
+                           ("--eager", "on", "--loss", "eager-f32", "--explain"))
+    terms = {t["name"]: t["seconds"] for t in plan["explain"]["winner"]["terms"]}
     return {cls: sum(terms.get(name, 0.0) for name in names) for cls, names in PREDICTED.items()}
 
 
@@ -71,7 +57,8 @@ def main():
             measured["whole step"], predicted["whole step"] = step["step_s"], sum(predicted.values())
             cells = []
             for c in measured:
-                error = f"{100 * (predicted[c] / measured[c] - 1):+.0f}%" if measured[c] > 0 else "-"
+                priced = measured[c] > 0 and predicted[c] > 0  # idle time has no term of its own
+                error = f"{100 * (predicted[c] / measured[c] - 1):+.0f}%" if priced else "-"
                 cells.append(f"{1e3 * measured[c]:>6.1f}/{1e3 * predicted[c]:>6.1f} {error:>6}")
             name = f"{step['name']} s={step['seq']} b={step['micro_batch']}"
             print(f"{name:<30} " + " ".join(f"{cell:>20}" for cell in cells))

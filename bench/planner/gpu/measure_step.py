@@ -21,6 +21,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from measure_layers import Layer  # one transformer layer, as measure_layers.py times it
+
 # name, family, layers, hidden, heads, kv heads, ffn, vocab, seq, micro-batch
 MODELS = [
     ("gpt2-124m", "gpt", 12, 768, 12, 12, 3072, 50304, 1024, 16),
@@ -29,50 +31,13 @@ MODELS = [
 ]
 
 
-class Block(torch.nn.Module):
-    def __init__(self, family, hidden, heads, kv, ffn):
-        super().__init__()
-        self.family, self.heads, self.kv, self.head_dim = family, heads, kv, hidden // heads
-        gpt = family == "gpt"
-        norm = torch.nn.LayerNorm if gpt else torch.nn.RMSNorm
-        self.norm1, self.norm2 = norm(hidden), norm(hidden)
-        self.qkv = torch.nn.Linear(hidden, (heads + 2 * kv) * self.head_dim, bias=gpt)
-        self.proj = torch.nn.Linear(hidden, hidden, bias=gpt)
-        self.up = torch.nn.Linear(hidden, ffn * (1 if gpt else 2), bias=gpt)
-        self.down = torch.nn.Linear(ffn, hidden, bias=gpt)
-
-    def forward(self, x, cos, sin):
-        b, s, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(
-            [self.heads * self.head_dim, self.kv * self.head_dim, self.kv * self.head_dim], dim=-1)
-        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, s, self.kv, self.head_dim).transpose(1, 2)
-        v = v.view(b, s, self.kv, self.head_dim).transpose(1, 2)
-        if self.family == "llama":
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.heads)
-        x = x + self.proj(o.transpose(1, 2).reshape(b, s, -1))
-        h = self.up(self.norm2(x))
-        if self.family == "gpt":
-            h = F.gelu(h, approximate="tanh")
-        else:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        return x + self.down(h)
-
-
-def rotate(x, cos, sin):
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
 class Model(torch.nn.Module):
     def __init__(self, family, layers, hidden, heads, kv, ffn, vocab, seq):
         super().__init__()
         self.family = family
         self.embed = torch.nn.Embedding(vocab, hidden)
         self.pos = torch.nn.Embedding(seq, hidden) if family == "gpt" else None
-        self.blocks = torch.nn.ModuleList(Block(family, hidden, heads, kv, ffn) for _ in range(layers))
+        self.blocks = torch.nn.ModuleList(Layer(family, hidden, heads, kv, ffn) for _ in range(layers))
         self.norm = torch.nn.LayerNorm(hidden) if family == "gpt" else torch.nn.RMSNorm(hidden)
         self.head = torch.nn.Linear(hidden, vocab, bias=False)
         if family == "gpt":

@@ -82,13 +82,19 @@ TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
   EXPECT_THROW(shared.validate("test cluster"), Error);
 }
 
-TEST(AllToAllCost, HierarchicalSendsFewerMessagesBetweenNodes) {
+// Two nodes of `per_node` ranks; ranks in node order (node n, position l is rank n * per_node + l).
+TopologyDesc two_nodes(int per_node) {
   TopologyDesc topology;
   topology.nodes = 2;
-  topology.ranks_per_node = 8;
+  topology.ranks_per_node = per_node;
   topology.intra = {1e-6, 20e9};
   topology.inter = {20e-6, 2e9};
   topology.reduce_Bps = 8e9;
+  return topology;
+}
+
+TEST(AllToAllCost, HierarchicalSendsFewerMessagesBetweenNodes) {
+  const TopologyDesc topology = two_nodes(8);
   const double small = 4096;
   // Flat: all 15 steps have flows between the nodes, so each pays the network latency.
   double flat = predict_seconds({Collective::AllToAll, small}, Algorithm::Pairwise, topology);
@@ -118,19 +124,9 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
               predict_seconds({Collective::AllToAllV, 3e6}, Algorithm::Pairwise, topology), 1e-15);
 }
 
-// Two nodes of two ranks, ranks (node, position): 0 = (0,0), 1 = (0,1), 2 = (1,0), 3 = (1,1).
-TopologyDesc two_by_two() {
-  TopologyDesc topology;
-  topology.nodes = 2;
-  topology.ranks_per_node = 2;
-  topology.intra = {1e-6, 20e9};
-  topology.inter = {20e-6, 2e9};
-  topology.reduce_Bps = 8e9;
-  return topology;
-}
-
 TEST(AllToAllCost, HierarchicalUnevenCountsPayTheirSlowestNodeAndColumn) {
-  const TopologyDesc topology = two_by_two();
+  // Ranks (node, position): 0 = (0,0), 1 = (0,1), 2 = (1,0), 3 = (1,1).
+  const TopologyDesc topology = two_nodes(2);
   // Rank 0 sends 4e6 to rank 3 (node 1, position 1); every other block is 1e3.
   std::vector<std::vector<double>> bytes(4, std::vector<double>(4, 1e3));
   for (int rank = 0; rank < 4; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
