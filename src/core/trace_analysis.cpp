@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -30,11 +31,10 @@ struct Interval {
 };
 
 using Track = std::vector<Interval>;  // sorted by begin, longer first
+using Tracks = std::map<std::pair<int, int>, Track>;  // by (pid, tid)
 
-}  // namespace
-
-std::vector<StepGaps> analyse_steps(const nlohmann::json& trace) {
-  std::map<std::pair<int, int>, Track> tracks;
+Tracks read_tracks(const nlohmann::json& trace) {
+  Tracks tracks;
   for (const nlohmann::json& event : trace.at("traceEvents")) {
     if (event.value("ph", "") != "X") continue;
     Interval span;
@@ -53,6 +53,81 @@ std::vector<StepGaps> analyse_steps(const nlohmann::json& trace) {
       return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
     });
   }
+  return tracks;
+}
+
+// Where the step's time went on its thread: each instant to the highest-priority category open then (into
+// gaps.ms), and the compute time by the op of the outermost kernel running (into gaps.top_ops).
+void assign_step_time(const Track& track, const Interval& step, StepGaps& gaps) {
+  // Spans inside the step start within it (spans on one thread nest).
+  auto first = std::lower_bound(track.begin(), track.end(), step.begin,
+                                [](const Interval& span, double t) { return span.begin < t; });
+  // time, +1/-1, category, and for outermost kernels their index in `ops` (else -1)
+  std::vector<std::tuple<double, int, size_t, int>> boundaries;
+  std::vector<const std::string*> ops;
+  double outer_kernel_end = -1;
+  for (auto it = first; it != track.end() && it->begin < step.end; ++it) {
+    if (&*it == &step) continue;
+    const double begin = std::max(it->begin, step.begin), end = std::min(it->end, step.end);
+    if (end <= begin) continue;
+    int op = -1;
+    if (it->kernel && it->begin >= outer_kernel_end) {  // outermost kernels: nested ones are their parts
+      op = static_cast<int>(ops.size());
+      ops.push_back(&it->name);
+      outer_kernel_end = it->end;
+    }
+    boundaries.emplace_back(begin, +1, it->category, op);
+    boundaries.emplace_back(end, -1, it->category, op);
+  }
+  std::sort(boundaries.begin(), boundaries.end());  // at one instant, ends before starts
+  std::array<int, kGapCategories.size()> open{};
+  std::array<double, kGapCategories.size()> us{};
+  std::map<std::string, double> op_us;  // compute time by the outermost kernel's op type
+  int current_op = -1;
+  double at = step.begin;
+  auto assign = [&](double until) {
+    if (until <= at) return;
+    const auto highest = std::find_if(open.begin(), open.end(), [](int spans) { return spans > 0; });
+    const size_t top = highest == open.end() ? kOther : static_cast<size_t>(highest - open.begin());
+    us[top] += until - at;
+    if (top == kCompute && current_op >= 0) op_us[*ops[static_cast<size_t>(current_op)]] += until - at;
+    at = until;
+  };
+  for (const auto& [time, delta, category, op] : boundaries) {
+    assign(time);
+    open[category] += delta;
+    if (op >= 0) current_op = delta > 0 ? op : -1;
+  }
+  assign(step.end);
+  for (size_t c = 0; c < us.size(); ++c) gaps.ms[c] = us[c] / 1e3;
+  for (const auto& [name, time] : op_us) gaps.top_ops.emplace_back(name, time / 1e3);
+  std::sort(gaps.top_ops.begin(), gaps.top_ops.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+}
+
+// Collectives in flight on the lanes of rank `pid` during the step: the union of their intervals, ms.
+double comm_in_flight_ms(const Tracks& tracks, int pid, const Interval& step) {
+  std::vector<std::pair<double, double>> flights;
+  for (auto lane = tracks.lower_bound({pid, kLaneTid0}); lane != tracks.end() && lane->first.first == pid; ++lane) {
+    for (const Interval& span : lane->second) {
+      const double begin = std::max(span.begin, step.begin), end = std::min(span.end, step.end);
+      if (end > begin) flights.emplace_back(begin, end);
+    }
+  }
+  std::sort(flights.begin(), flights.end());
+  double covered_until = step.begin, flight_us = 0;
+  for (const auto& [begin, end] : flights) {
+    if (end <= covered_until) continue;
+    flight_us += end - std::max(begin, covered_until);
+    covered_until = end;
+  }
+  return flight_us / 1e3;
+}
+
+}  // namespace
+
+std::vector<StepGaps> analyse_steps(const nlohmann::json& trace) {
+  const Tracks tracks = read_tracks(trace);
   std::vector<StepGaps> result;
   for (const auto& [key, track] : tracks) {
     const auto [pid, tid] = key;
@@ -65,71 +140,8 @@ std::vector<StepGaps> analyse_steps(const nlohmann::json& trace) {
       gaps.step = step.step_number;
       gaps.start_us = step.begin;
       gaps.step_ms = (step.end - step.begin) / 1e3;
-      // Spans inside the step start within it (spans on one thread nest).
-      auto first = std::lower_bound(track.begin(), track.end(), step.begin,
-                                    [](const Interval& span, double t) { return span.begin < t; });
-      // time, +1/-1, category, and for outermost kernels their index in `ops` (else -1)
-      std::vector<std::tuple<double, int, size_t, int>> boundaries;
-      std::vector<const std::string*> ops;
-      double outer_kernel_end = -1;
-      for (auto it = first; it != track.end() && it->begin < step.end; ++it) {
-        if (&*it == &step) continue;
-        const double begin = std::max(it->begin, step.begin), end = std::min(it->end, step.end);
-        if (end <= begin) continue;
-        int op = -1;
-        if (it->kernel && it->begin >= outer_kernel_end) {  // outermost kernels: nested ones are their parts
-          op = static_cast<int>(ops.size());
-          ops.push_back(&it->name);
-          outer_kernel_end = it->end;
-        }
-        boundaries.emplace_back(begin, +1, it->category, op);
-        boundaries.emplace_back(end, -1, it->category, op);
-      }
-      std::sort(boundaries.begin(), boundaries.end());  // at one instant, ends before starts
-      std::array<int, kGapCategories.size()> open{};
-      std::array<double, kGapCategories.size()> us{};
-      std::map<std::string, double> op_us;  // compute time by the outermost kernel's op type
-      int current_op = -1;
-      double at = step.begin;
-      auto assign = [&](double until) {
-        if (until <= at) return;
-        size_t top = kOther;
-        for (size_t c = 0; c < open.size(); ++c) {
-          if (open[c] > 0) {
-            top = c;
-            break;
-          }
-        }
-        us[top] += until - at;
-        if (top == kCompute && current_op >= 0) op_us[*ops[static_cast<size_t>(current_op)]] += until - at;
-        at = until;
-      };
-      for (const auto& [time, delta, category, op] : boundaries) {
-        assign(time);
-        open[category] += delta;
-        if (op >= 0) current_op = delta > 0 ? op : -1;
-      }
-      assign(step.end);
-      for (size_t c = 0; c < us.size(); ++c) gaps.ms[c] = us[c] / 1e3;
-      // Collectives in flight on this rank's lanes during the step: the union of their intervals.
-      std::vector<std::pair<double, double>> flights;
-      for (auto lane = tracks.lower_bound({pid, kLaneTid0}); lane != tracks.end() && lane->first.first == pid; ++lane) {
-        for (const Interval& span : lane->second) {
-          const double begin = std::max(span.begin, step.begin), end = std::min(span.end, step.end);
-          if (end > begin) flights.emplace_back(begin, end);
-        }
-      }
-      std::sort(flights.begin(), flights.end());
-      double covered_until = step.begin, flight_us = 0;
-      for (const auto& [begin, end] : flights) {
-        if (end <= covered_until) continue;
-        flight_us += end - std::max(begin, covered_until);
-        covered_until = end;
-      }
-      gaps.comm_in_flight_ms = flight_us / 1e3;
-      for (const auto& [name, time] : op_us) gaps.top_ops.emplace_back(name, time / 1e3);
-      std::sort(gaps.top_ops.begin(), gaps.top_ops.end(),
-                [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+      assign_step_time(track, step, gaps);
+      gaps.comm_in_flight_ms = comm_in_flight_ms(tracks, pid, step);
       result.push_back(std::move(gaps));
     }
   }
