@@ -67,31 +67,23 @@ double predict_attention(const AttentionMeasurement& a, const DeviceSpec& device
   return op_seconds(op, device, dtype);
 }
 
-}  // namespace
-
-DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured, const DeviceFitOptions& options) {
-  DeviceFit fit;
-  fit.device = base;
-  DeviceSpec& device = fit.device;
-  const double host_bound = options.host_bound_floors * measured.launch_floor_s;
-  const double gemm_host_bound = options.host_bound_floors * std::max(measured.launch_floor_s, measured.gemm_floor_s);
-
-  if (options.sustained_matrix_flops > 0) {
-    if (!device.computes(options.sustained_dtype)) {
-      fail("device '{}' has no {} matrix engine to give a sustained rate to", base.name,
-           dtype_name(options.sustained_dtype));
-    }
-    DTypePerformance& perf = device.dtypes.at(options.sustained_dtype);
-    if (options.sustained_matrix_flops > perf.matrix_flops) {
-      fail("a sustained matrix rate of {} TFLOP/s is above device '{}''s {} peak of {}",
-           options.sustained_matrix_flops / 1e12, base.name, dtype_name(options.sustained_dtype),
-           perf.matrix_flops / 1e12);
-    }
-    perf.sustained_matrix_flops = options.sustained_matrix_flops;
+void set_sustained_rate(DeviceSpec& device, const DeviceFitOptions& options) {
+  if (!device.computes(options.sustained_dtype)) {
+    fail("device '{}' has no {} matrix engine to give a sustained rate to", device.name, dtype_name(options.sustained_dtype));
   }
+  DTypePerformance& perf = device.dtypes.at(options.sustained_dtype);
+  if (options.sustained_matrix_flops > perf.matrix_flops) {
+    fail("a sustained matrix rate of {} TFLOP/s is above device '{}''s {} peak of {}", options.sustained_matrix_flops / 1e12,
+         device.name, dtype_name(options.sustained_dtype), perf.matrix_flops / 1e12);
+  }
+  perf.sustained_matrix_flops = options.sustained_matrix_flops;
+}
+
+// Each dtype's GEMM engine, from its GEMMs above the host's floor; every sweep weighs the same, however many shapes.
+void fit_gemms(DeviceFit& fit, const KernelMeasurements& measured, double gemm_host_bound) {
+  DeviceSpec& device = fit.device;
   for (auto& [dtype, gemms] : measured.gemm) {
     if (!device.computes(dtype)) continue;
-    // Every sweep weighs the same in the fit, however many shapes it has.
     std::map<std::string, double> per_set;
     for (const MeasuredGemm& g : gemms) {
       if (g.sample.seconds >= gemm_host_bound) ++per_set[g.set];
@@ -106,28 +98,26 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
     fit.gemm[dtype] = fit_gemm_engine(device.dtypes.at(dtype), samples, device.op_overhead_s);
     fit.gemm_samples[dtype] = samples.size();
   }
-  if (fit.gemm.empty()) fail("{}: no GEMMs in a dtype device '{}' computes", measured.source, base.name);
+  if (fit.gemm.empty()) fail("{}: no GEMMs in a dtype device '{}' computes", measured.source, device.name);
+}
 
-  // Attention, measured in bf16: one backend, both passes.
+// Attention, measured in bf16: one backend, both passes.
+void fit_attention(DeviceFit& fit, const KernelMeasurements& measured, const std::string& backend, double host_bound) {
   std::vector<AttentionMeasurement> attention;
   for (const MeasuredAttention& a : measured.attention) {
-    if (a.backend == options.attention_backend && a.sample.seconds >= host_bound) attention.push_back(a.sample);
+    if (a.backend == backend && a.sample.seconds >= host_bound) attention.push_back(a.sample);
   }
-  if (attention.empty()) fail("{}: no attention measured with backend '{}'", measured.source, options.attention_backend);
-  if (!device.computes(DType::BF16)) fail("device '{}' has no bf16 matrix engine to fit attention to", base.name);
-  fit.attention = fit_attention_engine(device.dtypes.at(DType::BF16), attention, device.op_overhead_s);
+  if (attention.empty()) fail("{}: no attention measured with backend '{}'", measured.source, backend);
+  if (!fit.device.computes(DType::BF16)) fail("device '{}' has no bf16 matrix engine to fit attention to", fit.device.name);
+  fit.attention = fit_attention_engine(fit.device.dtypes.at(DType::BF16), attention, fit.device.op_overhead_s);
+}
 
-  // f16 runs on the same tensor cores as bf16: an unmeasured f16 takes bf16's fit.
-  if (device.computes(DType::F16) && !fit.gemm.count(DType::F16) && fit.gemm.count(DType::BF16)) {
-    const DTypePerformance& bf16 = device.dtypes.at(DType::BF16);
-    device.dtypes.at(DType::F16).gemm = bf16.gemm;
-    device.dtypes.at(DType::F16).attention = bf16.attention;
-    device.dtypes.at(DType::F16).sustained_matrix_flops = bf16.sustained_matrix_flops;
-  }
-
-  // Streaming element-wise kernels (copy, add) on large tensors: the share of the datasheet bandwidth they reach.
+// The memory efficiency (the share of the datasheet bandwidth large copies and adds reach, when `memory`) and each
+// measured op's efficiency, a ratio to the card's own streaming rate so it holds where the memory is not fitted.
+void fit_memory(DeviceFit& fit, const KernelMeasurements& measured, bool memory) {
+  DeviceSpec& device = fit.device;
   fit.memory_efficiency = device.memory_efficiency;
-  if (options.memory) {
+  if (memory) {
     std::vector<double> shares;
     for (const MeasuredMemoryOp& op : measured.memory_ops) {
       if (streams(op)) shares.push_back(std::min(1.0, op.bytes / op.seconds / device.memory_bandwidth_Bps));
@@ -135,18 +125,32 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
     if (shares.empty()) fail("{}: no large copy or add to fit the memory efficiency to", measured.source);
     fit.memory_efficiency = device.memory_efficiency = median(shares);
   }
-  // A ratio to the measured device's own streaming rate, so it holds on a description whose memory is not fitted.
   for (const auto& [dtype, ops] : fit_op_efficiency(measured)) {
     if (!device.dtypes.count(dtype)) continue;
     fit.op_efficiency[dtype] = ops;
     device.dtypes.at(dtype).op_efficiency = ops;
   }
-  // f16's half-precision kernels take bf16's, as its engines do.
+}
+
+// f16 runs on the same tensor cores as bf16: an unmeasured f16 takes bf16's engines and per-op efficiency.
+void share_f16(DeviceFit& fit) {
+  DeviceSpec& device = fit.device;
+  if (device.computes(DType::F16) && !fit.gemm.count(DType::F16) && fit.gemm.count(DType::BF16)) {
+    const DTypePerformance& bf16 = device.dtypes.at(DType::BF16);
+    device.dtypes.at(DType::F16).gemm = bf16.gemm;
+    device.dtypes.at(DType::F16).attention = bf16.attention;
+    device.dtypes.at(DType::F16).sustained_matrix_flops = bf16.sustained_matrix_flops;
+  }
   if (device.dtypes.count(DType::F16) && fit.op_efficiency.count(DType::BF16) && !fit.op_efficiency.count(DType::F16)) {
     fit.op_efficiency[DType::F16] = fit.op_efficiency.at(DType::BF16);
     device.dtypes.at(DType::F16).op_efficiency = fit.op_efficiency.at(DType::BF16);
   }
+}
 
+// Every measured kernel priced by the fitted device, and whether the fit used it.
+void price_every_kernel(DeviceFit& fit, const KernelMeasurements& measured, const DeviceFitOptions& options,
+                        double host_bound, double gemm_host_bound) {
+  const DeviceSpec& device = fit.device;
   for (const auto& [dtype, gemms] : measured.gemm) {
     if (!device.computes(dtype)) continue;
     for (const MeasuredGemm& g : gemms) {
@@ -163,13 +167,27 @@ DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured,
                            a.backend == options.attention_backend && a.sample.seconds >= host_bound});
   }
   for (const MeasuredMemoryOp& op : measured.memory_ops) {
-    double predicted =
-        device.op_overhead_s + op.bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
+    double predicted = device.op_overhead_s + op.bytes / (device.memory_bandwidth_Bps * device.memory_efficiency);
     const double efficiency = fitted_efficiency(fit, op);
     if (efficiency > 0) predicted /= efficiency;  // as device_time.cpp prices the op
     fit.kernels.push_back({"memory", op.op, fmt::format("{:.0f} elements", op.elements), op.dtype, op.seconds,
                            predicted, efficiency > 0 && op.bytes >= kStreamingBytes});
   }
+}
+
+}  // namespace
+
+DeviceFit fit_device(const DeviceSpec& base, const KernelMeasurements& measured, const DeviceFitOptions& options) {
+  DeviceFit fit;
+  fit.device = base;
+  const double host_bound = options.host_bound_floors * measured.launch_floor_s;
+  const double gemm_host_bound = options.host_bound_floors * std::max(measured.launch_floor_s, measured.gemm_floor_s);
+  if (options.sustained_matrix_flops > 0) set_sustained_rate(fit.device, options);
+  fit_gemms(fit, measured, gemm_host_bound);
+  fit_attention(fit, measured, options.attention_backend, host_bound);
+  fit_memory(fit, measured, options.memory);
+  share_f16(fit);
+  price_every_kernel(fit, measured, options, host_bound, gemm_host_bound);
   return fit;
 }
 
