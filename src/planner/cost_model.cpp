@@ -778,8 +778,13 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
       ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
-      entry.seconds += times * op_time(op, split, plan.ep);
-      entry.flops += times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
+      ClassTime& by_op = result.compute_by_op[op.op];
+      const double seconds = times * op_time(op, split, plan.ep);
+      const double flops = times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
+      entry.seconds += seconds;
+      entry.flops += flops;
+      by_op.seconds += seconds;
+      by_op.flops += flops;
     }
   };
   const Workload& work = figures.work;

@@ -120,6 +120,7 @@ class CostModel {
   struct StepAttribution {
     int stage = 0;
     std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
+    std::map<std::string, ClassTime> compute_by_op;  // the same by op type (the schema's name), experts' GEMMs in
     std::map<CommPattern, double> tp_comm;
     ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
     double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch

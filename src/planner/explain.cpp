@@ -53,7 +53,7 @@ void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& at
 }
 
 PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
-  PlanExplanation out{prediction, 0, {}};
+  PlanExplanation out{prediction, 0, {}, {}};
   const CostModel::StepAttribution attribution = model.attribute(prediction);
   out.stage = attribution.stage;
   const PlanningProblem& problem = model.problem();
@@ -65,6 +65,8 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
     }
     out.terms.push_back({class_name(kind), time.seconds, detail});
   }
+  for (const auto& [op, time] : attribution.compute_by_op) out.ops.push_back({op, time.seconds, time.flops});
+  std::stable_sort(out.ops.begin(), out.ops.end(), [](const OpShare& a, const OpShare& b) { return a.seconds > b.seconds; });
   for (const auto& [pattern, seconds] : attribution.tp_comm) {
     out.terms.push_back({pattern_name(pattern), seconds, "not overlapped"});
   }
@@ -195,6 +197,11 @@ std::string format_explanation(const Explanation& e) {
       out += fmt::format("  {:<46} {:>11} {:>5.1f}%{}\n", term.name, seconds_text(term.seconds),
                          100 * term.seconds / p.prediction.step_s, term.detail.empty() ? "" : "  " + term.detail);
     }
+    out += "  compute by op type (the largest ten):";
+    for (size_t i = 0; i < std::min<size_t>(10, p.ops.size()); ++i) {
+      out += fmt::format("{} {} {}", i == 0 ? "" : ",", p.ops[i].op, seconds_text(p.ops[i].seconds));
+    }
+    out += "\n";
   };
   out += "\nexplain\n";
   plan_block("winner", e.winner);
@@ -221,8 +228,10 @@ nlohmann::json explanation_json(const Explanation& e) {
   auto plan_json_of = [](const PlanExplanation& p) {
     nlohmann::json terms = nlohmann::json::array();
     for (const ExplainTerm& t : p.terms) terms.push_back({{"name", t.name}, {"seconds", t.seconds}, {"detail", t.detail}});
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpShare& o : p.ops) ops.push_back({{"op", o.op}, {"seconds", o.seconds}, {"flops", o.flops}});
     return nlohmann::json{{"plan", p.prediction.plan.describe()}, {"step_s", p.prediction.step_s}, {"stage", p.stage},
-                          {"terms", terms}};
+                          {"terms", terms}, {"compute_by_op", ops}};
   };
   nlohmann::json out{{"winner", plan_json_of(e.winner)}};
   if (e.runner_up) out["runner_up"] = plan_json_of(*e.runner_up);

@@ -1,7 +1,8 @@
 #pragma once
 // `strata plan --explain`: for the chosen plan and the runner-up, every term of
 // the predicted step time (compute by op class with the efficiency it reaches,
-// exposed communication by kind, pipeline bubble, optimizer, ...), and which
+// exposed communication by kind, pipeline bubble, optimizer, ...), the compute
+// by op type (the ten largest in the text, all in JSON), and which
 // figures of the cluster description the answer is most sensitive to: each
 // figure made 10% worse in turn, both plans priced again, and whether their
 // order flips.
@@ -20,10 +21,18 @@ struct ExplainTerm {
   std::string detail;  // e.g. "41% of the matrix peak"
 };
 
+// One op type's share of the bottleneck stage's compute over the step (forward, backward, recomputed forward).
+struct OpShare {
+  std::string op;  // the op schema's name
+  double seconds = 0;
+  double flops = 0;
+};
+
 struct PlanExplanation {
   Prediction prediction;
   int stage = 0;  // the bottleneck stage the terms are attributed on
   std::vector<ExplainTerm> terms;
+  std::vector<OpShare> ops;  // largest first: what a profile of the run can be set against, op by op
 };
 
 struct Sensitivity {
