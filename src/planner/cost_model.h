@@ -190,7 +190,8 @@ class CostModel {
   // Parameters of a stage one device keeps when ZeRO shards them (`sharded`): the dense ones over dp x ep,
   // the experts' over dp.
   static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
-  double micro_batches_kept(const ParallelPlan& plan, int stage) const;  // whose activations the stage keeps
+  // Whose activations `stage` of `stages` keeps.
+  double micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const;
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute

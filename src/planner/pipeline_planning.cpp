@@ -1,0 +1,68 @@
+// Pipeline parallelism in the planner: every degree dividing the devices left, refused past one
+// stage per layer; its schedules (GPipe, 1F1B, interleaved with 2 or more virtual stages while every
+// chunk keeps a layer).
+#include <fmt/format.h>
+
+#include "planner/cost_model.h"
+#include "planner/plan_dimension.h"
+#include "planner/search.h"
+
+namespace strata {
+
+namespace {
+
+template <typename T>
+bool allowed(const std::optional<T>& fixed, const T& value) {
+  return !fixed || *fixed == value;
+}
+
+std::vector<int> pipeline_degrees(const PlanningProblem&, int devices) {
+  std::vector<int> degrees;
+  for (int64_t degree : divisors(devices)) degrees.push_back(static_cast<int>(degree));
+  return degrees;
+}
+
+std::optional<std::string> more_stages_than_layers(const PlanningProblem& problem, int degree) {
+  if (degree <= problem.model.n_layer) return std::nullopt;
+  return fmt::format("layouts with more pipeline stages than the {} layers", problem.model.n_layer);
+}
+
+void schedule_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
+  const PlanLimits& limits = search.limits;
+  const int stages = plan.degree("pp");
+  if (stages == 1) {  // no schedule to choose: the plan as it is
+    if (allowed(limits.schedule, PipelineSchedule::OneFOneB) && allowed(limits.virtual_stages, 1)) emit(plan);
+    return;
+  }
+  ParallelPlan option = plan;
+  for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
+    if (!allowed(limits.schedule, schedule) || !allowed(limits.virtual_stages, 1)) continue;
+    option.schedule = schedule;
+    emit(option);
+  }
+  if (!allowed(limits.schedule, PipelineSchedule::Interleaved)) return;
+  option.schedule = PipelineSchedule::Interleaved;
+  for (int v = 2; v <= limits.max_virtual_stages && stages * v <= search.problem.model.n_layer; ++v) {
+    if (!allowed(limits.virtual_stages, v)) continue;
+    option.virtual_stages = v;
+    if (option.micro_batches % stages != 0) {
+      search.reject("interleaved plans whose micro-batch count is not a multiple of pp", option);
+      continue;
+    }
+    emit(option);
+  }
+}
+
+}  // namespace
+
+PlannerDimension pipeline_planning() {
+  return {.name = "pp",
+          .parallelism = "pipeline",
+          .fix_help = "Fix the pipeline-parallel degree",
+          .bound_help = "Largest pipeline-parallel degree",
+          .degrees = pipeline_degrees,
+          .reject_layout = more_stages_than_layers,
+          .options = schedule_options};
+}
+
+}  // namespace strata

@@ -1,0 +1,45 @@
+// Tensor parallelism in the planner: every degree dividing the devices left, refused where it does not
+// divide the attention heads; sequence parallelism, off and on, over its group.
+#include <fmt/format.h>
+
+#include "planner/cost_model.h"
+#include "planner/plan_dimension.h"
+#include "planner/search.h"
+
+namespace strata {
+
+namespace {
+
+std::vector<int> tensor_degrees(const PlanningProblem&, int devices) {
+  std::vector<int> degrees;
+  for (int64_t degree : divisors(devices)) degrees.push_back(static_cast<int>(degree));
+  return degrees;
+}
+
+std::optional<std::string> heads_not_divided(const PlanningProblem& problem, int degree) {
+  if (problem.model.n_head % degree == 0) return std::nullopt;
+  return fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head);
+}
+
+void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
+  for (bool sp : {false, true}) {
+    if ((search.limits.sp && *search.limits.sp != sp) || (sp && plan.degree("tp") == 1)) continue;
+    ParallelPlan option = plan;
+    option.sp = sp;
+    emit(option);
+  }
+}
+
+}  // namespace
+
+PlannerDimension tensor_parallel_planning() {
+  return {.name = "tp",
+          .parallelism = "tensor",
+          .fix_help = "Fix the tensor-parallel degree",
+          .bound_help = "Largest tensor-parallel degree",
+          .degrees = tensor_degrees,
+          .reject_layout = heads_not_divided,
+          .options = sequence_parallel_options};
+}
+
+}  // namespace strata
