@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/schema.h"
+#include "parallel/parallel_dimension.h"
 #include "planner/device_time.h"
 #include "planner/dropout_work.h"
 #include "planner/eager_work.h"
@@ -73,16 +74,14 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
   return count;
 }
 
-// Why a model cannot run `plan`'s expert parallelism, or nothing.
-std::optional<std::string> expert_parallel_reason(const ModelConfig& model, const ParallelPlan& plan) {
-  if (model.num_experts == 0) {
-    if (plan.degree("ep") > 1) return fmt::format("expert parallelism {} for a model without experts", plan.degree("ep"));
-    return std::nullopt;
+// "dp 2 x ep 1": the degrees of the dimensions that split the batch.
+std::string batch_split_text(const DimensionDegrees& degrees) {
+  std::string text;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    if (!dimension.splits_batch) continue;
+    text += fmt::format("{}{} {}", text.empty() ? "" : " x ", dimension.name, degrees[dimension.name]);
   }
-  if (model.num_experts % plan.degree("ep") != 0) {
-    return fmt::format("expert parallelism {} does not divide the {} experts", plan.degree("ep"), model.num_experts);
-  }
-  return std::nullopt;
+  return text;
 }
 
 MemoryBreakdown highest_peak(const std::vector<MemoryBreakdown>& stages) {
@@ -124,7 +123,8 @@ CostModel::CostModel(PlanningProblem problem)
            {"grad_scale", 1.0}})),
       square_sums_(vector_op("square_sum_exact", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
-      add_(vector_op("add", 2)) {
+      add_(vector_op("add", 2)),
+      dimensions_(planner_dimensions()) {
   problem_.validate();
   if (!problem_.attention_library.empty()) {
     problem_.cluster.device.use_attention_library(problem_.dtype, problem_.attention_library);
@@ -255,39 +255,21 @@ double CostModel::accumulate_seconds(double gradients, double micro_batches) con
 }
 
 std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
-  const ModelConfig& model = problem_.model;
-  const int tp = plan.degree("tp"), pp = plan.degree("pp");
   if (plan.degrees.least() < 1) return std::string("degrees must be at least 1");
   if (plan.devices() != problem_.cluster.devices()) {
     return fmt::format("{} = {} does not use the cluster's {} devices", degrees_product_name(), plan.devices(),
                        problem_.cluster.devices());
   }
-  if (auto why = expert_parallel_reason(model, plan)) return why;
-  if (model.n_head % tp != 0 || model.kv_heads() % tp != 0) {
-    return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", tp,
-                       model.n_head, model.kv_heads());
+  for (const PlannerDimension& dimension : dimensions_) {
+    if (!dimension.refuse_plan) continue;
+    if (auto why = dimension.refuse_plan(problem_, plan)) return why;
   }
-  if (plan.sp && tp == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
   if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");
   if (plan.micro_batch * plan.micro_batches * plan.degrees.batch_replicas() != problem_.global_batch) {
-    return fmt::format("dp {} x ep {} x micro-batch {} x micro-batches {} is not the global batch {}", plan.degree("dp"),
-                       plan.degree("ep"), plan.micro_batch, plan.micro_batches, problem_.global_batch);
+    return fmt::format("{} x micro-batch {} x micro-batches {} is not the global batch {}", batch_split_text(plan.degrees),
+                       plan.micro_batch, plan.micro_batches, problem_.global_batch);
   }
   if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
-  int chunks = pp * plan.virtual_stages;
-  if (chunks > model.n_layer) {
-    return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, model.n_layer);
-  }
-  if (plan.schedule == PipelineSchedule::Interleaved) {
-    if (pp < 2 || plan.virtual_stages < 2)
-      return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
-    if (plan.micro_batches % pp != 0) {
-      return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches,
-                         pp);
-    }
-  } else if (plan.virtual_stages != 1) {
-    return std::string("virtual stages need the interleaved schedule");
-  }
   return std::nullopt;
 }
 

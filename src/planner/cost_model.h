@@ -37,6 +37,7 @@
 #include "planner/loss_work.h"
 #include "planner/model_comm.h"
 #include "planner/plan.h"
+#include "planner/plan_dimension.h"
 #include "planner/workload.h"
 
 namespace strata {
@@ -87,7 +88,8 @@ class CostModel {
 
   const PlanningProblem& problem() const { return problem_; }
 
-  // Why the plan cannot run at all (indivisible degrees and the like), or nothing.
+  // Why the plan cannot run at all (indivisible degrees and the like: each dimension's
+  // PlannerDimension::refuse_plan among them), or nothing.
   std::optional<std::string> invalid_reason(const ParallelPlan& plan) const;
   // The prediction for a plan with no invalid_reason. The pipeline's step time
   // comes from a closed form (the search's: GPipe and 1F1B exact for equal
@@ -218,6 +220,7 @@ class CostModel {
   PlanningProblem problem_;
   CommPricer pricer_;
   OpWork adamw_, square_sums_, scale_, add_;  // per kReferenceElements fp32 elements
+  std::vector<PlannerDimension> dimensions_;  // the planner's parts of the dimensions registered when built
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;

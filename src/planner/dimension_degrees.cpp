@@ -35,7 +35,7 @@ bool same_name(const std::string& name, std::string_view other) {
 
 int DimensionDegrees::product() const {
   int product = 1;
-  for (size_t position = 0; position < held_dimensions(); ++position) product *= values_[position];
+  for (size_t position = 0, held = held_dimensions(); position < held; ++position) product *= values_[position];
   return product;
 }
 
@@ -46,7 +46,7 @@ int DimensionDegrees::least() const {
 int DimensionDegrees::batch_replicas() const {
   int replicas = 1;
   const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
-  for (size_t position = 0; position < held_dimensions(); ++position) {
+  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
     if (dimensions[position].splits_batch) replicas *= values_[position];
   }
   return replicas;
@@ -55,7 +55,7 @@ int DimensionDegrees::batch_replicas() const {
 std::string DimensionDegrees::describe() const {
   std::string text;
   const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
-  for (size_t position = 0; position < held_dimensions(); ++position) {
+  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
     if (dimensions[position].named_when_set_only && values_[position] == 1) continue;
     text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimensions[position].name, values_[position]);
   }

@@ -26,6 +26,18 @@ std::optional<std::string> experts_not_divided(const PlanningProblem& problem, i
   return fmt::format("expert parallelism that does not divide the {} experts", experts);
 }
 
+// Why the model cannot run the plan's expert parallelism, or nothing.
+std::optional<std::string> experts_not_divided_by_plan(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const int64_t experts = problem.model.num_experts;
+  const int degree = plan.degree("ep");
+  if (experts == 0) {
+    if (degree > 1) return fmt::format("expert parallelism {} for a model without experts", degree);
+    return std::nullopt;
+  }
+  if (experts % degree != 0) return fmt::format("expert parallelism {} does not divide the {} experts", degree, experts);
+  return std::nullopt;
+}
+
 }  // namespace
 
 PlannerDimension expert_parallel_planning() {
@@ -34,7 +46,8 @@ PlannerDimension expert_parallel_planning() {
           .fix_help = "Fix the expert-parallel degree (a mixture of experts: divides its experts)",
           .bound_help = "Largest expert-parallel degree",
           .degrees = expert_degrees,
-          .refuse_fixed = experts_not_divided};
+          .refuse_fixed = experts_not_divided,
+          .refuse_plan = experts_not_divided_by_plan};
 }
 
 }  // namespace strata

@@ -27,6 +27,24 @@ std::optional<std::string> more_stages_than_layers(const PlanningProblem& proble
   return fmt::format("layouts with more pipeline stages than the {} layers", problem.model.n_layer);
 }
 
+// Why the plan's stages and schedule cannot run the model, or nothing.
+std::optional<std::string> schedule_refused(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const int stages = plan.degree("pp");
+  const int chunks = stages * plan.virtual_stages;
+  if (chunks > problem.model.n_layer) {
+    return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, problem.model.n_layer);
+  }
+  if (plan.schedule != PipelineSchedule::Interleaved) {
+    if (plan.virtual_stages != 1) return std::string("virtual stages need the interleaved schedule");
+    return std::nullopt;
+  }
+  if (stages < 2 || plan.virtual_stages < 2) return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
+  if (plan.micro_batches % stages != 0) {
+    return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches, stages);
+  }
+  return std::nullopt;
+}
+
 void schedule_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
   const PlanLimits& limits = search.limits;
   const int stages = plan.degree("pp");
@@ -62,6 +80,7 @@ PlannerDimension pipeline_planning() {
           .bound_help = "Largest pipeline-parallel degree",
           .degrees = pipeline_degrees,
           .reject_layout = more_stages_than_layers,
+          .refuse_plan = schedule_refused,
           .options = schedule_options};
 }
 

@@ -42,6 +42,8 @@ struct PlannerDimension {
   std::function<std::optional<std::string>(const PlanningProblem& problem, int degree)> refuse_fixed;
   // Why a layout at `degree` cannot run: the reason of the rejected region it is counted in.
   std::function<std::optional<std::string>(const PlanningProblem& problem, int degree)> reject_layout;
+  // Why the cost model cannot price `plan` along this dimension (its degree or options), or nothing.
+  std::function<std::optional<std::string>(const PlanningProblem& problem, const ParallelPlan& plan)> refuse_plan;
   // The plans `plan` stands for along the dimension's own options, each given to `emit`. Unset:
   // `plan` alone.
   std::function<void(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit)> options;

@@ -21,6 +21,18 @@ std::optional<std::string> heads_not_divided(const PlanningProblem& problem, int
   return fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head);
 }
 
+// Why the plan's tensor (and sequence) parallelism cannot run the model, or nothing.
+std::optional<std::string> heads_not_divided_by_plan(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const ModelConfig& model = problem.model;
+  const int degree = plan.degree("tp");
+  if (model.n_head % degree != 0 || model.kv_heads() % degree != 0) {
+    return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", degree, model.n_head,
+                       model.kv_heads());
+  }
+  if (plan.sp && degree == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
+  return std::nullopt;
+}
+
 void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
   for (bool sp : {false, true}) {
     if ((search.limits.sp && *search.limits.sp != sp) || (sp && plan.degree("tp") == 1)) continue;
@@ -39,6 +51,7 @@ PlannerDimension tensor_parallel_planning() {
           .bound_help = "Largest tensor-parallel degree",
           .degrees = tensor_degrees,
           .reject_layout = heads_not_divided,
+          .refuse_plan = heads_not_divided_by_plan,
           .options = sequence_parallel_options};
 }
 
