@@ -16,12 +16,6 @@ bool allowed(const std::optional<T>& fixed, const T& value) {
   return !fixed || *fixed == value;
 }
 
-std::vector<int> pipeline_degrees(const PlanningProblem&, int devices) {
-  std::vector<int> degrees;
-  for (int64_t degree : divisors(devices)) degrees.push_back(static_cast<int>(degree));
-  return degrees;
-}
-
 std::optional<std::string> more_stages_than_layers(const PlanningProblem& problem, int degree) {
   if (degree <= problem.model.n_layer) return std::nullopt;
   return fmt::format("layouts with more pipeline stages than the {} layers", problem.model.n_layer);
@@ -78,7 +72,7 @@ PlannerDimension pipeline_planning() {
           .parallelism = "pipeline",
           .fix_help = "Fix the pipeline-parallel degree",
           .bound_help = "Largest pipeline-parallel degree",
-          .degrees = pipeline_degrees,
+          .degrees = divisors_of_devices,
           .reject_layout = more_stages_than_layers,
           .refuse_plan = schedule_refused,
           .options = schedule_options};

@@ -38,11 +38,10 @@ std::vector<PlannerDimension> planner_dimensions() {
 
 void register_planner_dimension(PlannerDimension dimension) {
   parallel_dimension(dimension.name);  // fails naming an unregistered one
-  for (const PlannerDimension& existing : builtin_planner_dimensions()) {
-    STRATA_CHECK(existing.name != dimension.name, "planner dimension '{}' registered twice", dimension.name);
-  }
-  for (const PlannerDimension& existing : registered()) {
-    STRATA_CHECK(existing.name != dimension.name, "planner dimension '{}' registered twice", dimension.name);
+  std::vector<PlannerDimension> existing = builtin_planner_dimensions();
+  existing.insert(existing.end(), registered().begin(), registered().end());
+  for (const PlannerDimension& part : existing) {
+    STRATA_CHECK(part.name != dimension.name, "planner dimension '{}' registered twice", dimension.name);
   }
   STRATA_CHECK(!dimension.takes_remaining_devices, "planner dimension '{}': data parallelism takes the devices left",
                dimension.name);
@@ -66,6 +65,12 @@ std::vector<int64_t> divisors(int64_t n) {
   }
   std::sort(result.begin(), result.end());
   return result;
+}
+
+std::vector<int> divisors_of_devices(const PlanningProblem&, int devices) {
+  std::vector<int> degrees;
+  for (int64_t degree : divisors(devices)) degrees.push_back(static_cast<int>(degree));
+  return degrees;
 }
 
 }  // namespace strata

@@ -61,6 +61,8 @@ void unregister_planner_dimension(std::string_view name);
 
 // 1, ..., n: every divisor of n, ascending.
 std::vector<int64_t> divisors(int64_t n);
+// A range of degrees (PlannerDimension::degrees) of every divisor of the devices left.
+std::vector<int> divisors_of_devices(const PlanningProblem& problem, int devices);
 
 // The built-in dimensions' planner parts, each in its own file.
 PlannerDimension data_parallel_planning();

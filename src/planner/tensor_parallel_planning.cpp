@@ -10,12 +10,6 @@ namespace strata {
 
 namespace {
 
-std::vector<int> tensor_degrees(const PlanningProblem&, int devices) {
-  std::vector<int> degrees;
-  for (int64_t degree : divisors(devices)) degrees.push_back(static_cast<int>(degree));
-  return degrees;
-}
-
 std::optional<std::string> heads_not_divided(const PlanningProblem& problem, int degree) {
   if (problem.model.n_head % degree == 0) return std::nullopt;
   return fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head);
@@ -49,7 +43,7 @@ PlannerDimension tensor_parallel_planning() {
           .parallelism = "tensor",
           .fix_help = "Fix the tensor-parallel degree",
           .bound_help = "Largest tensor-parallel degree",
-          .degrees = tensor_degrees,
+          .degrees = divisors_of_devices,
           .reject_layout = heads_not_divided,
           .refuse_plan = heads_not_divided_by_plan,
           .options = sequence_parallel_options};
