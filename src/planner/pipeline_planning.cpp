@@ -3,6 +3,7 @@
 // chunk keeps a layer).
 #include <fmt/format.h>
 
+#include "parallel/parallel_settings.h"
 #include "planner/cost_model.h"
 #include "planner/plan_dimension.h"
 #include "planner/search.h"
@@ -65,6 +66,25 @@ void schedule_options(const ParallelPlan& plan, const OptionSearch& search, cons
   }
 }
 
+PipelineSchedule configured_schedule(const ParallelSettings& settings) {
+  return parse_schedule(settings.schedule, "key 'parallel.schedule'");
+}
+
+void read_schedule(const ParallelSettings& settings, ParallelPlan& plan) {
+  plan.schedule = configured_schedule(settings);
+  plan.virtual_stages = static_cast<int>(settings.virtual_stages);
+}
+
+void write_schedule(const ParallelPlan& plan, ParallelSettings& settings) {
+  settings.schedule = std::string(schedule_name(plan.schedule));
+  settings.virtual_stages = plan.virtual_stages;
+}
+
+void fix_schedule(const ParallelSettings& settings, PlanLimits& limits) {
+  limits.schedule = configured_schedule(settings);
+  limits.virtual_stages = static_cast<int>(settings.virtual_stages);
+}
+
 }  // namespace
 
 PlannerDimension pipeline_planning() {
@@ -75,7 +95,10 @@ PlannerDimension pipeline_planning() {
           .degrees = divisors_of_devices,
           .reject_layout = more_stages_than_layers,
           .refuse_plan = schedule_refused,
-          .options = schedule_options};
+          .options = schedule_options,
+          .read_settings = read_schedule,
+          .write_settings = write_schedule,
+          .fix_settings = fix_schedule};
 }
 
 }  // namespace strata

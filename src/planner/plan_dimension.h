@@ -18,6 +18,7 @@ namespace strata {
 
 struct PlanningProblem;
 struct PlanLimits;
+struct ParallelSettings;
 
 // What a dimension's options read: the problem, the user's limits, and where a plan that cannot
 // run is counted (as a rejected region of plans, with its reason).
@@ -47,6 +48,11 @@ struct PlannerDimension {
   // The plans `plan` stands for along the dimension's own options, each given to `emit`. Unset:
   // `plan` alone.
   std::function<void(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit)> options;
+  // Its options between a job's parallel.* settings and a plan (plan_settings.h): read into a plan (a
+  // manual layout), written from one (an auto plan), and held fixed in the search's limits.
+  std::function<void(const ParallelSettings& settings, ParallelPlan& plan)> read_settings;
+  std::function<void(const ParallelPlan& plan, ParallelSettings& settings)> write_settings;
+  std::function<void(const ParallelSettings& settings, PlanLimits& limits)> fix_settings;
 };
 
 // Every registered parallel dimension's planner part, in the order the search nests them

@@ -2,6 +2,7 @@
 // divide the attention heads; sequence parallelism, off and on, over its group.
 #include <fmt/format.h>
 
+#include "parallel/parallel_settings.h"
 #include "planner/cost_model.h"
 #include "planner/plan_dimension.h"
 #include "planner/search.h"
@@ -46,7 +47,10 @@ PlannerDimension tensor_parallel_planning() {
           .degrees = divisors_of_devices,
           .reject_layout = heads_not_divided,
           .refuse_plan = heads_not_divided_by_plan,
-          .options = sequence_parallel_options};
+          .options = sequence_parallel_options,
+          .read_settings = [](const ParallelSettings& settings, ParallelPlan& plan) { plan.sp = settings.sp; },
+          .write_settings = [](const ParallelPlan& plan, ParallelSettings& settings) { settings.sp = plan.sp; },
+          .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; }};
 }
 
 }  // namespace strata
