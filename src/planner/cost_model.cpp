@@ -266,8 +266,8 @@ std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) c
   }
   if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");
   if (plan.micro_batch * plan.micro_batches * plan.degrees.batch_replicas() != problem_.global_batch) {
-    return fmt::format("{} x micro-batch {} x micro-batches {} is not the global batch {}", batch_split_text(plan.degrees),
-                       plan.micro_batch, plan.micro_batches, problem_.global_batch);
+    return fmt::format("{} x micro-batch {} x micro-batches {} is not the global batch {}",
+                       batch_split_text(plan.degrees), plan.micro_batch, plan.micro_batches, problem_.global_batch);
   }
   if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
   return std::nullopt;
@@ -783,13 +783,15 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   for (const OpWork& op : work.layer.forward) {
     if (!is_expert_gemm(op)) continue;
-    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, expert_load(plan.degree("ep")), problem_.dtype).gemm.m);
+    const ExpertLoad load = expert_load(plan.degree("ep"));
+    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, load, problem_.dtype).gemm.m);
   }
   const SegmentCost& layer_cost = figures.cost.layer;
   const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
   result.all_to_all = m * layers * (exchange_forwards * layer_cost.ep_forward + layer_cost.ep_backward);
   const ModelComm comm =
-      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.degree("tp"), plan.sp, problem_.dtype, problem_.tp_input);
+      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.degree("tp"), plan.sp, problem_.dtype,
+                 problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls, double times) {
     for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
   };

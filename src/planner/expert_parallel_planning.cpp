@@ -34,7 +34,9 @@ std::optional<std::string> experts_not_divided_by_plan(const PlanningProblem& pr
     if (degree > 1) return fmt::format("expert parallelism {} for a model without experts", degree);
     return std::nullopt;
   }
-  if (experts % degree != 0) return fmt::format("expert parallelism {} does not divide the {} experts", degree, experts);
+  if (experts % degree != 0) {
+    return fmt::format("expert parallelism {} does not divide the {} experts", degree, experts);
+  }
   return std::nullopt;
 }
 

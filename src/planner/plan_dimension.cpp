@@ -23,14 +23,17 @@ std::vector<PlannerDimension>& registered() {
 
 std::vector<PlannerDimension> planner_dimensions() {
   std::vector<PlannerDimension> dimensions = builtin_planner_dimensions();
-  const auto remaining = std::find_if(dimensions.begin(), dimensions.end(),
-                                      [](const PlannerDimension& dimension) { return dimension.takes_remaining_devices; });
+  const auto remaining = std::find_if(dimensions.begin(), dimensions.end(), [](const PlannerDimension& dimension) {
+    return dimension.takes_remaining_devices;
+  });
   std::vector<PlannerDimension> nested;
   for (const ParallelDimension& dimension : parallel_dimensions()) {
     const auto named = [&](const PlannerDimension& part) { return part.name == dimension.name; };
     if (std::any_of(dimensions.begin(), dimensions.end(), named)) continue;
     const auto part = std::find_if(registered().begin(), registered().end(), named);
-    nested.push_back(part != registered().end() ? *part : PlannerDimension{.name = dimension.name, .parallelism = dimension.name});
+    // Without a part of its own, a dimension is planned at degree 1.
+    nested.push_back(part != registered().end() ? *part
+                                                : PlannerDimension{.name = dimension.name, .parallelism = dimension.name});
   }
   dimensions.insert(remaining, nested.begin(), nested.end());
   return dimensions;
