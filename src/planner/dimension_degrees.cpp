@@ -18,11 +18,17 @@ void DimensionDegrees::set(std::string_view dimension, int value) { values_[dime
 
 namespace {
 
-// The dimensions a value is held for (a registration past the capacity fails when named).
-size_t held_dimensions() { return std::min(parallel_dimensions().size(), DimensionDegrees::kCapacity); }
+// The registry itself (the same vector for the life of the program, dimensions added and removed in
+// place), reached without a call per lookup: a plan's degrees are read many times a candidate.
+const std::vector<ParallelDimension>& registry() {
+  static const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  return dimensions;
+}
 
-// A plan's degrees are read by name many times a candidate: names are a few characters, compared
-// here rather than by a library call each.
+// The dimensions a value is held for (a registration past the capacity fails when named).
+size_t held_dimensions() { return std::min(registry().size(), DimensionDegrees::kCapacity); }
+
+// Names are a few characters, compared here rather than by a library call each.
 bool same_name(const std::string& name, std::string_view other) {
   if (name.size() != other.size()) return false;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -45,7 +51,7 @@ int DimensionDegrees::least() const {
 
 int DimensionDegrees::batch_replicas() const {
   int replicas = 1;
-  const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  const std::vector<ParallelDimension>& dimensions = registry();
   for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
     if (dimensions[position].splits_batch) replicas *= values_[position];
   }
@@ -54,7 +60,7 @@ int DimensionDegrees::batch_replicas() const {
 
 std::string DimensionDegrees::describe() const {
   std::string text;
-  const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  const std::vector<ParallelDimension>& dimensions = registry();
   for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
     if (dimensions[position].named_when_set_only && values_[position] == 1) continue;
     text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimensions[position].name, values_[position]);
@@ -77,7 +83,7 @@ std::string degrees_product_name() {
 }
 
 size_t dimension_position(std::string_view dimension) {
-  const std::vector<ParallelDimension>& dimensions = parallel_dimensions();
+  const std::vector<ParallelDimension>& dimensions = registry();
   for (size_t position = 0; position < dimensions.size(); ++position) {
     if (!same_name(dimensions[position].name, dimension)) continue;
     STRATA_CHECK(position < DimensionDegrees::kCapacity, "the planner holds {} parallel dimensions; '{}' is one more",
