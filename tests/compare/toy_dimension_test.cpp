@@ -131,6 +131,21 @@ TEST_F(ToyDimension, JoinsTheMeshAndTrainingCheckpointsThePlannerAndCompareRunWi
   EXPECT_EQ(captured_tensors("toy_capture"), plain_captured);
 }
 
+// parallel.plan = "auto": the planner searches this one-rank job with the toy's part among the
+// dimensions (held at the mesh's degree 1), and the run takes the plan it takes without the toy.
+TEST_F(ToyDimension, TheTrainersAutoPlanChoosesAsWithoutIt) {
+  const auto chosen = [&](const std::string& run) {
+    Trainer(config(run, {"parallel.plan=auto", "parallel.cluster=this-machine", "train.steps=2"})).run();
+    return nlohmann::json::parse(std::ifstream(root() / run / "plan.json"))["chosen"];
+  };
+  const nlohmann::json plain = chosen("auto_plain");
+  RegisteredToyDimension toy;
+  const nlohmann::json with_toy = chosen("auto_toy");
+  EXPECT_EQ(with_toy["plan"]["xp"], 1) << with_toy.dump();
+  EXPECT_EQ(with_toy["plan"]["micro_batch"], plain["plan"]["micro_batch"]);
+  EXPECT_EQ(with_toy["step_s"], plain["step_s"]);
+}
+
 // At two coordinates the dimension's ranks are replicas of each other: the checkpoint's shard plan
 // still saves every box once, with the keys it had, each by a rank holding that box, and spreads
 // the writing over both replicas.
