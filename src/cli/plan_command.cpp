@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "cli/commands.h"
@@ -11,6 +12,7 @@
 #include "planner/auto_plan.h"
 #include "planner/explain.h"
 #include "planner/model_spec.h"
+#include "planner/plan_dimension.h"
 #include "planner/report.h"
 
 namespace strata::cli {
@@ -29,7 +31,9 @@ struct PlanArgs {
   int nodes = 0;
   int threads = 0;
   int devices = 0;
-  int dp = 0, tp = 0, pp = 0, ep = 0, max_tp = 0, max_pp = 0, max_ep = 0, zero = -1, virtual_stages = 0;
+  // Per dimension (by name), the degree fixed and the largest one searched (0: open).
+  std::map<std::string, int> fixed, largest;
+  int zero = -1, virtual_stages = 0;
   double moe_imbalance = 1.0;
   double figure_uncertainty = 0.1;
   int64_t micro_batch = 0, max_micro_batch = 32;
@@ -56,13 +60,8 @@ bool second_of(const std::string& value, const char* flag, const char* first, co
 
 PlanLimits limits_of(const PlanArgs& args) {
   PlanLimits limits;
-  if (args.dp > 0) limits.dp = args.dp;
-  if (args.tp > 0) limits.tp = args.tp;
-  if (args.pp > 0) limits.pp = args.pp;
-  if (args.ep > 0) limits.ep = args.ep;
-  limits.max_tp = args.max_tp;
-  limits.max_pp = args.max_pp;
-  limits.max_ep = args.max_ep;
+  for (const auto& [dimension, degree] : args.fixed) limits.fixed.set(dimension, degree);
+  for (const auto& [dimension, degree] : args.largest) limits.largest.set(dimension, degree);
   if (args.zero >= 0) limits.zero = args.zero;
   if (args.virtual_stages > 0) limits.virtual_stages = args.virtual_stages;
   if (args.micro_batch > 0) limits.micro_batch = args.micro_batch;
@@ -126,6 +125,22 @@ void plan(const PlanArgs& args) {
   }
 }
 
+// --<dimension> and --max-<dimension> for every dimension the planner searches (plan_dimension.h).
+void add_degree_flags(CLI::App& command, PlanArgs& args) {
+  std::vector<PlannerDimension> parts = planner_dimensions();
+  std::sort(parts.begin(), parts.end(), [](const PlannerDimension& a, const PlannerDimension& b) {
+    return dimension_position(a.name) < dimension_position(b.name);  // as a plan names them
+  });
+  for (const PlannerDimension& part : parts) {
+    if (part.fix_help.empty()) continue;
+    command.add_option("--" + part.name, args.fixed[part.name], part.fix_help)->check(CLI::PositiveNumber);
+  }
+  for (const PlannerDimension& part : parts) {
+    if (part.bound_help.empty()) continue;
+    command.add_option("--max-" + part.name, args.largest[part.name], part.bound_help)->check(CLI::PositiveNumber);
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -158,18 +173,11 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--threads", args->threads, "Threads per process (calibrated cluster files only)")->check(CLI::PositiveNumber);
   command->add_option("--devices", args->devices, "Processes on this machine (calibrated cluster files only)")
       ->check(CLI::PositiveNumber);
-  command->add_option("--dp", args->dp, "Fix the data-parallel degree")->check(CLI::PositiveNumber);
-  command->add_option("--tp", args->tp, "Fix the tensor-parallel degree")->check(CLI::PositiveNumber);
-  command->add_option("--pp", args->pp, "Fix the pipeline-parallel degree")->check(CLI::PositiveNumber);
-  command->add_option("--ep", args->ep, "Fix the expert-parallel degree (a mixture of experts: divides its experts)")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--max-tp", args->max_tp, "Largest tensor-parallel degree")->check(CLI::PositiveNumber);
-  command->add_option("--max-ep", args->max_ep, "Largest expert-parallel degree")->check(CLI::PositiveNumber);
+  add_degree_flags(*command, *args);
   command->add_option("--moe-imbalance", args->moe_imbalance,
                       "A mixture of experts' routing imbalance: the busiest expert's tokens over the mean (default 1, "
                       "perfectly balanced; 1.2 means one expert gets 20% more than its share). Every rank's grouped "
                       "GEMMs are priced at that expert's rows, since a step waits for its slowest rank");
-  command->add_option("--max-pp", args->max_pp, "Largest pipeline-parallel degree")->check(CLI::PositiveNumber);
   command->add_option("--sp", args->sp, "Sequence parallelism: on or off");
   command->add_option("--micro-batch", args->micro_batch, "Fix the rows per micro-batch")->check(CLI::PositiveNumber);
   command->add_option("--max-micro-batch", args->max_micro_batch, "Largest micro-batch searched")

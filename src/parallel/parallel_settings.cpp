@@ -9,13 +9,19 @@ namespace strata {
 
 namespace {
 
-// The dimension's degree key (the one named as it), as configured; 1 for a dimension without one.
+// Where `settings` hold the dimension's degree key (the one named as it); null for a dimension without one.
+int64_t* degree_field(const ParallelDimension& dimension, ParallelSettings& settings) {
+  for (const DimensionKey& key : dimension.keys) {
+    if (key.name == dimension.name) return std::get<int64_t*>(key.field(settings));
+  }
+  return nullptr;
+}
+
+// The dimension's degree, as configured; 1 for a dimension without a degree key.
 int64_t configured_degree(const ParallelDimension& dimension, const ParallelSettings& settings) {
   ParallelSettings read = settings;  // a key's field is reached through settings it may write
-  for (const DimensionKey& key : dimension.keys) {
-    if (key.name == dimension.name) return *std::get<int64_t*>(key.field(read));
-  }
-  return 1;
+  const int64_t* degree = degree_field(dimension, read);
+  return degree ? *degree : 1;
 }
 
 }  // namespace
@@ -32,6 +38,14 @@ void ParallelSettings::check(const ModelConfig& model) const {
   for (const ParallelDimension& dimension : parallel_dimensions()) {
     if (dimension.check) dimension.check(*this, model);
   }
+}
+
+void ParallelSettings::set_degree(std::string_view dimension, int64_t degree) {
+  if (int64_t* field = degree_field(parallel_dimension(dimension), *this)) {
+    *field = degree;
+    return;
+  }
+  STRATA_CHECK(degree == 1, "parallel dimension '{}' has no degree key: its degree is 1, not {}", dimension, degree);
 }
 
 MeshShape ParallelSettings::mesh() const {

@@ -4,6 +4,7 @@
 // as builtin_dimensions() joins the dimensions. The job's config is these settings (TrainConfig
 // derives from them), read and checked by looping over the registered dimensions' keys.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "parallel/data_parallel.h"
@@ -19,6 +20,8 @@ struct ParallelSettings : DataParallelSettings, TensorParallelSettings, Pipeline
   std::vector<std::pair<std::string, TomlReader::Target>> keys();
   // Runs every dimension's checks, in registration order: the first impossible value is named.
   void check(const ModelConfig& model) const;
+  // Sets `dimension`'s degree key (parallel.<dimension>); a dimension without one takes 1 only.
+  void set_degree(std::string_view dimension, int64_t degree);
   // The configured degrees as a mesh (parallel.dp = 0, "the ranks left", counted as 1).
   MeshShape mesh() const;
   // The mesh of a job of `ranks`: parallel.dp = 0 takes the ranks left; fails naming the keys

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/schema.h"
+#include "parallel/parallel_dimension.h"
 #include "planner/device_time.h"
 #include "planner/dropout_work.h"
 #include "planner/eager_work.h"
@@ -73,16 +74,14 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
   return count;
 }
 
-// Why a model cannot run `plan`'s expert parallelism, or nothing.
-std::optional<std::string> expert_parallel_reason(const ModelConfig& model, const ParallelPlan& plan) {
-  if (model.num_experts == 0) {
-    if (plan.ep > 1) return fmt::format("expert parallelism {} for a model without experts", plan.ep);
-    return std::nullopt;
+// "dp 2 x ep 1": the degrees of the dimensions that split the batch.
+std::string batch_split_text(const DimensionDegrees& degrees) {
+  std::string text;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    if (!dimension.splits_batch) continue;
+    text += fmt::format("{}{} {}", text.empty() ? "" : " x ", dimension.name, degrees[dimension.name]);
   }
-  if (model.num_experts % plan.ep != 0) {
-    return fmt::format("expert parallelism {} does not divide the {} experts", plan.ep, model.num_experts);
-  }
-  return std::nullopt;
+  return text;
 }
 
 MemoryBreakdown highest_peak(const std::vector<MemoryBreakdown>& stages) {
@@ -124,7 +123,8 @@ CostModel::CostModel(PlanningProblem problem)
            {"grad_scale", 1.0}})),
       square_sums_(vector_op("square_sum_exact", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
-      add_(vector_op("add", 2)) {
+      add_(vector_op("add", 2)),
+      dimensions_(planner_dimensions()) {
   problem_.validate();
   if (!problem_.attention_library.empty()) {
     problem_.cluster.device.use_attention_library(problem_.dtype, problem_.attention_library);
@@ -255,38 +255,21 @@ double CostModel::accumulate_seconds(double gradients, double micro_batches) con
 }
 
 std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) const {
-  const ModelConfig& model = problem_.model;
-  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1 || plan.ep < 1) return "degrees must be at least 1";
+  if (plan.degrees.least() < 1) return std::string("degrees must be at least 1");
   if (plan.devices() != problem_.cluster.devices()) {
-    return fmt::format("dp x tp x pp x ep = {} does not use the cluster's {} devices", plan.devices(),
+    return fmt::format("{} = {} does not use the cluster's {} devices", degrees_product_name(), plan.devices(),
                        problem_.cluster.devices());
   }
-  if (auto why = expert_parallel_reason(model, plan)) return why;
-  if (model.n_head % plan.tp != 0 || model.kv_heads() % plan.tp != 0) {
-    return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", plan.tp,
-                       model.n_head, model.kv_heads());
+  for (const PlannerDimension& dimension : dimensions_) {
+    if (!dimension.refuse_plan) continue;
+    if (auto why = dimension.refuse_plan(problem_, plan)) return why;
   }
-  if (plan.sp && plan.tp == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
   if (plan.micro_batch < 1 || plan.micro_batches < 1) return std::string("micro-batch size and count must be positive");
-  if (plan.micro_batch * plan.micro_batches * plan.dp * plan.ep != problem_.global_batch) {
-    return fmt::format("dp {} x ep {} x micro-batch {} x micro-batches {} is not the global batch {}", plan.dp,
-                       plan.ep, plan.micro_batch, plan.micro_batches, problem_.global_batch);
+  if (plan.micro_batch * plan.micro_batches * plan.degrees.batch_replicas() != problem_.global_batch) {
+    return fmt::format("{} x micro-batch {} x micro-batches {} is not the global batch {}",
+                       batch_split_text(plan.degrees), plan.micro_batch, plan.micro_batches, problem_.global_batch);
   }
   if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
-  int chunks = plan.pp * plan.virtual_stages;
-  if (chunks > model.n_layer) {
-    return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, model.n_layer);
-  }
-  if (plan.schedule == PipelineSchedule::Interleaved) {
-    if (plan.pp < 2 || plan.virtual_stages < 2)
-      return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
-    if (plan.micro_batches % plan.pp != 0) {
-      return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches,
-                         plan.pp);
-    }
-  } else if (plan.virtual_stages != 1) {
-    return std::string("virtual stages need the interleaved schedule");
-  }
   return std::nullopt;
 }
 
@@ -321,29 +304,29 @@ struct CostModel::StageTime {
 };
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
-  const Workload& work = workload(plan.micro_batch, plan.tp);
-  const Costs& cost = costs(plan.micro_batch, plan.tp, plan.sp, plan.ep);
-  const int t = plan.tp;
+  const int t = plan.degree("tp"), p = plan.degree("pp"), d = plan.degree("dp"), e = plan.degree("ep");
+  const Workload& work = workload(plan.micro_batch, t);
+  const Costs& cost = costs(plan.micro_batch, t, plan.sp, e);
   const SegmentCost& layer = cost.layer;
   double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective + layer.tp_selective
                            : plan.recompute == RecomputeMode::Full ? layer.forward + layer.tp_forward + layer.ep_forward
                                                                    : 0.0;
-  const double experts_here = work.layer.expert_params / plan.ep;
+  const double experts_here = work.layer.expert_params / e;
   // Once per stage here: a search reads each stage's several times (memory_per_stage, rebalance_by_memory).
-  std::vector<double> in_flight(static_cast<size_t>(plan.pp));
-  for (int stage = 0; stage < plan.pp; ++stage) in_flight[static_cast<size_t>(stage)] = micro_batches_kept(plan, stage);
+  std::vector<double> in_flight(static_cast<size_t>(p));
+  for (int stage = 0; stage < p; ++stage) in_flight[static_cast<size_t>(stage)] = micro_batches_kept(plan, p, stage);
   return PlanFigures{plan,
                      work,
                      cost,
-                     plan.pp,
+                     p,
                      plan.virtual_stages,
                      t,
-                     plan.dp * plan.ep,
+                     d * e,
                      plan.zero,
-                     plan.ep,
-                     plan.dp,
+                     e,
+                     d,
                      work.layer.params - work.layer.expert_params + experts_here,
-                     plan.ep > 1 ? experts_here : 0.0,
+                     e > 1 ? experts_here : 0.0,
                      static_cast<double>(plan.micro_batches),
                      plan.sp ? t : 1,
                      static_cast<double>(dtype_size(problem_.dtype)),
@@ -388,10 +371,10 @@ double CostModel::sharded_params(const PlanFigures& figures, int stage, int laye
   return (params - experts) / figures.d + experts / figures.expert_d;
 }
 
-double CostModel::micro_batches_kept(const ParallelPlan& plan, int stage) const {
+double CostModel::micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const {
   // The schedule's own warm-up (pipeline_schedule.h): the forwards a stage runs before its first
   // backward, plus the one it runs with it, each of a model chunk (1/v of the stage).
-  const PipelineShape shape{plan.pp, static_cast<int>(plan.micro_batches), plan.virtual_stages,
+  const PipelineShape shape{stages, static_cast<int>(plan.micro_batches), plan.virtual_stages,
                             static_cast<int>(problem_.model.n_layer)};
   const PipelinePhases phases = pipeline_phases(plan.schedule, shape, stage);
   const int chunks = std::min(phases.warmup + 1, phases.warmup + phases.steady);
@@ -773,13 +756,13 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   const int stage = result.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const int split = plan.sp ? plan.tp : 1;
+  const int split = plan.sp ? plan.degree("tp") : 1;
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
       ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
       ClassTime& by_op = result.compute_by_op[op.op];
-      const double seconds = times * op_time(op, split, plan.ep);
+      const double seconds = times * op_time(op, split, plan.degree("ep"));
       const double flops = times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
       entry.seconds += seconds;
       entry.flops += flops;
@@ -805,13 +788,15 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   for (const OpWork& op : work.layer.forward) {
     if (!is_expert_gemm(op)) continue;
-    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, expert_load(plan.ep), problem_.dtype).gemm.m);
+    const ExpertLoad load = expert_load(plan.degree("ep"));
+    result.expert_rows = static_cast<double>(busiest_expert_gemm(op, load, problem_.dtype).gemm.m);
   }
   const SegmentCost& layer_cost = figures.cost.layer;
   const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
   result.all_to_all = m * layers * (exchange_forwards * layer_cost.ep_forward + layer_cost.ep_backward);
   const ModelComm comm =
-      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.tp, plan.sp, problem_.dtype, problem_.tp_input);
+      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.degree("tp"), plan.sp, problem_.dtype,
+                 problem_.tp_input);
   auto price = [&](const std::vector<CommWork>& calls, double times) {
     for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
   };

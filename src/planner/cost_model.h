@@ -37,6 +37,7 @@
 #include "planner/loss_work.h"
 #include "planner/model_comm.h"
 #include "planner/plan.h"
+#include "planner/plan_dimension.h"
 #include "planner/workload.h"
 
 namespace strata {
@@ -87,7 +88,8 @@ class CostModel {
 
   const PlanningProblem& problem() const { return problem_; }
 
-  // Why the plan cannot run at all (indivisible degrees and the like), or nothing.
+  // Why the plan cannot run at all (indivisible degrees and the like: each dimension's
+  // PlannerDimension::refuse_plan among them), or nothing.
   std::optional<std::string> invalid_reason(const ParallelPlan& plan) const;
   // The prediction for a plan with no invalid_reason. The pipeline's step time
   // comes from a closed form (the search's: GPipe and 1F1B exact for equal
@@ -191,7 +193,8 @@ class CostModel {
   // Parameters of a stage one device keeps when ZeRO shards them (`sharded`): the dense ones over dp x ep,
   // the experts' over dp.
   static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
-  double micro_batches_kept(const ParallelPlan& plan, int stage) const;  // whose activations the stage keeps
+  // Whose activations `stage` of `stages` keeps.
+  double micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const;
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute
@@ -218,6 +221,7 @@ class CostModel {
   PlanningProblem problem_;
   CommPricer pricer_;
   OpWork adamw_, square_sums_, scale_, add_;  // per kReferenceElements fp32 elements
+  std::vector<PlannerDimension> dimensions_;  // the planner's parts of the dimensions registered when built
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;

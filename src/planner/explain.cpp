@@ -43,12 +43,12 @@ void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& at
          fmt::format("{:.0f}% of the matrix peak; {:.0f} rows per expert (the busiest, imbalance {:.2f}), {} experts "
                      "per device",
                      100 * experts.flops / experts.seconds / peak, attribution.expert_rows, problem.moe_imbalance,
-                     problem.model.num_experts / out.prediction.plan.ep)});
+                     problem.model.num_experts / out.prediction.plan.degree("ep"))});
   }
   if (attribution.all_to_all > 0) {
     out.terms.push_back({"expert-parallel all-to-all", attribution.all_to_all,
                          fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
-                                     out.prediction.plan.ep)});
+                                     out.prediction.plan.degree("ep"))});
   }
 }
 

@@ -12,10 +12,10 @@ double TimeBreakdown::total() const {
 }
 
 std::string ParallelPlan::describe() const {
-  std::string text = fmt::format("dp={} tp={} pp={}{}{} mb={}x{} zero={} recompute={}", dp, tp, pp,
-                                 ep > 1 ? fmt::format(" ep={}", ep) : "", sp ? " sp" : "", micro_batch, micro_batches,
-                                 zero, recompute_mode_name(recompute));
-  if (pp > 1) {
+  std::string text = fmt::format("{}{} mb={}x{} zero={} recompute={}", degrees.describe(), sp ? " sp" : "",
+                                 micro_batch, micro_batches, zero, recompute_mode_name(recompute));
+  // The pipeline's schedule, which has no effect on one stage.
+  if (degree("pp") > 1) {
     text += fmt::format(" {}", schedule_name(schedule));
     if (schedule == PipelineSchedule::Interleaved) text += fmt::format(" v={}", virtual_stages);
   }

@@ -1,32 +1,30 @@
 #pragma once
 // A parallel layout and what the cost model predicts for it.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "parallel/pipeline_schedule.h"
+#include "planner/dimension_degrees.h"
 #include "planner/workload.h"
 
 namespace strata {
 
-// Devices are ordered tensor-parallel rank fastest, then expert-parallel, then
-// data-parallel, then pipeline stage (Megatron's order with the runtime's ep
-// between tp and dp), filling a node before the next.
+// Devices are ordered by the dimensions' nesting (parallel/parallel_dimension.h): tensor-parallel
+// rank fastest, then expert-parallel, then data-parallel, then pipeline stage (Megatron's order
+// with the runtime's ep between tp and dp), filling a node before the next.
 struct ParallelPlan {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
+  DimensionDegrees degrees;   // every registered dimension's degree
   bool sp = false;            // sequence parallelism over the tensor-parallel group
   int64_t micro_batch = 1;    // rows per micro-batch
-  int64_t micro_batches = 1;  // per optimizer step and data-parallel replica
+  int64_t micro_batches = 1;  // per optimizer step and batch-splitting replica (dp x ep)
   int zero = 0;               // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
   RecomputeMode recompute = RecomputeMode::None;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
-  // Expert parallelism: each MoE layer's experts split over ep ranks, which take their share of the
-  // batch as data-parallel replicas do (the rows split over dp x ep; parallel/expert_parallel.h).
-  int ep = 1;
 
-  int devices() const { return dp * tp * pp * ep; }
+  int degree(std::string_view dimension) const { return degrees[dimension]; }
+  int devices() const { return degrees.product(); }
   // "dp=8 tp=8 pp=4 sp mb=1x96 zero=1 recompute=selective 1f1b" ("... pp=4 ep=2 ..." under expert
   // parallelism); also the tie-break order.
   std::string describe() const;

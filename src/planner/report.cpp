@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/parallel_dimension.h"
 #include "planner/expert_work.h"
 
 namespace strata {
@@ -122,18 +123,19 @@ std::vector<std::string> explain_difference(const Prediction& winner, const Pred
 }
 
 nlohmann::json plan_json(const ParallelPlan& plan) {
-  nlohmann::json json = {{"dp", plan.dp},
-          {"tp", plan.tp},
-          {"pp", plan.pp},
-          {"sp", plan.sp},
-          {"micro_batch", plan.micro_batch},
-          {"micro_batches", plan.micro_batches},
-          {"zero", plan.zero},
-          {"recompute", std::string(recompute_mode_name(plan.recompute))},
-          {"schedule", std::string(schedule_name(plan.schedule))},
-          {"virtual_stages", plan.virtual_stages},
-          {"description", plan.describe()}};
-  if (plan.ep > 1) json["ep"] = plan.ep;  // absent: 1, as plans without experts were recorded
+  nlohmann::json json = {{"sp", plan.sp},
+                         {"micro_batch", plan.micro_batch},
+                         {"micro_batches", plan.micro_batches},
+                         {"zero", plan.zero},
+                         {"recompute", std::string(recompute_mode_name(plan.recompute))},
+                         {"schedule", std::string(schedule_name(plan.schedule))},
+                         {"virtual_stages", plan.virtual_stages},
+                         {"description", plan.describe()}};
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    // A dimension of some models only is absent at 1 (ep), as plans without it were recorded.
+    const int degree = plan.degree(dimension.name);
+    if (!dimension.named_when_set_only || degree > 1) json[dimension.name] = degree;
+  }
   return json;
 }
 
@@ -141,7 +143,7 @@ nlohmann::json prediction_json(const Prediction& prediction) {
   nlohmann::json time;
   for (const Component& c : kComponents) {
     // Plans without expert parallelism are recorded as before it existed.
-    if (c.field != &TimeBreakdown::ep_comm || prediction.plan.ep > 1) time[c.key] = prediction.time.*c.field;
+    if (c.field != &TimeBreakdown::ep_comm || prediction.plan.degree("ep") > 1) time[c.key] = prediction.time.*c.field;
   }
   const MemoryBreakdown& m = prediction.memory;
   return {{"plan", plan_json(prediction.plan)},
@@ -233,8 +235,9 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
     const MemoryBreakdown& m = winner.memory;
     out += fmt::format("\nwinner: {}\n", winner.plan.describe());
     out += fmt::format("  layers per stage: {}{}\n", split_text(winner.layers_per_stage),
-                       winner.plan.pp > 1 && winner.schedule_replayed ? " (step time: every stage's schedule replayed)"
-                                                                      : "");
+                       winner.layers_per_stage.size() > 1 && winner.schedule_replayed
+                           ? " (step time: every stage's schedule replayed)"
+                           : "");
     if (winner.stages.size() > 1) {
       std::string peaks;
       for (const MemoryBreakdown& stage : winner.stages)

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <map>
 
+#include "parallel/parallel_dimension.h"
+#include "planner/plan_dimension.h"
+
 namespace strata {
 
 namespace {
@@ -13,18 +16,6 @@ namespace {
 // Plans the closed-form ranking keeps beyond those asked for, so that replaying the schedules can
 // reorder the front runners.
 constexpr size_t kReplayedBeyondKept = 16;
-const std::string kInterleaveReason = "interleaved plans whose micro-batch count is not a multiple of pp";
-
-std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> result;
-  for (int64_t i = 1; i * i <= n; ++i) {
-    if (n % i != 0) continue;
-    result.push_back(i);
-    if (i != n / i) result.push_back(n / i);
-  }
-  std::sort(result.begin(), result.end());
-  return result;
-}
 
 class Rejections {
  public:
@@ -45,101 +36,136 @@ class Rejections {
   std::vector<RejectedRegion>& regions_;
 };
 
-std::string layout_name(int dp, int tp, int pp, int ep) {
-  return fmt::format("dp={} tp={} pp={}{}", dp, tp, pp, ep > 1 ? fmt::format(" ep={}", ep) : "");
+bool within(const PlanLimits& limits, std::string_view dimension, int degree) {
+  const int fixed = limits.fixed[dimension], largest = limits.largest[dimension];
+  return (fixed == 0 || fixed == degree) && (largest == 0 || degree <= largest);
 }
 
-// The expert-parallel degrees to search: those dividing the experts and the devices (a dense model: 1).
-std::vector<int> expert_degrees(const ModelConfig& model, int devices, const PlanLimits& limits) {
-  std::vector<int> degrees;
-  for (int64_t ep : divisors(std::max<int64_t>(model.num_experts, 1))) {
-    if (devices % ep != 0 || (limits.max_ep > 0 && ep > limits.max_ep)) continue;
-    if (!limits.ep || *limits.ep == ep) degrees.push_back(static_cast<int>(ep));
+// "data" ("data x expert" under expert parallelism): the batch-splitting dimensions a message names.
+std::string batch_parallelism(const DimensionDegrees& degrees, const std::vector<PlannerDimension>& parts) {
+  std::string text;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    if (!dimension.splits_batch || (dimension.named_when_set_only && degrees[dimension.name] == 1)) continue;
+    for (const PlannerDimension& part : parts) {
+      if (part.name == dimension.name) text += (text.empty() ? "" : " x ") + part.parallelism;
+    }
   }
-  return degrees;
+  return text;
 }
 
-template <typename T>
-bool allowed(const std::optional<T>& fixed, const T& value) {
-  return !fixed || *fixed == value;
-}
+// One search's enumeration: the layouts, outermost dimension first, and every plan of each.
+class LayoutEnumeration {
+ public:
+  LayoutEnumeration(const PlanningProblem& problem, const PlanLimits& limits, Rejections& reject,
+                    std::vector<ParallelPlan>& plans)
+      : problem_(problem), limits_(limits), reject_(reject), plans_(plans), parts_(planner_dimensions()) {}
 
-// The plans of every layout with expert parallelism `ep`.
-void add_layouts(const CostModel& model, const PlanLimits& limits, int ep, Rejections& reject,
-                 std::vector<ParallelPlan>& plans) {
-  const PlanningProblem& problem = model.problem();
-  const int devices = problem.cluster.devices() / ep;
-  const int64_t layers = problem.model.n_layer;
-  for (int64_t tp64 : divisors(devices)) {
-    int tp = static_cast<int>(tp64);
-    if (!allowed(limits.tp, tp) || (limits.max_tp > 0 && tp > limits.max_tp)) continue;
-    for (int64_t pp64 : divisors(devices / tp)) {
-      int pp = static_cast<int>(pp64);
-      int dp = devices / tp / pp;
-      if (!allowed(limits.pp, pp) || (limits.max_pp > 0 && pp > limits.max_pp) || !allowed(limits.dp, dp)) continue;
-      std::string layout = layout_name(dp, tp, pp, ep);
-      if (problem.model.n_head % tp != 0) {
-        reject.add(fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head),
-                   [&] { return layout; });
-        continue;
+  // Each dimension's degrees with `devices` left to it and those after it.
+  void choose_degrees(size_t next, int devices, DimensionDegrees& degrees) {
+    const PlannerDimension& part = parts_[next];
+    if (part.takes_remaining_devices) {
+      if (!within(limits_, part.name, devices)) return;
+      degrees.set(part.name, devices);
+      add_layout(degrees);
+      return;
+    }
+    for (int degree : part.degrees ? part.degrees(problem_, devices) : std::vector<int>{1}) {
+      if (devices % degree != 0 || !within(limits_, part.name, degree)) continue;
+      degrees.set(part.name, degree);
+      choose_degrees(next + 1, devices / degree, degrees);
+    }
+    degrees.set(part.name, 1);
+  }
+
+ private:
+  void add_layout(const DimensionDegrees& degrees) {
+    const std::string layout = degrees.describe();
+    for (const PlannerDimension& part : parts_) {
+      if (!part.reject_layout) continue;
+      if (auto why = part.reject_layout(problem_, degrees[part.name])) {
+        reject_.add(*why, [&] { return layout; });
+        return;
       }
-      if (pp > layers) {
-        reject.add(fmt::format("layouts with more pipeline stages than the {} layers", layers), [&] { return layout; });
-        continue;
-      }
-      if (problem.global_batch % (dp * ep) != 0) {
-        reject.add(fmt::format("layouts whose data {}parallelism does not divide the global batch of {} rows",
-                               ep > 1 ? "x expert " : "", problem.global_batch),
-                   [&] { return layout; });
-        continue;
-      }
-      const int64_t rows = problem.global_batch / (dp * ep);
-      if (limits.micro_batch && rows % *limits.micro_batch != 0) {
-        reject.add(
-            fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}", *limits.micro_batch),
-            [&] { return layout; });
-        continue;
-      }
-      for (int64_t micro_batch : divisors(rows)) {
-        if (limits.micro_batch ? micro_batch != *limits.micro_batch : micro_batch > limits.max_micro_batch) continue;
-        const int64_t micro_batches = rows / micro_batch;
-        for (bool sp : {false, true}) {
-          if (!allowed(limits.sp, sp) || (sp && tp == 1)) continue;
-          for (int zero = 0; zero <= 3; ++zero) {
-            if (limits.zero ? zero != *limits.zero : (dp * ep == 1 && zero > 0)) continue;
-            for (RecomputeMode recompute : kRecomputeModes) {
-              if (!allowed(limits.recompute, recompute)) continue;
-              ParallelPlan plan{dp, tp, pp, sp, micro_batch, micro_batches, zero, recompute};
-              plan.ep = ep;
-              if (pp == 1) {
-                if (allowed(limits.schedule, PipelineSchedule::OneFOneB) && allowed(limits.virtual_stages, 1)) {
-                  plans.push_back(plan);
-                }
-                continue;
-              }
-              for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
-                if (!allowed(limits.schedule, schedule) || !allowed(limits.virtual_stages, 1)) continue;
-                plan.schedule = schedule;
-                plans.push_back(plan);
-              }
-              if (!allowed(limits.schedule, PipelineSchedule::Interleaved)) continue;
-              plan.schedule = PipelineSchedule::Interleaved;
-              for (int v = 2; v <= limits.max_virtual_stages && pp * v <= layers; ++v) {
-                if (!allowed(limits.virtual_stages, v)) continue;
-                plan.virtual_stages = v;
-                if (micro_batches % pp != 0) {
-                  reject.add(kInterleaveReason, [&] { return plan.describe(); });
-                  continue;
-                }
-                plans.push_back(plan);
-              }
-              plan.virtual_stages = 1;
-            }
-          }
+    }
+    const int replicas = degrees.batch_replicas();
+    if (problem_.global_batch % replicas != 0) {
+      reject_.add(fmt::format("layouts whose {} parallelism does not divide the global batch of {} rows",
+                              batch_parallelism(degrees, parts_), problem_.global_batch),
+                  [&] { return layout; });
+      return;
+    }
+    const int64_t rows = problem_.global_batch / replicas;
+    if (limits_.micro_batch && rows % *limits_.micro_batch != 0) {
+      reject_.add(
+          fmt::format("layouts whose rows per replica are not a multiple of the micro-batch {}", *limits_.micro_batch),
+          [&] { return layout; });
+      return;
+    }
+    ParallelPlan plan;
+    plan.degrees = degrees;
+    for (int64_t micro_batch : divisors(rows)) {
+      if (limits_.micro_batch ? micro_batch != *limits_.micro_batch : micro_batch > limits_.max_micro_batch) continue;
+      plan.micro_batch = micro_batch;
+      plan.micro_batches = rows / micro_batch;
+      for (plan.zero = 0; plan.zero <= 3; ++plan.zero) {
+        // ZeRO shards over the replicas: nothing to shard without them.
+        if (limits_.zero ? plan.zero != *limits_.zero : (replicas == 1 && plan.zero > 0)) continue;
+        for (RecomputeMode recompute : kRecomputeModes) {
+          if (limits_.recompute && *limits_.recompute != recompute) continue;
+          plan.recompute = recompute;
+          add_options(0, plan);
         }
       }
     }
   }
+
+  // `plan` along the options of the dimensions from `next` on.
+  void add_options(size_t next, const ParallelPlan& plan) {
+    while (next < parts_.size() && !parts_[next].options) ++next;
+    if (next == parts_.size()) {
+      plans_.push_back(plan);
+      return;
+    }
+    const OptionSearch search{problem_, limits_, [this](const std::string& reason, const ParallelPlan& rejected) {
+                                reject_.add(reason, [&] { return rejected.describe(); });
+                              }};
+    parts_[next].options(plan, search, [&](const ParallelPlan& option) { add_options(next + 1, option); });
+  }
+
+  const PlanningProblem& problem_;
+  const PlanLimits& limits_;
+  Rejections& reject_;
+  std::vector<ParallelPlan>& plans_;
+  const std::vector<PlannerDimension> parts_;
+};
+
+// Why the degrees the user fixed cannot make a layout of the cluster, or nothing.
+std::optional<RejectedRegion> fixed_degrees_refused(const PlanningProblem& problem, const PlanLimits& limits) {
+  const int devices = problem.cluster.devices();
+  DimensionDegrees layout;
+  bool every_dimension_fixed = true;  // of those that apply to every model
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    const int fixed = limits.fixed[dimension.name];
+    if (fixed > 0 && devices % fixed != 0) {
+      return RejectedRegion{fmt::format("fixed degrees that do not divide the cluster's {} devices", devices), 1,
+                            fmt::format("{}={}", dimension.name, fixed), {}};
+    }
+    if (fixed > 0) layout.set(dimension.name, fixed);
+    every_dimension_fixed = every_dimension_fixed && (fixed > 0 || dimension.named_when_set_only);
+  }
+  if (every_dimension_fixed && layout.product() != devices) {
+    return RejectedRegion{
+        fmt::format("fixed layouts whose {} is not the cluster's {} devices", degrees_product_name(), devices), 1,
+        layout.describe(), {}};
+  }
+  for (const PlannerDimension& part : planner_dimensions()) {
+    const int fixed = limits.fixed[part.name];
+    if (fixed == 0 || !part.refuse_fixed) continue;
+    if (auto why = part.refuse_fixed(problem, fixed)) {
+      return RejectedRegion{*why, 1, fmt::format("{}={}", part.name, fixed), {}};
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -152,33 +178,14 @@ bool ranks_before(const Prediction& a, const Prediction& b) {
 std::vector<ParallelPlan> enumerate_plans(const CostModel& model, const PlanLimits& limits,
                                           std::vector<RejectedRegion>& rejected) {
   const PlanningProblem& problem = model.problem();
-  const int devices = problem.cluster.devices();
-  Rejections reject(rejected);
   std::vector<ParallelPlan> plans;
-  for (const auto& [name, fixed] :
-       {std::pair{"dp", limits.dp}, {"tp", limits.tp}, {"pp", limits.pp}, {"ep", limits.ep}}) {
-    if (fixed && devices % *fixed != 0) {
-      reject.add(fmt::format("fixed degrees that do not divide the cluster's {} devices", devices),
-                 [degree = name, value = *fixed] { return fmt::format("{}={}", degree, value); });
-      return plans;
-    }
-  }
-  const int fixed_ep = limits.ep.value_or(1);
-  if (limits.dp && limits.tp && limits.pp && *limits.dp * *limits.tp * *limits.pp * fixed_ep != devices) {
-    reject.add(fmt::format("fixed layouts whose dp x tp x pp x ep is not the cluster's {} devices", devices),
-               [&] { return layout_name(*limits.dp, *limits.tp, *limits.pp, fixed_ep); });
+  if (auto refused = fixed_degrees_refused(problem, limits)) {
+    rejected.push_back(std::move(*refused));
     return plans;
   }
-  if (limits.ep && *limits.ep > 1 && (problem.model.num_experts == 0 || problem.model.num_experts % *limits.ep != 0)) {
-    reject.add(problem.model.num_experts == 0
-                   ? std::string("expert parallelism for a model without experts")
-                   : fmt::format("expert parallelism that does not divide the {} experts", problem.model.num_experts),
-               [&] { return fmt::format("ep={}", *limits.ep); });
-    return plans;
-  }
-  for (int ep : expert_degrees(problem.model, devices, limits)) {
-    add_layouts(model, limits, ep, reject, plans);
-  }
+  Rejections reject(rejected);
+  DimensionDegrees degrees;
+  LayoutEnumeration(problem, limits, reject, plans).choose_degrees(0, problem.cluster.devices(), degrees);
   return plans;
 }
 
@@ -191,7 +198,7 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     bool fits = false;
     double least_peak = 0;
   };
-  std::map<std::tuple<int, int, int, int>, LayoutMemory> layouts;
+  std::map<DimensionDegrees, LayoutMemory> layouts;
   struct Miss {
     ParallelPlan plan;
     MemoryBreakdown memory;  // its highest stage
@@ -207,7 +214,7 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
     CostModel::Placement placement = model.place(plan);
     const MemoryBreakdown memory = placement.highest();
     ++result.candidates;
-    auto [entry, inserted] = layouts.try_emplace({plan.dp, plan.tp, plan.pp, plan.ep}, LayoutMemory{false, memory.peak});
+    auto [entry, inserted] = layouts.try_emplace(plan.degrees, LayoutMemory{false, memory.peak});
     entry->second.least_peak = std::min(entry->second.least_peak, memory.peak);
     if (memory.peak > memory.capacity) {
       ++out_of_memory;
@@ -238,9 +245,8 @@ SearchResult rank_plans(CostModel& model, const std::vector<ParallelPlan>& candi
                                          closest_miss->plan.describe(), closest_miss->memory.peak / kGiB, usable));
     for (const auto& [layout, memory] : layouts) {
       if (memory.fits) continue;
-      auto [dp, tp, pp, ep] = layout;
       region.details.push_back(fmt::format("{}: no variant fits; the least needs {:.1f} GiB per device",
-                                           layout_name(dp, tp, pp, ep), memory.least_peak / kGiB));
+                                           layout.describe(), memory.least_peak / kGiB));
     }
     result.rejected.push_back(std::move(region));
   }

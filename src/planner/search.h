@@ -1,9 +1,11 @@
 #pragma once
-// The search over parallel layouts: every factorisation of the devices into
-// data x tensor x pipeline x expert parallelism (ep: the divisors of a mixture
-// of experts' expert count; 1 for a dense model), sequence parallelism, micro-batch size
-// (its count follows from the global batch), ZeRO stage, recomputation and
-// pipeline schedule with virtual stages, within the user's limits. Every
+// The search over parallel layouts: every factorisation of the devices over the
+// registered dimensions (each dimension's degrees from its planner part,
+// plan_dimension.h: for data x tensor x pipeline x expert parallelism, ep the
+// divisors of a mixture of experts' expert count, 1 for a dense model), micro-batch
+// size (its count follows from the global batch), ZeRO stage, recomputation and
+// the dimensions' options (sequence parallelism, pipeline schedule with virtual
+// stages), within the user's limits. Every
 // candidate is priced by the cost model; the ranking is by predicted step
 // time with ties broken by the plan's description, so the result does not
 // depend on the order candidates are produced in.
@@ -18,10 +20,8 @@ namespace strata {
 // What the user fixes or bounds (unset: open). A plan with every field fixed
 // is evaluated alone.
 struct PlanLimits {
-  std::optional<int> dp, tp, pp, ep;
-  int max_tp = 0;  // 0: no bound
-  int max_pp = 0;
-  int max_ep = 0;
+  DimensionDegrees fixed{0};    // per dimension, its degree (0: open)
+  DimensionDegrees largest{0};  // per dimension, its largest degree (0: no bound)
   std::optional<bool> sp;
   std::optional<int64_t> micro_batch;
   int64_t max_micro_batch = 32;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "planner/plan_settings.h"
 #include "planner/report.h"
 
 namespace strata {
@@ -46,29 +47,17 @@ void choose_auto_layout(TrainConfig& config, int ranks, int threads_per_rank) {
   request.limits.recompute = RecomputeMode::None;
   request.limits.max_micro_batch = config.global_batch;
   const ParallelPlan plan = auto_plan(request).chosen.plan;
-  config.dp = plan.dp;
-  config.tp = plan.tp;
-  config.pp = plan.pp;
-  config.ep = plan.ep;
-  config.sp = plan.sp;
-  config.schedule = std::string(schedule_name(plan.schedule));
-  config.virtual_stages = plan.virtual_stages;
+  write_plan_settings(plan, config);
   config.validate();
 }
 
 AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
   AutoPlanRequest request = plan_request(config, mesh.size(), threads_per_rank);
   // The planner chooses the micro-batch on the mesh launched, at the configured ZeRO stage.
-  request.limits.dp = mesh.degree("dp");
-  request.limits.tp = mesh.degree("tp");
-  request.limits.pp = mesh.degree("pp");
-  request.limits.ep = mesh.degree("ep");
-  request.limits.sp = config.sp;
-  request.limits.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
-  request.limits.virtual_stages = static_cast<int>(config.virtual_stages);
+  fix_to_settings(config, mesh, request.limits);
   request.limits.zero = static_cast<int>(config.zero);
   request.limits.recompute = RecomputeMode::None;
-  request.limits.max_micro_batch = config.global_batch / (mesh.degree("dp") * mesh.degree("ep"));
+  request.limits.max_micro_batch = config.global_batch / request.limits.fixed.batch_replicas();
   AutoPlan plan = auto_plan(request);
   config.batch_size = plan.chosen.plan.micro_batch;
   config.validate();
@@ -79,16 +68,9 @@ AppliedPlan apply_auto_plan(TrainConfig& config, const MeshShape& mesh, int thre
 }
 
 AppliedPlan describe_manual_plan(const TrainConfig& config, const MeshShape& mesh, int threads_per_rank) {
-  ParallelPlan plan;
-  plan.dp = mesh.degree("dp");
-  plan.tp = mesh.degree("tp");
-  plan.pp = mesh.degree("pp");
-  plan.ep = mesh.degree("ep");
-  plan.sp = config.sp;
-  plan.schedule = parse_schedule(config.schedule, "key 'parallel.schedule'");
-  plan.virtual_stages = static_cast<int>(config.virtual_stages);
+  ParallelPlan plan = plan_of_settings(config, mesh);
   plan.micro_batch = config.batch_size;
-  plan.micro_batches = config.accumulation_steps() / (mesh.degree("dp") * mesh.degree("ep"));
+  plan.micro_batches = config.accumulation_steps() / plan.degrees.batch_replicas();
   plan.zero = static_cast<int>(config.zero);
   plan.recompute = parse_recompute_mode(config.recompute, "train.recompute");
   if (config.cluster.empty()) {

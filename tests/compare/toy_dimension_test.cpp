@@ -1,9 +1,10 @@
 // The parallel-dimension seam is real: a dimension registered by this test binary alone (one
 // coordinate, placing nothing) joins the mesh, and a training run with its planner prediction, a
-// checkpoint and a resume, and `strata compare`'s capture all run with it, with no edit to their
-// files, giving the same bits as without it.
+// checkpoint and a resume, `strata compare`'s capture, and the planner's search and report all run
+// with it, with no edit to their files, giving the same bits as without it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,10 @@
 #include "model/family.h"
 #include "parallel/device_mesh.h"
 #include "parallel/parameter_placement.h"
+#include "planner/auto_plan.h"
+#include "planner/model_spec.h"
+#include "planner/plan_dimension.h"
+#include "planner/report.h"
 #include "train/tiny_training_test.h"
 #include "train/trainer.h"
 
@@ -26,10 +31,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The toy's coordinates would be replicas doing the same work (it places nothing): the planner
+// searches every degree the devices allow and refuses those above 1.
+const std::string kToyReplicates = "layouts whose toy dimension replicates the model for nothing";
+
+PlannerDimension toy_planning() {
+  return {.name = "xp",
+          .parallelism = "toy",
+          .fix_help = "Fix the toy degree",
+          .degrees = [](const PlanningProblem&, int devices) {
+            std::vector<int> degrees;
+            for (int degree = 1; degree <= devices; ++degree) {
+              if (devices % degree == 0) degrees.push_back(degree);
+            }
+            return degrees;
+          },
+          .reject_layout = [](const PlanningProblem&, int degree) -> std::optional<std::string> {
+            if (degree == 1) return std::nullopt;
+            return kToyReplicates;
+          }};
+}
+
 class RegisteredToyDimension {
  public:
-  RegisteredToyDimension() { register_parallel_dimension({.name = "xp", .nesting = 3}); }
-  ~RegisteredToyDimension() { unregister_parallel_dimension("xp"); }
+  RegisteredToyDimension() {
+    register_parallel_dimension({.name = "xp", .nesting = 3});
+    register_planner_dimension(toy_planning());
+  }
+  ~RegisteredToyDimension() {
+    unregister_planner_dimension("xp");
+    unregister_parallel_dimension("xp");
+  }
 };
 
 // What a run leaves that must not change: every line of metrics.jsonl but its timings, the
@@ -99,6 +131,21 @@ TEST_F(ToyDimension, JoinsTheMeshAndTrainingCheckpointsThePlannerAndCompareRunWi
   EXPECT_EQ(captured_tensors("toy_capture"), plain_captured);
 }
 
+// parallel.plan = "auto": the planner searches this one-rank job with the toy's part among the
+// dimensions (held at the mesh's degree 1), and the run takes the plan it takes without the toy.
+TEST_F(ToyDimension, TheTrainersAutoPlanChoosesAsWithoutIt) {
+  const auto chosen = [&](const std::string& run) {
+    Trainer(config(run, {"parallel.plan=auto", "parallel.cluster=this-machine", "train.steps=2"})).run();
+    return nlohmann::json::parse(std::ifstream(root() / run / "plan.json"))["chosen"];
+  };
+  const nlohmann::json plain = chosen("auto_plain");
+  RegisteredToyDimension toy;
+  const nlohmann::json with_toy = chosen("auto_toy");
+  EXPECT_EQ(with_toy["plan"]["xp"], 1) << with_toy.dump();
+  EXPECT_EQ(with_toy["plan"]["micro_batch"], plain["plan"]["micro_batch"]);
+  EXPECT_EQ(with_toy["step_s"], plain["step_s"]);
+}
+
 // At two coordinates the dimension's ranks are replicas of each other: the checkpoint's shard plan
 // still saves every box once, with the keys it had, each by a rank holding that box, and spreads
 // the writing over both replicas.
@@ -122,6 +169,57 @@ TEST_F(ToyDimension, TwoCoordinatesAreReplicasTheCheckpointSavesOnce) {
     writers.insert(writer.at("xp"));
   }
   EXPECT_EQ(writers, (std::set<int>{0, 1}));
+}
+
+// The search over a node of 8 devices tries the toy's degrees 2, 4 and 8 and refuses every such
+// layout, naming the dimension; the plans it ranks are the ones it ranks without the toy, each with
+// the toy at 1 in its description and JSON.
+TEST(ToyDimensionPlanner, TheSearchTriesItsDegreesRefusesThemAndReportsItsPlans) {
+  const ModelSpec gpt2 = model_preset("gpt2-small");
+  const PlanningProblem problem{gpt2.name, gpt2.config, 64, 1024, DType::BF16, resolve_cluster("dgx-h100")};
+  ASSERT_EQ(problem.cluster.devices(), 8);
+  CostModel plain_model(problem);
+  const SearchResult plain = search_plans(plain_model, {}, 5);
+  RegisteredToyDimension toy;
+  CostModel toy_model(problem);
+  const SearchResult with_toy = search_plans(toy_model, {}, 5);
+
+  // Layouts with the toy above 1: of 8 = tp x pp x xp x dp, xp = 2 leaves 4 for three dimensions
+  // (6 ways), xp = 4 leaves 2 (3 ways), xp = 8 leaves 1 (1 way); every tp of these divides the 12
+  // heads and every pp is below the 12 layers, so the toy's check is the one that refuses them.
+  const auto refused = std::find_if(with_toy.rejected.begin(), with_toy.rejected.end(),
+                                    [](const RejectedRegion& region) { return region.reason == kToyReplicates; });
+  ASSERT_NE(refused, with_toy.rejected.end());
+  EXPECT_EQ(refused->count, 6 + 3 + 1);
+  EXPECT_NE(refused->example.find("xp=2"), std::string::npos) << refused->example;
+
+  EXPECT_EQ(with_toy.candidates, plain.candidates);
+  EXPECT_EQ(with_toy.feasible, plain.feasible);
+  ASSERT_EQ(with_toy.ranked.size(), plain.ranked.size());
+  const nlohmann::json report = report_json(toy_model, with_toy, 5);
+  const std::string text = format_report(toy_model, with_toy, 5);
+  for (size_t i = 0; i < plain.ranked.size(); ++i) {
+    const ParallelPlan& toy_plan = with_toy.ranked[i].plan;
+    const ParallelPlan& plain_plan = plain.ranked[i].plan;
+    EXPECT_EQ(with_toy.ranked[i].step_s, plain.ranked[i].step_s) << plain_plan.describe();
+    for (const char* dimension : {"dp", "tp", "pp", "ep"}) {
+      EXPECT_EQ(toy_plan.degree(dimension), plain_plan.degree(dimension)) << dimension;
+    }
+    EXPECT_EQ(toy_plan.degree("xp"), 1);
+    EXPECT_NE(toy_plan.describe().find(" xp=1"), std::string::npos) << toy_plan.describe();
+    EXPECT_NE(text.find(toy_plan.describe()), std::string::npos) << text;
+    EXPECT_EQ(report["plans"][i]["plan"]["xp"], 1) << report["plans"][i].dump();
+  }
+  EXPECT_NE(text.find(kToyReplicates), std::string::npos) << text;
+
+  // A toy degree the user fixes is searched alone, and refused by the same check.
+  PlanLimits fixed;
+  fixed.fixed.set("xp", 2);
+  const SearchResult forced = search_plans(toy_model, fixed, 5);
+  EXPECT_TRUE(forced.ranked.empty());
+  ASSERT_FALSE(forced.rejected.empty());
+  EXPECT_EQ(forced.rejected.front().reason, kToyReplicates);
+  EXPECT_EQ(forced.rejected.front().count, 6);
 }
 
 }  // namespace

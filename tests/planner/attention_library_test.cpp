@@ -141,7 +141,7 @@ TEST(PlannerAttentionLibrary, ExplainsTheSensitivityToTheLibrarysEngine) {
   problem.attention_library = "slow";
   CostModel model(problem);
   ParallelPlan plan;
-  plan.dp = 2;
+  plan.degrees.set("dp", 2);
   plan.micro_batch = 1;
   plan.micro_batches = 4;
   const Explanation explanation = explain_plans(model, model.evaluate(plan), nullptr);

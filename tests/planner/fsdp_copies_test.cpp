@@ -78,7 +78,7 @@ double copies_seconds(FsdpRuntime runtime, DType reduce = DType::F32) {
   problem.fsdp_reduce = reduce;
   CostModel model(problem);
   ParallelPlan plan;
-  plan.dp = 4;
+  plan.degrees.set("dp", 4);
   plan.micro_batch = 1;
   plan.micro_batches = 2;
   plan.zero = 3;

@@ -88,7 +88,7 @@ TEST(PlannerMemory, ZeroStagesShardStateOverDataParallelism) {
                                {2 * p / d, 4 * p / d, 4 * p / d, 8 * p / d}};
   for (int zero = 0; zero <= 3; ++zero) {
     ParallelPlan plan;
-    plan.dp = 4;
+    plan.degrees.set("dp", 4);
     plan.micro_batch = 2;
     plan.zero = zero;
     MemoryBreakdown m = model.evaluate(plan).memory;
@@ -104,8 +104,8 @@ TEST(PlannerMemory, OneFOneBKeepsPipelineDepthMicroBatchesOnTheFirstStage) {
   CostModel model(PlanningProblem{"t", c, 16, 128, DType::F32, testing::test_cluster(1, 4, 64)});
   const Workload& w = model.workload(1, 1);
   ParallelPlan plan;
-  plan.pp = 4;
-  plan.dp = 1;
+  plan.degrees.set("pp", 4);
+  plan.degrees.set("dp", 1);
   plan.micro_batch = 1;
   plan.micro_batches = 16;
   plan.schedule = PipelineSchedule::OneFOneB;

@@ -45,8 +45,8 @@ ClusterSpec compute_bound_cluster(int devices, double memory_gib = 64) {
 
 ParallelPlan plan_of(int dp, int ep, int64_t micro_batch, int64_t micro_batches) {
   ParallelPlan plan;
-  plan.dp = dp;
-  plan.ep = ep;
+  plan.degrees.set("dp", dp);
+  plan.degrees.set("ep", ep);
   plan.micro_batch = micro_batch;
   plan.micro_batches = micro_batches;
   return plan;
@@ -64,7 +64,7 @@ PlanLimits unsharded_limits() {
 // dp=1 tp=`tp` ep=1, one micro-batch of 2 rows.
 ParallelPlan tensor_parallel_plan(int tp, bool sp) {
   ParallelPlan plan = plan_of(1, 1, 2, 1);
-  plan.tp = tp;
+  plan.degrees.set("tp", tp);
   plan.sp = sp;
   return plan;
 }
@@ -239,8 +239,8 @@ TEST(PlannerMoe, BusiestExpertRowsRoundUpToTheAlignment) {
 TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   const ModelConfig c = tiled_moe(8);
   PlanLimits limits = unsharded_limits();
-  limits.max_tp = 1;
-  limits.max_pp = 1;
+  limits.largest.set("tp", 1);
+  limits.largest.set("pp", 1);
   CostModel sizing(PlanningProblem{"moe", c, 4, 64, DType::F32, compute_bound_cluster(2)});
   const double replicated = sizing.evaluate(plan_of(2, 1, 2, 1)).memory.peak;
   const double split = sizing.evaluate(plan_of(1, 2, 2, 1)).memory.peak;
@@ -249,7 +249,7 @@ TEST(PlannerMoe, SearchChoosesExpertParallelismWhenOnlyItFits) {
   CostModel model(PlanningProblem{"moe", c, 4, 64, DType::F32, compute_bound_cluster(2, between_gib)});
   SearchResult result = search_plans(model, limits, 4);
   ASSERT_FALSE(result.ranked.empty());
-  EXPECT_EQ(result.ranked.front().plan.ep, 2);
+  EXPECT_EQ(result.ranked.front().plan.degree("ep"), 2);
   EXPECT_EQ(result.ranked.front().plan.describe(), "dp=1 tp=1 pp=1 ep=2 mb=2x1 zero=0 recompute=none");
   bool layout_rejected = false;
   for (const RejectedRegion& region : result.rejected) {
@@ -267,13 +267,13 @@ TEST(PlannerMoe, SearchTriesEveryExpertDegreeAndSequenceParallelism) {
   std::set<int> degrees;
   bool sequence_parallel = false;
   for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) {
-    degrees.insert(plan.ep);
+    degrees.insert(plan.degree("ep"));
     sequence_parallel = sequence_parallel || plan.sp;
   }
   EXPECT_EQ(degrees, (std::set<int>{1, 2, 4}));  // the divisors of 4 experts (8 does not divide them)
   EXPECT_TRUE(sequence_parallel);
   ParallelPlan plan = plan_of(4, 1, 2, 1);
-  plan.tp = 2;
+  plan.degrees.set("tp", 2);
   plan.sp = true;
   EXPECT_FALSE(model.invalid_reason(plan).has_value()) << *model.invalid_reason(plan);
 }
@@ -368,9 +368,9 @@ TEST(PlannerMoe, SequenceParallelismKeepsTheRouterLogitsWhole) {
 TEST(PlannerMoe, SearchChoosesSequenceParallelismWhenOnlyItFits) {
   const ModelConfig c = tiled_moe(4);
   PlanLimits limits = unsharded_limits();
-  limits.tp = 2;
-  limits.pp = 1;
-  limits.ep = 1;
+  limits.fixed.set("tp", 2);
+  limits.fixed.set("pp", 1);
+  limits.fixed.set("ep", 1);
   CostModel sizing(PlanningProblem{"moe", c, 2, 64, DType::F32, compute_bound_cluster(2)});
   const double whole = sizing.evaluate(tensor_parallel_plan(2, false)).memory.peak;
   const double split = sizing.evaluate(tensor_parallel_plan(2, true)).memory.peak;
@@ -385,9 +385,9 @@ TEST(PlannerMoe, DenseModelsSearchNoExpertParallelism) {
   CostModel model(PlanningProblem{"llama", testing::small_llama_config(), 8, 16, DType::F32,
                                   testing::test_cluster(1, 4, 64)});
   std::vector<RejectedRegion> rejected;
-  for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) EXPECT_EQ(plan.ep, 1);
+  for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) EXPECT_EQ(plan.degree("ep"), 1);
   PlanLimits fixed;
-  fixed.ep = 2;
+  fixed.fixed.set("ep", 2);
   SearchResult result = search_plans(model, fixed, 1);
   EXPECT_TRUE(result.ranked.empty());
   ASSERT_FALSE(result.rejected.empty());

@@ -21,7 +21,7 @@ PlanningProblem gpt2_small(const ClusterSpec& cluster, double bucket_bytes) {
 
 ParallelPlan data_parallel(int dp) {
   ParallelPlan plan;
-  plan.dp = dp;
+  plan.degrees.set("dp", dp);
   plan.micro_batch = 4;
   plan.micro_batches = 32 / (4 * dp);
   return plan;
@@ -66,9 +66,9 @@ TEST(PlannerExplain, TermsAddUpToTheStepAndWorseFiguresAreSlower) {
   ModelSpec spec = model_preset("gpt2-medium");
   CostModel model(PlanningProblem{spec.name, spec.config, 32, 512, DType::F32, cluster});
   ParallelPlan winner;
-  winner.dp = 2;
-  winner.tp = 2;
-  winner.pp = 2;
+  winner.degrees.set("dp", 2);
+  winner.degrees.set("tp", 2);
+  winner.degrees.set("pp", 2);
   winner.sp = true;
   winner.micro_batch = 2;
   winner.micro_batches = 8;

@@ -31,14 +31,14 @@ ClusterSpec preset(const std::string& name, int nodes, double nic_gbps = 0) {
 void expect_valid(const CostModel& model, const Prediction& p) {
   const PlanningProblem& problem = model.problem();
   const ParallelPlan& plan = p.plan;
-  EXPECT_EQ(plan.dp * plan.tp * plan.pp, problem.cluster.devices()) << plan.describe();
-  EXPECT_EQ(problem.model.n_head % plan.tp, 0) << plan.describe();
-  EXPECT_EQ(plan.dp * plan.micro_batch * plan.micro_batches, problem.global_batch) << plan.describe();
+  EXPECT_EQ(plan.degree("dp") * plan.degree("tp") * plan.degree("pp"), problem.cluster.devices()) << plan.describe();
+  EXPECT_EQ(problem.model.n_head % plan.degree("tp"), 0) << plan.describe();
+  EXPECT_EQ(plan.degree("dp") * plan.micro_batch * plan.micro_batches, problem.global_batch) << plan.describe();
   EXPECT_LE(p.memory.peak, p.memory.capacity) << plan.describe();
   if (plan.schedule == PipelineSchedule::Interleaved) {
-    EXPECT_EQ(plan.micro_batches % plan.pp, 0) << plan.describe();
+    EXPECT_EQ(plan.micro_batches % plan.degree("pp"), 0) << plan.describe();
   }
-  EXPECT_EQ(static_cast<int>(p.layers_per_stage.size()), plan.pp);
+  EXPECT_EQ(static_cast<int>(p.layers_per_stage.size()), plan.degree("pp"));
   int layers = 0;
   for (int count : p.layers_per_stage) {
     EXPECT_GE(count, plan.virtual_stages) << plan.describe();
@@ -64,7 +64,7 @@ TEST(PlannerSearch, TheFrontRunnersAreTimedByReplayingTheirSchedules) {
     const Prediction closed = model.evaluate(plan, CostModel::PipelineTiming::ClosedForm);
     EXPECT_FALSE(closed.schedule_replayed);
     EXPECT_GE(prediction.time.bubble, -1e-12 * prediction.step_s) << plan.describe();
-    if (plan.pp == 1) {
+    if (plan.degree("pp") == 1) {
       EXPECT_NEAR(prediction.step_s, closed.step_s, 1e-12 * closed.step_s) << plan.describe();
     } else {
       ++pipelines;
@@ -116,21 +116,21 @@ TEST(PlannerSearch, RankingDoesNotDependOnCandidateOrder) {
 TEST(PlannerSearch, HonoursTheUsersLimits) {
   CostModel model(problem("gpt2-large", preset("dgx-a100-80gb", 2), 128));
   PlanLimits limits;
-  limits.max_tp = 2;
-  limits.pp = 2;
+  limits.largest.set("tp", 2);
+  limits.fixed.set("pp", 2);
   limits.recompute = RecomputeMode::Selective;
   SearchResult result = search_plans(model, limits, 100);
   ASSERT_FALSE(result.ranked.empty());
   for (const Prediction& p : result.ranked) {
-    EXPECT_LE(p.plan.tp, 2);
-    EXPECT_EQ(p.plan.pp, 2);
+    EXPECT_LE(p.plan.degree("tp"), 2);
+    EXPECT_EQ(p.plan.degree("pp"), 2);
     EXPECT_EQ(p.plan.recompute, RecomputeMode::Selective);
   }
   // Every dimension fixed: one plan, evaluated alone.
   PlanLimits manual;
-  manual.dp = 4;
-  manual.tp = 2;
-  manual.pp = 2;
+  manual.fixed.set("dp", 4);
+  manual.fixed.set("tp", 2);
+  manual.fixed.set("pp", 2);
   manual.sp = true;
   manual.micro_batch = 4;
   manual.zero = 1;
@@ -142,13 +142,13 @@ TEST(PlannerSearch, HonoursTheUsersLimits) {
   ASSERT_EQ(one.ranked.size(), 1u);
   EXPECT_EQ(one.ranked[0].plan.describe(), "dp=4 tp=2 pp=2 sp mb=4x8 zero=1 recompute=none 1f1b");
   // Degrees that do not use the cluster: nothing to evaluate, and the report says why.
-  manual.dp = 1;
+  manual.fixed.set("dp", 1);
   SearchResult none = search_plans(model, manual, 5);
   EXPECT_EQ(none.candidates, 0);
   ASSERT_EQ(none.rejected.size(), 1u);
   EXPECT_NE(none.rejected[0].reason.find("not the cluster's 16 devices"), std::string::npos);
   PlanLimits odd;
-  odd.tp = 3;
+  odd.fixed.set("tp", 3);
   SearchResult three = search_plans(model, odd, 5);
   EXPECT_EQ(three.candidates, 0);
   ASSERT_EQ(three.rejected.size(), 1u);
@@ -174,7 +174,7 @@ TEST(PlannerSearch, ExplainsRejectedRegions) {
   EXPECT_FALSE(memory->details.empty());
   EXPECT_NE(memory->details[0].find("GiB per device"), std::string::npos);
   ASSERT_FALSE(result.ranked.empty());
-  EXPECT_EQ(result.ranked[0].plan.tp, 1);
+  EXPECT_EQ(result.ranked[0].plan.degree("tp"), 1);
 }
 
 TEST(PlannerSearch, PricesTheTimeOfFittingPlansOnlyAndRanksAsPricingEveryPlanWould) {
@@ -217,7 +217,7 @@ TEST(PlannerSearch, PureDataParallelismWinsWhenTheModelFitsAndTheNetworkIsFast) 
     SearchResult result = search_plans(model, {}, 1);
     ASSERT_FALSE(result.ranked.empty());
     const ParallelPlan& best = result.ranked[0].plan;
-    EXPECT_EQ(best.dp, 16) << cluster << ": " << best.describe();
+    EXPECT_EQ(best.degree("dp"), 16) << cluster << ": " << best.describe();
   }
 }
 
@@ -229,10 +229,10 @@ TEST(PlannerSearch, TensorParallelismStaysInsideNodesWhenTheModelDoesNotFit) {
   SearchResult result = search_plans(model, {}, 10);
   ASSERT_FALSE(result.ranked.empty());
   for (const Prediction& p : result.ranked) {
-    EXPECT_LE(p.plan.tp, 8) << p.plan.describe();
+    EXPECT_LE(p.plan.degree("tp"), 8) << p.plan.describe();
   }
   PlanLimits wide;
-  wide.tp = 16;  // across two nodes: it can run, but loses
+  wide.fixed.set("tp", 16);  // across two nodes: it can run, but loses
   SearchResult across = search_plans(model, wide, 1);
   ASSERT_FALSE(across.ranked.empty());
   EXPECT_GT(across.ranked[0].step_s, result.ranked.back().step_s);
@@ -247,10 +247,10 @@ TEST(PlannerSearch, ASlowInterNodeLinkPushesPipelineParallelismAcrossNodes) {
   };
   ParallelPlan fast = best(45);
   ParallelPlan slow = best(1);
-  EXPECT_EQ(fast.pp, 1) << fast.describe();
+  EXPECT_EQ(fast.degree("pp"), 1) << fast.describe();
   // Slow network: data and tensor groups inside a node, only pipeline stages cross nodes.
-  EXPECT_GE(slow.pp, 4) << slow.describe();
-  EXPECT_LE(slow.dp * slow.tp, 8) << slow.describe();
+  EXPECT_GE(slow.degree("pp"), 4) << slow.describe();
+  EXPECT_LE(slow.degree("dp") * slow.degree("tp"), 8) << slow.describe();
 }
 
 TEST(PlannerSearch, UnevenSplitsGiveTheHeadsStageFewerLayers) {
@@ -258,7 +258,7 @@ TEST(PlannerSearch, UnevenSplitsGiveTheHeadsStageFewerLayers) {
   ModelSpec spec = model_preset("gpt2-small");
   CostModel model(PlanningProblem{spec.name, spec.config, 64, 1024, DType::F32, testing::test_cluster(1, 4, 64)});
   ParallelPlan plan;
-  plan.pp = 4;
+  plan.degrees.set("pp", 4);
   plan.micro_batch = 4;
   plan.micro_batches = 16;
   Prediction p = model.evaluate(plan);

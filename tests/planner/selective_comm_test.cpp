@@ -52,7 +52,7 @@ TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm)
     problem.tp_input = TensorParallelInput::Shared;
     CostModel model(problem);
     ParallelPlan plan;
-    plan.tp = 2;
+    plan.degrees.set("tp", 2);
     plan.sp = true;
     plan.micro_batch = kBatch;
     plan.micro_batches = 2;

@@ -1,0 +1,53 @@
+#pragma once
+// A value per registered parallel dimension (parallel/parallel_dimension.h), by name: a plan's
+// degrees, or the degrees a user fixes or bounds. Held in a fixed-capacity array by registration
+// position, since the search copies plans by the tens of thousands; a dimension registered later
+// needs no field of its own.
+#include <array>
+#include <compare>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace strata {
+
+class MeshShape;
+
+class DimensionDegrees {
+ public:
+  static constexpr size_t kCapacity = 8;
+
+  // Every dimension at `unset` (1 for a plan's degrees; 0, "open", for limits).
+  explicit DimensionDegrees(int unset = 1);
+
+  // Fails naming an unregistered dimension.
+  int operator[](std::string_view dimension) const;
+  void set(std::string_view dimension, int value);
+  // By registration position (dimension_position).
+  int at(size_t position) const { return values_[position]; }
+  void set_at(size_t position, int value) { values_[position] = value; }
+
+  // The product over every registered dimension: the devices a plan's degrees use.
+  int product() const;
+  int least() const;  // over every registered dimension
+  // The product of the batch-splitting dimensions' degrees (dp x ep): the replicas sharing a step's rows.
+  int batch_replicas() const;
+  // "dp=8 tp=8 pp=4" ("... pp=4 ep=2"): every dimension in registration order but one that
+  // applies to some models only at 1 (ParallelDimension::named_when_set_only).
+  std::string describe() const;
+
+  auto operator<=>(const DimensionDegrees& other) const = default;
+
+ private:
+  std::array<int, kCapacity> values_;
+};
+
+// A mesh's degrees.
+DimensionDegrees degrees_of(const MeshShape& mesh);
+// "dp x tp x pp x ep": every registered dimension, in registration order.
+std::string degrees_product_name();
+// The registration position of `dimension`; fails naming an unregistered one, or one past the
+// planner's capacity.
+size_t dimension_position(std::string_view dimension);
+
+}  // namespace strata

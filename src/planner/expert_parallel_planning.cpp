@@ -1,0 +1,55 @@
+// Expert parallelism in the planner: the divisors of a mixture of experts' expert count (1 for a dense
+// model); a degree the user fixes is refused for a model without experts or one it does not divide.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "planner/cost_model.h"
+#include "planner/plan_dimension.h"
+
+namespace strata {
+
+namespace {
+
+std::vector<int> expert_degrees(const PlanningProblem& problem, int) {
+  std::vector<int> degrees;
+  for (int64_t degree : divisors(std::max<int64_t>(problem.model.num_experts, 1))) {
+    degrees.push_back(static_cast<int>(degree));
+  }
+  return degrees;
+}
+
+std::optional<std::string> experts_not_divided(const PlanningProblem& problem, int degree) {
+  const int64_t experts = problem.model.num_experts;
+  if (degree == 1 || (experts > 0 && experts % degree == 0)) return std::nullopt;
+  if (experts == 0) return std::string("expert parallelism for a model without experts");
+  return fmt::format("expert parallelism that does not divide the {} experts", experts);
+}
+
+// Why the model cannot run the plan's expert parallelism, or nothing.
+std::optional<std::string> experts_not_divided_by_plan(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const int64_t experts = problem.model.num_experts;
+  const int degree = plan.degree("ep");
+  if (experts == 0) {
+    if (degree > 1) return fmt::format("expert parallelism {} for a model without experts", degree);
+    return std::nullopt;
+  }
+  if (experts % degree != 0) {
+    return fmt::format("expert parallelism {} does not divide the {} experts", degree, experts);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+PlannerDimension expert_parallel_planning() {
+  return {.name = "ep",
+          .parallelism = "expert",
+          .fix_help = "Fix the expert-parallel degree (a mixture of experts: divides its experts)",
+          .bound_help = "Largest expert-parallel degree",
+          .degrees = expert_degrees,
+          .refuse_fixed = experts_not_divided,
+          .refuse_plan = experts_not_divided_by_plan};
+}
+
+}  // namespace strata

@@ -1,0 +1,79 @@
+#pragma once
+// The planner's part of each parallel dimension (parallel/parallel_dimension.h): the degrees the
+// search tries, the layouts it cannot run and why, the options it adds to a plan (sequence
+// parallelism, pipeline schedules) and its `strata plan` flags. Registered by the dimension's name,
+// as the runtime's part is; a dimension without a planner part is planned at degree 1. The search,
+// the report, the plan's JSON and the flags loop over these; what a degree costs is priced by the
+// cost model (cost_model.h).
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/plan.h"
+
+namespace strata {
+
+struct PlanningProblem;
+struct PlanLimits;
+struct ParallelSettings;
+
+// What a dimension's options read: the problem, the user's limits, and where a plan that cannot
+// run is counted (as a rejected region of plans, with its reason).
+struct OptionSearch {
+  const PlanningProblem& problem;
+  const PlanLimits& limits;
+  std::function<void(const std::string& reason, const ParallelPlan& plan)> reject;
+};
+using EmitPlan = std::function<void(const ParallelPlan& plan)>;
+
+struct PlannerDimension {
+  std::string name;         // the parallel dimension's
+  std::string parallelism;  // how messages name it: "data" ("layouts whose data parallelism ...")
+  std::string fix_help;     // `strata plan --<name>`
+  std::string bound_help;   // `strata plan --max-<name>`; empty: no such flag
+  // Its degree is the devices the other dimensions leave (one dimension: data parallelism).
+  bool takes_remaining_devices = false;
+  // The degrees to search, ascending, with `devices` left to it and the dimensions the search
+  // nests inside it; those not dividing `devices` are skipped. Unset: 1 only.
+  std::function<std::vector<int>(const PlanningProblem& problem, int devices)> degrees;
+  // Why no plan can run at a degree the user fixed (the search stops there), or nothing.
+  std::function<std::optional<std::string>(const PlanningProblem& problem, int degree)> refuse_fixed;
+  // Why a layout at `degree` cannot run: the reason of the rejected region it is counted in.
+  std::function<std::optional<std::string>(const PlanningProblem& problem, int degree)> reject_layout;
+  // Why the cost model cannot price `plan` along this dimension (its degree or options), or nothing.
+  std::function<std::optional<std::string>(const PlanningProblem& problem, const ParallelPlan& plan)> refuse_plan;
+  // The plans `plan` stands for along the dimension's own options, each given to `emit`. Unset:
+  // `plan` alone.
+  std::function<void(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit)> options;
+  // Its options between a job's parallel.* settings and a plan (plan_settings.h): read into a plan (a
+  // manual layout), written from one (an auto plan), and held fixed in the search's limits.
+  std::function<void(const ParallelSettings& settings, ParallelPlan& plan)> read_settings;
+  std::function<void(const ParallelPlan& plan, ParallelSettings& settings)> write_settings;
+  std::function<void(const ParallelSettings& settings, PlanLimits& limits)> fix_settings;
+};
+
+// Every registered parallel dimension's planner part, in the order the search nests them
+// (outermost first: expert, tensor, pipeline, those registered, then data parallelism, which takes
+// the devices left); a dimension registered without one gets a part of degree 1.
+std::vector<PlannerDimension> planner_dimensions();
+// Adds the planner part of a registered parallel dimension (a test's, or a plug-in's); fails on a
+// name already taken.
+void register_planner_dimension(PlannerDimension dimension);
+// Removes a registered (not a built-in) planner part.
+void unregister_planner_dimension(std::string_view name);
+
+// 1, ..., n: every divisor of n, ascending.
+std::vector<int64_t> divisors(int64_t n);
+// A range of degrees (PlannerDimension::degrees) of every divisor of the devices left.
+std::vector<int> divisors_of_devices(const PlanningProblem& problem, int devices);
+
+// The built-in dimensions' planner parts, each in its own file.
+PlannerDimension data_parallel_planning();
+PlannerDimension tensor_parallel_planning();
+PlannerDimension pipeline_planning();
+PlannerDimension expert_parallel_planning();
+
+}  // namespace strata

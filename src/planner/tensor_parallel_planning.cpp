@@ -1,0 +1,56 @@
+// Tensor parallelism in the planner: every degree dividing the devices left, refused where it does not
+// divide the attention heads; sequence parallelism, off and on, over its group.
+#include <fmt/format.h>
+
+#include "parallel/parallel_settings.h"
+#include "planner/cost_model.h"
+#include "planner/plan_dimension.h"
+#include "planner/search.h"
+
+namespace strata {
+
+namespace {
+
+std::optional<std::string> heads_not_divided(const PlanningProblem& problem, int degree) {
+  if (problem.model.n_head % degree == 0) return std::nullopt;
+  return fmt::format("layouts whose tensor parallelism does not divide the {} heads", problem.model.n_head);
+}
+
+// Why the plan's tensor (and sequence) parallelism cannot run the model, or nothing.
+std::optional<std::string> heads_not_divided_by_plan(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const ModelConfig& model = problem.model;
+  const int degree = plan.degree("tp");
+  if (model.n_head % degree != 0 || model.kv_heads() % degree != 0) {
+    return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", degree, model.n_head,
+                       model.kv_heads());
+  }
+  if (plan.sp && degree == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
+  return std::nullopt;
+}
+
+void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
+  for (bool sp : {false, true}) {
+    if ((search.limits.sp && *search.limits.sp != sp) || (sp && plan.degree("tp") == 1)) continue;
+    ParallelPlan option = plan;
+    option.sp = sp;
+    emit(option);
+  }
+}
+
+}  // namespace
+
+PlannerDimension tensor_parallel_planning() {
+  return {.name = "tp",
+          .parallelism = "tensor",
+          .fix_help = "Fix the tensor-parallel degree",
+          .bound_help = "Largest tensor-parallel degree",
+          .degrees = divisors_of_devices,
+          .reject_layout = heads_not_divided,
+          .refuse_plan = heads_not_divided_by_plan,
+          .options = sequence_parallel_options,
+          .read_settings = [](const ParallelSettings& settings, ParallelPlan& plan) { plan.sp = settings.sp; },
+          .write_settings = [](const ParallelPlan& plan, ParallelSettings& settings) { settings.sp = plan.sp; },
+          .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; }};
+}
+
+}  // namespace strata
