@@ -1,8 +1,10 @@
 // The data-parallel reduction beside the last backward pass, bucket by bucket
 // (issue 17's overlap model), and `plan --explain`: its terms add up to the
-// predicted step, and worse figures of the cluster make the step slower.
+// predicted step, its compute by op type to the compute terms, and worse
+// figures of the cluster make the step slower.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "planner/explain.h"
@@ -79,9 +81,20 @@ TEST(PlannerExplain, TermsAddUpToTheStepAndWorseFiguresAreSlower) {
   const Prediction second = model.evaluate(other, CostModel::PipelineTiming::Replayed);
   const Explanation e = explain_plans(model, first, &second);
   for (const PlanExplanation* p : {&e.winner, &*e.runner_up}) {
-    double sum = 0;
-    for (const ExplainTerm& term : p->terms) sum += term.seconds;
+    double sum = 0, compute = 0;
+    for (const ExplainTerm& term : p->terms) {
+      sum += term.seconds;
+      if (term.name.starts_with("compute:")) compute += term.seconds;
+    }
     EXPECT_NEAR(sum, p->prediction.step_s, 1e-9 * p->prediction.step_s) << p->prediction.plan.describe();
+    // The same compute by op type: every op once, largest first, adding up to the compute terms.
+    double by_op = 0;
+    for (size_t i = 0; i < p->ops.size(); ++i) {
+      by_op += p->ops[i].seconds;
+      if (i > 0) EXPECT_GE(p->ops[i - 1].seconds, p->ops[i].seconds);
+    }
+    EXPECT_NEAR(by_op, compute, 1e-9 * compute) << p->prediction.plan.describe();
+    EXPECT_TRUE(std::any_of(p->ops.begin(), p->ops.end(), [](const OpShare& o) { return o.op == "attention_backward"; }));
   }
   ASSERT_FALSE(e.sensitivities.empty());
   for (const Sensitivity& s : e.sensitivities) EXPECT_GE(s.winner_change, -1e-12) << s.figure;
