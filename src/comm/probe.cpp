@@ -162,6 +162,23 @@ std::filesystem::path probe_cache_path(const CommConfig& config, const std::stri
   return directory / fmt::format("comm-links-{:016x}.toml", fnv1a(key));
 }
 
+namespace {
+
+// The cached probe for `key`, or nothing when it is another layout's or this build cannot read it (written by
+// another version, or damaged): the cache is the layer's own, so such a file is stale, probed again and
+// replaced, never an error. A topology file the user names stays strict.
+std::optional<ClusterDescription> readable_cache(const std::filesystem::path& cache, const std::string& key) {
+  try {
+    ClusterDescription cached = load_cluster_description(cache);
+    if (cached.probe_key == key) return cached;
+  } catch (const Error& error) {
+    std::fprintf(stderr, "strata comm: cannot read the link probe cache (%s); probing again\n", error.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
   const CommConfig& config = world.config();
   Verdict verdict;
@@ -176,9 +193,8 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
         kind = "file";
         path = config.topology_file;
       } else if (!config.reprobe && std::filesystem::exists(cache)) {
-        ClusterDescription cached = load_cluster_description(cache);
-        if (cached.probe_key == key) {
-          loaded = cached;
+        loaded = readable_cache(cache, key);
+        if (loaded) {
           kind = "cache";
           path = cache.string();
         }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "comm/machine.h"
 #include "mpi/comm_test_support.h"
@@ -64,6 +65,17 @@ TEST(Topology, ProbeMeasuresCachesAndReuses) {
   config.reprobe = true;
   Communicator reprobed = Communicator::world(config);
   EXPECT_EQ(reprobed.link_source().kind, "probe");
+
+  // A cache this build cannot read (another version's keys, or a damaged file) is probed again and replaced.
+  config.reprobe = false;
+  if (world.rank() == 0) {
+    std::ofstream(probed.link_source().path, std::ios::app) << "\n[calibration.a_future_algorithm]\nlatency_scale = 1.0\n";
+  }
+  world.barrier();
+  Communicator replaced = Communicator::world(config);
+  EXPECT_EQ(replaced.link_source().kind, "probe");
+  Communicator cached_again = Communicator::world(config);
+  EXPECT_EQ(cached_again.link_source().kind, "cache");
   world.barrier();
   if (world.rank() == 0) std::filesystem::remove_all(directory);
 }
