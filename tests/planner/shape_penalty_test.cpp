@@ -1,7 +1,7 @@
 // Shapes real kernels dislike (issue 39 item 2), priced by the shipped presets against kernels measured on a GPU:
-// a GEMM one element past a multiple of the 128-wide tiles (bench/planner/gpu/measurements/h200.json's m and n
-// sweeps on an H200, 1023..3073 against 4096 x 4096), attention at a head dimension its kernel pads (the same file's
-// flash kernels), and head dimension 108 on the A100 preset, whose kernels are not measured here.
+// a GEMM one element past a multiple of the 128-wide tiles (bench/planner/gpu/measurements/h200.json's and
+// h100.json's m and n sweeps, 1023..3073 against 4096 x 4096), attention at a head dimension its kernel pads (the
+// same files' flash kernels), and head dimension 108 on the A100 preset, whose kernels are not measured here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,10 +16,16 @@
 namespace strata {
 namespace {
 
-const KernelMeasurements& h200() {
-  static const KernelMeasurements measured =
-      load_kernel_measurements(std::string(STRATA_SOURCE_DIR) + "/bench/planner/gpu/measurements/h200.json");
-  return measured;
+// bench/planner/gpu/measurements/<card>.json ("h200", "h100"), read once.
+const KernelMeasurements& measured_on(const std::string& card) {
+  static std::map<std::string, KernelMeasurements> loaded;
+  auto found = loaded.find(card);
+  if (found == loaded.end()) {
+    found = loaded.emplace(card, load_kernel_measurements(std::string(STRATA_SOURCE_DIR) +
+                                                          "/bench/planner/gpu/measurements/" + card + ".json"))
+                .first;
+  }
+  return found->second;
 }
 
 struct Penalty {
@@ -28,9 +34,10 @@ struct Penalty {
 };
 
 // One sweep ("m sweep" or "n sweep"): every multiple t of 128 measured together with t + 1.
-Penalty one_past_a_tile_multiple(const std::string& sweep, const DeviceSpec& device) {
+Penalty one_past_a_tile_multiple(const KernelMeasurements& measured_gemms, const std::string& sweep,
+                                 const DeviceSpec& device) {
   std::map<int64_t, GemmMeasurement> by_size;
-  for (const MeasuredGemm& g : h200().gemm.at(DType::BF16)) {
+  for (const MeasuredGemm& g : measured_gemms.gemm.at(DType::BF16)) {
     if (g.tag == sweep) by_size[sweep == "m sweep" ? g.sample.shape.m : g.sample.shape.n] = g.sample;
   }
   double measured = 0, priced = 0;
@@ -53,19 +60,29 @@ Penalty one_past_a_tile_multiple(const std::string& sweep, const DeviceSpec& dev
 TEST(PlannerShapePenalty, OneElementPastATileMultipleIsPricedAtTheH200sMeasuredPenalty) {
   const DeviceSpec device = load_cluster(testing::preset_path("dgx-h200")).device;
   for (const char* sweep : {"m sweep", "n sweep"}) {
-    const Penalty p = one_past_a_tile_multiple(sweep, device);
+    const Penalty p = one_past_a_tile_multiple(measured_on("h200"), sweep, device);
     EXPECT_LT(std::abs(std::log(p.priced / p.measured)), std::log(1.2))
         << sweep << ": measured " << p.measured << "x, priced " << p.priced << "x";
   }
-  EXPECT_LT(one_past_a_tile_multiple("m sweep", device).measured, 1.05);
-  EXPECT_GT(one_past_a_tile_multiple("n sweep", device).measured, 5.0);
+  EXPECT_LT(one_past_a_tile_multiple(measured_on("h200"), "m sweep", device).measured, 1.05);
+  EXPECT_GT(one_past_a_tile_multiple(measured_on("h200"), "n sweep", device).measured, 5.0);
+}
+
+// The same sweeps on the H100 (measurements/h100.json) against the preset fitted to that card.
+TEST(PlannerShapePenalty, OneElementPastATileMultipleIsPricedAtTheH100sMeasuredPenalty) {
+  const DeviceSpec device = load_cluster(testing::preset_path("dgx-h100")).device;
+  for (const char* sweep : {"m sweep", "n sweep"}) {
+    const Penalty p = one_past_a_tile_multiple(measured_on("h100"), sweep, device);
+    EXPECT_LT(std::abs(std::log(p.priced / p.measured)), std::log(1.2))
+        << sweep << ": measured " << p.measured << "x, priced " << p.priced << "x";
+  }
 }
 
 // Time per FLOP of the measured flash kernels at `head_dim` over that at 128, measured and priced (geometric mean
 // over the file's forward or backward shapes at both head dimensions' sequence lengths).
-Penalty attention_per_flop(int64_t head_dim, bool backward, const DeviceSpec& device) {
+Penalty attention_per_flop(const KernelMeasurements& kernels, int64_t head_dim, bool backward, const DeviceSpec& device) {
   std::map<int64_t, AttentionMeasurement> at_128, at_dim;
-  for (const MeasuredAttention& a : h200().attention) {
+  for (const MeasuredAttention& a : kernels.attention) {
     if (a.backend != "flash" || a.sample.shape.backward != backward) continue;
     if (a.sample.shape.head_dim == 128) at_128[a.sample.shape.seq] = a.sample;
     if (a.sample.shape.head_dim == head_dim) at_dim[a.sample.shape.seq] = a.sample;
@@ -96,9 +113,20 @@ Penalty attention_per_flop(int64_t head_dim, bool backward, const DeviceSpec& de
 TEST(PlannerShapePenalty, HeadDim80IsPricedNearTheH200sMeasuredFlashPenalty) {
   const DeviceSpec device = load_cluster(testing::preset_path("grand-teton-h100")).device;
   for (bool backward : {false, true}) {
-    const Penalty p = attention_per_flop(80, backward, device);
+    const Penalty p = attention_per_flop(measured_on("h200"), 80, backward, device);
     EXPECT_GT(p.measured, 1.15) << (backward ? "backward" : "forward");
     EXPECT_GT(p.priced, 1.15) << (backward ? "backward" : "forward");
+    EXPECT_LT(std::abs(std::log(p.priced / p.measured)), std::log(backward ? 1.2 : 1.1))
+        << (backward ? "backward" : "forward") << ": measured " << p.measured << "x, priced " << p.priced << "x";
+  }
+}
+
+// The same on the H100 (measurements/h100.json), whose flash kernels Grand Teton's engine is now fitted to.
+TEST(PlannerShapePenalty, HeadDim80IsPricedNearTheH100sMeasuredFlashPenalty) {
+  const DeviceSpec device = load_cluster(testing::preset_path("grand-teton-h100")).device;
+  for (bool backward : {false, true}) {
+    const Penalty p = attention_per_flop(measured_on("h100"), 80, backward, device);
+    EXPECT_GT(p.measured, 1.1) << (backward ? "backward" : "forward");
     EXPECT_LT(std::abs(std::log(p.priced / p.measured)), std::log(backward ? 1.2 : 1.1))
         << (backward ? "backward" : "forward") << ": measured " << p.measured << "x, priced " << p.priced << "x";
   }
