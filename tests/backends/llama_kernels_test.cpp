@@ -83,6 +83,33 @@ TEST(CpuRope, MatchesRefBitForBit) {
   check_against_ref("rope", {x, rope_positions(9, 0)}, linear, 0, "linear");
 }
 
+// The cpu kernel keeps the cos/sin tables of its recent calls: a call whose
+// positions, frequencies, direction or dtype differ from a kept table's must
+// not use it, and more distinct calls than it keeps must still be right when
+// an evicted one comes back.
+TEST(CpuRope, KeptTablesServeOnlyTheirOwnPositionsAndParams) {
+  struct Call {
+    int64_t start;
+    double theta;
+    bool inverse;
+    DType dtype;
+  };
+  const Call calls[] = {{0, 10000.0, false, DType::BF16}, {0, 10000.0, true, DType::BF16},
+                        {1, 10000.0, false, DType::BF16}, {0, 500000.0, false, DType::BF16},
+                        {0, 10000.0, false, DType::F32},  {3, 10000.0, true, DType::F32}};
+  for (int round = 0; round < 2; ++round) {
+    for (const Call& call : calls) {
+      Attrs attrs = llama3_rope(64, call.inverse);
+      attrs.set("theta", call.theta);
+      std::string what = std::string(dtype_name(call.dtype)) + " rope from " + std::to_string(call.start) +
+                         " theta " + std::to_string(call.theta) + (call.inverse ? " inverse" : "") + " round " +
+                         std::to_string(round);
+      Tensor x = narrow(random_f32({2, 6, 2 * 64}, 11), call.dtype);
+      check_against_ref("rope", {x, rope_positions(6, call.start)}, attrs, 0, what);
+    }
+  }
+}
+
 TEST(CpuSwiglu, ForwardAndBackwardMatchRef) {
   // 3 * 11111 elements: a second parallel chunk and a partial vector.
   for (DType dtype : {DType::F32, DType::BF16}) {

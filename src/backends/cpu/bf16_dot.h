@@ -9,12 +9,18 @@
 // lower-addressed value in the low half (as two adjacent bf16 in memory are).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "core/dtype.h"
 
 #define STRATA_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+// GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined_* inside
+// unpacks, shuffles, widening) as maybe uninitialised once inlined: GCC bug 105593.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace strata::cpu {
 
@@ -114,7 +120,51 @@ inline __mmask16 first_lanes(int64_t count) {
 }
 
 // Packing one head (rows of `dim` bf16, `stride` apart, `seq` of them) for
-// the products, zero-padded to `rows` rows (a multiple of 2); dim is even.
+// the products, zero-padded to `rows` rows (a multiple of 32); dim is even.
+// The layouts are transposes of 32-bit pairs, done 16 x 16 in registers.
+
+// 16 registers of 16 32-bit lanes transposed: lane i of register j takes lane j of register i.
+STRATA_BF16_DOT __attribute__((always_inline)) inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: rows i, i + 1 interleaved by 32 bits
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // register i + c, 128-bit lane L: column 4L + c of rows i..i + 3
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4L + c: lane L of registers c, 4 + c, 8 + c, 12 + c
+    const __m512i ab_low = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), ab_high = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i cd_low = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i cd_high = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_i32x4(ab_low, cd_low, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(ab_low, cd_low, 0xDD);
+    t[8 + c] = _mm512_shuffle_i32x4(ab_high, cd_high, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(ab_high, cd_high, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Pairs p0..p0 + 15 of row i (zero past seq and dim / 2).
+STRATA_BF16_DOT __attribute__((always_inline)) inline __m512i row_pairs16(const bf16* x, int64_t stride, int64_t seq,
+                                                                          int64_t dim, int64_t i, int64_t p0) {
+  if (i >= seq) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi32(first_lanes(dim / 2 - p0), x + i * stride + 2 * p0);
+}
+
+// Columns d0..d0 + 15 of rows i and i + 1 as pairs (x[i][d], x[i + 1][d]) (zero past seq and dim).
+STRATA_BF16_DOT __attribute__((always_inline)) inline __m512i column_pairs16(const bf16* x, int64_t stride,
+                                                                             int64_t seq, int64_t dim, int64_t i,
+                                                                             int64_t d0) {
+  const __mmask16 columns = first_lanes(dim - d0);
+  const __m256i low = i < seq ? _mm256_maskz_loadu_epi16(columns, x + i * stride + d0) : _mm256_setzero_si256();
+  const __m256i high = i + 1 < seq ? _mm256_maskz_loadu_epi16(columns, x + (i + 1) * stride + d0)
+                                   : _mm256_setzero_si256();
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(low), _mm512_slli_epi32(_mm512_cvtepu16_epi32(high), 16));
+}
 
 // As `pairs` pairs along each row (dim / 2 of them, then zeros): out[i][p].
 STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
@@ -128,19 +178,16 @@ STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq
 // dim / 2).
 STRATA_BF16_DOT inline void pack_rows_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
                                                  int64_t pairs, uint32_t* out) {
-  std::memset(out, 0, static_cast<size_t>(pairs * rows) * sizeof(uint32_t));
-  for (int64_t i = 0; i < seq; ++i) {
-    const bf16* row = x + i * stride;
-    for (int64_t p = 0; p < dim / 2; ++p) std::memcpy(out + p * rows + i, row + 2 * p, sizeof(uint32_t));
+  __m512i block[16];
+  for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      for (int64_t j = 0; j < 16; ++j) block[j] = row_pairs16(x, stride, seq, dim, i0 + j, p0);
+      transpose16x16(block);
+      for (int64_t j = 0; j < std::min<int64_t>(16, pairs - p0); ++j) {
+        _mm512_storeu_si512(out + (p0 + j) * rows + i0, block[j]);
+      }
+    }
   }
-}
-
-// The pair of rows 2i, 2i + 1 at column d (zero past seq and dim).
-inline uint32_t row_pair(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t i, int64_t d) {
-  if (d >= dim) return 0;
-  uint32_t low = i < seq ? x[i * stride + d].bits : 0u;
-  uint32_t high = i + 1 < seq ? x[(i + 1) * stride + d].bits : 0u;
-  return low | high << 16;
 }
 
 // As pairs of rows: out[i / 2][d] = (x[i][d], x[i + 1][d]), rows / 2 x
@@ -148,16 +195,25 @@ inline uint32_t row_pair(const bf16* x, int64_t stride, int64_t seq, int64_t dim
 STRATA_BF16_DOT inline void pack_row_pairs(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
                                            int64_t padded_dim, uint32_t* out) {
   for (int64_t i = 0; i < rows; i += 2) {
-    for (int64_t d = 0; d < padded_dim; ++d) out[i / 2 * padded_dim + d] = row_pair(x, stride, seq, dim, i, d);
+    for (int64_t d0 = 0; d0 < padded_dim; d0 += 16) {
+      _mm512_storeu_si512(out + i / 2 * padded_dim + d0, column_pairs16(x, stride, seq, dim, i, d0));
+    }
   }
 }
 
 // The same transposed: out[d][i / 2], padded_dim x rows / 2.
 STRATA_BF16_DOT inline void pack_row_pairs_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim,
                                                       int64_t rows, int64_t padded_dim, uint32_t* out) {
-  for (int64_t d = 0; d < padded_dim; ++d) {
-    for (int64_t i = 0; i < rows; i += 2) out[d * (rows / 2) + i / 2] = row_pair(x, stride, seq, dim, i, d);
+  __m512i block[16];
+  for (int64_t d0 = 0; d0 < padded_dim; d0 += 16) {
+    for (int64_t i0 = 0; i0 < rows; i0 += 32) {
+      for (int64_t j = 0; j < 16; ++j) block[j] = column_pairs16(x, stride, seq, dim, i0 + 2 * j, d0);
+      transpose16x16(block);
+      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(out + (d0 + j) * (rows / 2) + i0 / 2, block[j]);
+    }
   }
 }
 
 }  // namespace strata::cpu
+
+#pragma GCC diagnostic pop

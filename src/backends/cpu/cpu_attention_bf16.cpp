@@ -93,7 +93,8 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
           tile_max = _mm512_mask_max_ps(tile_max, first_lanes(visible - 16 * v), tile_max, scaled);
         }
         const float new_max = _mm512_reduce_max_ps(tile_max);
-        const float alpha = exp16(_mm512_set1_ps(row_max[r] - new_max))[0];
+        // e^0 is exactly 1: an unchanged maximum (most tiles after the first) skips the exponential.
+        const float alpha = new_max == row_max[r] ? 1.0f : exp16(_mm512_set1_ps(row_max[r] - new_max))[0];
         __m512 sum = _mm512_setzero_ps(), sum_rounded = _mm512_setzero_ps();
         for (int64_t v = 0; v < p_vectors; ++v) {
           __m512 shifted = _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), _mm512_set1_ps(g.scale),

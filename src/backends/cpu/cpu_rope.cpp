@@ -1,15 +1,20 @@
-// rope for f32 and bf16 storage. Each call first builds the cos/sin table of
+// rope for f32 and bf16 storage. Each call first finds the cos/sin table of
 // its positions (T x D/2: the f32 values of ops/rope_frequencies.h rounded to
-// x's dtype), in parallel over positions, then rotates every (row, head) with
+// x's dtype) among the tables of the thread's recent calls, or builds it in
+// parallel over positions (training rotates q and k at the same positions
+// forward and backward, every step: the table's double-precision sines and
+// cosines cost more than the rotation), then rotates every (row, head) with
 // vector loops over the D/2 pairs, rounding each product and the sum to x's
 // dtype as ref and PyTorch do. This file is compiled without FMA contraction
 // (CMakeLists.txt), which would round x1*cos - x2*sin once instead of three
 // times: results equal ref's bit for bit. y may alias x: each pair is read
 // before it is written.
+#include <algorithm>
+#include <vector>
+
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
-#include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
 #include "ops/rope_frequencies.h"
 
@@ -50,29 +55,71 @@ STRATA_CPU_CLONES void rope_rows(const T* x, const float* cos, const float* sin,
   }
 }
 
+// A cos/sin table and what it is a function of.
+struct RopeTable {
+  std::vector<int32_t> positions;
+  std::vector<float> inv_freq;
+  bool inverse = false;
+  DType dtype = DType::F32;
+  std::vector<float> cos, sin;  // [positions][D/2]
+};
+
+constexpr size_t kKeptTables = 4;  // forward and inverse, for two position sets
+
 template <typename T>
-void rope(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  RopeParams params = rope_params("rope", attrs);
-  std::vector<float> inv_freq = rope_inv_freq(params);
-  const int64_t seq = in[1].numel(), half = params.head_dim / 2;
-  const int32_t* positions = in[1].data<int32_t>();
-  float* cos = call_scratch<float>(0, static_cast<size_t>(seq * half));
-  float* sin = call_scratch<float>(1, static_cast<size_t>(seq * half));
+void build_table(RopeTable& table) {
+  const auto seq = static_cast<int64_t>(table.positions.size());
+  const auto half = static_cast<int64_t>(table.inv_freq.size());
+  table.cos.resize(static_cast<size_t>(seq * half));
+  table.sin.resize(static_cast<size_t>(seq * half));
   parallel_chunks(seq, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, half)), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t i = 0; i < half; ++i) {
-        RopeCosSin angle = rope_cos_sin(positions[t], inv_freq[static_cast<size_t>(i)], params.inverse);
-        cos[t * half + i] = rounded<T>(angle.cos);
-        sin[t * half + i] = rounded<T>(angle.sin);
+        RopeCosSin angle = rope_cos_sin(table.positions[static_cast<size_t>(t)],
+                                        table.inv_freq[static_cast<size_t>(i)], table.inverse);
+        table.cos[static_cast<size_t>(t * half + i)] = rounded<T>(angle.cos);
+        table.sin[static_cast<size_t>(t * half + i)] = rounded<T>(angle.sin);
       }
     }
   });
+}
+
+// The calling thread's table for these positions and params, most recently used first.
+template <typename T>
+const RopeTable& table_for(const RopeParams& params, const int32_t* positions, int64_t seq) {
+  thread_local std::vector<RopeTable> kept;
+  std::vector<float> inv_freq = rope_inv_freq(params);
+  const DType dtype = dtype_of<T>();
+  auto same = [&](const RopeTable& table) {
+    return table.dtype == dtype && table.inverse == params.inverse && table.inv_freq == inv_freq &&
+           static_cast<int64_t>(table.positions.size()) == seq &&
+           std::equal(table.positions.begin(), table.positions.end(), positions);
+  };
+  auto found = std::find_if(kept.begin(), kept.end(), same);
+  if (found == kept.end()) {
+    if (kept.size() < kKeptTables) kept.emplace_back();
+    found = kept.end() - 1;  // the least recently used
+    found->positions.assign(positions, positions + seq);
+    found->inv_freq = std::move(inv_freq);
+    found->inverse = params.inverse;
+    found->dtype = dtype;
+    build_table<T>(*found);
+  }
+  std::rotate(kept.begin(), found, found + 1);
+  return kept.front();
+}
+
+template <typename T>
+void rope(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  RopeParams params = rope_params("rope", attrs);
+  const int64_t seq = in[1].numel();
+  const RopeTable& table = table_for<T>(params, in[1].data<int32_t>(), seq);
   const int64_t heads = in[0].size(2) / params.head_dim, width = in[0].size(2);
   const T* x = in[0].data<T>();
   T* y = out[0].data<T>();
   parallel_chunks(leading_rows(in[0]), std::max<int64_t>(1, kGrain / std::max<int64_t>(1, width)),
                   [&](int64_t begin, int64_t end) {
-                    rope_rows(x, cos, sin, seq, heads, params.head_dim, begin, end, y);
+                    rope_rows(x, table.cos.data(), table.sin.data(), seq, heads, params.head_dim, begin, end, y);
                   });
 }
 

@@ -7,9 +7,9 @@
 // or a subnormal) goes to ExactSquareSum::add, as does a block holding an
 // infinity or NaN. The result is exact, so threads merge in any order and
 // the canonical words are the ones ref's scalar bins give.
+#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/convert.h"
@@ -33,7 +33,6 @@ constexpr int kNanOrInfinity = 255;
 constexpr int64_t kLanes = 8;
 using f64x8 = double __attribute__((vector_size(64)));
 using i64x8 = int64_t __attribute__((vector_size(64)));
-using f32x8 = float __attribute__((vector_size(32)));
 
 struct SquareWords {
   f64x8 integer, fraction, tail;  // units 1, 2^-40, 2^-80
@@ -47,9 +46,8 @@ inline void round_small(const f64x8& y, f64x8& rounded) { rounded = (y + 0x1.8p5
 // Splits eight squares into words; `exact` is -1 in the lanes whose square
 // the three words hold exactly, 0 where it has bits below them.
 inline void split_squares(const float* x, double scale, SquareWords& words, i64x8& exact) {
-  f32x8 narrow;
-  std::memcpy(&narrow, x, sizeof(narrow));
-  const f64x8 wide = __builtin_convertvector(narrow, f64x8);
+  f64x8 wide;
+  for (int lane = 0; lane < kLanes; ++lane) wide[lane] = x[lane];
   const f64x8 scaled = wide * wide * scale;  // a 48-bit square times a power of two: exact
   round_small(scaled, words.integer);
   const f64x8 rest = (scaled - words.integer) * kWordScale;
@@ -60,7 +58,7 @@ inline void split_squares(const float* x, double scale, SquareWords& words, i64x
 }
 
 inline void add_kept(f64x8& sum, const f64x8& words, const i64x8& exact) {
-  sum += reinterpret_cast<f64x8>(reinterpret_cast<const i64x8&>(words) & exact);
+  sum = exact ? sum + words : sum;  // a masked add
 }
 
 STRATA_CPU_CLONES uint32_t largest_exponent(const float* x, int64_t count) {
@@ -77,7 +75,7 @@ STRATA_CPU_CLONES uint32_t largest_exponent(const float* x, int64_t count) {
 // returns how many did not.
 STRATA_CPU_CLONES int64_t sum_words(const float* x, int64_t count, double scale, double* sums) {
   f64x8 integer{}, fraction{}, tail{};
-  i64x8 left_out{};
+  i64x8 kept{};
   for (int64_t i = 0; i < count; i += kLanes) {
     SquareWords words;
     i64x8 exact;
@@ -85,15 +83,15 @@ STRATA_CPU_CLONES int64_t sum_words(const float* x, int64_t count, double scale,
     add_kept(integer, words.integer, exact);
     add_kept(fraction, words.fraction, exact);
     add_kept(tail, words.tail, exact);
-    left_out += exact + 1;
+    kept = exact ? kept + 1 : kept;
   }
   sums[0] = sums[1] = sums[2] = 0.0;
-  int64_t left = 0;
+  int64_t left = count;
   for (int lane = 0; lane < kLanes; ++lane) {
     sums[0] += integer[lane];
     sums[1] += fraction[lane];
     sums[2] += tail[lane];
-    left += left_out[lane];
+    left -= kept[lane];
   }
   return left;
 }
