@@ -91,7 +91,9 @@ TEST(PlannerExplain, TermsAddUpToTheStepAndWorseFiguresAreSlower) {
     double by_op = 0;
     for (size_t i = 0; i < p->ops.size(); ++i) {
       by_op += p->ops[i].seconds;
-      if (i > 0) EXPECT_GE(p->ops[i - 1].seconds, p->ops[i].seconds);
+      if (i > 0) {
+        EXPECT_GE(p->ops[i - 1].seconds, p->ops[i].seconds);
+      }
     }
     EXPECT_NEAR(by_op, compute, 1e-9 * compute) << p->prediction.plan.describe();
     EXPECT_TRUE(std::any_of(p->ops.begin(), p->ops.end(), [](const OpShare& o) { return o.op == "attention_backward"; }));
