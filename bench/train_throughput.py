@@ -22,7 +22,9 @@ Each run reports the median tokens/s over its steps after the first `--warmup`
 (PyTorch's compilation falls in those); the summary gives the median over repeats.
 
 strata-gemm-peak runs before the first and after the last training run; the
-best fp32 and bf16 GFLOP/s over both runs and all its shapes are the peaks.
+best fp32 and bf16 GFLOP/s over both runs and all its shapes are the peaks. A
+warning follows them when the host's load average was 1 or more before the first
+(other work running: the peaks and the MFU column come out low).
 Model FLOPs per token (PaLM / Megatron convention, causal mask not discounted):
     6 * N + 12 * L * T * (H * D)
 with N the weight matrices a token passes through: per layer GPT-2's 12 C^2,
@@ -213,13 +215,24 @@ def peak_shapes(models):
 def measure_gemm_peak(args, shapes):
     command = [args.gemm_peak, "--threads", str(args.threads), "--seconds", str(args.peak_seconds),
                "--shapes", shapes, "--json"]
+    load_before = load_average()
     done = subprocess.run(command, cwd=REPO, env=tuned_env(args.threads), capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"strata-gemm-peak failed ({' '.join(command)}):\n{done.stdout}{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["kernels"] = done.stderr.strip().splitlines()  # which oneDNN implementation ran the bf16 shapes
-    result["load"] = load_average()
+    result["load"] = [load_before, load_average()]
     return result
+
+
+def busy_host_warning(gemm, threads):
+    """A warning when other work was running as the first peak was measured (the 1-minute load average before it,
+    when nothing of this benchmark runs, at 1 or more): the peaks, and so the MFU column, come out low."""
+    before = float(gemm["start"]["load"][0])
+    if before < 1.0:
+        return None
+    return (f"WARNING: the host's load average was {before:.2f} before the first GEMM peak measurement ({threads} "
+            f"threads): other work is running, so the peaks and the MFU figures are likely low")
 
 
 def best_peak(measurements, dtype):
@@ -328,11 +341,13 @@ def times(value):
     return f"{value:5.2f}x" if value is not None else "     -"
 
 
-def print_summary(args, models, summaries, peaks):
+def print_summary(args, models, summaries, peaks, gemm):
     print(f"\nGEMM peak ({args.threads} threads, best of the runs before and after training, oneDNN):")
     for dtype in ("fp32", "bf16"):
         p = peaks[dtype]
         print(f"  {dtype}: {p['gflops']:.1f} GFLOP/s (M,N,K = {p['m']},{p['n']},{p['k']}; run at the {p['run']})")
+    if warning := busy_host_warning(gemm, args.threads):
+        print(f"  {warning}")
     print(f"model FLOPs: {FLOPS_FORMULA}")
     print("\nmedian tokens/s over repeats (each run: median over its steps after warm-up); ratio = Strata / current "
           "PyTorch (the faster form: Mixtral's experts looped or grouped), ratio/rep = median over repeats of the same "
@@ -448,7 +463,7 @@ def main():
     peaks = {dtype: best_peak(gemm, dtype) for dtype in ("fp32", "bf16")}
 
     summaries = {name: summarise(model, model["runs"], peaks) for name, model in models.items()}
-    print_summary(args, models, summaries, peaks)
+    print_summary(args, models, summaries, peaks, gemm)
     targets = check_targets(models, summaries)
 
     if args.json:
