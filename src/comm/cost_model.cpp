@@ -269,7 +269,9 @@ Cost all_to_all_cost(Collective op, double bytes, Algorithm algorithm, const Top
 // Hierarchical all_to_all_v: the sizes traded inside the node (one more exchange's latency), then each node's
 // exchange inside it and each column's between nodes, every one priced on its own blocks and the slowest
 // setting the pace, and three copies of the busiest rank's bytes (staging, column staging, output).
-Cost hierarchical_all_to_all_v_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology) {
+// `busiest`: the most bytes one rank sends or receives.
+Cost hierarchical_all_to_all_v_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
+                                    double busiest) {
   const int p = topology.ranks();
   const TopologyDesc node = node_topology(topology), column = column_topology(topology);
   const size_t positions = static_cast<size_t>(node.ranks()), nodes = static_cast<size_t>(topology.nodes);
@@ -300,15 +302,6 @@ Cost hierarchical_all_to_all_v_cost(const std::vector<std::vector<double>>& byte
     if (cost.total() > across.total()) across = cost;
   }
   const Cost sizes = pairwise_cost(uniform_blocks(static_cast<double>(nodes * sizeof(uint64_t)), node.ranks()), node, false);
-  double busiest = 0.0;
-  for (int rank = 0; rank < p; ++rank) {
-    double out = 0.0, in = 0.0;
-    for (int peer = 0; peer < p; ++peer) {
-      out += bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
-      in += bytes[static_cast<size_t>(peer)][static_cast<size_t>(rank)];
-    }
-    busiest = std::max({busiest, out, in});
-  }
   return {sizes.latency_s + inside.latency_s + across.latency_s,
           sizes.transfer_s + inside.transfer_s + across.transfer_s + 3.0 * busiest / topology.reduce_Bps};
 }
@@ -560,7 +553,7 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
     }
     busiest = std::max({busiest, sent, received});
   }
-  Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology)
+  Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology, busiest)
                                                   : pairwise_cost(bytes, topology, reads_directly(topology));
   return calibrated(raw, options.of(algorithm), busiest);
 }
