@@ -65,17 +65,13 @@ Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const v
   }
   segment.write_header(me, call, in_place ? static_cast<const void*>(buffers.own) : input,
                        in_place ? sizeof(float) : dtype_size(input_dtype));
-  segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
-  CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
-  co_await entered.until(sequence);
+  co_await Meeting(ctx.op, segment, ctx.channel, Counter::Entered, sequence);
   segment.check_same_header(ctx.op);
 
   const bool streaming = count * dtype_size(buffers.out_dtype) >= kStreamingBytes;
   reduce_from_peers(ctx, segment, buffers, 0, count, false, streaming);
   // This rank's input must stay readable until every peer has finished with it.
-  segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
-  CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
-  co_await finished.until(sequence);
+  co_await Meeting(ctx.op, segment, ctx.channel, Counter::Finished, sequence);
   group->shm_queue.pop_front();
 }
 

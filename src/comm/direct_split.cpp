@@ -23,17 +23,13 @@ Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, c
   const int me = ctx.rank();
   segment.write_header(me, call, input, dtype_size(input_dtype)).output_address =
       reinterpret_cast<uint64_t>(buffers.out);
-  segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
-  CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
-  co_await entered.until(sequence);
+  co_await Meeting(ctx.op, segment, ctx.channel, Counter::Entered, sequence);
   segment.check_same_header(ctx.op);
 
   const BlockLayout slices{count, p};
   // This rank's own chunk is copied first: in place its output slice is its input slice.
   reduce_from_peers(ctx, segment, buffers, slices.offset(me), slices.size(me), true, false);
-  segment.counter(me, Counter::Reduced).store(sequence, std::memory_order_release);
-  CounterWait reduced(ctx.op, segment, ctx.channel, Counter::Reduced);
-  co_await reduced.until(sequence);
+  co_await Meeting(ctx.op, segment, ctx.channel, Counter::Reduced, sequence);
 
   const size_t out_width = dtype_size(buffers.out_dtype);
   for (int k = 1; k < p; ++k) {
@@ -43,9 +39,7 @@ Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, c
                       static_cast<std::byte*>(buffers.out) + offset, slices.size(from) * out_width, "reduced slice");
   }
   // This rank's input and reduced slice must stay readable until every peer has finished with them.
-  segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
-  CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);
-  co_await finished.until(sequence);
+  co_await Meeting(ctx.op, segment, ctx.channel, Counter::Finished, sequence);
   group->shm_queue.pop_front();
 }
 

@@ -160,4 +160,21 @@ class CounterWait : public Waitable {
   const std::vector<char>* ignored_ = nullptr;  // any_until: ranks already dealt with
 };
 
+// One meeting of a one-host call: made, it sets this rank's `which` counter to `sequence`; co_await returns
+// once every rank's has reached it. Awaited as a temporary, it lives in the coroutine frame until resumed.
+class Meeting {
+ public:
+  Meeting(Operation& op, const SharedSegment& segment, const Channel& channel, Counter which, uint64_t sequence)
+      : everyone_(op, segment, channel, which) {
+    segment.counter(channel.rank, which).store(sequence, std::memory_order_release);
+    everyone_.until(sequence);
+  }
+  bool await_ready() { return CounterWait::Wait{everyone_}.await_ready(); }
+  void await_suspend(std::coroutine_handle<> resume_point) { CounterWait::Wait{everyone_}.await_suspend(resume_point); }
+  void await_resume() const noexcept {}
+
+ private:
+  CounterWait everyone_;
+};
+
 }  // namespace strata::comm
