@@ -21,6 +21,7 @@
 // run backward); or, at the end of a backward pass, the micro-batch's gradients
 // before accumulation, with the tied embedding's two partial gradients being
 // summed.
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -139,19 +140,27 @@ class CostModel {
     double forward = 0;
     double backward = 0;
     double selective = 0;  // forward ops redone under selective recomputation
-    double tp_forward = 0;
-    double tp_backward = 0;
-    double tp_selective = 0;  // forward collectives redone under selective recomputation (selective_comm.h)
-    double ep_forward = 0;    // expert-parallel all-to-all exchanges (expert_work.h)
-    double ep_backward = 0;
-    double seconds() const { return forward + backward + tp_forward + tp_backward + ep_forward + ep_backward; }
+    // Each dimension's communication (PlannerDimension::micro_batch_comm), by registration position.
+    std::array<CommSeconds, DimensionDegrees::kCapacity> comm{};
+    // The ops' and every dimension's communication: the forward, the backward, the selectively redone forward
+    // (selective_comm.h), and all of forward and backward.
+    double forward_with_comm = 0, backward_with_comm = 0, selective_with_comm = 0, seconds = 0;
   };
   struct Costs {
     SegmentCost embedding, layer, head;
     double tied_gradient_sum = 0;
     double boundary_bytes = 0;  // what a stage boundary sends per micro-batch, each way
   };
-  const Costs& costs(int64_t micro_batch, int tp, bool sp, int ep);
+  // A plan's per-micro-batch costs, kept for every plan with the same micro-batch, sequence parallelism and
+  // degrees of the dimensions that shape them (cost_key_).
+  const Costs& costs(const ParallelPlan& plan);
+  // The communication the dimensions add to one micro-batch, each dimension's hook (micro_batch_comm), and the
+  // segments' sums with it.
+  void add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs);
+  // The roles' positions and the parts with communication (below), from dimensions_.
+  void find_roles();
+  // The degree of the dimension in role `position` (tensor_, expert_, pipeline_), 1 where none has the role.
+  static int role_degree(const ParallelPlan& plan, size_t position);
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
   // busiest of `ep` ranks runs them), and one collective's.
   double op_time(const OpWork& op, int sequence_split, int ep) const;
@@ -222,11 +231,19 @@ class CostModel {
   CommPricer pricer_;
   OpWork adamw_, square_sums_, scale_, add_;  // per kReferenceElements fp32 elements
   std::vector<PlannerDimension> dimensions_;  // the planner's parts of the dimensions registered when built
+  InnermostFirst innermost_;                  // their positions, in the order their terms are added
+  // The registration position of the part with each role (PlannerDimension), kNoRole where none has it.
+  static constexpr size_t kNoRole = DimensionDegrees::kCapacity;
+  size_t tensor_ = kNoRole, expert_ = kNoRole, pipeline_ = kNoRole, reduction_ = kNoRole;
+  // The parts with communication of their own, by registration position (nullptr: none), and which degrees
+  // shape a micro-batch's costs: those with a role in its work or communication and those nested inside them.
+  std::array<const PlannerDimension*, DimensionDegrees::kCapacity> comm_parts_{};
+  std::array<bool, DimensionDegrees::kCapacity> cost_key_{};
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
   std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
-  std::map<std::tuple<int64_t, int, bool, int>, Costs> costs_;
+  std::map<std::tuple<int64_t, DimensionDegrees, bool>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;
 };

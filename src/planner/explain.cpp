@@ -73,10 +73,10 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   add_expert_terms(out, attribution, problem, peak);
   const TimeBreakdown& t = prediction.time;
   const std::vector<ExplainTerm> rest = {
-      {"pipeline transfers", t.pp_comm, ""},
+      {"pipeline transfers", t.comm["pp"], ""},
       {"pipeline bubble", t.bubble, ""},
       {"ZeRO-2/3 collectives not hidden", t.zero_comm, ""},
-      {"data-parallel reduction exposed", t.dp_comm, "past the last backward pass"},
+      {"data-parallel reduction exposed", t.reduction["dp"], "past the last backward pass"},
       {"compute slowed by collectives beside it", t.overlap_slowdown, "data-parallel reduction, ZeRO"},
       {"FSDP's copies around its collectives", t.fsdp_copies, "casts, gathered units and gradients copied"},
       {"weight all-gather (ZeRO-1/2)", t.param_gather, ""},

@@ -1,6 +1,6 @@
 // Pipeline parallelism in the planner: every degree dividing the devices left, refused past one
 // stage per layer; its schedules (GPipe, 1F1B, interleaved with 2 or more virtual stages while every
-// chunk keeps a layer).
+// chunk keeps a layer). Its stages, schedule and transfers are the cost model's structure (splits_layers).
 #include <fmt/format.h>
 
 #include "parallel/parallel_settings.h"
@@ -98,7 +98,9 @@ PlannerDimension pipeline_planning() {
           .options = schedule_options,
           .read_settings = read_schedule,
           .write_settings = write_schedule,
-          .fix_settings = fix_schedule};
+          .fix_settings = fix_schedule,
+          .comm_name = "pipeline transfers",
+          .splits_layers = true};
 }
 
 }  // namespace strata

@@ -7,8 +7,15 @@
 namespace strata {
 
 double TimeBreakdown::total() const {
-  return compute + recompute + tp_comm + ep_comm + pp_comm + zero_comm + grad_accumulation + bubble + dp_comm +
-         overlap_slowdown + fsdp_copies + param_gather + optimizer;
+  // Term by term in this order, each dimension's innermost first: a sum's bits depend on its order.
+  const InnermostFirst dimensions;
+  double sum = compute + recompute;
+  for (size_t position : dimensions) sum += comm.at(position);
+  sum += zero_comm;
+  sum += grad_accumulation;
+  sum += bubble;
+  for (size_t position : dimensions) sum += reduction.at(position);
+  return sum + overlap_slowdown + fsdp_copies + param_gather + optimizer;
 }
 
 std::string ParallelPlan::describe() const {

@@ -1,10 +1,12 @@
 #pragma once
 // The planner's part of each parallel dimension (parallel/parallel_dimension.h): the degrees the
 // search tries, the layouts it cannot run and why, the options it adds to a plan (sequence
-// parallelism, pipeline schedules) and its `strata plan` flags. Registered by the dimension's name,
-// as the runtime's part is; a dimension without a planner part is planned at degree 1. The search,
-// the report, the plan's JSON and the flags loop over these; what a degree costs is priced by the
-// cost model (cost_model.h).
+// parallelism, pipeline schedules), its `strata plan` flags, and what a degree costs: the
+// communication it adds to each micro-batch, priced in its own file, and the roles the cost model's
+// structure reads (the pipeline's stages, the per-device work's shards, the gradients' reduction).
+// Registered by the dimension's name, as the runtime's part is; a dimension without a planner part is
+// planned at degree 1. The search, the report, the plan's JSON, the flags and the cost model
+// (cost_model.h) loop over these.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -19,6 +21,8 @@ namespace strata {
 struct PlanningProblem;
 struct PlanLimits;
 struct ParallelSettings;
+struct ModelComm;
+class CommPricer;
 
 // What a dimension's options read: the problem, the user's limits, and where a plan that cannot
 // run is counted (as a rejected region of plans, with its reason).
@@ -28,6 +32,28 @@ struct OptionSearch {
   std::function<void(const std::string& reason, const ParallelPlan& plan)> reject;
 };
 using EmitPlan = std::function<void(const ParallelPlan& plan)>;
+
+// A dimension's communication in one micro-batch's time (seconds) in one segment of the model: its
+// forward's, its backward's, and of the forward's what selective recomputation runs again.
+struct CommSeconds {
+  double forward = 0;
+  double backward = 0;
+  double selective = 0;
+};
+// The embedding's (the first stage's), each layer's and the head's (the last stage's).
+struct MicroBatchComm {
+  CommSeconds embedding, layer, head;
+};
+// What a dimension's communication reads. The cost model keeps the answer for every plan with the
+// same micro-batch, options and degrees of this dimension and of those nested inside it.
+struct CommInput {
+  const PlanningProblem& problem;
+  const ParallelPlan& plan;  // the micro-batch, the options, the degrees
+  int degree = 1;            // this dimension's
+  int stride = 1;            // devices between neighbouring ranks of its group (the degrees nested inside it)
+  const ModelComm& graph;    // the calls of the runtime's graph for the micro-batch, split by its passes (model_comm.h)
+  CommPricer& pricer;
+};
 
 struct PlannerDimension {
   std::string name;         // the parallel dimension's
@@ -53,6 +79,18 @@ struct PlannerDimension {
   std::function<void(const ParallelSettings& settings, ParallelPlan& plan)> read_settings;
   std::function<void(const ParallelPlan& plan, ParallelSettings& settings)> write_settings;
   std::function<void(const ParallelSettings& settings, PlanLimits& limits)> fix_settings;
+
+  // What a degree costs (cost_model.h). Its communication in each micro-batch, in the stages' time
+  // (TimeBreakdown::comm); unset: none.
+  std::function<MicroBatchComm(const CommInput& input)> micro_batch_comm;
+  // The report's name of its time term ("tensor-parallel collectives"; the JSON key "<name>_comm"). Empty: none.
+  std::string comm_name;
+  // The roles the cost model's structure reads, each of one dimension at most (none: degree 1):
+  bool shards_layers = false;      // its ranks split every layer's work and weights (workload.h's tensor parallelism)
+  bool shards_experts = false;     // its ranks split a mixture of experts' experts (expert_work.h)
+  bool splits_layers = false;      // its ranks run consecutive pipeline stages: the layer split, the schedule, and
+                                   // the stage boundaries' transfers, its comm time
+  bool reduces_gradients = false;  // the step's gradient reduction not hidden is its time (TimeBreakdown::reduction)
 };
 
 // Every registered parallel dimension's planner part, in the order the search nests them

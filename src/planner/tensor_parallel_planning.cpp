@@ -1,11 +1,14 @@
 // Tensor parallelism in the planner: every degree dividing the devices left, refused where it does not
-// divide the attention heads; sequence parallelism, off and on, over its group.
+// divide the attention heads; sequence parallelism, off and on, over its group; the collectives the
+// runtime's graph makes under it, priced.
 #include <fmt/format.h>
 
 #include "parallel/parallel_settings.h"
 #include "planner/cost_model.h"
 #include "planner/plan_dimension.h"
+#include "planner/model_comm.h"
 #include "planner/search.h"
+#include "planner/selective_comm.h"
 
 namespace strata {
 
@@ -37,6 +40,25 @@ void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& sea
   }
 }
 
+// The tensor (and sequence) parallel collectives of the runtime's graph (model_comm.h), each over its
+// group; selective recomputation runs again those its policy does not keep (selective_comm.h).
+MicroBatchComm tensor_parallel_comm(const CommInput& input) {
+  auto price = [&](const std::vector<CommWork>& calls) {
+    double seconds = 0;
+    for (const CommWork& call : calls) {
+      seconds += input.pricer.collective(call.pattern, call.bytes, call.ranks, input.stride, call.dtype);
+    }
+    return seconds;
+  };
+  const ModelComm& graph = input.graph;
+  MicroBatchComm comm;
+  comm.embedding = {price(graph.embedding.forward), price(graph.embedding.backward)};
+  comm.layer = {price(graph.layer.forward), price(graph.layer.backward),
+                price(recomputed_collectives(graph.layer, input.problem.selective))};
+  comm.head = {price(graph.head.forward), price(graph.head.backward)};
+  return comm;
+}
+
 }  // namespace
 
 PlannerDimension tensor_parallel_planning() {
@@ -50,7 +72,10 @@ PlannerDimension tensor_parallel_planning() {
           .options = sequence_parallel_options,
           .read_settings = [](const ParallelSettings& settings, ParallelPlan& plan) { plan.sp = settings.sp; },
           .write_settings = [](const ParallelPlan& plan, ParallelSettings& settings) { settings.sp = plan.sp; },
-          .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; }};
+          .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; },
+          .micro_batch_comm = tensor_parallel_comm,
+          .comm_name = "tensor-parallel collectives",
+          .shards_layers = true};
 }
 
 }  // namespace strata

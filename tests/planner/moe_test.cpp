@@ -124,8 +124,8 @@ TEST(PlannerMoe, FourAllToAllsOfThePermutedRowsPerLayerAndMicroBatch) {
   const Prediction prediction = model.evaluate(plan_of(2, 2, micro_batch, 1));
   CommPricer pricer(cluster);
   const double one = pricer.collective(comm::Collective::AllToAll, bytes * 2 /* f32 */, 2, 1, DType::F32);
-  EXPECT_DOUBLE_EQ(prediction.time.ep_comm, 4 * 4 /* layers */ * 1 /* micro-batch */ * one);
-  EXPECT_EQ(model.evaluate(plan_of(4, 1, micro_batch, 1)).time.ep_comm, 0.0);
+  EXPECT_DOUBLE_EQ(prediction.time.comm["ep"], 4 * 4 /* layers */ * 1 /* micro-batch */ * one);
+  EXPECT_EQ(model.evaluate(plan_of(4, 1, micro_batch, 1)).time.comm["ep"], 0.0);
 }
 
 TEST(PlannerMoe, ExpertParallelismHalvesTheExpertsMemory) {

@@ -68,9 +68,9 @@ TEST(PlannerSearch, TheFrontRunnersAreTimedByReplayingTheirSchedules) {
       EXPECT_NEAR(prediction.step_s, closed.step_s, 1e-12 * closed.step_s) << plan.describe();
     } else {
       ++pipelines;
-      const double busiest = closed.time.total() - closed.time.bubble - closed.time.dp_comm -
+      const double busiest = closed.time.total() - closed.time.bubble - closed.time.reduction["dp"] -
                              closed.time.overlap_slowdown - closed.time.optimizer - closed.time.param_gather;
-      EXPECT_GE(prediction.step_s - prediction.time.dp_comm - prediction.time.overlap_slowdown -
+      EXPECT_GE(prediction.step_s - prediction.time.reduction["dp"] - prediction.time.overlap_slowdown -
                     prediction.time.optimizer - prediction.time.param_gather,
                 busiest * (1 - 1e-12))
           << plan.describe();
