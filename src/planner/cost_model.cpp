@@ -845,32 +845,50 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
     const ExpertLoad load = expert_load(ep);
     result.expert_rows = static_cast<double>(busiest_expert_gemm(op, load, problem_.dtype).gemm.m);
   }
-  if (expert_ != kNoRole) {
-    const CommSeconds& exchanges = figures.cost.layer.comm[expert_];
-    const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
-    result.all_to_all = m * layers * (exchange_forwards * exchanges.forward + exchanges.backward);
-  }
-  const ModelComm comm = model_comm(problem_.model, plan.micro_batch, problem_.seq, tp, plan.sp, problem_.dtype,
-                                    problem_.tp_input);
-  auto price = [&](const std::vector<CommWork>& calls, double times) {
-    for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
-  };
-  // Full recomputation runs the layer's forward collectives again, selective those its policy does not save.
-  const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
-  price(comm.layer.forward, layer_forwards * m * layers);
-  if (plan.recompute == RecomputeMode::Selective) {
-    price(recomputed_collectives(comm.layer, problem_.selective), m * layers);
-  }
-  price(comm.layer.backward, m * layers);
-  if (stage == 0) {
-    price(comm.embedding.forward, m);
-    price(comm.embedding.backward, m);
-  }
-  if (stage == figures.p - 1) {
-    price(comm.head.forward, m);
-    price(comm.head.backward, m);
-  }
+  result.experts_per_device = problem_.model.num_experts / ep;
+  attribute_comm(prediction, figures, result);
   return result;
+}
+
+void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& figures,
+                               StepAttribution& attribution) {
+  const ParallelPlan& plan = prediction.plan;
+  const int stage = attribution.stage;
+  const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
+  const ModelComm graph = model_comm(problem_.model, plan.micro_batch, problem_.seq, role_degree(plan, tensor_),
+                                     plan.sp, problem_.dtype, problem_.tp_input);
+  int stride = 1;
+  for (size_t position : innermost_) {
+    const int degree = plan.degrees.at(position);
+    const PlannerDimension* part = comm_parts_[position];
+    if (part != nullptr && part->explain_comm) {
+      const CommInput input{problem_, plan, degree, stride, graph, pricer_};
+      const Costs& cost = figures.cost;
+      const MicroBatchComm priced{cost.embedding.comm[position], cost.layer.comm[position], cost.head.comm[position]};
+      for (ExplainTerm& term : part->explain_comm({input, priced, layers, stage == 0, stage == figures.p - 1})) {
+        attribution.comm.push_back(std::move(term));
+      }
+    } else if (const double seconds = prediction.time.comm.at(position); seconds > 0) {
+      attribution.comm.push_back({part_at(position).comm_name, seconds, ""});
+    }
+    stride *= degree;
+  }
+  attribution.reduction = {fmt::format("{}-parallel reduction exposed", part_at(reduction_).parallelism),
+                           prediction.time.reduction.at(reduction_), "past the last backward pass"};
+}
+
+double CostModel::StepAttribution::comm_seconds(std::string_view name) const {
+  for (const ExplainTerm& term : comm) {
+    if (term.name == name) return term.seconds;
+  }
+  return 0.0;
+}
+
+const PlannerDimension& CostModel::part_at(size_t position) const {
+  for (const PlannerDimension& part : dimensions_) {
+    if (dimension_position(part.name) == position) return part;
+  }
+  fail("no planner dimension at position {}", position);
 }
 
 MemoryBreakdown CostModel::Placement::highest() const { return highest_peak(stages); }

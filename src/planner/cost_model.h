@@ -112,10 +112,10 @@ class CostModel {
   Prediction evaluate(const ParallelPlan& plan, Placement placement,
                       PipelineTiming timing = PipelineTiming::ClosedForm);
 
-  // Where the bottleneck stage's compute and tensor-parallel time of a step go
+  // Where the bottleneck stage's compute and communication time of a step go
   // (`prediction` from evaluate): per op class the seconds and FLOPs of its
   // forward, backward and recomputed forward over the step's micro-batches,
-  // and per collective pattern the seconds of the tensor/sequence-parallel calls.
+  // and each dimension's communication as its part breaks it down.
   struct ClassTime {
     double seconds = 0;
     double flops = 0;
@@ -124,10 +124,15 @@ class CostModel {
     int stage = 0;
     std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
     std::map<std::string, ClassTime> compute_by_op;  // the same by op type (the schema's name), experts' GEMMs in
-    std::map<CommPattern, double> tp_comm;
     ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
     double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch
-    double all_to_all = 0;            // the expert-parallel exchanges (ep > 1)
+    int64_t experts_per_device = 0;   // a mixture of experts' experts over the dimension that shards them
+    // Each dimension's communication over the step, innermost first, as its part breaks it down
+    // (PlannerDimension::explain_comm), and the gradients' reduction exposed.
+    std::vector<ExplainTerm> comm;
+    ExplainTerm reduction;
+    // The seconds of the communication term named `name` (0 where there is none).
+    double comm_seconds(std::string_view name) const;
   };
   StepAttribution attribute(const Prediction& prediction);
 
@@ -161,6 +166,7 @@ class CostModel {
   void find_roles();
   // The degree of the dimension in role `position` (tensor_, expert_, pipeline_), 1 where none has the role.
   static int role_degree(const ParallelPlan& plan, size_t position);
+  const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
   // busiest of `ep` ranks runs them), and one collective's.
   double op_time(const OpWork& op, int sequence_split, int ep) const;
@@ -173,6 +179,8 @@ class CostModel {
   struct PlanFigures;  // a plan and what every step reads of it
   struct StageTime;    // one pipeline stage's seconds per micro-batch
   PlanFigures plan_figures(const ParallelPlan& plan);
+  // attribute()'s communication terms.
+  void attribute_comm(const Prediction& prediction, const PlanFigures& figures, StepAttribution& attribution);
   std::vector<int> split_layers_by_time(const PlanFigures& figures);
   std::vector<MemoryBreakdown> memory_per_stage(const PlanFigures& figures, const std::vector<int>& layers) const;
   // A split balanced by time that does not fit gives way to one balanced by memory that needs less.

@@ -60,6 +60,19 @@ MicroBatchComm expert_parallel_comm(const CommInput& input) {
   return comm;
 }
 
+// The exchanges over the stage's step; full recomputation runs the forward's again.
+std::vector<ExplainTerm> expert_parallel_terms(const StageCommInput& input) {
+  const ParallelPlan& plan = input.comm.plan;
+  const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
+  const CommSeconds& layer = input.priced.layer;
+  const double seconds = static_cast<double>(plan.micro_batches) * input.layers *
+                         (exchange_forwards * layer.forward + layer.backward);
+  if (seconds <= 0) return {};
+  return {{"expert-parallel all-to-all", seconds,
+           fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
+                       input.comm.degree)}};
+}
+
 }  // namespace
 
 PlannerDimension expert_parallel_planning() {
@@ -71,6 +84,7 @@ PlannerDimension expert_parallel_planning() {
           .refuse_fixed = experts_not_divided,
           .refuse_plan = experts_not_divided_by_plan,
           .micro_batch_comm = expert_parallel_comm,
+          .explain_comm = expert_parallel_terms,
           .comm_name = "expert-parallel all-to-all",
           .shards_experts = true};
 }

@@ -44,6 +44,12 @@ struct CommSeconds {
 struct MicroBatchComm {
   CommSeconds embedding, layer, head;
 };
+// One term of `strata plan --explain`'s step time (explain.h).
+struct ExplainTerm {
+  std::string name;
+  double seconds = 0;
+  std::string detail;  // e.g. "41% of the matrix peak"
+};
 // What a dimension's communication reads. The cost model keeps the answer for every plan with the
 // same micro-batch, options and degrees of this dimension and of those nested inside it.
 struct CommInput {
@@ -53,6 +59,14 @@ struct CommInput {
   int stride = 1;            // devices between neighbouring ranks of its group (the degrees nested inside it)
   const ModelComm& graph;    // the calls of the runtime's graph for the micro-batch, split by its passes (model_comm.h)
   CommPricer& pricer;
+};
+// What a dimension's terms of --explain read: its communication's input and its answer for the plan,
+// and the bottleneck stage the step is attributed on.
+struct StageCommInput {
+  const CommInput& comm;
+  const MicroBatchComm& priced;      // micro_batch_comm's answer
+  double layers = 0;                 // the stage's
+  bool first = false, last = false;  // whether it holds the embedding, the head
 };
 
 struct PlannerDimension {
@@ -83,6 +97,9 @@ struct PlannerDimension {
   // What a degree costs (cost_model.h). Its communication in each micro-batch, in the stages' time
   // (TimeBreakdown::comm); unset: none.
   std::function<MicroBatchComm(const CommInput& input)> micro_batch_comm;
+  // Its communication over the bottleneck stage's step (`plan.micro_batches` micro-batches, recomputation's
+  // share included), term by term, for --explain. Unset: one term, comm_name with its time.
+  std::function<std::vector<ExplainTerm>(const StageCommInput& input)> explain_comm;
   // The report's name of its time term ("tensor-parallel collectives"; the JSON key "<name>_comm"). Empty: none.
   std::string comm_name;
   // The roles the cost model's structure reads, each of one dimension at most (none: degree 1):

@@ -3,6 +3,8 @@
 // runtime's graph makes under it, priced.
 #include <fmt/format.h>
 
+#include <map>
+
 #include "parallel/parallel_settings.h"
 #include "planner/cost_model.h"
 #include "planner/plan_dimension.h"
@@ -59,6 +61,49 @@ MicroBatchComm tensor_parallel_comm(const CommInput& input) {
   return comm;
 }
 
+const char* pattern_name(CommPattern pattern) {
+  switch (pattern) {
+    case CommPattern::AllReduce: return "tensor-parallel all-reduce";
+    case CommPattern::AllGather: return "tensor-parallel all-gather";
+    case CommPattern::ReduceScatter: return "tensor-parallel reduce-scatter";
+    case CommPattern::AllToAll: return "all-to-all";
+    case CommPattern::PointToPoint: return "tensor-parallel point-to-point";
+  }
+  return "tensor-parallel";
+}
+
+// The stage's collectives over the step by pattern: full recomputation runs the layer's forward ones again,
+// selective those its policy does not keep.
+std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
+  const CommInput& comm = input.comm;
+  const ParallelPlan& plan = comm.plan;
+  std::map<CommPattern, double> seconds;
+  auto price = [&](const std::vector<CommWork>& calls, double times) {
+    for (const CommWork& call : calls) {
+      seconds[call.pattern] +=
+          times * comm.pricer.collective(call.pattern, call.bytes, call.ranks, comm.stride, call.dtype);
+    }
+  };
+  const double m = static_cast<double>(plan.micro_batches), layers = input.layers;
+  const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
+  price(comm.graph.layer.forward, layer_forwards * m * layers);
+  if (plan.recompute == RecomputeMode::Selective) {
+    price(recomputed_collectives(comm.graph.layer, comm.problem.selective), m * layers);
+  }
+  price(comm.graph.layer.backward, m * layers);
+  if (input.first) {
+    price(comm.graph.embedding.forward, m);
+    price(comm.graph.embedding.backward, m);
+  }
+  if (input.last) {
+    price(comm.graph.head.forward, m);
+    price(comm.graph.head.backward, m);
+  }
+  std::vector<ExplainTerm> terms;
+  for (const auto& [pattern, total] : seconds) terms.push_back({pattern_name(pattern), total, "not overlapped"});
+  return terms;
+}
+
 }  // namespace
 
 PlannerDimension tensor_parallel_planning() {
@@ -74,6 +119,7 @@ PlannerDimension tensor_parallel_planning() {
           .write_settings = [](const ParallelPlan& plan, ParallelSettings& settings) { settings.sp = plan.sp; },
           .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; },
           .micro_batch_comm = tensor_parallel_comm,
+          .explain_comm = tensor_parallel_terms,
           .comm_name = "tensor-parallel collectives",
           .shards_layers = true};
 }

@@ -294,7 +294,10 @@ TEST(ToyDimensionPlanner, ItsOwnCommunicationIsPricedAndReportedWithoutEditsToTh
   ParallelPlan toy_plan = plan;
   toy_plan.degrees.set("xp", 2);
   CostModel model(problem);
-  const nlohmann::json time = prediction_json(model.evaluate(toy_plan))["time_s"];
+  const Prediction prediction = model.evaluate(toy_plan);
+  // --explain's terms: the toy's communication over the step under its name.
+  EXPECT_DOUBLE_EQ(model.attribute(prediction).comm_seconds("toy exchanges"), added);
+  const nlohmann::json time = prediction_json(prediction)["time_s"];
   EXPECT_DOUBLE_EQ(time.at("xp_comm").get<double>(), added) << time.dump();
   EXPECT_EQ(time.at("tp_comm").get<double>(), 0.0) << time.dump();
 }

@@ -347,7 +347,7 @@ TEST(PlannerMoe, SequenceParallelismLeavesTheExpertsWholeAndSplitsTheGate) {
       if (call.pattern == CommPattern::AllGather) outside += gather(call.bytes);
     }
   }
-  EXPECT_DOUBLE_EQ(at_split.tp_comm.at(CommPattern::AllGather), layers * per_layer + outside);
+  EXPECT_DOUBLE_EQ(at_split.comm_seconds("tensor-parallel all-gather"), layers * per_layer + outside);
 }
 
 // The activations a layer keeps for backward: sequence parallelism splits the four [b, s, C] values on the
