@@ -182,6 +182,8 @@ void CostModel::find_roles() {
       *role = position;
     }
     if (part.micro_batch_comm) comm_parts_[position] = &part;
+    if (part.shards_layers) tensor_part_ = &part;
+    if (part.splits_layers) pipeline_part_ = &part;
   }
   STRATA_CHECK(reduction_ != kNoRole, "no planner dimension reports the gradients' reduction (reduces_gradients)");
   // A dimension's communication reads its own degree and the stride of those nested inside it: from the
@@ -197,6 +199,15 @@ void CostModel::find_roles() {
 
 int CostModel::role_degree(const ParallelPlan& plan, size_t position) {
   return position == kNoRole ? 1 : plan.degrees.at(position);
+}
+
+int CostModel::sequence_split(const ParallelPlan& plan) const {
+  return tensor_part_ != nullptr && tensor_part_->sequence_split ? tensor_part_->sequence_split(plan) : 1;
+}
+
+StageSchedule CostModel::stage_schedule(const ParallelPlan& plan) const {
+  return pipeline_part_ != nullptr && pipeline_part_->stage_schedule ? pipeline_part_->stage_schedule(plan)
+                                                                     : StageSchedule{};
 }
 
 void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs) {
@@ -231,18 +242,21 @@ void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& gr
 
 const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
   DimensionDegrees shaping;
+  DimensionOptionValues options;
   for (size_t position : innermost_) {
-    if (cost_key_[position]) shaping.set_at(position, plan.degrees.at(position));
+    if (!cost_key_[position]) continue;
+    shaping.set_at(position, plan.degrees.at(position));
+    options.copy_dimension(position, plan.options);
   }
-  auto key = std::make_tuple(plan.micro_batch, shaping, plan.sp);
+  auto key = std::make_tuple(plan.micro_batch, shaping, options);
   auto found = costs_.find(key);
   if (found != costs_.end()) return found->second;
   const int64_t micro_batch = plan.micro_batch;
   const int tp = role_degree(plan, tensor_), ep = role_degree(plan, expert_);
-  const bool sp = plan.sp;
+  const int split = sequence_split(plan);
+  const bool sp = split > 1;  // sequence parallelism needs tensor parallelism (its refuse_plan)
   const Workload& work = workload(micro_batch, tp);
   const DeviceSpec& device = problem_.cluster.device;
-  const int split = sp ? tp : 1;
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
     for (const OpWork& op : segment.forward) {
@@ -325,6 +339,7 @@ struct CostModel::PlanFigures {
   double layer_recompute;  // seconds per layer and micro-batch redone in backward
   double layer_seconds;    // seconds per layer and micro-batch, recomputation included
   std::vector<double> in_flight;  // per stage, the micro-batches whose activations it keeps
+  PipelineSchedule schedule;      // the stages'
 };
 
 struct CostModel::StageTime {
@@ -351,12 +366,15 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const double experts_here = work.layer.expert_params / e;
   // Once per stage here: a search reads each stage's several times (memory_per_stage, rebalance_by_memory).
   std::vector<double> in_flight(static_cast<size_t>(p));
-  for (int stage = 0; stage < p; ++stage) in_flight[static_cast<size_t>(stage)] = micro_batches_kept(plan, p, stage);
+  const StageSchedule schedule = stage_schedule(plan);
+  for (int stage = 0; stage < p; ++stage) {
+    in_flight[static_cast<size_t>(stage)] = micro_batches_kept(schedule, plan.micro_batches, p, stage);
+  }
   return PlanFigures{plan,
                      work,
                      cost,
                      p,
-                     plan.virtual_stages,
+                     schedule.virtual_stages,
                      t,
                      d,
                      plan.zero,
@@ -365,14 +383,15 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
                      work.layer.params - work.layer.expert_params + experts_here,
                      e > 1 ? experts_here : 0.0,
                      static_cast<double>(plan.micro_batches),
-                     plan.sp ? t : 1,
+                     sequence_split(plan),
                      static_cast<double>(dtype_size(problem_.dtype)),
                      problem_.dtype != DType::F32,
                      static_cast<size_t>(plan.recompute),
                      static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd),
                      layer_recompute,
                      layer.seconds + layer_recompute,
-                     std::move(in_flight)};
+                     std::move(in_flight),
+                     schedule.schedule};
 }
 
 std::vector<int> CostModel::split_layers_by_time(const PlanFigures& figures) {
@@ -408,14 +427,15 @@ double CostModel::sharded_params(const PlanFigures& figures, int stage, int laye
   return (params - experts) / figures.d + experts / figures.expert_d;
 }
 
-double CostModel::micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const {
+double CostModel::micro_batches_kept(const StageSchedule& schedule, int64_t micro_batches, int stages,
+                                     int stage) const {
   // The schedule's own warm-up (pipeline_schedule.h): the forwards a stage runs before its first
   // backward, plus the one it runs with it, each of a model chunk (1/v of the stage).
-  const PipelineShape shape{stages, static_cast<int>(plan.micro_batches), plan.virtual_stages,
+  const PipelineShape shape{stages, static_cast<int>(micro_batches), schedule.virtual_stages,
                             static_cast<int>(problem_.model.n_layer)};
-  const PipelinePhases phases = pipeline_phases(plan.schedule, shape, stage);
+  const PipelinePhases phases = pipeline_phases(schedule.schedule, shape, stage);
   const int chunks = std::min(phases.warmup + 1, phases.warmup + phases.steady);
-  return std::min(static_cast<double>(plan.micro_batches), static_cast<double>(chunks) / plan.virtual_stages);
+  return std::min(static_cast<double>(micro_batches), static_cast<double>(chunks) / schedule.virtual_stages);
 }
 
 MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {
@@ -676,8 +696,8 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
     }
     const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v,
                               static_cast<int>(figures.p * figures.v)};
-    pipeline = simulate_pipeline(pipeline_actions(figures.plan.schedule, shape), times).step_s;
-  } else if (figures.plan.schedule == PipelineSchedule::Interleaved) {
+    pipeline = simulate_pipeline(pipeline_actions(figures.schedule, shape), times).step_s;
+  } else if (figures.schedule == PipelineSchedule::Interleaved) {
     pipeline = m * t_max + (sum - t_max) / figures.v;
   } else {
     pipeline = (m - 1) * t_max + sum;
@@ -810,7 +830,7 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   const int stage = result.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
   const int tp = role_degree(plan, tensor_), ep = role_degree(plan, expert_);
-  const int split = plan.sp ? tp : 1;
+  const int split = sequence_split(plan);
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
@@ -856,7 +876,7 @@ void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& 
   const int stage = attribution.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
   const ModelComm graph = model_comm(problem_.model, plan.micro_batch, problem_.seq, role_degree(plan, tensor_),
-                                     plan.sp, problem_.dtype, problem_.tp_input);
+                                     sequence_split(plan) > 1, problem_.dtype, problem_.tp_input);
   int stride = 1;
   for (size_t position : innermost_) {
     const int degree = plan.degrees.at(position);

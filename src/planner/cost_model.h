@@ -166,6 +166,9 @@ class CostModel {
   void find_roles();
   // The degree of the dimension in role `position` (tensor_, expert_, pipeline_), 1 where none has the role.
   static int role_degree(const ParallelPlan& plan, size_t position);
+  // The roles' options: the tensor dimension's split of the residual stream, the pipeline's schedule.
+  int sequence_split(const ParallelPlan& plan) const;
+  StageSchedule stage_schedule(const ParallelPlan& plan) const;
   const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
   // busiest of `ep` ranks runs them), and one collective's.
@@ -211,7 +214,7 @@ class CostModel {
   // the experts' over dp.
   static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
   // Whose activations `stage` of `stages` keeps.
-  double micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const;
+  double micro_batches_kept(const StageSchedule& schedule, int64_t micro_batches, int stages, int stage) const;
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute
@@ -243,6 +246,8 @@ class CostModel {
   // The registration position of the part with each role (PlannerDimension), kNoRole where none has it.
   static constexpr size_t kNoRole = DimensionDegrees::kCapacity;
   size_t tensor_ = kNoRole, expert_ = kNoRole, pipeline_ = kNoRole, reduction_ = kNoRole;
+  const PlannerDimension* tensor_part_ = nullptr;
+  const PlannerDimension* pipeline_part_ = nullptr;
   // The parts with communication of their own, by registration position (nullptr: none), and which degrees
   // shape a micro-batch's costs: those with a role in its work or communication and those nested inside them.
   std::array<const PlannerDimension*, DimensionDegrees::kCapacity> comm_parts_{};
@@ -251,7 +256,7 @@ class CostModel {
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
   std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
-  std::map<std::tuple<int64_t, DimensionDegrees, bool>, Costs> costs_;
+  std::map<std::tuple<int64_t, DimensionDegrees, DimensionOptionValues>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;
 };

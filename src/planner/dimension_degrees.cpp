@@ -74,6 +74,10 @@ double DimensionSeconds::operator[](std::string_view dimension) const {
 
 double& DimensionSeconds::operator[](std::string_view dimension) { return values_[dimension_position(dimension)]; }
 
+void DimensionOptionValues::copy_dimension(size_t position, const DimensionOptionValues& other) {
+  for (size_t option = 0; option < kPerDimension; ++option) set_at(position, option, other.at(position, option));
+}
+
 InnermostFirst::InnermostFirst() {
   const std::vector<ParallelDimension>& dimensions = registry();
   // Insertion by nesting, stable: dimensions of equal nesting keep their registration order, as the mesh's.

@@ -4,7 +4,6 @@
 #include <string_view>
 #include <vector>
 
-#include "parallel/pipeline_schedule.h"
 #include "planner/dimension_degrees.h"
 #include "planner/workload.h"
 
@@ -14,14 +13,12 @@ namespace strata {
 // rank fastest, then expert-parallel, then data-parallel, then pipeline stage (Megatron's order
 // with the runtime's ep between tp and dp), filling a node before the next.
 struct ParallelPlan {
-  DimensionDegrees degrees;   // every registered dimension's degree
-  bool sp = false;            // sequence parallelism over the tensor-parallel group
-  int64_t micro_batch = 1;    // rows per micro-batch
-  int64_t micro_batches = 1;  // per optimizer step and batch-splitting replica (dp x ep)
-  int zero = 0;               // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
+  DimensionDegrees degrees;       // every registered dimension's degree
+  DimensionOptionValues options;  // every dimension's options, through its part's accessors (plan_dimension.h)
+  int64_t micro_batch = 1;        // rows per micro-batch
+  int64_t micro_batches = 1;      // per optimizer step and batch-splitting replica (dp x ep)
+  int zero = 0;                   // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
   RecomputeMode recompute = RecomputeMode::None;
-  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
 
   int degree(std::string_view dimension) const { return degrees[dimension]; }
   int devices() const { return degrees.product(); }

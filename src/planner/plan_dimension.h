@@ -9,11 +9,13 @@
 // (cost_model.h) loop over these.
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "parallel/pipeline_schedule.h"
 #include "planner/plan.h"
 
 namespace strata {
@@ -32,6 +34,21 @@ struct OptionSearch {
   std::function<void(const std::string& reason, const ParallelPlan& plan)> reject;
 };
 using EmitPlan = std::function<void(const ParallelPlan& plan)>;
+
+// A `strata plan` flag of a dimension's option (`--<name>`): its help, and the limit a value given to it
+// sets (failing, naming the flag, on a value it cannot take).
+struct OptionFlag {
+  std::string name;
+  std::string help;
+  std::function<void(const std::string& value, PlanLimits& limits)> fix;
+};
+
+// What the cost model reads of the pipeline dimension's options: the schedule its stages run and the
+// model chunks per stage.
+struct StageSchedule {
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  int virtual_stages = 1;
+};
 
 // A dimension's communication in one micro-batch's time (seconds) in one segment of the model: its
 // forward's, its backward's, and of the forward's what selective recomputation runs again.
@@ -93,6 +110,12 @@ struct PlannerDimension {
   std::function<void(const ParallelSettings& settings, ParallelPlan& plan)> read_settings;
   std::function<void(const ParallelPlan& plan, ParallelSettings& settings)> write_settings;
   std::function<void(const ParallelSettings& settings, PlanLimits& limits)> fix_settings;
+  // Its options in a plan's description ("sp", "1f1b v=2"; empty: none), after the degrees or, where
+  // `options_described_last`, after the rest; and in the plan's JSON. The flags that fix them.
+  std::function<std::string(const ParallelPlan& plan)> describe_options;
+  bool options_described_last = false;
+  std::function<void(const ParallelPlan& plan, nlohmann::json& json)> options_json;
+  std::vector<OptionFlag> option_flags;
 
   // What a degree costs (cost_model.h). Its communication in each micro-batch, in the stages' time
   // (TimeBreakdown::comm); unset: none.
@@ -108,6 +131,11 @@ struct PlannerDimension {
   bool splits_layers = false;      // its ranks run consecutive pipeline stages: the layer split, the schedule, and
                                    // the stage boundaries' transfers, its comm time
   bool reduces_gradients = false;  // the step's gradient reduction not hidden is its time (TimeBreakdown::reduction)
+  // What the roles' options mean to the cost model: for the dimension that shards layers, the parts its ranks
+  // split the residual stream's ops and values into (sequence parallelism: its degree; else 1); for the one that
+  // splits layers, the schedule. Unset: 1, and 1F1B with one chunk per stage.
+  std::function<int(const ParallelPlan& plan)> sequence_split;
+  std::function<StageSchedule(const ParallelPlan& plan)> stage_schedule;
 };
 
 // Every registered parallel dimension's planner part, in the order the search nests them
@@ -130,5 +158,21 @@ PlannerDimension data_parallel_planning();
 PlannerDimension tensor_parallel_planning();
 PlannerDimension pipeline_planning();
 PlannerDimension expert_parallel_planning();
+
+// Their options' accessors, in the same files: tensor parallelism's sequence parallelism over its group
+// (tensor_parallel_planning.cpp), pipeline parallelism's schedule and model chunks per device
+// (interleaved only; pipeline_planning.cpp). The `limits` ones say what the user fixed (nothing: open).
+bool sequence_parallel(const ParallelPlan& plan);
+void set_sequence_parallel(ParallelPlan& plan, bool on);
+std::optional<bool> fixed_sequence_parallel(const PlanLimits& limits);
+void fix_sequence_parallel(PlanLimits& limits, bool on);
+PipelineSchedule pipeline_schedule(const ParallelPlan& plan);
+void set_pipeline_schedule(ParallelPlan& plan, PipelineSchedule schedule);
+int virtual_stages(const ParallelPlan& plan);
+void set_virtual_stages(ParallelPlan& plan, int chunks);
+std::optional<PipelineSchedule> fixed_pipeline_schedule(const PlanLimits& limits);
+void fix_pipeline_schedule(PlanLimits& limits, PipelineSchedule schedule);
+std::optional<int> fixed_virtual_stages(const PlanLimits& limits);
+void fix_virtual_stages(PlanLimits& limits, int chunks);
 
 }  // namespace strata

@@ -148,14 +148,14 @@ std::vector<std::string> explain_difference(const Prediction& winner, const Pred
 }
 
 nlohmann::json plan_json(const ParallelPlan& plan) {
-  nlohmann::json json = {{"sp", plan.sp},
-                         {"micro_batch", plan.micro_batch},
+  nlohmann::json json = {{"micro_batch", plan.micro_batch},
                          {"micro_batches", plan.micro_batches},
                          {"zero", plan.zero},
                          {"recompute", std::string(recompute_mode_name(plan.recompute))},
-                         {"schedule", std::string(schedule_name(plan.schedule))},
-                         {"virtual_stages", plan.virtual_stages},
                          {"description", plan.describe()}};
+  for (const PlannerDimension& part : planner_dimensions()) {
+    if (part.options_json) part.options_json(plan, json);
+  }
   for (const ParallelDimension& dimension : parallel_dimensions()) {
     // A dimension of some models only is absent at 1 (ep), as plans without it were recorded.
     const int degree = plan.degree(dimension.name);

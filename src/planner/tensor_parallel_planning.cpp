@@ -6,6 +6,7 @@
 #include <map>
 
 #include "parallel/parallel_settings.h"
+#include "core/error.h"
 #include "planner/cost_model.h"
 #include "planner/plan_dimension.h"
 #include "planner/model_comm.h"
@@ -15,6 +16,13 @@
 namespace strata {
 
 namespace {
+
+// Where its options are held in a plan (DimensionOptionValues): sequence parallelism, 1 when on.
+size_t position() {
+  static const size_t tensor = dimension_position("tp");  // a built-in's position never changes
+  return tensor;
+}
+constexpr size_t kSequenceParallel = 0;
 
 std::optional<std::string> heads_not_divided(const PlanningProblem& problem, int degree) {
   if (problem.model.n_head % degree == 0) return std::nullopt;
@@ -29,15 +37,16 @@ std::optional<std::string> heads_not_divided_by_plan(const PlanningProblem& prob
     return fmt::format("tensor parallelism {} does not divide the {} heads ({} key/value heads)", degree, model.n_head,
                        model.kv_heads());
   }
-  if (plan.sp && degree == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
+  if (sequence_parallel(plan) && degree == 1) return std::string("sequence parallelism needs tensor parallelism > 1");
   return std::nullopt;
 }
 
 void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
+  const std::optional<bool> fixed = fixed_sequence_parallel(search.limits);
   for (bool sp : {false, true}) {
-    if ((search.limits.sp && *search.limits.sp != sp) || (sp && plan.degree("tp") == 1)) continue;
+    if ((fixed && *fixed != sp) || (sp && plan.degree("tp") == 1)) continue;
     ParallelPlan option = plan;
-    option.sp = sp;
+    set_sequence_parallel(option, sp);
     emit(option);
   }
 }
@@ -104,7 +113,26 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
   return terms;
 }
 
+void fix_sequence_parallel_flag(const std::string& value, PlanLimits& limits) {
+  if (value != "on" && value != "off") fail("--sp must be on or off, got '{}'", value);
+  fix_sequence_parallel(limits, value == "on");
+}
+
 }  // namespace
+
+bool sequence_parallel(const ParallelPlan& plan) { return plan.options.at(position(), kSequenceParallel) == 1; }
+
+void set_sequence_parallel(ParallelPlan& plan, bool on) { plan.options.set_at(position(), kSequenceParallel, on); }
+
+std::optional<bool> fixed_sequence_parallel(const PlanLimits& limits) {
+  const int fixed = limits.fixed_options.at(position(), kSequenceParallel);
+  if (fixed == DimensionOptionValues::kOpen) return std::nullopt;
+  return fixed == 1;
+}
+
+void fix_sequence_parallel(PlanLimits& limits, bool on) {
+  limits.fixed_options.set_at(position(), kSequenceParallel, on);
+}
 
 PlannerDimension tensor_parallel_planning() {
   return {.name = "tp",
@@ -115,13 +143,22 @@ PlannerDimension tensor_parallel_planning() {
           .reject_layout = heads_not_divided,
           .refuse_plan = heads_not_divided_by_plan,
           .options = sequence_parallel_options,
-          .read_settings = [](const ParallelSettings& settings, ParallelPlan& plan) { plan.sp = settings.sp; },
-          .write_settings = [](const ParallelPlan& plan, ParallelSettings& settings) { settings.sp = plan.sp; },
-          .fix_settings = [](const ParallelSettings& settings, PlanLimits& limits) { limits.sp = settings.sp; },
+          .read_settings = [](const ParallelSettings& settings,
+                              ParallelPlan& plan) { set_sequence_parallel(plan, settings.sp); },
+          .write_settings = [](const ParallelPlan& plan,
+                               ParallelSettings& settings) { settings.sp = sequence_parallel(plan); },
+          .fix_settings = [](const ParallelSettings& settings,
+                             PlanLimits& limits) { fix_sequence_parallel(limits, settings.sp); },
+          .describe_options = [](const ParallelPlan& plan) { return std::string(sequence_parallel(plan) ? "sp" : ""); },
+          .options_json = [](const ParallelPlan& plan, nlohmann::json& json) { json["sp"] = sequence_parallel(plan); },
+          .option_flags = {{"sp", "Sequence parallelism: on or off", fix_sequence_parallel_flag}},
           .micro_batch_comm = tensor_parallel_comm,
           .explain_comm = tensor_parallel_terms,
           .comm_name = "tensor-parallel collectives",
-          .shards_layers = true};
+          .shards_layers = true,
+          .sequence_split = [](const ParallelPlan& plan) {
+            return sequence_parallel(plan) ? plan.degrees.at(position()) : 1;
+          }};
 }
 
 }  // namespace strata

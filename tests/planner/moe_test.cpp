@@ -65,7 +65,7 @@ PlanLimits unsharded_limits() {
 ParallelPlan tensor_parallel_plan(int tp, bool sp) {
   ParallelPlan plan = plan_of(1, 1, 2, 1);
   plan.degrees.set("tp", tp);
-  plan.sp = sp;
+  set_sequence_parallel(plan, sp);
   return plan;
 }
 
@@ -268,13 +268,13 @@ TEST(PlannerMoe, SearchTriesEveryExpertDegreeAndSequenceParallelism) {
   bool sequence_parallel = false;
   for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) {
     degrees.insert(plan.degree("ep"));
-    sequence_parallel = sequence_parallel || plan.sp;
+    sequence_parallel = sequence_parallel || strata::sequence_parallel(plan);
   }
   EXPECT_EQ(degrees, (std::set<int>{1, 2, 4}));  // the divisors of 4 experts (8 does not divide them)
   EXPECT_TRUE(sequence_parallel);
   ParallelPlan plan = plan_of(4, 1, 2, 1);
   plan.degrees.set("tp", 2);
-  plan.sp = true;
+  set_sequence_parallel(plan, true);
   EXPECT_FALSE(model.invalid_reason(plan).has_value()) << *model.invalid_reason(plan);
 }
 
@@ -378,7 +378,7 @@ TEST(PlannerMoe, SearchChoosesSequenceParallelismWhenOnlyItFits) {
   CostModel model(PlanningProblem{"moe", c, 2, 64, DType::F32, compute_bound_cluster(2, (split + whole) / 2 / kGiB)});
   SearchResult result = search_plans(model, limits, 4);
   ASSERT_EQ(result.ranked.size(), 1u);
-  EXPECT_TRUE(result.ranked.front().plan.sp) << result.ranked.front().plan.describe();
+  EXPECT_TRUE(sequence_parallel(result.ranked.front().plan)) << result.ranked.front().plan.describe();
 }
 
 TEST(PlannerMoe, DenseModelsSearchNoExpertParallelism) {

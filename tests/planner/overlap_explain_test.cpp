@@ -71,7 +71,7 @@ TEST(PlannerExplain, TermsAddUpToTheStepAndWorseFiguresAreSlower) {
   winner.degrees.set("dp", 2);
   winner.degrees.set("tp", 2);
   winner.degrees.set("pp", 2);
-  winner.sp = true;
+  set_sequence_parallel(winner, true);
   winner.micro_batch = 2;
   winner.micro_batches = 8;
   winner.recompute = RecomputeMode::Full;

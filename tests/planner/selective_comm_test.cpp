@@ -53,7 +53,7 @@ TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm)
     CostModel model(problem);
     ParallelPlan plan;
     plan.degrees.set("tp", 2);
-    plan.sp = true;
+    set_sequence_parallel(plan, true);
     plan.micro_batch = kBatch;
     plan.micro_batches = 2;
     plan.recompute = RecomputeMode::Selective;
