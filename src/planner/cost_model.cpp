@@ -182,6 +182,7 @@ void CostModel::find_roles() {
       *role = position;
     }
     if (part.micro_batch_comm) comm_parts_[position] = &part;
+    replicates_weights_[position] = part.replicates_weights;
     if (part.shards_layers) tensor_part_ = &part;
     if (part.splits_layers) pipeline_part_ = &part;
   }
@@ -328,6 +329,9 @@ struct CostModel::PlanFigures {
   const Costs& cost;
   int p, v, t, d, zero;    // pipeline stages, virtual stages, tensor parallelism, dense replicas (dp x ep), ZeRO
   int e, expert_d;         // expert parallelism, and the data parallelism that replicates the experts
+  // Devices between neighbouring ranks (the degrees nested inside) of the dense replicas, the experts' replicas
+  // and the pipeline's stages.
+  int d_stride, expert_d_stride, p_stride;
   double layer_params;     // parameters of a layer on one device (its E / ep experts)
   double layer_experts;    // of those, the experts' when ep > 1 (else 0: they go with the dense ones)
   double m;                // micro-batches
@@ -355,8 +359,21 @@ struct CostModel::StageTime {
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
   const int t = role_degree(plan, tensor_), p = role_degree(plan, pipeline_), e = role_degree(plan, expert_);
-  // The dense weights' replicas: every rank sharing a step's rows holds them (dp x ep).
-  const int d = plan.degrees.batch_replicas();
+  // The weights' replicas (dp x ep for the dense ones, dp for the experts) and where their groups begin.
+  int d = 1, expert_d = 1, stride = 1, d_stride = 0, expert_d_stride = 0, p_stride = 1;
+  for (size_t position : innermost_) {
+    const int degree = plan.degrees.at(position);
+    if (replicates_weights_[position]) {
+      d *= degree;
+      if (d_stride == 0) d_stride = stride;
+      if (position != expert_) {
+        expert_d *= degree;
+        if (expert_d_stride == 0) expert_d_stride = stride;
+      }
+    }
+    if (position == pipeline_) p_stride = stride;
+    stride *= degree;
+  }
   const Workload& work = workload(plan.micro_batch, t);
   const Costs& cost = costs(plan);
   const SegmentCost& layer = cost.layer;
@@ -379,7 +396,10 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
                      d,
                      plan.zero,
                      e,
-                     d / e,
+                     expert_d,
+                     std::max(d_stride, 1),
+                     std::max(expert_d_stride, 1),
+                     p_stride,
                      work.layer.params - work.layer.expert_params + experts_here,
                      e > 1 ? experts_here : 0.0,
                      static_cast<double>(plan.micro_batches),
@@ -521,10 +541,11 @@ void CostModel::rebalance_by_memory(const PlanFigures& figures, std::vector<int>
 double CostModel::data_parallel_collective(const PlanFigures& figures, Collective op, double bytes_per_param,
                                            DType dtype, double params, double experts) {
   const double dense = params - experts;
-  double seconds = dense > 0 ? pricer_.collective(op, bytes_per_param * dense, figures.d, figures.t, dtype) : 0.0;
+  double seconds =
+      dense > 0 ? pricer_.collective(op, bytes_per_param * dense, figures.d, figures.d_stride, dtype) : 0.0;
   // The experts' replicas lie ep x tp devices apart in the device order.
   if (experts > 0 && figures.expert_d > 1) {
-    seconds += pricer_.collective(op, bytes_per_param * experts, figures.expert_d, figures.t * figures.e, dtype);
+    seconds += pricer_.collective(op, bytes_per_param * experts, figures.expert_d, figures.expert_d_stride, dtype);
   }
   return seconds;
 }
@@ -666,7 +687,7 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
 std::vector<CostModel::StageTime> CostModel::stage_times(const PlanFigures& figures, const std::vector<int>& layers) {
   double p2p = 0;
   if (figures.p > 1) {
-    p2p = 2.0 * figures.v * pricer_.point_to_point(figures.cost.boundary_bytes, figures.t * figures.d);
+    p2p = 2.0 * figures.v * pricer_.point_to_point(figures.cost.boundary_bytes, figures.p_stride);
   }
   std::vector<StageTime> stages;
   for (int stage = 0; stage < figures.p; ++stage) {
@@ -746,8 +767,8 @@ CostModel::Overlap CostModel::stage_reduction(const PlanFigures& figures, int st
     busy += seconds;
     bucket = 0;
   };
-  auto launch_dense = [&] { launch(filled, figures.d, figures.t); };
-  auto launch_experts = [&] { launch(experts_filled, figures.expert_d, figures.t * figures.e); };
+  auto launch_dense = [&] { launch(filled, figures.d, figures.d_stride); };
+  auto launch_experts = [&] { launch(experts_filled, figures.expert_d, figures.expert_d_stride); };
   for (const Ready& segment : order) {
     clock += segment.seconds;
     filled += segment.params - segment.experts;
@@ -782,7 +803,7 @@ CostModel::Overlap CostModel::data_parallel_comm(const PlanFigures& figures, con
   }
   if (figures.p > 1) {  // the tied embedding's two copies exchange gradients
     result.exposed +=
-        pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.t * figures.d * (figures.p - 1));
+        pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.p_stride * (figures.p - 1));
   }
   return result;
 }
@@ -829,7 +850,7 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   const int stage = result.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const int tp = role_degree(plan, tensor_), ep = role_degree(plan, expert_);
+  const int ep = role_degree(plan, expert_);
   const int split = sequence_split(plan);
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {

@@ -252,6 +252,7 @@ class CostModel {
   // shape a micro-batch's costs: those with a role in its work or communication and those nested inside them.
   std::array<const PlannerDimension*, DimensionDegrees::kCapacity> comm_parts_{};
   std::array<bool, DimensionDegrees::kCapacity> cost_key_{};
+  std::array<bool, DimensionDegrees::kCapacity> replicates_weights_{};  // by position (PlannerDimension)
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;

@@ -11,7 +11,8 @@ PlannerDimension data_parallel_planning() {
           .fix_help = "Fix the data-parallel degree",
           .takes_remaining_devices = true,
           .comm_name = "data-parallel gradient reduction",
-          .reduces_gradients = true};
+          .reduces_gradients = true,
+          .replicates_weights = true};
 }
 
 }  // namespace strata

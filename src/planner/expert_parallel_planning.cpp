@@ -86,7 +86,8 @@ PlannerDimension expert_parallel_planning() {
           .micro_batch_comm = expert_parallel_comm,
           .explain_comm = expert_parallel_terms,
           .comm_name = "expert-parallel all-to-all",
-          .shards_experts = true};
+          .shards_experts = true,
+          .replicates_weights = true};
 }
 
 }  // namespace strata

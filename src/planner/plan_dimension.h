@@ -131,6 +131,10 @@ struct PlannerDimension {
   bool splits_layers = false;      // its ranks run consecutive pipeline stages: the layer split, the schedule, and
                                    // the stage boundaries' transfers, its comm time
   bool reduces_gradients = false;  // the step's gradient reduction not hidden is its time (TimeBreakdown::reduction)
+  // Its ranks hold the same weights (those it does not shard: a mixture's experts under the dimension that shards
+  // them): their gradients are reduced over it and ZeRO shards over it. Any number of dimensions, nested next to
+  // each other (their group one run of ranks in the device order).
+  bool replicates_weights = false;
   // What the roles' options mean to the cost model: for the dimension that shards layers, the parts its ranks
   // split the residual stream's ops and values into (sequence parallelism: its degree; else 1); for the one that
   // splits layers, the schedule. Unset: 1, and 1F1B with one chunk per stage.
