@@ -3,24 +3,35 @@
 //
 // Time: per micro-batch and pipeline stage, the roofline time of every op of
 // its layers (plus the embedding on the first stage, the head on the last),
-// the tensor/sequence-parallel collectives, the transfers to the neighbouring
+// each dimension's communication as its planner part prices it
+// (PlannerDimension::micro_batch_comm: the tensor/sequence-parallel collectives,
+// the expert-parallel all-to-alls), the transfers to the neighbouring
 // stages, ZeRO-2/3 collectives not hidden behind compute (ZeRO-3 unit by unit
 // as FSDP runs it, fsdp_schedule.h), and adding the micro-batch's gradients to
 // the accumulators. A pipeline of stage times t_i
 // and m micro-batches takes (m - 1) max t_i + sum t_i (GPipe and 1F1B), or
 // m max t_i + (sum t_i - max t_i) / v with v interleaved chunks. Then the
-// data-parallel gradient reduction is charged for the part the last backward
-// pass cannot hide, the ZeRO-1/2 weight all-gather, and the optimizer.
+// gradient reduction over the weights' replicas is charged for the part the last
+// backward pass cannot hide, the ZeRO-1/2 weight all-gather, and the optimizer.
 //
 // Memory: per stage, weights, fp32 master weights (when computing in a lower
-// precision), fp32 gradient accumulators and AdamW moments, sharded over data
-// parallelism by ZeRO stage; the activations each in-flight micro-batch keeps
+// precision), fp32 gradient accumulators and AdamW moments, sharded over the
+// weights' replicas by ZeRO stage; the activations each in-flight micro-batch keeps
 // (GPipe keeps m, 1F1B keeps pp - stage, interleaving adds (pp-1)/(pp v)) for
 // the recomputation mode, plus the backward temporaries of one segment beyond
 // what the segments before it keep (the head's logits are gone when the layers
 // run backward); or, at the end of a backward pass, the micro-batch's gradients
 // before accumulation, with the tied embedding's two partial gradients being
 // summed.
+//
+// It names no dimension: it reads the registered parts (plan_dimension.h) by role —
+// the one that shards each layer's work (tensor parallelism: the workload's degree,
+// its sequence split), the one that shards a mixture's experts, the one whose ranks
+// run pipeline stages (their count, schedule and transfers), those whose ranks hold
+// the same weights (the reduction's and ZeRO's groups), the one the exposed reduction
+// is reported under — and adds each part's communication. Per-dimension terms are
+// summed innermost first (the device order), as the sums always were: a sum's bits
+// depend on its order, and plans must price as before.
 #include <array>
 #include <map>
 #include <memory>
