@@ -16,7 +16,6 @@
 #include "planner/expert_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
-#include "planner/selective_comm.h"
 
 namespace strata {
 
@@ -164,10 +163,6 @@ double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
   if (is_expert_elementwise(op)) return op_seconds(op, problem_.cluster.device, problem_.dtype, ep);
   return op_seconds(op, problem_.cluster.device, problem_.dtype, op.residual_stream ? 1.0 / sequence_split : 1.0,
                     problem_.attention);
-}
-
-double CostModel::call_time(const CommWork& call) {
-  return pricer_.collective(call.pattern, call.bytes, call.ranks, 1, call.dtype);
 }
 
 void CostModel::find_roles() {

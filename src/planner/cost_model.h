@@ -182,10 +182,9 @@ class CostModel {
   StageSchedule stage_schedule(const ParallelPlan& plan) const;
   const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
-  // busiest of `ep` ranks runs them), and one collective's.
+  // busiest of `ep` ranks runs them).
   double op_time(const OpWork& op, int sequence_split, int ep) const;
   ExpertLoad expert_load(int ep) const;  // the problem's experts over `ep` ranks (expert_work.h)
-  double call_time(const CommWork& call);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
 
