@@ -179,8 +179,8 @@ def plan_command(strata, row, model_path, variant):
         # dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
         if (row.get("mixed_precision") or "").strip() == "pure":
             cmd += ["--fsdp-reduce", row["dtype"].strip()]
-    elif row.get("framework", "").strip() == "torchtitan-fsdp2":
-        cmd += ["--fsdp", "2"]
+    elif row.get("framework", "").strip() in ("torchtitan-fsdp2", "olmo-core-fsdp2"):
+        cmd += ["--fsdp", "2"]  # both shard with fully_shard (FSDP2)
     # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU
     # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
     if (row.get("compile") or "").strip() == "0":
