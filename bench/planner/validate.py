@@ -165,6 +165,10 @@ def plan_command(strata, row, model_path, variant):
     # the FlashAttention-2 paper's ratios).
     if row.get("framework", "").strip() == "composer-fsdp" and row["attention"].strip() == "fused":
         cmd += ["--attention-library", "flash-triton"]
+    # The flash-attention repository's GPT training of late 2022 ran FlashAttention 1.x (its table predates the 2.0
+    # rewrite), priced on the A100 presets' flash-attn-1 engine (FlashAttention-2's at half its rate).
+    if row.get("framework", "").strip() == "flash-attn-lightning" and row["attention"].strip() == "fused":
+        cmd += ["--attention-library", "flash-attn-1"]
     # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
     # and Lightning's FSDPStrategy (lit-gpt, TinyLlama) wrap FullyShardedDataParallel (FSDP1), torchtitan calls
     # fully_shard (FSDP2).
@@ -175,8 +179,8 @@ def plan_command(strata, row, model_path, variant):
         # dtype (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision); DEFAULT in fp32.
         if (row.get("mixed_precision") or "").strip() == "pure":
             cmd += ["--fsdp-reduce", row["dtype"].strip()]
-    elif row.get("framework", "").strip() == "torchtitan-fsdp2":
-        cmd += ["--fsdp", "2"]
+    elif row.get("framework", "").strip() in ("torchtitan-fsdp2", "olmo-core-fsdp2"):
+        cmd += ["--fsdp", "2"]  # both shard with fully_shard (FSDP2)
     # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU
     # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
     if (row.get("compile") or "").strip() == "0":

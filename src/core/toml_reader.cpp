@@ -149,6 +149,19 @@ std::vector<std::string> TomlReader::strings(const std::string& key) const {
   return values;
 }
 
+std::vector<int64_t> TomlReader::integers(const std::string& key) const {
+  const toml::node& node = get(key);
+  const toml::array* array = node.as_array();
+  if (array == nullptr) fail_type(key, node, "an array of integers");
+  std::vector<int64_t> values;
+  for (size_t i = 0; i < array->size(); ++i) {
+    auto value = (*array)[i].value_exact<int64_t>();
+    if (!value) fail_key(key, fmt::format("entry {} must be an integer, got {}", i, type_name((*array)[i])));
+    values.push_back(*value);
+  }
+  return values;
+}
+
 bool TomlReader::boolean(const std::string& key) const {
   const toml::node& node = get(key);
   auto value = node.value_exact<bool>();

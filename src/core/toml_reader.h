@@ -42,6 +42,7 @@ class TomlReader {
   std::string string(const std::string& key) const;
   std::string non_empty_string(const std::string& key) const;
   std::vector<std::string> strings(const std::string& key) const;  // an array of strings
+  std::vector<int64_t> integers(const std::string& key) const;     // an array of integers
   bool boolean(const std::string& key) const;
   // `key` into the field `target` points at, read as that field's type (a config's list of typed fields).
   using Target = std::variant<int64_t*, double*, std::string*, bool*, std::vector<std::string>*>;

@@ -101,6 +101,7 @@ ParallelDimension data_parallel_dimension() {
           .nesting = 2,
           .runs_on_devices = true,
           .splits_batch = true,
+          .takes_remaining_ranks = true,
           .keys = {settings_key<&DataParallelSettings::dp>("dp"),
                    settings_key<&DataParallelSettings::bucket_mb>("bucket_mb"),
                    settings_key<&DataParallelSettings::zero>("zero")},

@@ -88,6 +88,8 @@ struct ParallelDimension {
   bool splits_batch = false;
   // It applies to some models only (experts): the mesh's messages name its key only when it is set.
   bool named_when_set_only = false;
+  // Its degree key may be 0, "the ranks the other dimensions leave" (data parallelism); one dimension at most.
+  bool takes_remaining_ranks = false;
   // Unset: the dimension leaves every rank's graph whole (replicas, as data parallelism). Passes
   // run innermost first: a layer is split before the model is cut into stages.
   DimensionPass pass;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 
 namespace strata {
@@ -57,23 +60,42 @@ MeshShape ParallelSettings::mesh() const {
 }
 
 MeshShape ParallelSettings::mesh_for(int ranks) const {
-  const int tensor = static_cast<int>(tp), pipeline = static_cast<int>(pp), experts = static_cast<int>(ep);
-  if (ranks % (tensor * pipeline * experts) != 0) {
-    if (experts > 1) {
-      fail("keys 'parallel.tp' ({}), 'parallel.pp' ({}) and 'parallel.ep' ({}): their product must divide the {} ranks "
-           "launched",
-           tensor, pipeline, experts, ranks);
+  std::map<std::string, int> degrees;
+  const ParallelDimension* remaining = nullptr;  // takes the ranks the others leave when its degree is 0
+  int others = 1;
+  std::vector<std::string> named;  // the others' keys, as messages name them: "'parallel.tp' (2)"
+  // A dimension besides the batch's splits the model: a product that is not the world is then DeviceMesh's to
+  // name, with every degree.
+  bool splits_layers = false;
+  for (const ParallelDimension& dimension : parallel_dimensions()) {
+    const int degree = static_cast<int>(configured_degree(dimension, *this));
+    degrees[dimension.name] = degree;
+    if (dimension.takes_remaining_ranks) {
+      remaining = &dimension;
+      continue;
     }
-    fail("keys 'parallel.tp' ({}) and 'parallel.pp' ({}): their product must divide the {} ranks launched", tensor,
-         pipeline, ranks);
+    others *= degree;
+    splits_layers = splits_layers || (!dimension.splits_batch && degree > 1);
+    if (!dimension.named_when_set_only || degree > 1) {
+      named.push_back(fmt::format("'parallel.{}' ({})", dimension.name, degree));
+    }
   }
-  const int data = dp == 0 ? ranks / (tensor * pipeline * experts) : static_cast<int>(dp);
-  if (tensor == 1 && pipeline == 1 && data * experts != ranks) {
-    fail("key 'parallel.dp' is {} but the job has {} ranks: with parallel.tp = 1, parallel.dp must equal the "
-         "number of ranks{} (or be 0)",
-         data, ranks, experts > 1 ? " over parallel.ep" : "");
+  if (ranks % others != 0) {
+    const auto last = named.end() - 1;
+    const std::string keys = named.size() == 1
+                                 ? "key " + named[0]
+                                 : fmt::format("keys {} and {}", fmt::join(named.begin(), last, ", "), *last);
+    fail("{}: {} must divide the {} ranks launched", keys, named.size() == 1 ? "it" : "their product", ranks);
   }
-  return MeshShape({{"dp", data}, {"tp", tensor}, {"pp", pipeline}, {"ep", experts}});
+  if (remaining == nullptr) return MeshShape(degrees);
+  int& degree = degrees[remaining->name];
+  if (degree == 0) degree = ranks / others;
+  if (!splits_layers && degree * others != ranks) {
+    fail("key 'parallel.{}' is {} but the job has {} ranks: the other parallel.* degrees leave {} (set it to that, or "
+         "to 0 for the ranks left)",
+         remaining->name, degree, ranks, ranks / others);
+  }
+  return MeshShape(degrees);
 }
 
 }  // namespace strata

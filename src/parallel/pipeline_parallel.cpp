@@ -127,14 +127,14 @@ std::string summarize(const DimensionSummaryInput& input) {
 }  // namespace
 
 ParallelDimension pipeline_parallel_dimension() {
-  return {.name = "pp",
+  return {.name = kPipelineDimension,
           .nesting = 3,
           .point_to_point = true,
           .pass = cut_stage,
           .place = place_stages,
           .locate = locate,
           .summarize = summarize,
-          .keys = {settings_key<&PipelineParallelSettings::pp>("pp"),
+          .keys = {settings_key<&PipelineParallelSettings::pp>(kPipelineDimension),
                    settings_key<&PipelineParallelSettings::schedule>("schedule"),
                    settings_key<&PipelineParallelSettings::virtual_stages>("virtual_stages")},
           .check = check_settings};

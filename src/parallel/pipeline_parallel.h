@@ -49,8 +49,11 @@ class PipelineParallel {
   std::optional<comm::Communicator> group_;
 };
 
-// "pp": the layers cut into stages; outermost, its group also carrying the stage boundaries'
-// point-to-point flows.
+// The pipeline dimension's name: its process group's, which also carries the stage boundaries'
+// point-to-point flows (the boundary ops' `group` attribute), and its config key's.
+inline constexpr const char* kPipelineDimension = "pp";
+
+// The layers cut into stages; outermost.
 ParallelDimension pipeline_parallel_dimension();
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "graph/autodiff.h"
 #include "ops/collective_group.h"
+#include "parallel/pipeline_parallel.h"
 
 namespace strata {
 
@@ -96,9 +97,9 @@ std::set<int> crossing_gradients(const Graph& forward, const std::vector<int>& i
   return values_with_gradient(forward, loss, crossing);
 }
 
-// A stage boundary op with the stage of model part `peer_part` (group "pp").
+// A stage boundary op with the stage of model part `peer_part` (on the pipeline dimension's group).
 Attrs stage_transfer(const PipelinePart& part, int peer_part) {
-  return {{"group", std::string("pp")},
+  return {{"group", std::string(kPipelineDimension)},
           {"ranks", int64_t{part.stages()}},
           {"peer", int64_t{peer_part % part.stages()}},
           {"flow", std::string(stage_flow_name(StageFlow::Activations))}};

@@ -1,6 +1,7 @@
 #include "planner/cost_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -117,6 +118,7 @@ CostModel::CostModel(PlanningProblem problem)
   if (!problem_.attention_library.empty()) {
     problem_.cluster.device.use_attention_library(problem_.dtype, problem_.attention_library);
   }
+  refuse_head_dim_without_kernel();
   const Workload& one_row = workload(1, 1);
   double per_row = total_flops(one_row.embedding) + total_flops(one_row.head) +
                    static_cast<double>(problem_.model.n_layer) * total_flops(one_row.layer);
@@ -148,6 +150,18 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp) {
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
+}
+
+void CostModel::refuse_head_dim_without_kernel() const {
+  if (problem_.attention != AttentionKernel::Fused) return;
+  const AttentionEngine& engine = problem_.cluster.device.performance(problem_.dtype).attention;
+  const int64_t head_dim = problem_.model.head_size();
+  if (engine.kernel_head_dim(head_dim)) return;
+  const std::string library =
+      problem_.attention_library.empty() ? "the device's fused attention" : "attention library '" + problem_.attention_library + "'";
+  fail("{}: {} has kernels for head dims {} only; the model's head dim is {} (--attention unfused prices the "
+       "attention as GEMMs)",
+       problem_.cluster.source, library, fmt::join(engine.head_dims, ", "), head_dim);
 }
 
 ExpertLoad CostModel::expert_load(int ep) const {

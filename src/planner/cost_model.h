@@ -185,6 +185,8 @@ class CostModel {
   // busiest of `ep` ranks runs them).
   double op_time(const OpWork& op, int sequence_split, int ep) const;
   ExpertLoad expert_load(int ep) const;  // the problem's experts over `ep` ranks (expert_work.h)
+  // Fails when the fused attention the problem runs has no kernel for the model's head dim.
+  void refuse_head_dim_without_kernel() const;
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
 

@@ -74,7 +74,9 @@ double fused_attention_compute_seconds(const AttentionShape& a, double flops, co
   const AttentionEngine& engine = perf.attention;
   const double units = perf.gemm.compute_units;
   const double head_dim = static_cast<double>(a.head_dim);
-  const double padded = round_up(head_dim, static_cast<double>(engine.head_dim_step));
+  const std::optional<int64_t> kernel = engine.kernel_head_dim(a.head_dim);
+  if (!kernel) fail("the fused attention has no kernel for head dim {}", a.head_dim);  // CostModel refuses it first
+  const double padded = static_cast<double>(*kernel);
   const double tiles = static_cast<double>(a.problems) * ceil_div(static_cast<double>(a.seq), static_cast<double>(engine.block_rows));
   const double efficiency = a.backward ? engine.backward_efficiency : engine.forward_efficiency;
   const double per_tile =

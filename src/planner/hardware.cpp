@@ -76,14 +76,29 @@ const std::set<std::string> kEngineKeys = {
     "matrix_tflops",        "compute_units",         "gemm_tiles",
     "gemm_k_step",          "gemm_tile_overhead_us", "gemm_alignment",
     "attention_efficiency", "attention_backward_efficiency",
-    "attention_block_rows", "attention_head_dim_step", "attention_tile_overhead_us", "sustained_matrix_tflops"};
+    "attention_block_rows", "attention_head_dim_step", "attention_head_dims", "attention_tile_overhead_us",
+    "sustained_matrix_tflops"};
+
+// `attention_head_dims`: positive and ascending.
+std::vector<int64_t> read_head_dims(const TomlReader& fields) {
+  TomlReader figure = sourced(fields, "attention_head_dims");
+  std::vector<int64_t> dims = figure.integers("value");
+  if (dims.empty()) figure.fail_key("value", "must list at least one head dim");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 1 || (i > 0 && dims[i] <= dims[i - 1])) {
+      figure.fail_key("value", fmt::format("entry {}: head dims must be positive and ascending, got {}", i, dims[i]));
+    }
+  }
+  return dims;
+}
 
 // The figures of a fused-attention kernel that differ between libraries on one device; its tiling (query rows
-// per tile, head-dim step) is the device's engine's.
+// per tile, head-dim step) is the device's engine's. The head dims its kernels are built for are its own.
 AttentionEngine read_attention(const TomlReader& fields, AttentionEngine engine) {
   engine.forward_efficiency = fraction(fields, "attention_efficiency");
   engine.backward_efficiency = fraction(fields, "attention_backward_efficiency");
   engine.tile_overhead_s = non_negative(fields, "attention_tile_overhead_us") * 1e-6;
+  if (fields.has("attention_head_dims")) engine.head_dims = read_head_dims(fields);
   return engine;
 }
 
@@ -118,7 +133,8 @@ DTypePerformance read_dtype(const TomlReader& fields) {
     TomlReader libraries = fields.table("attention_libraries", false);
     for (const std::string& name : libraries.keys()) {
       TomlReader library = libraries.table(name);
-      library.only({"attention_efficiency", "attention_backward_efficiency", "attention_tile_overhead_us"});
+      library.only({"attention_efficiency", "attention_backward_efficiency", "attention_tile_overhead_us",
+                    "attention_head_dims"});
       perf.attention_libraries[name] = read_attention(library, tiling);
     }
   } else if (fields.has("attention_libraries")) {
@@ -198,6 +214,14 @@ double GemmEngine::alignment_efficiency(int64_t n, int64_t k) const {
     if (n % elements == 0 && k % elements == 0) return efficiency;
   }
   return alignment.back().second;
+}
+
+std::optional<int64_t> AttentionEngine::kernel_head_dim(int64_t head_dim) const {
+  if (head_dims.empty()) return (head_dim + head_dim_step - 1) / head_dim_step * head_dim_step;
+  for (int64_t built : head_dims) {
+    if (built >= head_dim) return built;
+  }
+  return std::nullopt;
 }
 
 const DTypePerformance& DeviceSpec::performance(DType dtype) const {

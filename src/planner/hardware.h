@@ -40,11 +40,14 @@
 //   attention_backward_efficiency = { value = 0.45, source = "..." } # backward: fraction of peak
 //   attention_block_rows = { value = 128, source = "..." }     # query rows per tile
 //   attention_head_dim_step = { value = 32, source = "..." }   # head dims padded to a multiple of this
+//   attention_head_dims = { value = [32, 64, 128], source = "..." }  # optional: the only head dims the
+//                                   # kernels are built for; a head dim runs the smallest at least as large
 //   attention_tile_overhead_us = { value = 2, source = "..." }
 //   [device.bf16.attention_libraries.flash-triton]   # optional: another library's fused attention on
 //   attention_efficiency = { value = 0.4, source = "..." }           # this device, for a run that calls
 //   attention_backward_efficiency = { value = 0.3, source = "..." }  # it (`strata plan --attention-library`);
-//   attention_tile_overhead_us = { value = 2, source = "..." }       # tiling and head-dim step as above
+//   attention_tile_overhead_us = { value = 2, source = "..." }       # tiling and head-dim step as above,
+//   attention_head_dims = { value = [32, 64, 128], source = "..." }  # its own kernels' head dims if it has them
 //                                   # a dtype only the vector units compute (the optimizer's f32 on an NPU
 //                                   # whose matrix engine lacks f32) lists vector_tflops alone: its
 //                                   # element-wise work is priced, but no plan computes in it
@@ -66,6 +69,7 @@
 // each split of the machine into processes x threads is derived.
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,6 +115,11 @@ struct AttentionEngine {
   int64_t block_rows = 1;
   int64_t head_dim_step = 1;
   double tile_overhead_s = 0;
+  // The head dims the kernels are built for, ascending (FlashAttention 1.x: 32, 64 and 128); empty: every
+  // multiple of head_dim_step.
+  std::vector<int64_t> head_dims;
+  // The head dim of the kernel a head dim runs on (the padding it pays), or nothing when no kernel takes it.
+  std::optional<int64_t> kernel_head_dim(int64_t head_dim) const;
 };
 
 struct DTypePerformance {

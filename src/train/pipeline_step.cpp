@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ops/collective_group.h"
+#include "parallel/pipeline_parallel.h"
 
 #include "train/trainer.h"
 
@@ -188,7 +189,7 @@ std::vector<double> Trainer::pipeline_micro_batches(int64_t count) {
   }
   {
     trace::Span span("finish sends", "trainer");
-    pipeline_wait_s_ += collective_group("pp").finish_sends();
+    pipeline_wait_s_ += collective_group(kPipelineDimension).finish_sends();
   }
   trace::Span span("losses from the last stage", "trainer");
   return pipeline_.from_last_stage(losses);
@@ -261,7 +262,7 @@ std::vector<double> Trainer::pipeline_validation(int64_t count) {
       chunk.eval_graph->run();
       if (chunk.eval_model.loss >= 0) losses[static_cast<size_t>(batch)] = chunk.eval_graph->tensor(chunk.eval_model.loss).item();
     }
-    collective_group("pp").finish_sends();
+    collective_group(kPipelineDimension).finish_sends();
   }
   return pipeline_.from_last_stage(losses);
 }

@@ -85,6 +85,15 @@ TEST(TomlReader, WrongTypeSaysWhatWasExpectedAndFound) {
             "f.toml: key 'tags' entry 1 must be a string, got an integer");
 }
 
+TEST(TomlReader, IntegerArraysHoldIntegersOnly) {
+  EXPECT_THAT(read("dims = [32, 64, 128]").integers("dims"), ElementsAre(32, 64, 128));
+  EXPECT_TRUE(read("dims = []").integers("dims").empty());
+  EXPECT_EQ(error_of([] { read("dims = [32, 64.5]").integers("dims"); }),
+            "f.toml: key 'dims' entry 1 must be an integer, got a float");
+  EXPECT_EQ(error_of([] { read("dims = 32").integers("dims"); }),
+            "f.toml: key 'dims' must be an array of integers, got an integer");
+}
+
 TEST(TomlReader, OutOfRangeSaysTheLimitAndTheValue) {
   TomlReader root = read("n = 0\nx = -2.5\nbig = 1.5\ninf = inf\nempty = \"\"\n");
   EXPECT_EQ(error_of([&] { root.integer("n", 1); }), "f.toml: key 'n' must be at least 1, got 0");

@@ -173,5 +173,76 @@ TEST(PlannerAttentionLibrary, ShippedTritonEnginesAreFlashAttention2sByThePapers
   }
 }
 
+// A library built for a few head dims only (FlashAttention 1.x: 32, 64, 128) runs a head dim on the smallest kernel
+// at least as large: 96 pays the 128 kernel's padding, 64 none.
+TEST(PlannerAttentionLibrary, AHeadDimRunsTheSmallestKernelBuiltForIt) {
+  const std::string text = replaced(R"(attention_tile_overhead_us = { value = 2, source = "paper" })",
+                                    R"(attention_tile_overhead_us = { value = 2, source = "paper" }
+attention_head_dims = { value = [32, 64, 128], source = "its source code" })");
+  DeviceSpec device = parse_cluster(text, "ok.toml").device;
+  const AttentionEngine& slow = device.performance(DType::BF16).attention_libraries.at("slow");
+  EXPECT_EQ(slow.kernel_head_dim(20), 32);
+  EXPECT_EQ(slow.kernel_head_dim(64), 64);
+  EXPECT_EQ(slow.kernel_head_dim(96), 128);
+  EXPECT_EQ(slow.kernel_head_dim(128), 128);
+  EXPECT_EQ(slow.kernel_head_dim(160), std::nullopt);
+  EXPECT_EQ(device.performance(DType::BF16).attention.kernel_head_dim(96), 96);  // the device's: multiples of 32
+
+  // 4 problems of 1024 queries as attention() has them, at head dim 96: 16 waves of 16 tiles on 4 units, each
+  // tile's FLOPs grown by 128 / 96.
+  device.use_attention_library(DType::BF16, "slow");
+  OpWork op = attention(false);
+  op.flops = op.flops * 96 / 64;
+  op.attention.head_dim = 96;
+  EXPECT_NEAR(op_seconds(op, device, DType::BF16), op.flops * 128 / 96 / (10e12 * 0.25) + 16 * 2e-6, 1e-12);
+}
+
+TEST(PlannerAttentionLibrary, RefusesKernelHeadDimsOutOfOrder) {
+  const std::string figure = R"(attention_tile_overhead_us = { value = 2, source = "paper" })";
+  expect_error(replaced(figure, std::string(figure) + R"(
+attention_head_dims = { value = [64, 32], source = "code" })"),
+               "entry 1: head dims must be positive and ascending, got 32");
+  expect_error(replaced(figure, std::string(figure) + R"(
+attention_head_dims = [32, 64])"),
+               "attention_head_dims' gives no source");
+}
+
+TEST(PlannerAttentionLibrary, TheCostModelRefusesAHeadDimNoKernelTakes) {
+  const std::string text = replaced(R"(attention_tile_overhead_us = { value = 2, source = "paper" })",
+                                    R"(attention_tile_overhead_us = { value = 2, source = "paper" }
+attention_head_dims = { value = [32, 64], source = "its source code" })");
+  ModelConfig config = model_preset("gpt2-small").config;  // head dim 768 / 12 = 64
+  config.n_head = 6;                                         // 128
+  PlanningProblem problem{"wide heads", config, 8, 1024, DType::BF16, parse_cluster(text, "ok.toml")};
+  problem.attention_library = "slow";
+  try {
+    const CostModel model(problem);
+    ADD_FAILURE() << "priced a head dim the library has no kernel for";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("attention library 'slow' has kernels for head dims 32, 64 only; the model's head dim "
+                           "is 128"),
+              std::string::npos)
+        << message;
+  }
+  problem.attention = AttentionKernel::Unfused;  // priced as GEMMs: no kernel needed
+  EXPECT_NO_THROW(CostModel{problem});
+}
+
+// The shipped FlashAttention 1.x engines are FlashAttention-2's at half its rate (the FlashAttention-2 paper's
+// "about 2x"), with the 1.x kernels' head dims.
+TEST(PlannerAttentionLibrary, ShippedFlashAttention1EnginesAreHalfFlashAttention2s) {
+  for (const char* preset : {"dgx-a100-80gb", "dgx-a100-40gb"}) {
+    const ClusterSpec cluster = load_cluster(testing::preset_path(preset));
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      const DTypePerformance& perf = cluster.device.performance(dtype);
+      const AttentionEngine& v1 = perf.attention_libraries.at("flash-attn-1");
+      EXPECT_NEAR(v1.forward_efficiency, perf.attention.forward_efficiency / 2, 1e-9) << preset;
+      EXPECT_NEAR(v1.backward_efficiency, perf.attention.backward_efficiency / 2, 1e-9) << preset;
+      EXPECT_EQ(v1.head_dims, (std::vector<int64_t>{32, 64, 128})) << preset;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

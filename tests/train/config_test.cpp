@@ -145,6 +145,33 @@ TEST(ParallelKeys, TheDegreesMakeTheMesh) {
   EXPECT_EQ(job.degree("ep"), 1);
 }
 
+// A layout the ranks launched cannot make is named by its keys: the experts' only when set, and the data-parallel
+// degree, which takes the ranks the others leave, on its own.
+TEST(ParallelKeys, DegreesTheRanksCannotMakeAreNamedByTheirKeys) {
+  auto mesh_error = [](int64_t dp, int64_t tp, int64_t pp, int64_t ep, int ranks) {
+    ParallelSettings settings;
+    settings.dp = dp;
+    settings.tp = tp;
+    settings.pp = pp;
+    settings.ep = ep;
+    try {
+      settings.mesh_for(ranks);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(mesh_error(0, 2, 2, 1, 6),
+              HasSubstr("keys 'parallel.tp' (2) and 'parallel.pp' (2): their product must divide the 6 ranks launched"));
+  EXPECT_THAT(mesh_error(0, 2, 1, 2, 6), HasSubstr("keys 'parallel.tp' (2), 'parallel.pp' (1) and 'parallel.ep' (2): "
+                                                   "their product must divide the 6 ranks launched"));
+  EXPECT_THAT(mesh_error(3, 1, 1, 1, 4),
+              HasSubstr("key 'parallel.dp' is 3 but the job has 4 ranks: the other parallel.* degrees leave 4"));
+  EXPECT_THAT(mesh_error(1, 1, 1, 2, 4),
+              HasSubstr("key 'parallel.dp' is 1 but the job has 4 ranks: the other parallel.* degrees leave 2"));
+  EXPECT_EQ(mesh_error(2, 1, 1, 2, 4), "no error");
+}
+
 TEST(ParallelKeys, EachDimensionsChecksNameItsKey) {
   EXPECT_THAT(error_of(kParallel, {"parallel.tp=\"two\""}),
               HasSubstr("--set: key 'parallel.tp' must be an integer, got a string"));

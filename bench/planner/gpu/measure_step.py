@@ -21,6 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from gpu_clocks import ClockSampler
 from measure_layers import Layer  # one transformer layer, as measure_layers.py times it
 
 # name, family, layers, hidden, heads, kv heads, ffn, vocab, seq, micro-batch
@@ -136,20 +137,22 @@ def measure(spec, device, args):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
     begin = time.perf_counter()
-    for _ in range(reps):
-        step()
-    if cuda:
-        stop.record()
-        stop.synchronize()
-        step_s = start.elapsed_time(stop) / 1e3 / reps
-    else:
-        step_s = (time.perf_counter() - begin) / reps
+    # The clock the timed steps ran at: a step that is half memory-bound may hold the boost clock where
+    # back-to-back GEMMs drop to the power limit's.
+    with ClockSampler() as clocks:
+        for _ in range(reps):
+            step()
+        if cuda:
+            stop.record()
+            stop.synchronize()
+    step_s = start.elapsed_time(stop) / 1e3 / reps if cuda else (time.perf_counter() - begin) / reps
     wall_s = (time.perf_counter() - begin) / reps
     record = {"name": name, "compiled": args.compile, "family": family, "n_layer": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
               "ffn": ffn, "vocab": vocab, "seq": seq, "micro_batch": batch,
               "parameters": sum(p.numel() for p in model.parameters()), "timed_steps": reps,
               "step_s": step_s, "host_wall_step_s": wall_s, "tokens_per_s": batch * seq / step_s,
-              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+              "clocks": clocks.summary()}
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with tempfile.TemporaryDirectory() as work:
         trace = os.path.join(work, "trace.json")

@@ -10,20 +10,11 @@ Only torch and the standard library; --smoke runs a few windows on the CPU to te
 
 import argparse
 import json
-import subprocess
 import time
 
 import torch
 
-
-def smi():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        sm, power, temp = (float(x) for x in out.stdout.strip().split(","))
-        return {"sm_mhz": sm, "power_w": power, "temp_c": temp}
-    except Exception as error:  # no nvidia-smi: keep the throughput
-        return {"error": str(error)}
+from gpu_clocks import smi
 
 
 def main():
