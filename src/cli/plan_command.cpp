@@ -33,11 +33,12 @@ struct PlanArgs {
   int devices = 0;
   // Per dimension (by name), the degree fixed and the largest one searched (0: open).
   std::map<std::string, int> fixed, largest;
-  int zero = -1, virtual_stages = 0;
+  std::map<std::string, std::string> options;  // per option flag of a dimension (by its name), the value given
+  int zero = -1;
   double moe_imbalance = 1.0;
   double figure_uncertainty = 0.1;
   int64_t micro_batch = 0, max_micro_batch = 32;
-  std::string sp, recompute, schedule;
+  std::string recompute;
   std::string attention = "fused";
   std::string attention_library;
   double bucket_mb = 25;
@@ -62,15 +63,16 @@ PlanLimits limits_of(const PlanArgs& args) {
   PlanLimits limits;
   for (const auto& [dimension, degree] : args.fixed) limits.fixed.set(dimension, degree);
   for (const auto& [dimension, degree] : args.largest) limits.largest.set(dimension, degree);
+  for (const PlannerDimension& part : planner_dimensions()) {
+    for (const OptionFlag& flag : part.option_flags) {
+      const auto given = args.options.find(flag.name);
+      if (given != args.options.end() && !given->second.empty()) flag.fix(given->second, limits);
+    }
+  }
   if (args.zero >= 0) limits.zero = args.zero;
-  if (args.virtual_stages > 0) limits.virtual_stages = args.virtual_stages;
   if (args.micro_batch > 0) limits.micro_batch = args.micro_batch;
   limits.max_micro_batch = args.max_micro_batch;
-  if (!args.sp.empty()) {
-    limits.sp = !second_of(args.sp, "--sp", "on", "off");
-  }
   if (!args.recompute.empty()) limits.recompute = parse_recompute_mode(args.recompute, "--recompute");
-  if (!args.schedule.empty()) limits.schedule = parse_schedule(args.schedule, "--schedule");
   return limits;
 }
 
@@ -125,8 +127,8 @@ void plan(const PlanArgs& args) {
   }
 }
 
-// --<dimension> and --max-<dimension> for every dimension the planner searches (plan_dimension.h).
-void add_degree_flags(CLI::App& command, PlanArgs& args) {
+// --<dimension>, --max-<dimension> and the options' flags of every dimension the planner searches (plan_dimension.h).
+void add_dimension_flags(CLI::App& command, PlanArgs& args) {
   std::vector<PlannerDimension> parts = planner_dimensions();
   std::sort(parts.begin(), parts.end(), [](const PlannerDimension& a, const PlannerDimension& b) {
     return dimension_position(a.name) < dimension_position(b.name);  // as a plan names them
@@ -138,6 +140,11 @@ void add_degree_flags(CLI::App& command, PlanArgs& args) {
   for (const PlannerDimension& part : parts) {
     if (part.bound_help.empty()) continue;
     command.add_option("--max-" + part.name, args.largest[part.name], part.bound_help)->check(CLI::PositiveNumber);
+  }
+  for (const PlannerDimension& part : parts) {
+    for (const OptionFlag& flag : part.option_flags) {
+      command.add_option("--" + flag.name, args.options[flag.name], flag.help);
+    }
   }
 }
 
@@ -173,18 +180,16 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--threads", args->threads, "Threads per process (calibrated cluster files only)")->check(CLI::PositiveNumber);
   command->add_option("--devices", args->devices, "Processes on this machine (calibrated cluster files only)")
       ->check(CLI::PositiveNumber);
-  add_degree_flags(*command, *args);
+  add_dimension_flags(*command, *args);
   command->add_option("--moe-imbalance", args->moe_imbalance,
                       "A mixture of experts' routing imbalance: the busiest expert's tokens over the mean (default 1, "
                       "perfectly balanced; 1.2 means one expert gets 20% more than its share). Every rank's grouped "
                       "GEMMs are priced at that expert's rows, since a step waits for its slowest rank");
-  command->add_option("--sp", args->sp, "Sequence parallelism: on or off");
   command->add_option("--micro-batch", args->micro_batch, "Fix the rows per micro-batch")->check(CLI::PositiveNumber);
   command->add_option("--max-micro-batch", args->max_micro_batch, "Largest micro-batch searched")
       ->check(CLI::PositiveNumber);
   command->add_option("--zero", args->zero, "Fix the ZeRO stage (0-3)")->check(CLI::Range(0, 3));
   command->add_option("--recompute", args->recompute, "Fix recomputation: none, selective or full");
-  command->add_option("--schedule", args->schedule, "Fix the pipeline schedule: gpipe, 1f1b or interleaved");
   command->add_option("--attention", args->attention,
                       "How attention runs: fused (one flash-style kernel, as Strata's) or unfused (Megatron's batched "
                       "GEMMs and softmax, the scores in memory)");
@@ -226,8 +231,6 @@ void add_plan_command(CLI::App& app) {
                       "How the run computes the loss: fused (default: one kernel over the logits, as Strata's) or "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
                       "torchtitan)");
-  command->add_option("--virtual-stages", args->virtual_stages, "Fix the model chunks per device (interleaved)")
-      ->check(CLI::PositiveNumber);
   command->callback([args] { plan(*args); });
 }
 

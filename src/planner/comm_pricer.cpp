@@ -17,6 +17,17 @@ size_t CommPricer::CallKeyHash::operator()(const CallKey& key) const {
   return hash;
 }
 
+double CommPricer::collective(CommPattern pattern, double bytes, int size, int stride, DType dtype) {
+  switch (pattern) {
+    case CommPattern::AllReduce: return collective(comm::Collective::AllReduce, bytes, size, stride, dtype);
+    case CommPattern::AllGather: return collective(comm::Collective::AllGather, bytes, size, stride, dtype);
+    case CommPattern::ReduceScatter: return collective(comm::Collective::ReduceScatter, bytes, size, stride, dtype);
+    case CommPattern::AllToAll: return collective(comm::Collective::AllToAll, bytes, size, stride, dtype);
+    case CommPattern::PointToPoint: break;
+  }
+  fail("a point-to-point transfer priced as a collective");
+}
+
 comm::TopologyDesc CommPricer::group_topology(int size, int stride) const {
   const int per_node = cluster_.devices_per_node;
   std::vector<int> node_of_member(static_cast<size_t>(size));

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "comm/cost_model.h"
+#include "ops/schema.h"
 #include "planner/hardware.h"
 
 namespace strata {
@@ -23,6 +24,8 @@ class CommPricer {
   // Seconds for one collective of nccl-tests `bytes` (comm::CallShape) over the
   // `size` devices 0, stride, 2*stride, ...
   double collective(comm::Collective op, double bytes, int size, int stride, DType dtype = DType::F32);
+  // The same for an op's call (OpSchema::comm) of a collective pattern (point-to-point is priced apart).
+  double collective(CommPattern pattern, double bytes, int size, int stride, DType dtype);
   // Seconds for one message of `bytes` to the device `distance` places ahead.
   double point_to_point(double bytes, int distance);
 

@@ -17,7 +17,6 @@
 #include "planner/expert_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
-#include "planner/selective_comm.h"
 
 namespace strata {
 
@@ -26,18 +25,6 @@ namespace {
 using comm::Collective;
 
 constexpr double kF32 = 4.0;
-
-// The comm layer's collective for an op's pattern (point-to-point is priced apart).
-Collective collective_of(CommPattern pattern) {
-  switch (pattern) {
-    case CommPattern::AllReduce: return Collective::AllReduce;
-    case CommPattern::AllGather: return Collective::AllGather;
-    case CommPattern::ReduceScatter: return Collective::ReduceScatter;
-    case CommPattern::AllToAll: return Collective::AllToAll;
-    case CommPattern::PointToPoint: break;
-  }
-  fail("a point-to-point transfer priced as a collective");
-}
 
 double total_flops(const SegmentWork& segment) {
   double flops = 0;
@@ -127,6 +114,7 @@ CostModel::CostModel(PlanningProblem problem)
       add_(vector_op("add", 2)),
       dimensions_(planner_dimensions()) {
   problem_.validate();
+  find_roles();
   if (!problem_.attention_library.empty()) {
     problem_.cluster.device.use_attention_library(problem_.dtype, problem_.attention_library);
   }
@@ -191,17 +179,94 @@ double CostModel::op_time(const OpWork& op, int sequence_split, int ep) const {
                     problem_.attention);
 }
 
-double CostModel::call_time(const CommWork& call) {
-  return pricer_.collective(collective_of(call.pattern), call.bytes, call.ranks, 1, call.dtype);
+void CostModel::find_roles() {
+  for (const PlannerDimension& part : dimensions_) {
+    const size_t position = dimension_position(part.name);
+    for (auto [has, role, name] : {std::tuple{part.shards_layers, &tensor_, "shards layers"},
+                                   {part.shards_experts, &expert_, "shards experts"},
+                                   {part.splits_layers, &pipeline_, "splits layers"},
+                                   {part.reduces_gradients, &reduction_, "reduces gradients"}}) {
+      if (!has) continue;
+      STRATA_CHECK(*role == kNoRole, "two planner dimensions have the role '{}' ('{}' the second)", name, part.name);
+      *role = position;
+    }
+    if (part.micro_batch_comm) comm_parts_[position] = &part;
+    replicates_weights_[position] = part.replicates_weights;
+    if (part.shards_layers) tensor_part_ = &part;
+    if (part.splits_layers) pipeline_part_ = &part;
+  }
+  STRATA_CHECK(reduction_ != kNoRole, "no planner dimension reports the gradients' reduction (reduces_gradients)");
+  // A dimension's communication reads its own degree and the stride of those nested inside it: from the
+  // outermost in, every dimension from the first that shapes a micro-batch's costs on.
+  const std::vector<size_t> outermost_first(std::make_reverse_iterator(innermost_.end()),
+                                            std::make_reverse_iterator(innermost_.begin()));
+  bool inside = false;
+  for (size_t position : outermost_first) {
+    inside = inside || comm_parts_[position] != nullptr || position == tensor_ || position == expert_;
+    cost_key_[position] = inside;
+  }
 }
 
-const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp, int ep) {
-  auto key = std::make_tuple(micro_batch, tp, sp, ep);
+int CostModel::role_degree(const ParallelPlan& plan, size_t position) {
+  return position == kNoRole ? 1 : plan.degrees.at(position);
+}
+
+int CostModel::sequence_split(const ParallelPlan& plan) const {
+  return tensor_part_ != nullptr && tensor_part_->sequence_split ? tensor_part_->sequence_split(plan) : 1;
+}
+
+StageSchedule CostModel::stage_schedule(const ParallelPlan& plan) const {
+  return pipeline_part_ != nullptr && pipeline_part_->stage_schedule ? pipeline_part_->stage_schedule(plan)
+                                                                     : StageSchedule{};
+}
+
+void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs) {
+  int stride = 1;
+  for (size_t position : innermost_) {
+    const int degree = plan.degrees.at(position);
+    if (const PlannerDimension* part = comm_parts_[position]) {
+      const MicroBatchComm comm = part->micro_batch_comm({problem_, plan, degree, stride, graph, pricer_});
+      costs.embedding.comm[position] = comm.embedding;
+      costs.layer.comm[position] = comm.layer;
+      costs.head.comm[position] = comm.head;
+    }
+    stride *= degree;
+  }
+  // The segments' sums with every dimension's communication, term by term innermost first (a sum's bits
+  // depend on its order).
+  for (SegmentCost* segment : {&costs.embedding, &costs.layer, &costs.head}) {
+    segment->forward_with_comm = segment->forward;
+    segment->backward_with_comm = segment->backward;
+    segment->selective_with_comm = segment->selective;
+    segment->seconds = segment->forward + segment->backward;
+    for (size_t position : innermost_) {
+      const CommSeconds& comm = segment->comm[position];
+      segment->forward_with_comm += comm.forward;
+      segment->backward_with_comm += comm.backward;
+      segment->selective_with_comm += comm.selective;
+      segment->seconds += comm.forward;
+      segment->seconds += comm.backward;
+    }
+  }
+}
+
+const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
+  DimensionDegrees shaping;
+  DimensionOptionValues options;
+  for (size_t position : innermost_) {
+    if (!cost_key_[position]) continue;
+    shaping.set_at(position, plan.degrees.at(position));
+    options.copy_dimension(position, plan.options);
+  }
+  auto key = std::make_tuple(plan.micro_batch, shaping, options);
   auto found = costs_.find(key);
   if (found != costs_.end()) return found->second;
+  const int64_t micro_batch = plan.micro_batch;
+  const int tp = role_degree(plan, tensor_), ep = role_degree(plan, expert_);
+  const int split = sequence_split(plan);
+  const bool sp = split > 1;  // sequence parallelism needs tensor parallelism (its refuse_plan)
   const Workload& work = workload(micro_batch, tp);
   const DeviceSpec& device = problem_.cluster.device;
-  const int split = sp ? tp : 1;
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
     for (const OpWork& op : segment.forward) {
@@ -217,31 +282,11 @@ const CostModel::Costs& CostModel::costs(int64_t micro_batch, int tp, bool sp, i
   result.layer = segment_cost(work.layer);
   result.head = segment_cost(work.head);
   result.tied_gradient_sum = op_seconds(work.tied_gradient_sum, device, problem_.dtype);
-  // The collectives and the stage boundary as the runtime's graph has them (model_comm.h).
+  // The collectives and the stage boundary as the runtime's graph has them (model_comm.h), priced by the
+  // dimensions whose calls they are.
   const ModelComm comm =
       model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype, problem_.tp_input);
-  auto price = [&](const std::vector<CommWork>& calls) {
-    double seconds = 0;
-    for (const CommWork& call : calls) seconds += call_time(call);
-    return seconds;
-  };
-  for (auto [segment, calls] : {std::pair{&result.embedding, &comm.embedding}, {&result.layer, &comm.layer},
-                                {&result.head, &comm.head}}) {
-    segment->tp_forward = price(calls->forward);
-    segment->tp_backward = price(calls->backward);
-  }
-  result.layer.tp_selective = price(recomputed_collectives(comm.layer, problem_.selective));
-  // The experts' rows exchanged over the ep ranks, tp-parallel ranks apart in the device order.
-  const ExpertExchanges exchanges = expert_exchanges(problem_.model, micro_batch, problem_.seq, problem_.dtype, ep);
-  auto exchange = [&](const std::vector<CommCall>& calls) {
-    double seconds = 0;
-    for (const CommCall& call : calls) {
-      seconds += pricer_.collective(collective_of(call.pattern), call.bytes, ep, tp, problem_.dtype);
-    }
-    return seconds;
-  };
-  result.layer.ep_forward = exchange(exchanges.forward);
-  result.layer.ep_backward = exchange(exchanges.backward);
+  add_dimension_comm(plan, comm, result);
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
 }
@@ -293,6 +338,9 @@ struct CostModel::PlanFigures {
   const Costs& cost;
   int p, v, t, d, zero;    // pipeline stages, virtual stages, tensor parallelism, dense replicas (dp x ep), ZeRO
   int e, expert_d;         // expert parallelism, and the data parallelism that replicates the experts
+  // Devices between neighbouring ranks (the degrees nested inside) of the dense replicas, the experts' replicas
+  // and the pipeline's stages.
+  int d_stride, expert_d_stride, p_stride;
   double layer_params;     // parameters of a layer on one device (its E / ep experts)
   double layer_experts;    // of those, the experts' when ep > 1 (else 0: they go with the dense ones)
   double m;                // micro-batches
@@ -304,60 +352,83 @@ struct CostModel::PlanFigures {
   double layer_recompute;  // seconds per layer and micro-batch redone in backward
   double layer_seconds;    // seconds per layer and micro-batch, recomputation included
   std::vector<double> in_flight;  // per stage, the micro-batches whose activations it keeps
+  PipelineSchedule schedule;      // the stages'
 };
 
 struct CostModel::StageTime {
-  double compute = 0, recompute = 0, tp = 0, ep = 0, p2p = 0, zero = 0, accumulate = 0;
+  double compute = 0, recompute = 0, zero = 0, accumulate = 0;
+  DimensionSeconds comm;     // each dimension's communication (the pipeline's: the transfers)
   double zero_slowdown = 0;  // compute slowed by the ZeRO-2/3 collectives running beside it
   double fsdp_copies = 0;    // FSDP's copies around its collectives (ZeRO-3)
   double backward = 0;  // the backward pass, for what it hides of the data-parallel reduction
   double forward = 0;   // the forward pass with its collectives and half the transfers (the replay's forward)
-  double total() const {
-    return compute + recompute + tp + ep + p2p + zero + zero_slowdown + fsdp_copies + accumulate;
-  }
+  double sum = 0;       // all of it (set last, by stage_time)
+  double total() const { return sum; }
 };
 
 CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
-  const int t = plan.degree("tp"), p = plan.degree("pp"), d = plan.degree("dp"), e = plan.degree("ep");
+  const int t = role_degree(plan, tensor_), p = role_degree(plan, pipeline_), e = role_degree(plan, expert_);
+  // The weights' replicas (dp x ep for the dense ones, dp for the experts) and where their groups begin.
+  int d = 1, expert_d = 1, stride = 1, d_stride = 0, expert_d_stride = 0, p_stride = 1;
+  for (size_t position : innermost_) {
+    const int degree = plan.degrees.at(position);
+    if (replicates_weights_[position]) {
+      d *= degree;
+      if (d_stride == 0) d_stride = stride;
+      if (position != expert_) {
+        expert_d *= degree;
+        if (expert_d_stride == 0) expert_d_stride = stride;
+      }
+    }
+    if (position == pipeline_) p_stride = stride;
+    stride *= degree;
+  }
   const Workload& work = workload(plan.micro_batch, t);
-  const Costs& cost = costs(plan.micro_batch, t, plan.sp, e);
+  const Costs& cost = costs(plan);
   const SegmentCost& layer = cost.layer;
-  double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective + layer.tp_selective
-                           : plan.recompute == RecomputeMode::Full ? layer.forward + layer.tp_forward + layer.ep_forward
-                                                                   : 0.0;
+  double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective_with_comm
+                           : plan.recompute == RecomputeMode::Full    ? layer.forward_with_comm
+                                                                      : 0.0;
   const double experts_here = work.layer.expert_params / e;
   // Once per stage here: a search reads each stage's several times (memory_per_stage, rebalance_by_memory).
   std::vector<double> in_flight(static_cast<size_t>(p));
-  for (int stage = 0; stage < p; ++stage) in_flight[static_cast<size_t>(stage)] = micro_batches_kept(plan, p, stage);
+  const StageSchedule schedule = stage_schedule(plan);
+  for (int stage = 0; stage < p; ++stage) {
+    in_flight[static_cast<size_t>(stage)] = micro_batches_kept(schedule, plan.micro_batches, p, stage);
+  }
   return PlanFigures{plan,
                      work,
                      cost,
                      p,
-                     plan.virtual_stages,
+                     schedule.virtual_stages,
                      t,
-                     d * e,
+                     d,
                      plan.zero,
                      e,
-                     d,
+                     expert_d,
+                     std::max(d_stride, 1),
+                     std::max(expert_d_stride, 1),
+                     p_stride,
                      work.layer.params - work.layer.expert_params + experts_here,
                      e > 1 ? experts_here : 0.0,
                      static_cast<double>(plan.micro_batches),
-                     plan.sp ? t : 1,
+                     sequence_split(plan),
                      static_cast<double>(dtype_size(problem_.dtype)),
                      problem_.dtype != DType::F32,
                      static_cast<size_t>(plan.recompute),
                      static_cast<double>(((problem_.model.vocab_size + t - 1) / t) * problem_.model.n_embd),
                      layer_recompute,
-                     layer.seconds() + layer_recompute,
-                     std::move(in_flight)};
+                     layer.seconds + layer_recompute,
+                     std::move(in_flight),
+                     schedule.schedule};
 }
 
 std::vector<int> CostModel::split_layers_by_time(const PlanFigures& figures) {
   const size_t last = static_cast<size_t>(figures.p - 1);
   std::vector<double> per_layer(static_cast<size_t>(figures.p), figures.layer_seconds),
       extra(static_cast<size_t>(figures.p), 0.0);
-  extra[0] += figures.cost.embedding.seconds();
-  extra[last] += figures.cost.head.seconds() + (figures.p == 1 ? figures.cost.tied_gradient_sum : 0.0);
+  extra[0] += figures.cost.embedding.seconds;
+  extra[last] += figures.cost.head.seconds + (figures.p == 1 ? figures.cost.tied_gradient_sum : 0.0);
   // The time split depends only on these figures, shared by many plans.
   auto key = std::make_tuple(figures.p, figures.v, figures.layer_seconds, extra[0], extra[last]);
   auto cached = time_splits_.find(key);
@@ -385,14 +456,15 @@ double CostModel::sharded_params(const PlanFigures& figures, int stage, int laye
   return (params - experts) / figures.d + experts / figures.expert_d;
 }
 
-double CostModel::micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const {
+double CostModel::micro_batches_kept(const StageSchedule& schedule, int64_t micro_batches, int stages,
+                                     int stage) const {
   // The schedule's own warm-up (pipeline_schedule.h): the forwards a stage runs before its first
   // backward, plus the one it runs with it, each of a model chunk (1/v of the stage).
-  const PipelineShape shape{stages, static_cast<int>(plan.micro_batches), plan.virtual_stages,
+  const PipelineShape shape{stages, static_cast<int>(micro_batches), schedule.virtual_stages,
                             static_cast<int>(problem_.model.n_layer)};
-  const PipelinePhases phases = pipeline_phases(plan.schedule, shape, stage);
+  const PipelinePhases phases = pipeline_phases(schedule.schedule, shape, stage);
   const int chunks = std::min(phases.warmup + 1, phases.warmup + phases.steady);
-  return std::min(static_cast<double>(plan.micro_batches), static_cast<double>(chunks) / plan.virtual_stages);
+  return std::min(static_cast<double>(micro_batches), static_cast<double>(chunks) / schedule.virtual_stages);
 }
 
 MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, int layers) const {
@@ -478,10 +550,11 @@ void CostModel::rebalance_by_memory(const PlanFigures& figures, std::vector<int>
 double CostModel::data_parallel_collective(const PlanFigures& figures, Collective op, double bytes_per_param,
                                            DType dtype, double params, double experts) {
   const double dense = params - experts;
-  double seconds = dense > 0 ? pricer_.collective(op, bytes_per_param * dense, figures.d, figures.t, dtype) : 0.0;
+  double seconds =
+      dense > 0 ? pricer_.collective(op, bytes_per_param * dense, figures.d, figures.d_stride, dtype) : 0.0;
   // The experts' replicas lie ep x tp devices apart in the device order.
   if (experts > 0 && figures.expert_d > 1) {
-    seconds += pricer_.collective(op, bytes_per_param * experts, figures.expert_d, figures.t * figures.e, dtype);
+    seconds += pricer_.collective(op, bytes_per_param * experts, figures.expert_d, figures.expert_d_stride, dtype);
   }
   return seconds;
 }
@@ -537,9 +610,8 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
   const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
   FsdpStage fsdp;
   fsdp.layers = layers;
-  fsdp.layer_forward = cost.layer.forward + cost.layer.tp_forward + cost.layer.ep_forward + copies.layer_forward;
-  fsdp.layer_backward = cost.layer.backward + cost.layer.tp_backward + cost.layer.ep_backward +
-                        figures.layer_recompute + copies.layer_backward;
+  fsdp.layer_forward = cost.layer.forward_with_comm + copies.layer_forward;
+  fsdp.layer_backward = cost.layer.backward_with_comm + figures.layer_recompute + copies.layer_backward;
   fsdp.layer_gather = data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype,
                                                layer_params, layer_experts);
   const DType reduce = problem_.fsdp_reduce;
@@ -547,13 +619,12 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
   fsdp.layer_reduce =
       data_parallel_collective(figures, Collective::ReduceScatter, reduce_width, reduce, layer_params, layer_experts);
   if (stage == 0) {
-    fsdp.embedding_forward = cost.embedding.forward + cost.embedding.tp_forward;
-    fsdp.embedding_backward = cost.embedding.backward + cost.embedding.tp_backward;
+    fsdp.embedding_forward = cost.embedding.forward_with_comm;
+    fsdp.embedding_backward = cost.embedding.backward_with_comm;
   }
   if (stage == figures.p - 1) {
-    fsdp.head_forward = cost.head.forward + cost.head.tp_forward;
-    fsdp.head_backward =
-        cost.head.backward + cost.head.tp_backward + (figures.p == 1 ? cost.tied_gradient_sum : 0.0);
+    fsdp.head_forward = cost.head.forward_with_comm;
+    fsdp.head_backward = cost.head.backward_with_comm + (figures.p == 1 ? cost.tied_gradient_sum : 0.0);
   }
   // The root unit's copies: its gathered parameters copied before the first compute, its gradients after the last.
   fsdp.embedding_forward += copies.root_forward;
@@ -566,29 +637,41 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
 }
 
 CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage, int layers, double p2p) {
-  const SegmentCost& layer = figures.cost.layer;
+  const Costs& cost = figures.cost;
+  const SegmentCost& layer = cost.layer;
+  const bool first = stage == 0, last = stage == figures.p - 1;
   StageTime st;
   double n = layers;
   double forward = n * layer.forward, backward = n * layer.backward;
-  st.tp = n * (layer.tp_forward + layer.tp_backward);
-  st.ep = n * (layer.ep_forward + layer.ep_backward);
-  if (stage == 0) {
-    forward += figures.cost.embedding.forward;
-    backward += figures.cost.embedding.backward;
-    st.tp += figures.cost.embedding.tp_forward + figures.cost.embedding.tp_backward;
+  if (first) {
+    forward += cost.embedding.forward;
+    backward += cost.embedding.backward;
   }
-  if (stage == figures.p - 1) {
-    forward += figures.cost.head.forward;
-    backward += figures.cost.head.backward + (figures.p == 1 ? figures.cost.tied_gradient_sum : 0.0);
-    st.tp += figures.cost.head.tp_forward + figures.cost.head.tp_backward;
+  if (last) {
+    forward += cost.head.forward;
+    backward += cost.head.backward + (figures.p == 1 ? cost.tied_gradient_sum : 0.0);
   }
   st.compute = forward + backward;
   st.recompute = n * figures.layer_recompute;
-  st.p2p = p2p;
-  st.forward = forward + n * layer.tp_forward + n * layer.ep_forward + p2p / 2;
-  if (stage == 0) st.forward += figures.cost.embedding.tp_forward;
-  if (stage == figures.p - 1) st.forward += figures.cost.head.tp_forward;
-  st.backward = backward + st.recompute + n * layer.tp_backward + n * layer.ep_backward;
+  st.forward = forward;
+  st.backward = backward + st.recompute;
+  // Each dimension's communication, term by term innermost first (a sum's bits depend on its order); the
+  // backward pass hides the reduction behind its layers' calls (not the embedding's and the head's).
+  for (size_t position : innermost_) {
+    const CommSeconds& in_layer = layer.comm[position];
+    double& comm = st.comm.at(position);
+    comm = n * (in_layer.forward + in_layer.backward);
+    if (first) comm += cost.embedding.comm[position].forward + cost.embedding.comm[position].backward;
+    if (last) comm += cost.head.comm[position].forward + cost.head.comm[position].backward;
+    st.forward += n * in_layer.forward;
+    st.backward += n * in_layer.backward;
+  }
+  if (pipeline_ != kNoRole) st.comm.at(pipeline_) += p2p;
+  st.forward += p2p / 2;
+  for (size_t position : innermost_) {
+    if (first) st.forward += cost.embedding.comm[position].forward;
+    if (last) st.forward += cost.head.comm[position].forward;
+  }
   const FsdpCopyTimes copies = fsdp_copy_times(figures, stage, layers);
   st.fsdp_copies = copies.total(layers);
   st.forward += n * copies.layer_forward + copies.root_forward;
@@ -601,13 +684,19 @@ CostModel::StageTime CostModel::stage_time(const PlanFigures& figures, int stage
                       ? 0.0
                       : accumulate_seconds(sharded_params(figures, stage, layers, figures.zero >= 2), figures.m) /
                             figures.m;
+  st.sum = st.compute + st.recompute;
+  for (size_t position : innermost_) st.sum += st.comm.at(position);
+  st.sum += st.zero;
+  st.sum += st.zero_slowdown;
+  st.sum += st.fsdp_copies;
+  st.sum += st.accumulate;
   return st;
 }
 
 std::vector<CostModel::StageTime> CostModel::stage_times(const PlanFigures& figures, const std::vector<int>& layers) {
   double p2p = 0;
   if (figures.p > 1) {
-    p2p = 2.0 * figures.v * pricer_.point_to_point(figures.cost.boundary_bytes, figures.t * figures.d);
+    p2p = 2.0 * figures.v * pricer_.point_to_point(figures.cost.boundary_bytes, figures.p_stride);
   }
   std::vector<StageTime> stages;
   for (int stage = 0; stage < figures.p; ++stage) {
@@ -637,8 +726,8 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
     }
     const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v,
                               static_cast<int>(figures.p * figures.v)};
-    pipeline = simulate_pipeline(pipeline_actions(figures.plan.schedule, shape), times).step_s;
-  } else if (figures.plan.schedule == PipelineSchedule::Interleaved) {
+    pipeline = simulate_pipeline(pipeline_actions(figures.schedule, shape), times).step_s;
+  } else if (figures.schedule == PipelineSchedule::Interleaved) {
     pipeline = m * t_max + (sum - t_max) / figures.v;
   } else {
     pipeline = (m - 1) * t_max + sum;
@@ -646,9 +735,9 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
   TimeBreakdown time;
   time.compute = m * bottleneck.compute;
   time.recompute = m * bottleneck.recompute;
-  time.tp_comm = m * bottleneck.tp;
-  time.ep_comm = m * bottleneck.ep;
-  time.pp_comm = m * bottleneck.p2p;
+  for (size_t position = 0; position < DimensionDegrees::kCapacity; ++position) {
+    time.comm.at(position) = m * bottleneck.comm.at(position);
+  }
   time.zero_comm = m * bottleneck.zero;
   time.overlap_slowdown = m * bottleneck.zero_slowdown;
   time.fsdp_copies = m * bottleneck.fsdp_copies;
@@ -687,8 +776,8 @@ CostModel::Overlap CostModel::stage_reduction(const PlanFigures& figures, int st
     busy += seconds;
     bucket = 0;
   };
-  auto launch_dense = [&] { launch(filled, figures.d, figures.t); };
-  auto launch_experts = [&] { launch(experts_filled, figures.expert_d, figures.t * figures.e); };
+  auto launch_dense = [&] { launch(filled, figures.d, figures.d_stride); };
+  auto launch_experts = [&] { launch(experts_filled, figures.expert_d, figures.expert_d_stride); };
   for (const Ready& segment : order) {
     clock += segment.seconds;
     filled += segment.params - segment.experts;
@@ -723,7 +812,7 @@ CostModel::Overlap CostModel::data_parallel_comm(const PlanFigures& figures, con
   }
   if (figures.p > 1) {  // the tied embedding's two copies exchange gradients
     result.exposed +=
-        pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.t * figures.d * (figures.p - 1));
+        pricer_.collective(Collective::AllReduce, kF32 * figures.tied, 2, figures.p_stride * (figures.p - 1));
   }
   return result;
 }
@@ -770,13 +859,14 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   const int stage = result.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const int split = plan.sp ? plan.degree("tp") : 1;
+  const int ep = role_degree(plan, expert_);
+  const int split = sequence_split(plan);
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
       ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
       ClassTime& by_op = result.compute_by_op[op.op];
-      const double seconds = times * op_time(op, split, plan.degree("ep"));
+      const double seconds = times * op_time(op, split, ep);
       const double flops = times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);
       entry.seconds += seconds;
       entry.flops += flops;
@@ -802,34 +892,53 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   }
   for (const OpWork& op : work.layer.forward) {
     if (!is_expert_gemm(op)) continue;
-    const ExpertLoad load = expert_load(plan.degree("ep"));
+    const ExpertLoad load = expert_load(ep);
     result.expert_rows = static_cast<double>(busiest_expert_gemm(op, load, problem_.dtype).gemm.m);
   }
-  const SegmentCost& layer_cost = figures.cost.layer;
-  const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;  // full recomputation's again
-  result.all_to_all = m * layers * (exchange_forwards * layer_cost.ep_forward + layer_cost.ep_backward);
-  const ModelComm comm =
-      model_comm(problem_.model, plan.micro_batch, problem_.seq, plan.degree("tp"), plan.sp, problem_.dtype,
-                 problem_.tp_input);
-  auto price = [&](const std::vector<CommWork>& calls, double times) {
-    for (const CommWork& call : calls) result.tp_comm[call.pattern] += times * call_time(call);
-  };
-  // Full recomputation runs the layer's forward collectives again, selective those its policy does not save.
-  const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
-  price(comm.layer.forward, layer_forwards * m * layers);
-  if (plan.recompute == RecomputeMode::Selective) {
-    price(recomputed_collectives(comm.layer, problem_.selective), m * layers);
-  }
-  price(comm.layer.backward, m * layers);
-  if (stage == 0) {
-    price(comm.embedding.forward, m);
-    price(comm.embedding.backward, m);
-  }
-  if (stage == figures.p - 1) {
-    price(comm.head.forward, m);
-    price(comm.head.backward, m);
-  }
+  result.experts_per_device = problem_.model.num_experts / ep;
+  attribute_comm(prediction, figures, result);
   return result;
+}
+
+void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& figures,
+                               StepAttribution& attribution) {
+  const ParallelPlan& plan = prediction.plan;
+  const int stage = attribution.stage;
+  const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
+  const ModelComm graph = model_comm(problem_.model, plan.micro_batch, problem_.seq, role_degree(plan, tensor_),
+                                     sequence_split(plan) > 1, problem_.dtype, problem_.tp_input);
+  int stride = 1;
+  for (size_t position : innermost_) {
+    const int degree = plan.degrees.at(position);
+    const PlannerDimension* part = comm_parts_[position];
+    if (part != nullptr && part->explain_comm) {
+      const CommInput input{problem_, plan, degree, stride, graph, pricer_};
+      const Costs& cost = figures.cost;
+      const MicroBatchComm priced{cost.embedding.comm[position], cost.layer.comm[position], cost.head.comm[position]};
+      for (ExplainTerm& term : part->explain_comm({input, priced, layers, stage == 0, stage == figures.p - 1})) {
+        attribution.comm.push_back(std::move(term));
+      }
+    } else if (const double seconds = prediction.time.comm.at(position); seconds > 0) {
+      attribution.comm.push_back({part_at(position).comm_name, seconds, ""});
+    }
+    stride *= degree;
+  }
+  attribution.reduction = {fmt::format("{}-parallel reduction exposed", part_at(reduction_).parallelism),
+                           prediction.time.reduction.at(reduction_), "past the last backward pass"};
+}
+
+double CostModel::StepAttribution::comm_seconds(std::string_view name) const {
+  for (const ExplainTerm& term : comm) {
+    if (term.name == name) return term.seconds;
+  }
+  return 0.0;
+}
+
+const PlannerDimension& CostModel::part_at(size_t position) const {
+  for (const PlannerDimension& part : dimensions_) {
+    if (dimension_position(part.name) == position) return part;
+  }
+  fail("no planner dimension at position {}", position);
 }
 
 MemoryBreakdown CostModel::Placement::highest() const { return highest_peak(stages); }
@@ -858,7 +967,7 @@ Prediction CostModel::evaluate(const ParallelPlan& plan, Placement placement, Pi
   prediction.time = pipeline_time(figures, stages, timing);
   prediction.schedule_replayed = timing == PipelineTiming::Replayed;
   const Overlap reduction = data_parallel_comm(figures, layers, stages);
-  prediction.time.dp_comm = reduction.exposed;
+  prediction.time.reduction.at(reduction_) = reduction.exposed;
   prediction.time.overlap_slowdown += reduction.slowdown;
   prediction.time.optimizer = slowest_optimizer(figures, layers);
   prediction.time.param_gather = slowest_param_gather(figures, layers);

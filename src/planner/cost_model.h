@@ -3,24 +3,36 @@
 //
 // Time: per micro-batch and pipeline stage, the roofline time of every op of
 // its layers (plus the embedding on the first stage, the head on the last),
-// the tensor/sequence-parallel collectives, the transfers to the neighbouring
+// each dimension's communication as its planner part prices it
+// (PlannerDimension::micro_batch_comm: the tensor/sequence-parallel collectives,
+// the expert-parallel all-to-alls), the transfers to the neighbouring
 // stages, ZeRO-2/3 collectives not hidden behind compute (ZeRO-3 unit by unit
 // as FSDP runs it, fsdp_schedule.h), and adding the micro-batch's gradients to
 // the accumulators. A pipeline of stage times t_i
 // and m micro-batches takes (m - 1) max t_i + sum t_i (GPipe and 1F1B), or
 // m max t_i + (sum t_i - max t_i) / v with v interleaved chunks. Then the
-// data-parallel gradient reduction is charged for the part the last backward
-// pass cannot hide, the ZeRO-1/2 weight all-gather, and the optimizer.
+// gradient reduction over the weights' replicas is charged for the part the last
+// backward pass cannot hide, the ZeRO-1/2 weight all-gather, and the optimizer.
 //
 // Memory: per stage, weights, fp32 master weights (when computing in a lower
-// precision), fp32 gradient accumulators and AdamW moments, sharded over data
-// parallelism by ZeRO stage; the activations each in-flight micro-batch keeps
+// precision), fp32 gradient accumulators and AdamW moments, sharded over the
+// weights' replicas by ZeRO stage; the activations each in-flight micro-batch keeps
 // (GPipe keeps m, 1F1B keeps pp - stage, interleaving adds (pp-1)/(pp v)) for
 // the recomputation mode, plus the backward temporaries of one segment beyond
 // what the segments before it keep (the head's logits are gone when the layers
 // run backward); or, at the end of a backward pass, the micro-batch's gradients
 // before accumulation, with the tied embedding's two partial gradients being
 // summed.
+//
+// It names no dimension: it reads the registered parts (plan_dimension.h) by role —
+// the one that shards each layer's work (tensor parallelism: the workload's degree,
+// its sequence split), the one that shards a mixture's experts, the one whose ranks
+// run pipeline stages (their count, schedule and transfers), those whose ranks hold
+// the same weights (the reduction's and ZeRO's groups), the one the exposed reduction
+// is reported under — and adds each part's communication. Per-dimension terms are
+// summed innermost first (the device order), as the sums always were: a sum's bits
+// depend on its order, and plans must price as before.
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -111,10 +123,10 @@ class CostModel {
   Prediction evaluate(const ParallelPlan& plan, Placement placement,
                       PipelineTiming timing = PipelineTiming::ClosedForm);
 
-  // Where the bottleneck stage's compute and tensor-parallel time of a step go
+  // Where the bottleneck stage's compute and communication time of a step go
   // (`prediction` from evaluate): per op class the seconds and FLOPs of its
   // forward, backward and recomputed forward over the step's micro-batches,
-  // and per collective pattern the seconds of the tensor/sequence-parallel calls.
+  // and each dimension's communication as its part breaks it down.
   struct ClassTime {
     double seconds = 0;
     double flops = 0;
@@ -123,10 +135,15 @@ class CostModel {
     int stage = 0;
     std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
     std::map<std::string, ClassTime> compute_by_op;  // the same by op type (the schema's name), experts' GEMMs in
-    std::map<CommPattern, double> tp_comm;
     ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
     double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch
-    double all_to_all = 0;            // the expert-parallel exchanges (ep > 1)
+    int64_t experts_per_device = 0;   // a mixture of experts' experts over the dimension that shards them
+    // Each dimension's communication over the step, innermost first, as its part breaks it down
+    // (PlannerDimension::explain_comm), and the gradients' reduction exposed.
+    std::vector<ExplainTerm> comm;
+    ExplainTerm reduction;
+    // The seconds of the communication term named `name` (0 where there is none).
+    double comm_seconds(std::string_view name) const;
   };
   StepAttribution attribute(const Prediction& prediction);
 
@@ -139,26 +156,37 @@ class CostModel {
     double forward = 0;
     double backward = 0;
     double selective = 0;  // forward ops redone under selective recomputation
-    double tp_forward = 0;
-    double tp_backward = 0;
-    double tp_selective = 0;  // forward collectives redone under selective recomputation (selective_comm.h)
-    double ep_forward = 0;    // expert-parallel all-to-all exchanges (expert_work.h)
-    double ep_backward = 0;
-    double seconds() const { return forward + backward + tp_forward + tp_backward + ep_forward + ep_backward; }
+    // Each dimension's communication (PlannerDimension::micro_batch_comm), by registration position.
+    std::array<CommSeconds, DimensionDegrees::kCapacity> comm{};
+    // The ops' and every dimension's communication: the forward, the backward, the selectively redone forward
+    // (selective_comm.h), and all of forward and backward.
+    double forward_with_comm = 0, backward_with_comm = 0, selective_with_comm = 0, seconds = 0;
   };
   struct Costs {
     SegmentCost embedding, layer, head;
     double tied_gradient_sum = 0;
     double boundary_bytes = 0;  // what a stage boundary sends per micro-batch, each way
   };
-  const Costs& costs(int64_t micro_batch, int tp, bool sp, int ep);
+  // A plan's per-micro-batch costs, kept for every plan with the same micro-batch, sequence parallelism and
+  // degrees of the dimensions that shape them (cost_key_).
+  const Costs& costs(const ParallelPlan& plan);
+  // The communication the dimensions add to one micro-batch, each dimension's hook (micro_batch_comm), and the
+  // segments' sums with it.
+  void add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs);
+  // The roles' positions and the parts with communication (below), from dimensions_.
+  void find_roles();
+  // The degree of the dimension in role `position` (tensor_, expert_, pipeline_), 1 where none has the role.
+  static int role_degree(const ParallelPlan& plan, size_t position);
+  // The roles' options: the tensor dimension's split of the residual stream, the pipeline's schedule.
+  int sequence_split(const ParallelPlan& plan) const;
+  StageSchedule stage_schedule(const ParallelPlan& plan) const;
+  const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
-  // busiest of `ep` ranks runs them), and one collective's.
+  // busiest of `ep` ranks runs them).
   double op_time(const OpWork& op, int sequence_split, int ep) const;
   ExpertLoad expert_load(int ep) const;  // the problem's experts over `ep` ranks (expert_work.h)
   // Fails when the fused attention the problem runs has no kernel for the model's head dim.
   void refuse_head_dim_without_kernel() const;
-  double call_time(const CommWork& call);
   double optimizer_seconds(double params_on_device, double gradients_on_device) const;
   double accumulate_seconds(double gradients, double micro_batches) const;
 
@@ -166,6 +194,8 @@ class CostModel {
   struct PlanFigures;  // a plan and what every step reads of it
   struct StageTime;    // one pipeline stage's seconds per micro-batch
   PlanFigures plan_figures(const ParallelPlan& plan);
+  // attribute()'s communication terms.
+  void attribute_comm(const Prediction& prediction, const PlanFigures& figures, StepAttribution& attribution);
   std::vector<int> split_layers_by_time(const PlanFigures& figures);
   std::vector<MemoryBreakdown> memory_per_stage(const PlanFigures& figures, const std::vector<int>& layers) const;
   // A split balanced by time that does not fit gives way to one balanced by memory that needs less.
@@ -196,7 +226,7 @@ class CostModel {
   // the experts' over dp.
   static double sharded_params(const PlanFigures& figures, int stage, int layers, bool sharded);
   // Whose activations `stage` of `stages` keeps.
-  double micro_batches_kept(const ParallelPlan& plan, int stages, int stage) const;
+  double micro_batches_kept(const StageSchedule& schedule, int64_t micro_batches, int stages, int stage) const;
   MemoryBreakdown stage_memory(const PlanFigures& figures, int stage, int layers) const;
   StageTime stage_time(const PlanFigures& figures, int stage, int layers, double p2p);
   // ZeRO-2/3 collectives of one micro-batch: what the stage's compute does not hide, and the compute
@@ -224,11 +254,22 @@ class CostModel {
   CommPricer pricer_;
   OpWork adamw_, square_sums_, scale_, add_;  // per kReferenceElements fp32 elements
   std::vector<PlannerDimension> dimensions_;  // the planner's parts of the dimensions registered when built
+  InnermostFirst innermost_;                  // their positions, in the order their terms are added
+  // The registration position of the part with each role (PlannerDimension), kNoRole where none has it.
+  static constexpr size_t kNoRole = DimensionDegrees::kCapacity;
+  size_t tensor_ = kNoRole, expert_ = kNoRole, pipeline_ = kNoRole, reduction_ = kNoRole;
+  const PlannerDimension* tensor_part_ = nullptr;
+  const PlannerDimension* pipeline_part_ = nullptr;
+  // The parts with communication of their own, by registration position (nullptr: none), and which degrees
+  // shape a micro-batch's costs: those with a role in its work or communication and those nested inside them.
+  std::array<const PlannerDimension*, DimensionDegrees::kCapacity> comm_parts_{};
+  std::array<bool, DimensionDegrees::kCapacity> cost_key_{};
+  std::array<bool, DimensionDegrees::kCapacity> replicates_weights_{};  // by position (PlannerDimension)
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
   std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
-  std::map<std::tuple<int64_t, int, bool, int>, Costs> costs_;
+  std::map<std::tuple<int64_t, DimensionDegrees, DimensionOptionValues>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;
 };

@@ -68,6 +68,28 @@ std::string DimensionDegrees::describe() const {
   return text;
 }
 
+double DimensionSeconds::operator[](std::string_view dimension) const {
+  return values_[dimension_position(dimension)];
+}
+
+double& DimensionSeconds::operator[](std::string_view dimension) { return values_[dimension_position(dimension)]; }
+
+void DimensionOptionValues::copy_dimension(size_t position, const DimensionOptionValues& other) {
+  for (size_t option = 0; option < kPerDimension; ++option) set_at(position, option, other.at(position, option));
+}
+
+InnermostFirst::InnermostFirst() {
+  const std::vector<ParallelDimension>& dimensions = registry();
+  // Insertion by nesting, stable: dimensions of equal nesting keep their registration order, as the mesh's.
+  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
+    size_t at = count_++;
+    for (; at > 0 && dimensions[positions_[at - 1]].nesting > dimensions[position].nesting; --at) {
+      positions_[at] = positions_[at - 1];
+    }
+    positions_[at] = position;
+  }
+}
+
 DimensionDegrees degrees_of(const MeshShape& mesh) {
   DimensionDegrees degrees;
   for (const MeshExtent& extent : mesh.extents()) degrees.set(extent.dimension, extent.degree);

@@ -42,6 +42,58 @@ class DimensionDegrees {
   std::array<int, kCapacity> values_;
 };
 
+// Seconds per registered dimension, by registration position as DimensionDegrees holds degrees: a
+// step's time terms of each dimension (its communication, TimeBreakdown), with no field per dimension.
+class DimensionSeconds {
+ public:
+  DimensionSeconds() { values_.fill(0.0); }
+  // Fail naming an unregistered dimension.
+  double operator[](std::string_view dimension) const;
+  double& operator[](std::string_view dimension);
+  double at(size_t position) const { return values_[position]; }
+  double& at(size_t position) { return values_[position]; }
+
+ private:
+  std::array<double, DimensionDegrees::kCapacity> values_;
+};
+
+// Each dimension's options in a plan (tensor parallelism's sequence parallelism, pipeline parallelism's
+// schedule and virtual stages): a few small integers per dimension, by registration position, each 0
+// at the option's default. What they mean is the dimension's planner part's (plan_dimension.h), whose
+// accessors alone read and write them; the planner copies and compares them without knowing which.
+class DimensionOptionValues {
+ public:
+  static constexpr size_t kPerDimension = 2;
+
+  // Every option at `unset` (0 in a plan; for limits, kOpen).
+  explicit DimensionOptionValues(int unset = 0) { values_.fill(unset); }
+  static constexpr int kOpen = -1;
+
+  int at(size_t position, size_t option) const { return values_[position * kPerDimension + option]; }
+  void set_at(size_t position, size_t option, int value) { values_[position * kPerDimension + option] = value; }
+  // Every option of the dimension at `position` from `other`.
+  void copy_dimension(size_t position, const DimensionOptionValues& other);
+
+  auto operator<=>(const DimensionOptionValues& other) const = default;
+
+ private:
+  std::array<int, DimensionDegrees::kCapacity * kPerDimension> values_;
+};
+
+// The registration positions of the registered dimensions (those the planner holds), innermost
+// (lowest nesting, parallel/parallel_dimension.h) first: the device order, and the order a step's
+// per-dimension terms are added in.
+class InnermostFirst {
+ public:
+  InnermostFirst();
+  const size_t* begin() const { return positions_.data(); }
+  const size_t* end() const { return positions_.data() + count_; }
+
+ private:
+  std::array<size_t, DimensionDegrees::kCapacity> positions_{};
+  size_t count_ = 0;
+};
+
 // A mesh's degrees.
 DimensionDegrees degrees_of(const MeshShape& mesh);
 // "dp x tp x pp x ep": every registered dimension, in registration order.

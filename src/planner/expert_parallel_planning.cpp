@@ -1,10 +1,13 @@
 // Expert parallelism in the planner: the divisors of a mixture of experts' expert count (1 for a dense
-// model); a degree the user fixes is refused for a model without experts or one it does not divide.
+// model); a degree the user fixes is refused for a model without experts or one it does not divide;
+// the all-to-all exchanges of the experts' rows, priced.
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "planner/comm_pricer.h"
 #include "planner/cost_model.h"
+#include "planner/expert_work.h"
 #include "planner/plan_dimension.h"
 
 namespace strata {
@@ -40,6 +43,36 @@ std::optional<std::string> experts_not_divided_by_plan(const PlanningProblem& pr
   return std::nullopt;
 }
 
+// The experts' rows exchanged over the ep ranks (expert_work.h), each layer's, forward and backward.
+MicroBatchComm expert_parallel_comm(const CommInput& input) {
+  const PlanningProblem& problem = input.problem;
+  const ExpertExchanges exchanges =
+      expert_exchanges(problem.model, input.plan.micro_batch, problem.seq, problem.dtype, input.degree);
+  auto exchange = [&](const std::vector<CommCall>& calls) {
+    double seconds = 0;
+    for (const CommCall& call : calls) {
+      seconds += input.pricer.collective(call.pattern, call.bytes, input.degree, input.stride, problem.dtype);
+    }
+    return seconds;
+  };
+  MicroBatchComm comm;
+  comm.layer = {exchange(exchanges.forward), exchange(exchanges.backward)};
+  return comm;
+}
+
+// The exchanges over the stage's step; full recomputation runs the forward's again.
+std::vector<ExplainTerm> expert_parallel_terms(const StageCommInput& input) {
+  const ParallelPlan& plan = input.comm.plan;
+  const double exchange_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
+  const CommSeconds& layer = input.priced.layer;
+  const double seconds = static_cast<double>(plan.micro_batches) * input.layers *
+                         (exchange_forwards * layer.forward + layer.backward);
+  if (seconds <= 0) return {};
+  return {{"expert-parallel all-to-all", seconds,
+           fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
+                       input.comm.degree)}};
+}
+
 }  // namespace
 
 PlannerDimension expert_parallel_planning() {
@@ -49,7 +82,12 @@ PlannerDimension expert_parallel_planning() {
           .bound_help = "Largest expert-parallel degree",
           .degrees = expert_degrees,
           .refuse_fixed = experts_not_divided,
-          .refuse_plan = experts_not_divided_by_plan};
+          .refuse_plan = experts_not_divided_by_plan,
+          .micro_batch_comm = expert_parallel_comm,
+          .explain_comm = expert_parallel_terms,
+          .comm_name = "expert-parallel all-to-all",
+          .shards_experts = true,
+          .replicates_weights = true};
 }
 
 }  // namespace strata

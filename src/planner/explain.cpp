@@ -21,19 +21,8 @@ const char* class_name(OpKind kind) {
   return "compute";
 }
 
-const char* pattern_name(CommPattern pattern) {
-  switch (pattern) {
-    case CommPattern::AllReduce: return "tensor-parallel all-reduce";
-    case CommPattern::AllGather: return "tensor-parallel all-gather";
-    case CommPattern::ReduceScatter: return "tensor-parallel reduce-scatter";
-    case CommPattern::AllToAll: return "all-to-all";
-    case CommPattern::PointToPoint: return "tensor-parallel point-to-point";
-  }
-  return "tensor-parallel";
-}
-
-// A mixture of experts' grouped GEMMs (their efficiency on the active experts' FLOPs, at the busiest
-// expert's rows) and the expert-parallel exchanges.
+// A mixture of experts' grouped GEMMs: their efficiency on the active experts' FLOPs, at the busiest
+// expert's rows.
 void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& attribution,
                       const PlanningProblem& problem, double peak) {
   const CostModel::ClassTime& experts = attribution.expert_gemms;
@@ -43,12 +32,7 @@ void add_expert_terms(PlanExplanation& out, const CostModel::StepAttribution& at
          fmt::format("{:.0f}% of the matrix peak; {:.0f} rows per expert (the busiest, imbalance {:.2f}), {} experts "
                      "per device",
                      100 * experts.flops / experts.seconds / peak, attribution.expert_rows, problem.moe_imbalance,
-                     problem.model.num_experts / out.prediction.plan.degree("ep"))});
-  }
-  if (attribution.all_to_all > 0) {
-    out.terms.push_back({"expert-parallel all-to-all", attribution.all_to_all,
-                         fmt::format("dispatch and return, forward and backward, per layer over ep={}; not overlapped",
-                                     out.prediction.plan.degree("ep"))});
+                     attribution.experts_per_device)});
   }
 }
 
@@ -67,16 +51,13 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   }
   for (const auto& [op, time] : attribution.compute_by_op) out.ops.push_back({op, time.seconds, time.flops});
   std::stable_sort(out.ops.begin(), out.ops.end(), [](const OpShare& a, const OpShare& b) { return a.seconds > b.seconds; });
-  for (const auto& [pattern, seconds] : attribution.tp_comm) {
-    out.terms.push_back({pattern_name(pattern), seconds, "not overlapped"});
-  }
   add_expert_terms(out, attribution, problem, peak);
+  out.terms.insert(out.terms.end(), attribution.comm.begin(), attribution.comm.end());
   const TimeBreakdown& t = prediction.time;
   const std::vector<ExplainTerm> rest = {
-      {"pipeline transfers", t.pp_comm, ""},
       {"pipeline bubble", t.bubble, ""},
       {"ZeRO-2/3 collectives not hidden", t.zero_comm, ""},
-      {"data-parallel reduction exposed", t.dp_comm, "past the last backward pass"},
+      attribution.reduction,
       {"compute slowed by collectives beside it", t.overlap_slowdown, "data-parallel reduction, ZeRO"},
       {"FSDP's copies around its collectives", t.fsdp_copies, "casts, gathered units and gradients copied"},
       {"weight all-gather (ZeRO-1/2)", t.param_gather, ""},

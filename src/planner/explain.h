@@ -15,12 +15,6 @@
 
 namespace strata {
 
-struct ExplainTerm {
-  std::string name;
-  double seconds = 0;
-  std::string detail;  // e.g. "41% of the matrix peak"
-};
-
 // One op type's share of the bottleneck stage's compute over the step (forward, backward, recomputed forward).
 struct OpShare {
   std::string op;  // the op schema's name

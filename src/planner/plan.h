@@ -4,7 +4,6 @@
 #include <string_view>
 #include <vector>
 
-#include "parallel/pipeline_schedule.h"
 #include "planner/dimension_degrees.h"
 #include "planner/workload.h"
 
@@ -14,14 +13,12 @@ namespace strata {
 // rank fastest, then expert-parallel, then data-parallel, then pipeline stage (Megatron's order
 // with the runtime's ep between tp and dp), filling a node before the next.
 struct ParallelPlan {
-  DimensionDegrees degrees;   // every registered dimension's degree
-  bool sp = false;            // sequence parallelism over the tensor-parallel group
-  int64_t micro_batch = 1;    // rows per micro-batch
-  int64_t micro_batches = 1;  // per optimizer step and batch-splitting replica (dp x ep)
-  int zero = 0;               // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
+  DimensionDegrees degrees;       // every registered dimension's degree
+  DimensionOptionValues options;  // every dimension's options, through its part's accessors (plan_dimension.h)
+  int64_t micro_batch = 1;        // rows per micro-batch
+  int64_t micro_batches = 1;      // per optimizer step and batch-splitting replica (dp x ep)
+  int zero = 0;                   // 0: replicated; 1: optimizer state; 2: + gradients; 3: + weights sharded over dp
   RecomputeMode recompute = RecomputeMode::None;
-  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  int virtual_stages = 1;  // model chunks per device (interleaved schedule only)
 
   int degree(std::string_view dimension) const { return degrees[dimension]; }
   int devices() const { return degrees.product(); }
@@ -35,13 +32,15 @@ struct ParallelPlan {
 struct TimeBreakdown {
   double compute = 0;            // forward and backward kernels
   double recompute = 0;          // forward kernels (and collectives) redone in backward
-  double tp_comm = 0;            // tensor/sequence-parallel collectives (not overlapped)
-  double ep_comm = 0;            // expert-parallel all-to-all exchanges of the experts' rows (not overlapped)
-  double pp_comm = 0;            // pipeline transfers between stages
+  // Each dimension's communication in the stages' time, not overlapped (PlannerDimension::micro_batch_comm:
+  // tensor/sequence-parallel collectives, expert-parallel all-to-alls; the pipeline's transfers between stages).
+  DimensionSeconds comm;
   double zero_comm = 0;          // per-micro-batch ZeRO-2/3 collectives not hidden behind compute
   double grad_accumulation = 0;  // adding each micro-batch's gradients into the accumulators
   double bubble = 0;             // pipeline fill and drain
-  double dp_comm = 0;            // gradient reduction not hidden behind the last backward pass
+  // The gradient reduction not hidden behind the last backward pass, under the dimension that reports it
+  // (PlannerDimension::reduces_gradients: data parallelism).
+  DimensionSeconds reduction;
   double overlap_slowdown = 0;   // compute slowed by the data-parallel and ZeRO collectives running beside it
   double fsdp_copies = 0;        // FSDP's copies around its collectives (fsdp_copies.h)
   double param_gather = 0;       // ZeRO-1/2 all-gather of the updated weights

@@ -1,17 +1,21 @@
 #pragma once
 // The planner's part of each parallel dimension (parallel/parallel_dimension.h): the degrees the
 // search tries, the layouts it cannot run and why, the options it adds to a plan (sequence
-// parallelism, pipeline schedules) and its `strata plan` flags. Registered by the dimension's name,
-// as the runtime's part is; a dimension without a planner part is planned at degree 1. The search,
-// the report, the plan's JSON and the flags loop over these; what a degree costs is priced by the
-// cost model (cost_model.h).
+// parallelism, pipeline schedules), its `strata plan` flags, and what a degree costs: the
+// communication it adds to each micro-batch, priced in its own file, and the roles the cost model's
+// structure reads (the pipeline's stages, the per-device work's shards, the gradients' reduction).
+// Registered by the dimension's name, as the runtime's part is; a dimension without a planner part is
+// planned at degree 1. The search, the report, the plan's JSON, the flags and the cost model
+// (cost_model.h) loop over these.
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "parallel/pipeline_schedule.h"
 #include "planner/plan.h"
 
 namespace strata {
@@ -19,6 +23,8 @@ namespace strata {
 struct PlanningProblem;
 struct PlanLimits;
 struct ParallelSettings;
+struct ModelComm;
+class CommPricer;
 
 // What a dimension's options read: the problem, the user's limits, and where a plan that cannot
 // run is counted (as a rejected region of plans, with its reason).
@@ -28,6 +34,57 @@ struct OptionSearch {
   std::function<void(const std::string& reason, const ParallelPlan& plan)> reject;
 };
 using EmitPlan = std::function<void(const ParallelPlan& plan)>;
+
+// A `strata plan` flag of a dimension's option (`--<name>`): its help, and the limit a value given to it
+// sets (failing, naming the flag, on a value it cannot take).
+struct OptionFlag {
+  std::string name;
+  std::string help;
+  std::function<void(const std::string& value, PlanLimits& limits)> fix;
+};
+
+// What the cost model reads of the pipeline dimension's options: the schedule its stages run and the
+// model chunks per stage.
+struct StageSchedule {
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  int virtual_stages = 1;
+};
+
+// A dimension's communication in one micro-batch's time (seconds) in one segment of the model: its
+// forward's, its backward's, and of the forward's what selective recomputation runs again.
+struct CommSeconds {
+  double forward = 0;
+  double backward = 0;
+  double selective = 0;
+};
+// The embedding's (the first stage's), each layer's and the head's (the last stage's).
+struct MicroBatchComm {
+  CommSeconds embedding, layer, head;
+};
+// One term of `strata plan --explain`'s step time (explain.h).
+struct ExplainTerm {
+  std::string name;
+  double seconds = 0;
+  std::string detail;  // e.g. "41% of the matrix peak"
+};
+// What a dimension's communication reads. The cost model keeps the answer for every plan with the
+// same micro-batch, options and degrees of this dimension and of those nested inside it.
+struct CommInput {
+  const PlanningProblem& problem;
+  const ParallelPlan& plan;  // the micro-batch, the options, the degrees
+  int degree = 1;            // this dimension's
+  int stride = 1;            // devices between neighbouring ranks of its group (the degrees nested inside it)
+  const ModelComm& graph;    // the calls of the runtime's graph for the micro-batch, split by its passes (model_comm.h)
+  CommPricer& pricer;
+};
+// What a dimension's terms of --explain read: its communication's input and its answer for the plan,
+// and the bottleneck stage the step is attributed on.
+struct StageCommInput {
+  const CommInput& comm;
+  const MicroBatchComm& priced;      // micro_batch_comm's answer
+  double layers = 0;                 // the stage's
+  bool first = false, last = false;  // whether it holds the embedding, the head
+};
 
 struct PlannerDimension {
   std::string name;         // the parallel dimension's
@@ -53,6 +110,36 @@ struct PlannerDimension {
   std::function<void(const ParallelSettings& settings, ParallelPlan& plan)> read_settings;
   std::function<void(const ParallelPlan& plan, ParallelSettings& settings)> write_settings;
   std::function<void(const ParallelSettings& settings, PlanLimits& limits)> fix_settings;
+  // Its options in a plan's description ("sp", "1f1b v=2"; empty: none), after the degrees or, where
+  // `options_described_last`, after the rest; and in the plan's JSON. The flags that fix them.
+  std::function<std::string(const ParallelPlan& plan)> describe_options;
+  bool options_described_last = false;
+  std::function<void(const ParallelPlan& plan, nlohmann::json& json)> options_json;
+  std::vector<OptionFlag> option_flags;
+
+  // What a degree costs (cost_model.h). Its communication in each micro-batch, in the stages' time
+  // (TimeBreakdown::comm); unset: none.
+  std::function<MicroBatchComm(const CommInput& input)> micro_batch_comm;
+  // Its communication over the bottleneck stage's step (`plan.micro_batches` micro-batches, recomputation's
+  // share included), term by term, for --explain. Unset: one term, comm_name with its time.
+  std::function<std::vector<ExplainTerm>(const StageCommInput& input)> explain_comm;
+  // The report's name of its time term ("tensor-parallel collectives"; the JSON key "<name>_comm"). Empty: none.
+  std::string comm_name;
+  // The roles the cost model's structure reads, each of one dimension at most (none: degree 1):
+  bool shards_layers = false;      // its ranks split every layer's work and weights (workload.h's tensor parallelism)
+  bool shards_experts = false;     // its ranks split a mixture of experts' experts (expert_work.h)
+  bool splits_layers = false;      // its ranks run consecutive pipeline stages: the layer split, the schedule, and
+                                   // the stage boundaries' transfers, its comm time
+  bool reduces_gradients = false;  // the step's gradient reduction not hidden is its time (TimeBreakdown::reduction)
+  // Its ranks hold the same weights (those it does not shard: a mixture's experts under the dimension that shards
+  // them): their gradients are reduced over it and ZeRO shards over it. Any number of dimensions, nested next to
+  // each other (their group one run of ranks in the device order).
+  bool replicates_weights = false;
+  // What the roles' options mean to the cost model: for the dimension that shards layers, the parts its ranks
+  // split the residual stream's ops and values into (sequence parallelism: its degree; else 1); for the one that
+  // splits layers, the schedule. Unset: 1, and 1F1B with one chunk per stage.
+  std::function<int(const ParallelPlan& plan)> sequence_split;
+  std::function<StageSchedule(const ParallelPlan& plan)> stage_schedule;
 };
 
 // Every registered parallel dimension's planner part, in the order the search nests them
@@ -75,5 +162,21 @@ PlannerDimension data_parallel_planning();
 PlannerDimension tensor_parallel_planning();
 PlannerDimension pipeline_planning();
 PlannerDimension expert_parallel_planning();
+
+// Their options' accessors, in the same files: tensor parallelism's sequence parallelism over its group
+// (tensor_parallel_planning.cpp), pipeline parallelism's schedule and model chunks per device
+// (interleaved only; pipeline_planning.cpp). The `limits` ones say what the user fixed (nothing: open).
+bool sequence_parallel(const ParallelPlan& plan);
+void set_sequence_parallel(ParallelPlan& plan, bool on);
+std::optional<bool> fixed_sequence_parallel(const PlanLimits& limits);
+void fix_sequence_parallel(PlanLimits& limits, bool on);
+PipelineSchedule pipeline_schedule(const ParallelPlan& plan);
+void set_pipeline_schedule(ParallelPlan& plan, PipelineSchedule schedule);
+int virtual_stages(const ParallelPlan& plan);
+void set_virtual_stages(ParallelPlan& plan, int chunks);
+std::optional<PipelineSchedule> fixed_pipeline_schedule(const PlanLimits& limits);
+void fix_pipeline_schedule(PlanLimits& limits, PipelineSchedule schedule);
+std::optional<int> fixed_virtual_stages(const PlanLimits& limits);
+void fix_virtual_stages(PlanLimits& limits, int chunks);
 
 }  // namespace strata

@@ -7,32 +7,57 @@
 
 #include "parallel/parallel_dimension.h"
 #include "planner/expert_work.h"
+#include "planner/plan_dimension.h"
 
 namespace strata {
 
 namespace {
 
 struct Component {
-  const char* key;   // in JSON
-  const char* name;  // in text
-  double TimeBreakdown::*field;
+  std::string key;   // in JSON
+  std::string name;  // in text
+  double TimeBreakdown::*field = nullptr;
+  // A dimension's term (where `field` is null): its seconds at `position` of `terms`.
+  DimensionSeconds TimeBreakdown::*terms = nullptr;
+  size_t position = 0;
+  const ParallelDimension* dimension = nullptr;
+  double of(const TimeBreakdown& time) const { return field != nullptr ? time.*field : (time.*terms).at(position); }
+  // A dimension of some models only is left out of a plan's JSON at 1, as plans without it were recorded.
+  bool recorded(const ParallelPlan& plan) const {
+    return dimension == nullptr || !dimension->named_when_set_only || plan.degree(dimension->name) > 1;
+  }
 };
 
-constexpr Component kComponents[] = {
-    {"compute", "compute", &TimeBreakdown::compute},
-    {"recompute", "recomputation", &TimeBreakdown::recompute},
-    {"tp_comm", "tensor-parallel collectives", &TimeBreakdown::tp_comm},
-    {"ep_comm", "expert-parallel all-to-all", &TimeBreakdown::ep_comm},
-    {"pp_comm", "pipeline transfers", &TimeBreakdown::pp_comm},
-    {"zero_comm", "ZeRO collectives", &TimeBreakdown::zero_comm},
-    {"grad_accumulation", "gradient accumulation", &TimeBreakdown::grad_accumulation},
-    {"bubble", "pipeline bubble", &TimeBreakdown::bubble},
-    {"dp_comm", "data-parallel gradient reduction", &TimeBreakdown::dp_comm},
-    {"overlap_slowdown", "compute slowed by collectives beside it", &TimeBreakdown::overlap_slowdown},
-    {"fsdp_copies", "FSDP's copies around its collectives", &TimeBreakdown::fsdp_copies},
-    {"param_gather", "weight all-gather", &TimeBreakdown::param_gather},
-    {"optimizer", "optimizer", &TimeBreakdown::optimizer},
-};
+// The dimensions' time terms, innermost first, that are their communication in the stages' time (TimeBreakdown::comm)
+// or the step's gradient reduction (TimeBreakdown::reduction): "tp_comm", "tensor-parallel collectives".
+void add_dimension_terms(std::vector<Component>& components, bool reduction) {
+  const std::vector<PlannerDimension> parts = planner_dimensions();
+  for (size_t position : InnermostFirst()) {
+    const ParallelDimension& dimension = parallel_dimensions()[position];
+    for (const PlannerDimension& part : parts) {
+      if (part.name != dimension.name || part.comm_name.empty() || part.reduces_gradients != reduction) continue;
+      components.push_back({part.name + "_comm", part.comm_name, nullptr,
+                            reduction ? &TimeBreakdown::reduction : &TimeBreakdown::comm, position, &dimension});
+    }
+  }
+}
+
+// A step's terms in the order TimeBreakdown::total adds them.
+std::vector<Component> components() {
+  std::vector<Component> list = {{"compute", "compute", &TimeBreakdown::compute},
+                                 {"recompute", "recomputation", &TimeBreakdown::recompute}};
+  add_dimension_terms(list, false);
+  list.insert(list.end(), {{"zero_comm", "ZeRO collectives", &TimeBreakdown::zero_comm},
+                           {"grad_accumulation", "gradient accumulation", &TimeBreakdown::grad_accumulation},
+                           {"bubble", "pipeline bubble", &TimeBreakdown::bubble}});
+  add_dimension_terms(list, true);
+  list.insert(list.end(),
+              {{"overlap_slowdown", "compute slowed by collectives beside it", &TimeBreakdown::overlap_slowdown},
+               {"fsdp_copies", "FSDP's copies around its collectives", &TimeBreakdown::fsdp_copies},
+               {"param_gather", "weight all-gather", &TimeBreakdown::param_gather},
+               {"optimizer", "optimizer", &TimeBreakdown::optimizer}});
+  return list;
+}
 
 std::string rate_text(double per_second) {
   if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
@@ -42,8 +67,8 @@ std::string rate_text(double per_second) {
 
 std::string breakdown_text(const TimeBreakdown& time) {
   std::string text;
-  for (const Component& c : kComponents) {
-    double value = time.*c.field;
+  for (const Component& c : components()) {
+    double value = c.of(time);
     if (value <= 0) continue;
     text += fmt::format("{}{} {}", text.empty() ? "" : ", ", c.name, seconds_text(value));
   }
@@ -110,8 +135,8 @@ std::string seconds_text(double seconds) {
 
 std::vector<std::string> explain_difference(const Prediction& winner, const Prediction& other) {
   std::vector<std::pair<double, std::string>> deltas;
-  for (const Component& c : kComponents) {
-    double delta = other.time.*c.field - winner.time.*c.field;
+  for (const Component& c : components()) {
+    double delta = c.of(other.time) - c.of(winner.time);
     if (std::fabs(delta) < 1e-6 * winner.step_s) continue;
     deltas.emplace_back(delta, fmt::format("{}{} {}", delta > 0 ? "+" : "-", seconds_text(std::fabs(delta)), c.name));
   }
@@ -123,14 +148,14 @@ std::vector<std::string> explain_difference(const Prediction& winner, const Pred
 }
 
 nlohmann::json plan_json(const ParallelPlan& plan) {
-  nlohmann::json json = {{"sp", plan.sp},
-                         {"micro_batch", plan.micro_batch},
+  nlohmann::json json = {{"micro_batch", plan.micro_batch},
                          {"micro_batches", plan.micro_batches},
                          {"zero", plan.zero},
                          {"recompute", std::string(recompute_mode_name(plan.recompute))},
-                         {"schedule", std::string(schedule_name(plan.schedule))},
-                         {"virtual_stages", plan.virtual_stages},
                          {"description", plan.describe()}};
+  for (const PlannerDimension& part : planner_dimensions()) {
+    if (part.options_json) part.options_json(plan, json);
+  }
   for (const ParallelDimension& dimension : parallel_dimensions()) {
     // A dimension of some models only is absent at 1 (ep), as plans without it were recorded.
     const int degree = plan.degree(dimension.name);
@@ -141,9 +166,8 @@ nlohmann::json plan_json(const ParallelPlan& plan) {
 
 nlohmann::json prediction_json(const Prediction& prediction) {
   nlohmann::json time;
-  for (const Component& c : kComponents) {
-    // Plans without expert parallelism are recorded as before it existed.
-    if (c.field != &TimeBreakdown::ep_comm || prediction.plan.degree("ep") > 1) time[c.key] = prediction.time.*c.field;
+  for (const Component& c : components()) {
+    if (c.recorded(prediction.plan)) time[c.key] = c.of(prediction.time);
   }
   const MemoryBreakdown& m = prediction.memory;
   return {{"plan", plan_json(prediction.plan)},

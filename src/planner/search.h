@@ -22,14 +22,12 @@ namespace strata {
 struct PlanLimits {
   DimensionDegrees fixed{0};    // per dimension, its degree (0: open)
   DimensionDegrees largest{0};  // per dimension, its largest degree (0: no bound)
-  std::optional<bool> sp;
+  // Per dimension, its options fixed (kOpen: open), through its part's accessors (plan_dimension.h).
+  DimensionOptionValues fixed_options{DimensionOptionValues::kOpen};
   std::optional<int64_t> micro_batch;
   int64_t max_micro_batch = 32;
   std::optional<int> zero;
   std::optional<RecomputeMode> recompute;
-  std::optional<PipelineSchedule> schedule;
-  std::optional<int> virtual_stages;
-  int max_virtual_stages = 8;
 };
 
 // A family of plans that cannot run, and why.

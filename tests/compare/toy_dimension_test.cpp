@@ -52,11 +52,27 @@ PlannerDimension toy_planning() {
           }};
 }
 
+// The toy with a cost of its own, priced by the cost model with no edit to its files: every layer's
+// forward sends a message of fixed duration per micro-batch along it (above degree 1), and nothing
+// backward, so what the backward pass hides of the gradients' reduction is as without it.
+constexpr double kToyLayerForwardSeconds = 1e-3;
+
+PlannerDimension costly_toy_planning() {
+  PlannerDimension part = toy_planning();
+  part.comm_name = "toy exchanges";
+  part.micro_batch_comm = [](const CommInput& input) {
+    MicroBatchComm comm;
+    if (input.degree > 1) comm.layer.forward = kToyLayerForwardSeconds;
+    return comm;
+  };
+  return part;
+}
+
 class RegisteredToyDimension {
  public:
-  RegisteredToyDimension() {
+  explicit RegisteredToyDimension(PlannerDimension part = toy_planning()) {
     register_parallel_dimension({.name = "xp", .nesting = 3});
-    register_planner_dimension(toy_planning());
+    register_planner_dimension(std::move(part));
   }
   ~RegisteredToyDimension() {
     unregister_planner_dimension("xp");
@@ -220,6 +236,70 @@ TEST(ToyDimensionPlanner, TheSearchTriesItsDegreesRefusesThemAndReportsItsPlans)
   ASSERT_FALSE(forced.rejected.empty());
   EXPECT_EQ(forced.rejected.front().reason, kToyReplicates);
   EXPECT_EQ(forced.rejected.front().count, 6);
+}
+
+// A toy with a communication term of its own: the cost model prices it in the stages' time (its
+// forward per layer and micro-batch, again when full recomputation redoes the forward), and the
+// report names it, with no edit to the cost model's or the report's files.
+TEST(ToyDimensionPlanner, ItsOwnCommunicationIsPricedAndReportedWithoutEditsToTheCostModel) {
+  const ModelSpec gpt2 = model_preset("gpt2-small");
+  const PlanningProblem problem{gpt2.name, gpt2.config, 64, 1024, DType::BF16, resolve_cluster("dgx-h100")};
+  ParallelPlan plan;  // 8 devices: dp 4 x toy 2; 4 rows x 4 micro-batches x 4 replicas = 64
+  plan.degrees.set("dp", 4);
+  plan.micro_batch = 4;
+  plan.micro_batches = 4;
+  // What is read by the dimensions' names, read while the toy is registered.
+  struct Priced {
+    Prediction prediction;
+    double toy_comm = 0, reduction = 0;
+    std::string text;
+  };
+  const auto predict = [&](PlannerDimension part, RecomputeMode recompute) {
+    RegisteredToyDimension toy(std::move(part));
+    ParallelPlan toy_plan = plan;
+    toy_plan.degrees.set("xp", 2);
+    toy_plan.recompute = recompute;
+    CostModel model(problem);
+    EXPECT_EQ(model.invalid_reason(toy_plan), std::nullopt);
+    const Prediction prediction = model.evaluate(toy_plan);
+    return Priced{prediction, prediction.time.comm["xp"], prediction.time.reduction["dp"],
+                  format_report(model, {.ranked = {prediction}}, 1)};
+  };
+  // By hand: one stage of 12 layers, 4 micro-batches, each layer's forward 1 ms more.
+  const double layers = 12, micro_batches = 4;
+  const double added = micro_batches * layers * kToyLayerForwardSeconds;
+  for (RecomputeMode recompute : {RecomputeMode::None, RecomputeMode::Full}) {
+    const Priced free_toy = predict(toy_planning(), recompute);
+    const Priced costly_toy = predict(costly_toy_planning(), recompute);
+    const Prediction &free = free_toy.prediction, &costly = costly_toy.prediction;
+    EXPECT_EQ(free_toy.toy_comm, 0.0);
+    EXPECT_DOUBLE_EQ(costly_toy.toy_comm, added);
+    // Full recomputation runs the forward's communication again.
+    EXPECT_NEAR(costly.time.recompute - free.time.recompute, recompute == RecomputeMode::Full ? added : 0.0,
+                1e-12);
+    EXPECT_EQ(costly.time.compute, free.time.compute);
+    EXPECT_EQ(costly.time.bubble, free.time.bubble);
+    EXPECT_EQ(costly.memory.peak, free.memory.peak);
+    EXPECT_NE(costly_toy.text.find("toy exchanges 48.00 ms"), std::string::npos) << costly_toy.text;
+    EXPECT_EQ(free_toy.text.find("toy exchanges"), std::string::npos) << free_toy.text;
+    if (recompute == RecomputeMode::None) {
+      // The step is longer by the toy's time alone: the backward pass, which hides the gradients' reduction,
+      // is as without it (under full recomputation it redoes the toy's forward, and hides more).
+      EXPECT_NEAR(costly.step_s - free.step_s, added, 1e-12);
+      EXPECT_EQ(costly_toy.reduction, free_toy.reduction);
+    }
+  }
+
+  RegisteredToyDimension toy(costly_toy_planning());
+  ParallelPlan toy_plan = plan;
+  toy_plan.degrees.set("xp", 2);
+  CostModel model(problem);
+  const Prediction prediction = model.evaluate(toy_plan);
+  // --explain's terms: the toy's communication over the step under its name.
+  EXPECT_DOUBLE_EQ(model.attribute(prediction).comm_seconds("toy exchanges"), added);
+  const nlohmann::json time = prediction_json(prediction)["time_s"];
+  EXPECT_DOUBLE_EQ(time.at("xp_comm").get<double>(), added) << time.dump();
+  EXPECT_EQ(time.at("tp_comm").get<double>(), 0.0) << time.dump();
 }
 
 }  // namespace

@@ -108,9 +108,9 @@ TEST(PlannerMemory, OneFOneBKeepsPipelineDepthMicroBatchesOnTheFirstStage) {
   plan.degrees.set("dp", 1);
   plan.micro_batch = 1;
   plan.micro_batches = 16;
-  plan.schedule = PipelineSchedule::OneFOneB;
+  set_pipeline_schedule(plan, PipelineSchedule::OneFOneB);
   Prediction one_f_one_b = model.evaluate(plan);
-  plan.schedule = PipelineSchedule::GPipe;
+  set_pipeline_schedule(plan, PipelineSchedule::GPipe);
   Prediction gpipe = model.evaluate(plan);
   ASSERT_EQ(one_f_one_b.layers_per_stage, gpipe.layers_per_stage);
   // GPipe keeps all 16 micro-batches, 1F1B keeps 4 on the first stage: the difference is 12

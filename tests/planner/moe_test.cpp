@@ -65,7 +65,7 @@ PlanLimits unsharded_limits() {
 ParallelPlan tensor_parallel_plan(int tp, bool sp) {
   ParallelPlan plan = plan_of(1, 1, 2, 1);
   plan.degrees.set("tp", tp);
-  plan.sp = sp;
+  set_sequence_parallel(plan, sp);
   return plan;
 }
 
@@ -124,8 +124,8 @@ TEST(PlannerMoe, FourAllToAllsOfThePermutedRowsPerLayerAndMicroBatch) {
   const Prediction prediction = model.evaluate(plan_of(2, 2, micro_batch, 1));
   CommPricer pricer(cluster);
   const double one = pricer.collective(comm::Collective::AllToAll, bytes * 2 /* f32 */, 2, 1, DType::F32);
-  EXPECT_DOUBLE_EQ(prediction.time.ep_comm, 4 * 4 /* layers */ * 1 /* micro-batch */ * one);
-  EXPECT_EQ(model.evaluate(plan_of(4, 1, micro_batch, 1)).time.ep_comm, 0.0);
+  EXPECT_DOUBLE_EQ(prediction.time.comm["ep"], 4 * 4 /* layers */ * 1 /* micro-batch */ * one);
+  EXPECT_EQ(model.evaluate(plan_of(4, 1, micro_batch, 1)).time.comm["ep"], 0.0);
 }
 
 TEST(PlannerMoe, ExpertParallelismHalvesTheExpertsMemory) {
@@ -268,13 +268,13 @@ TEST(PlannerMoe, SearchTriesEveryExpertDegreeAndSequenceParallelism) {
   bool sequence_parallel = false;
   for (const ParallelPlan& plan : enumerate_plans(model, PlanLimits{}, rejected)) {
     degrees.insert(plan.degree("ep"));
-    sequence_parallel = sequence_parallel || plan.sp;
+    sequence_parallel = sequence_parallel || strata::sequence_parallel(plan);
   }
   EXPECT_EQ(degrees, (std::set<int>{1, 2, 4}));  // the divisors of 4 experts (8 does not divide them)
   EXPECT_TRUE(sequence_parallel);
   ParallelPlan plan = plan_of(4, 1, 2, 1);
   plan.degrees.set("tp", 2);
-  plan.sp = true;
+  set_sequence_parallel(plan, true);
   EXPECT_FALSE(model.invalid_reason(plan).has_value()) << *model.invalid_reason(plan);
 }
 
@@ -347,7 +347,7 @@ TEST(PlannerMoe, SequenceParallelismLeavesTheExpertsWholeAndSplitsTheGate) {
       if (call.pattern == CommPattern::AllGather) outside += gather(call.bytes);
     }
   }
-  EXPECT_DOUBLE_EQ(at_split.tp_comm.at(CommPattern::AllGather), layers * per_layer + outside);
+  EXPECT_DOUBLE_EQ(at_split.comm_seconds("tensor-parallel all-gather"), layers * per_layer + outside);
 }
 
 // The activations a layer keeps for backward: sequence parallelism splits the four [b, s, C] values on the
@@ -378,7 +378,7 @@ TEST(PlannerMoe, SearchChoosesSequenceParallelismWhenOnlyItFits) {
   CostModel model(PlanningProblem{"moe", c, 2, 64, DType::F32, compute_bound_cluster(2, (split + whole) / 2 / kGiB)});
   SearchResult result = search_plans(model, limits, 4);
   ASSERT_EQ(result.ranked.size(), 1u);
-  EXPECT_TRUE(result.ranked.front().plan.sp) << result.ranked.front().plan.describe();
+  EXPECT_TRUE(sequence_parallel(result.ranked.front().plan)) << result.ranked.front().plan.describe();
 }
 
 TEST(PlannerMoe, DenseModelsSearchNoExpertParallelism) {

@@ -38,12 +38,12 @@ TEST(PlannerOverlap, BucketsLetTheReductionRunBesideTheBackwardPass) {
   const Workload& work = one_bucket.workload(4, 1);
   const double params = 12 * work.layer.params + work.embedding.params + work.head.params;
   CommPricer pricer(cluster);
-  EXPECT_NEAR(whole.time.dp_comm, pricer.collective(comm::Collective::AllReduce, 4 * params, 4, 1), 1e-9 * whole.step_s);
+  EXPECT_NEAR(whole.time.reduction["dp"], pricer.collective(comm::Collective::AllReduce, 4 * params, 4, 1), 1e-9 * whole.step_s);
 
   CostModel buckets(gpt2_small(cluster, 4e6));
   const Prediction bucketed = buckets.evaluate(data_parallel(4));
-  EXPECT_LT(bucketed.time.dp_comm, 0.5 * whole.time.dp_comm);
-  EXPECT_GT(bucketed.time.dp_comm, 0.0);  // the last bucket waits for the end of the pass
+  EXPECT_LT(bucketed.time.reduction["dp"], 0.5 * whole.time.reduction["dp"]);
+  EXPECT_GT(bucketed.time.reduction["dp"], 0.0);  // the last bucket waits for the end of the pass
   EXPECT_DOUBLE_EQ(bucketed.time.overlap_slowdown, 0.0);  // the device describes no slowdown
 }
 
@@ -57,7 +57,7 @@ TEST(PlannerOverlap, CollectivesBesideComputeSlowItDownByTheDescribedFraction) {
   // The slowdown is a fifth of the reduction that ran beside compute: more than nothing, less than
   // a fifth of the whole reduction run alone.
   CostModel one_bucket(gpt2_small(cluster, 1e12));
-  const double whole = one_bucket.evaluate(data_parallel(4)).time.dp_comm;
+  const double whole = one_bucket.evaluate(data_parallel(4)).time.reduction["dp"];
   EXPECT_GT(after.time.overlap_slowdown, 0.0);
   EXPECT_LT(after.time.overlap_slowdown, 0.2 * whole * 1.5);
   EXPECT_NEAR(after.step_s, before.step_s + after.time.overlap_slowdown, 1e-9 * before.step_s);
@@ -71,7 +71,7 @@ TEST(PlannerExplain, TermsAddUpToTheStepAndWorseFiguresAreSlower) {
   winner.degrees.set("dp", 2);
   winner.degrees.set("tp", 2);
   winner.degrees.set("pp", 2);
-  winner.sp = true;
+  set_sequence_parallel(winner, true);
   winner.micro_batch = 2;
   winner.micro_batches = 8;
   winner.recompute = RecomputeMode::Full;

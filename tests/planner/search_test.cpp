@@ -35,13 +35,13 @@ void expect_valid(const CostModel& model, const Prediction& p) {
   EXPECT_EQ(problem.model.n_head % plan.degree("tp"), 0) << plan.describe();
   EXPECT_EQ(plan.degree("dp") * plan.micro_batch * plan.micro_batches, problem.global_batch) << plan.describe();
   EXPECT_LE(p.memory.peak, p.memory.capacity) << plan.describe();
-  if (plan.schedule == PipelineSchedule::Interleaved) {
+  if (pipeline_schedule(plan) == PipelineSchedule::Interleaved) {
     EXPECT_EQ(plan.micro_batches % plan.degree("pp"), 0) << plan.describe();
   }
   EXPECT_EQ(static_cast<int>(p.layers_per_stage.size()), plan.degree("pp"));
   int layers = 0;
   for (int count : p.layers_per_stage) {
-    EXPECT_GE(count, plan.virtual_stages) << plan.describe();
+    EXPECT_GE(count, virtual_stages(plan)) << plan.describe();
     layers += count;
   }
   EXPECT_EQ(layers, problem.model.n_layer) << plan.describe();
@@ -68,9 +68,9 @@ TEST(PlannerSearch, TheFrontRunnersAreTimedByReplayingTheirSchedules) {
       EXPECT_NEAR(prediction.step_s, closed.step_s, 1e-12 * closed.step_s) << plan.describe();
     } else {
       ++pipelines;
-      const double busiest = closed.time.total() - closed.time.bubble - closed.time.dp_comm -
+      const double busiest = closed.time.total() - closed.time.bubble - closed.time.reduction["dp"] -
                              closed.time.overlap_slowdown - closed.time.optimizer - closed.time.param_gather;
-      EXPECT_GE(prediction.step_s - prediction.time.dp_comm - prediction.time.overlap_slowdown -
+      EXPECT_GE(prediction.step_s - prediction.time.reduction["dp"] - prediction.time.overlap_slowdown -
                     prediction.time.optimizer - prediction.time.param_gather,
                 busiest * (1 - 1e-12))
           << plan.describe();
@@ -131,12 +131,12 @@ TEST(PlannerSearch, HonoursTheUsersLimits) {
   manual.fixed.set("dp", 4);
   manual.fixed.set("tp", 2);
   manual.fixed.set("pp", 2);
-  manual.sp = true;
+  fix_sequence_parallel(manual, true);
   manual.micro_batch = 4;
   manual.zero = 1;
   manual.recompute = RecomputeMode::None;
-  manual.schedule = PipelineSchedule::OneFOneB;
-  manual.virtual_stages = 1;
+  fix_pipeline_schedule(manual, PipelineSchedule::OneFOneB);
+  fix_virtual_stages(manual, 1);
   SearchResult one = search_plans(model, manual, 5);
   ASSERT_EQ(one.candidates, 1);
   ASSERT_EQ(one.ranked.size(), 1u);

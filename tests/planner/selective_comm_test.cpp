@@ -53,7 +53,7 @@ TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm)
     CostModel model(problem);
     ParallelPlan plan;
     plan.degrees.set("tp", 2);
-    plan.sp = true;
+    set_sequence_parallel(plan, true);
     plan.micro_batch = kBatch;
     plan.micro_batches = 2;
     plan.recompute = RecomputeMode::Selective;
@@ -67,10 +67,10 @@ TEST(PlannerSelectiveComm, CostModelPricesTheRedoneAllGathersInTheRecomputeTerm)
       pricer.collective(comm::Collective::AllGather, static_cast<double>(kBatch * kSeq * kWidth) * 4, 2, 1);
   ASSERT_GT(one_gather, 0);
   const double redone = 2 * 4 * 2 * one_gather;
-  EXPECT_NEAR(titan_parts.tp_comm.at(CommPattern::AllGather) - megatron_parts.tp_comm.at(CommPattern::AllGather),
+  EXPECT_NEAR(titan_parts.comm_seconds("tensor-parallel all-gather") - megatron_parts.comm_seconds("tensor-parallel all-gather"),
               redone, 1e-9 * redone);
-  EXPECT_DOUBLE_EQ(titan_parts.tp_comm.at(CommPattern::ReduceScatter),
-                   megatron_parts.tp_comm.at(CommPattern::ReduceScatter));
+  EXPECT_DOUBLE_EQ(titan_parts.comm_seconds("tensor-parallel reduce-scatter"),
+                   megatron_parts.comm_seconds("tensor-parallel reduce-scatter"));
   // The recompute term: the redone kernels (what the attribution's compute holds beyond the step's forward and
   // backward kernels) and the redone all-gathers.
   double kernels = 0;

@@ -19,7 +19,7 @@ TEST(AutoParallel, ManualPlanCarriesTheConfiguredExpertParallelism) {
   // 32 rows per step in micro-batches of 4 over dp x ep = 4 replicas: 2 each.
   EXPECT_EQ(applied.plan.chosen.plan.describe(), "dp=2 tp=1 pp=1 ep=2 mb=4x2 zero=0 recompute=none");
   EXPECT_EQ(applied.plan.record["chosen"]["plan"]["ep"], 2);
-  EXPECT_GT(applied.plan.chosen.time.ep_comm, 0.0);
+  EXPECT_GT(applied.plan.chosen.time.comm["ep"], 0.0);
 }
 
 TEST(AutoParallel, AutoLayoutWritesTheChosenDegreesExpertsIncluded) {
