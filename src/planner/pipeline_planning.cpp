@@ -63,31 +63,58 @@ std::optional<std::string> schedule_refused(const PlanningProblem& problem, cons
   return std::nullopt;
 }
 
+// The interleaved schedule's chunk counts to try: a fixed one as given (the search's own range stops at
+// kMaxVirtualStages and at one layer per chunk; a fixed count past either is tried, or refused with its reason).
+std::vector<int> chunk_counts(const std::optional<int>& fixed_chunks, int stages, int layers) {
+  if (fixed_chunks) return {*fixed_chunks};
+  std::vector<int> counts;
+  for (int v = 2; v <= kMaxVirtualStages && stages * v <= layers; ++v) counts.push_back(v);
+  return counts;
+}
+
+void interleaved_options(ParallelPlan option, const OptionSearch& search, const EmitPlan& emit) {
+  const std::optional<int> fixed_chunks = fixed_virtual_stages(search.limits);
+  const int stages = option.degree("pp"), layers = static_cast<int>(search.problem.model.n_layer);
+  set_pipeline_schedule(option, PipelineSchedule::Interleaved);
+  for (int v : chunk_counts(fixed_chunks, stages, layers)) {
+    set_virtual_stages(option, v);
+    if (v < 2) {
+      search.reject("interleaved plans with fewer than 2 virtual stages", option);
+    } else if (stages * v > layers) {
+      search.reject(fmt::format("interleaved plans with more chunks (pp x virtual stages) than the {} layers", layers),
+                    option);
+    } else if (option.micro_batches % stages != 0) {
+      search.reject("interleaved plans whose micro-batch count is not a multiple of pp", option);
+    } else {
+      emit(option);
+    }
+  }
+}
+
 void schedule_options(const ParallelPlan& plan, const OptionSearch& search, const EmitPlan& emit) {
   const std::optional<PipelineSchedule> fixed = fixed_pipeline_schedule(search.limits);
   const std::optional<int> fixed_chunks = fixed_virtual_stages(search.limits);
-  const int stages = plan.degree("pp");
-  if (stages == 1) {  // no schedule to choose: the plan as it is
-    if (allowed(fixed, PipelineSchedule::OneFOneB) && allowed(fixed_chunks, 1)) emit(plan);
+  if (plan.degree("pp") == 1) {  // no schedule to choose: the plan as it is
+    if (allowed(fixed, PipelineSchedule::OneFOneB) && allowed(fixed_chunks, 1)) {
+      emit(plan);
+    } else {
+      search.reject("plans of one pipeline stage with a schedule or virtual stages fixed", plan);
+    }
     return;
   }
   ParallelPlan option = plan;
   for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
-    if (!allowed(fixed, schedule) || !allowed(fixed_chunks, 1)) continue;
+    if (!allowed(fixed, schedule)) continue;
     set_pipeline_schedule(option, schedule);
-    emit(option);
-  }
-  if (!allowed(fixed, PipelineSchedule::Interleaved)) return;
-  set_pipeline_schedule(option, PipelineSchedule::Interleaved);
-  for (int v = 2; v <= kMaxVirtualStages && stages * v <= search.problem.model.n_layer; ++v) {
-    if (!allowed(fixed_chunks, v)) continue;
-    set_virtual_stages(option, v);
-    if (option.micro_batches % stages != 0) {
-      search.reject("interleaved plans whose micro-batch count is not a multiple of pp", option);
-      continue;
+    if (allowed(fixed_chunks, 1)) {
+      emit(option);
+    } else if (fixed) {  // the user fixed both: say why nothing runs (unfixed, the interleaved plans take them)
+      search.reject("virtual stages without the interleaved schedule", option);
     }
-    emit(option);
   }
+  // Virtual stages fixed at 1 with the schedule free: the plans above are the ones asked for.
+  const bool interleaving_asked = fixed || !fixed_chunks || *fixed_chunks >= 2;
+  if (allowed(fixed, PipelineSchedule::Interleaved) && interleaving_asked) interleaved_options(option, search, emit);
 }
 
 PipelineSchedule configured_schedule(const ParallelSettings& settings) {

@@ -177,6 +177,39 @@ TEST(PlannerSearch, ExplainsRejectedRegions) {
   EXPECT_EQ(result.ranked[0].plan.degree("tp"), 1);
 }
 
+// A schedule the user fixes is tried as given, past the search's own range of virtual stages, or refused with its
+// reason: never "no plan" without one.
+TEST(PlannerSearch, FixedScheduleOptionsAreTriedOrRefusedWithTheirReason) {
+  CostModel model(problem("gpt2-large", preset("dgx-a100-80gb", 2), 128));  // 36 layers, 16 devices
+  PlanLimits limits;
+  limits.fixed.set("dp", 4);
+  limits.fixed.set("tp", 2);
+  limits.fixed.set("pp", 2);
+  limits.micro_batch = 4;
+  fix_pipeline_schedule(limits, PipelineSchedule::Interleaved);
+  fix_virtual_stages(limits, 9);  // past the 8 the search tries by itself
+  SearchResult nine = search_plans(model, limits, 5);
+  ASSERT_FALSE(nine.ranked.empty());
+  for (const Prediction& p : nine.ranked) EXPECT_EQ(virtual_stages(p.plan), 9) << p.plan.describe();
+  auto only_reason = [&](const SearchResult& result) {
+    EXPECT_TRUE(result.ranked.empty());
+    EXPECT_EQ(result.rejected.size(), 1u);
+    return result.rejected.empty() ? std::string() : result.rejected[0].reason;
+  };
+  fix_virtual_stages(limits, 19);  // 2 x 19 chunks for 36 layers
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
+            "interleaved plans with more chunks (pp x virtual stages) than the 36 layers");
+  fix_virtual_stages(limits, 1);
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)), "interleaved plans with fewer than 2 virtual stages");
+  fix_pipeline_schedule(limits, PipelineSchedule::GPipe);
+  fix_virtual_stages(limits, 2);
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)), "virtual stages without the interleaved schedule");
+  limits.fixed.set("dp", 8);
+  limits.fixed.set("pp", 1);
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
+            "plans of one pipeline stage with a schedule or virtual stages fixed");
+}
+
 TEST(PlannerSearch, PricesTheTimeOfFittingPlansOnlyAndRanksAsPricingEveryPlanWould) {
   // The search places each candidate first and prices its time only when it fits: against pricing
   // every candidate in full, the same plans fit, the closest miss is the same, and with every fitting
