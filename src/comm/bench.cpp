@@ -378,7 +378,8 @@ class SizeRun {
     row.ran = std::string(algorithm_name(decision.algorithm));
     row.predicted_us = decision.predicted_s * 1e6;
     if (!modeled(decision.algorithm)) return;
-    ModelOptions uncalibrated;
+    ModelOptions uncalibrated = group_.model();  // its chunk and staging sizes, without the fitted scales
+    uncalibrated.calibration = {};
     Cost raw;
     if (exchange_) {
       // all_to_all_v's decision cannot see the counts: the row prices them.
@@ -386,7 +387,6 @@ class SizeRun {
       row.predicted_us =
           predict_exchange(options_, exchange_counts_, decision.algorithm, group_.topology(), group_.model()).total() * 1e6;
     } else {
-      uncalibrated.chunk_bytes = group_.model().chunk_bytes;
       raw = predict({options_.op, static_cast<double>(bytes_), options_.dtype}, decision.algorithm, group_.topology(),
                     uncalibrated);
     }

@@ -24,6 +24,8 @@ CommConfig test_config() {
   config.chunk_bytes = 512;
   config.pipeline_depth = 3;
   config.timeout_s = 60;
+  // A small exchange area, so that the all-to-all tests' blocks grow it and overflow it.
+  config.exchange_staging_bytes = size_t{2} << 20;
   config.apply_environment();
   return config;
 }
