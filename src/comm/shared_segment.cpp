@@ -69,6 +69,7 @@ SharedSegment::CallHeader& SharedSegment::write_header(int rank, const Fingerpri
   mine.input_address = reinterpret_cast<uint64_t>(input);
   mine.input_width = input_width;
   mine.pid = own_pid();
+  mine.staged = 0;
   return mine;
 }
 

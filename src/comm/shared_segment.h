@@ -60,6 +60,7 @@ class SharedSegment {
     uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16); any dtype's for all_to_all
     int64_t pid;
     uint64_t output_address;  // direct_split: where the reduced slices are read
+    uint64_t staged;          // direct, direct_split: 1 when the input (and reduced slice) are in the exchange area
   };
   static_assert(sizeof(CallHeader) <= 2 * 64, "the call header fills two cache lines");
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 5 * kLine); }

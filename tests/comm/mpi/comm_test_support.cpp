@@ -47,9 +47,19 @@ Communicator* two_level_world() {
   return world.get();
 }
 
+Communicator& unstaged_world() {
+  static Communicator world = [] {
+    CommConfig config = test_config();
+    config.exchange_staging_bytes = 0;
+    return Communicator::world(config);
+  }();
+  return world;
+}
+
 std::vector<Communicator*> test_groups() {
   std::vector<Communicator*> groups = {&flat_world()};
   if (Communicator* two_level = two_level_world()) groups.push_back(two_level);
+  groups.push_back(&unstaged_world());
   return groups;
 }
 
