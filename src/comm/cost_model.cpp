@@ -357,21 +357,31 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
     }
     case Algorithm::DirectRead: {
       // Each rank reads the p - 1 other inputs (in their dtype) and sums them
-      // with its own; ranks meet twice (enter, done reading).
+      // with its own; ranks meet twice (enter, done reading). Where the input
+      // fits the exchange area each rank copies it in first, and the reads are
+      // copies from shared memory, at the rank's own memory speed (reduce_Bps).
+      const double bytes = count * width;
+      const bool staged = bytes <= static_cast<double>(options.staging_bytes);
+      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
-      cost.transfer_s =
-          (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+      cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
+                        (p - 1.0) * count * (width / read_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::DirectSplit: {
       // Each rank reads its slice of the p - 1 other inputs and sums the p
       // slices, then reads the p - 1 other reduced slices (outputs, in the
       // dtype); ranks meet three times (enter, slices reduced, done reading).
+      // Staged (the input and a slice fit the exchange area), a rank copies
+      // both in, and the reads are copies from shared memory, as for direct.
+      const double bytes = count * width * (1.0 + 1.0 / p);
+      const bool staged = bytes <= static_cast<double>(options.staging_bytes);
+      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
       Cost cost;
       cost.latency_s = 3.0 * topology.intra.latency_s;
-      cost.transfer_s = (p - 1.0) / p * count *
-                        (2.0 * width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+      cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
+                        (p - 1.0) / p * count * (2.0 * width / read_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::Hierarchical: {
