@@ -58,7 +58,13 @@ size_t SharedSegment::staging_room(int rank, size_t wanted) {
   const size_t from = page_floor(static_cast<size_t>(staged_data(rank) - base_) + backed_);
   const size_t to = page_ceil(static_cast<size_t>(staged_data(rank) - base_) + target);
   // Allocated by the kernel up front: an exhausted /dev/shm fails here rather than with a SIGBUS on first touch.
-  if (madvise(base_ + from, to - from, MADV_POPULATE_WRITE) == 0) backed_ = target;
+  if (madvise(base_ + from, to - from, MADV_POPULATE_WRITE) == 0) {
+    backed_ = target;
+  } else {
+    // The pages it did allocate would hold /dev/shm full for everyone else: give them back (none is in use).
+    const size_t kept = page_ceil(static_cast<size_t>(staged_data(rank) - base_) + backed_);
+    if (to > kept) madvise(base_ + kept, to - kept, MADV_REMOVE);
+  }
   return backed_;
 }
 
