@@ -96,14 +96,21 @@ Task pairwise_all_to_all(Context ctx, const void* in, void* out, const ExchangeL
 Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const void* in, void* out,
                        const ExchangeLayout& layout, size_t width);
 // The direct reads' reduction: this rank's elements [first, first + length)
-// summed over every rank's input (peers' read from their call headers'
-// addresses, fp32 or bf16) into its output, chunk by chunk, in rank order.
+// summed over every rank's input (peers' copied from their exchange areas
+// where they staged it, else read from their call headers' addresses; fp32 or
+// bf16) into its output, chunk by chunk, in rank order.
 // copy_own: this rank's own chunk is copied first (its output may alias it).
 void reduce_from_peers(const Context& ctx, const SharedSegment& segment, const ReduceBuffers& buffers, size_t first,
                        size_t length, bool copy_own, bool streaming);
+// Copies `bytes` of this rank's input into its exchange area when the area
+// has room for them and `extra` bytes more; returns whether it did. Peers then
+// copy from shared memory instead of reading the input by cross-memory attach
+// (two copies beat one such read here: see kDefaultStagingBytes).
+bool stage_input(SharedSegment& segment, int me, const void* input, size_t bytes, size_t extra = 0);
 // Direct read, split (three or more ranks pay off): each rank reduces its
 // BlockLayout slice from everyone's `input` into its output, then, once every
-// slice is reduced, reads the others' reduced slices from their outputs.
+// slice is reduced, reads the others' reduced slices from their outputs (or,
+// where the inputs were staged, from the owners' exchange areas).
 Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                              ReduceBuffers buffers, size_t count);
 // The start of a one-host call that publishes a call header: waits for its

@@ -378,7 +378,8 @@ class SizeRun {
     row.ran = std::string(algorithm_name(decision.algorithm));
     row.predicted_us = decision.predicted_s * 1e6;
     if (!modeled(decision.algorithm)) return;
-    ModelOptions uncalibrated;
+    ModelOptions uncalibrated = group_.model();  // its chunk and staging sizes, without the fitted scales
+    uncalibrated.calibration = {};
     Cost raw;
     if (exchange_) {
       // all_to_all_v's decision cannot see the counts: the row prices them.
@@ -386,7 +387,6 @@ class SizeRun {
       row.predicted_us =
           predict_exchange(options_, exchange_counts_, decision.algorithm, group_.topology(), group_.model()).total() * 1e6;
     } else {
-      uncalibrated.chunk_bytes = group_.model().chunk_bytes;
       raw = predict({options_.op, static_cast<double>(bytes_), options_.dtype}, decision.algorithm, group_.topology(),
                     uncalibrated);
     }
@@ -574,11 +574,18 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     }
     // A correction should vary smoothly with size: each point takes the median
     // of itself and its neighbours, so one disturbed size cannot flip a choice.
+    // An end point, with one neighbour, stands in for the missing one the line
+    // through its two nearest (the median of two would pull a steep end
+    // halfway to its neighbour: 4 KiB was predicted 20% fast that way).
     std::vector<std::pair<double, double>> smoothed = size_factors;
-    for (size_t i = 0; i < size_factors.size(); ++i) {
+    const size_t points = size_factors.size();
+    auto factor = [&](size_t i) { return size_factors[i].second; };
+    for (size_t i = 0; i < points; ++i) {
       std::vector<double> window;
-      for (size_t j = i == 0 ? 0 : i - 1; j <= std::min(i + 1, size_factors.size() - 1); ++j) {
-        window.push_back(size_factors[j].second);
+      for (size_t j = i == 0 ? 0 : i - 1; j <= std::min(i + 1, points - 1); ++j) window.push_back(factor(j));
+      if (points >= 3 && (i == 0 || i == points - 1)) {
+        const size_t near = i == 0 ? 1 : points - 2, far = i == 0 ? 2 : points - 3;
+        window.push_back(std::clamp(2.0 * factor(near) - factor(far), 0.01, 100.0));
       }
       smoothed[i].second = median(window);
     }

@@ -85,6 +85,11 @@ void CommConfig::apply_environment() {
   if (const char* value = std::getenv("STRATA_COMM_PIPELINE_DEPTH")) {
     pipeline_depth = static_cast<int>(parse_number("STRATA_COMM_PIPELINE_DEPTH", value));
   }
+  if (const char* value = std::getenv("STRATA_COMM_STAGING_BYTES")) {
+    double bytes = parse_number("STRATA_COMM_STAGING_BYTES", value);
+    if (bytes < 0.0) fail("STRATA_COMM_STAGING_BYTES={} must be at least 0", value);
+    exchange_staging_bytes = static_cast<size_t>(bytes);
+  }
   if (const char* value = std::getenv("STRATA_COMM_RANKS_PER_NODE")) {
     simulated_ranks_per_node = static_cast<int>(parse_number("STRATA_COMM_RANKS_PER_NODE", value));
   }

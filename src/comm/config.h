@@ -13,6 +13,7 @@
 //   STRATA_COMM_REPROBE=1              probe even when a cached result exists
 //   STRATA_COMM_CHUNK_BYTES=n          pipeline chunk size of the ring algorithms
 //   STRATA_COMM_PIPELINE_DEPTH=n       chunks in flight per direction
+//   STRATA_COMM_STAGING_BYTES=n        most bytes one rank stages per one-host all_to_all (0: read every block)
 //   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
 // Every rank must run with the same settings; the call check catches
 // disagreements about algorithms.
@@ -48,6 +49,9 @@ struct CommConfig {
   bool reprobe = false;
   size_t chunk_bytes = kDefaultChunkBytes;
   int pipeline_depth = 4;
+  // The one-host all_to_all's exchange area per rank (see kDefaultStagingBytes):
+  // blocks past it are read from the sender's input by cross-memory attach.
+  size_t exchange_staging_bytes = kDefaultStagingBytes;
   int simulated_ranks_per_node = 0;
 
   // "ring" pins every collective that ring implements; "all_reduce=ring,

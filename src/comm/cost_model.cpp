@@ -203,7 +203,9 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
 // busiest rank's copies (staging in, reading out) set the pace, or, when the
 // ranks outnumber their cores, all copies spread over the cores. Otherwise
 // step k is every rank's message to rank + k, as long as its largest message.
-Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct) {
+// `staging`: the bytes a rank may stage (ModelOptions::staging_bytes).
+Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct,
+                   double staging = 0.0) {
   const int p = topology.ranks();
   if (direct) {
     double busiest = 0.0, total = 0.0;
@@ -213,7 +215,7 @@ Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const Topology
       for (int peer = 0; peer < p; ++peer) {
         if (peer == rank) continue;
         const double block = bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
-        if (staged + block <= static_cast<double>(kStagedExchangeBytes)) {
+        if (staged + block <= staging) {
           staged += block;
         } else {
           all_staged = false;
@@ -248,9 +250,13 @@ std::vector<std::vector<double>> uniform_blocks(double block_bytes, int ranks) {
 bool reads_directly(const TopologyDesc& topology) { return topology.nodes == 1 && topology.cross_memory; }
 
 // bytes: nccl-tests' size, one rank's whole buffer.
-Cost all_to_all_cost(Collective op, double bytes, Algorithm algorithm, const TopologyDesc& topology) {
+Cost all_to_all_cost(Collective op, double bytes, Algorithm algorithm, const TopologyDesc& topology,
+                     const ModelOptions& options) {
   const int p = topology.ranks();
-  if (algorithm == Algorithm::Pairwise) return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology));
+  if (algorithm == Algorithm::Pairwise) {
+    return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology),
+                         static_cast<double>(options.staging_bytes));
+  }
   // Hierarchical: an all-to-all inside the node, one along the column (the
   // node's link shared by all columns), and three copies of the buffer;
   // all_to_all_v first trades the blocks' sizes inside the node.
@@ -351,21 +357,31 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
     }
     case Algorithm::DirectRead: {
       // Each rank reads the p - 1 other inputs (in their dtype) and sums them
-      // with its own; ranks meet twice (enter, done reading).
+      // with its own; ranks meet twice (enter, done reading). Where the input
+      // fits the exchange area each rank copies it in first, and the reads are
+      // copies from shared memory, at the rank's own memory speed (reduce_Bps).
+      const double bytes = count * width;
+      const bool staged = bytes <= static_cast<double>(options.staging_bytes);
+      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
-      cost.transfer_s =
-          (p - 1.0) * count * (width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+      cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
+                        (p - 1.0) * count * (width / read_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::DirectSplit: {
       // Each rank reads its slice of the p - 1 other inputs and sums the p
       // slices, then reads the p - 1 other reduced slices (outputs, in the
       // dtype); ranks meet three times (enter, slices reduced, done reading).
+      // Staged (the input and a slice fit the exchange area), a rank copies
+      // both in, and the reads are copies from shared memory, as for direct.
+      const double bytes = count * width * (1.0 + 1.0 / p);
+      const bool staged = bytes <= static_cast<double>(options.staging_bytes);
+      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
       Cost cost;
       cost.latency_s = 3.0 * topology.intra.latency_s;
-      cost.transfer_s = (p - 1.0) / p * count *
-                        (2.0 * width / topology.intra.bandwidth_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+      cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
+                        (p - 1.0) / p * count * (2.0 * width / read_Bps + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::Hierarchical: {
@@ -397,7 +413,7 @@ Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& t
     return all_reduce_cost(count, width, algorithm, topology, options, shape);
   }
   if (shape.op == Collective::AllToAll || shape.op == Collective::AllToAllV) {
-    return all_to_all_cost(shape.op, shape.bytes, algorithm, topology);
+    return all_to_all_cost(shape.op, shape.bytes, algorithm, topology, options);
   }
   Schedule schedule(topology);
   Fold fold(p);
@@ -554,7 +570,8 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
     busiest = std::max({busiest, sent, received});
   }
   Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology, busiest)
-                                                  : pairwise_cost(bytes, topology, reads_directly(topology));
+                                                  : pairwise_cost(bytes, topology, reads_directly(topology),
+                                                                  static_cast<double>(options.staging_bytes));
   return calibrated(raw, options.of(algorithm), busiest);
 }
 

@@ -19,17 +19,19 @@ namespace strata::comm {
 namespace {
 
 // Fills this rank's block table, staging what fits; returns whether any block stays in the input.
-bool publish_blocks(const SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
+bool publish_blocks(SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
                     size_t width) {
   SharedSegment::ExchangeBlock* table = segment.exchange_table(me);
   std::byte* staged = segment.staged_data(me);
+  const uint64_t outgoing = (layout.send_total() - layout.send[static_cast<size_t>(me)].count) * width;
+  const uint64_t room = segment.staging_room(me, outgoing);
   uint64_t used = 0;
   bool unstaged = false;
   for (size_t to = 0; to < layout.send.size(); ++to) {
     const uint64_t offset = layout.send[to].offset * width;
     const uint64_t bytes = layout.send[to].count * width;
     if (static_cast<int>(to) == me) continue;
-    if (used + bytes <= SharedSegment::kStagedBytes) {
+    if (used + bytes <= room) {
       std::memcpy(staged + used, source + offset, bytes);
       table[to] = {used, bytes, 1};
       used += bytes;
@@ -73,7 +75,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
                        const ExchangeLayout& layout, size_t width) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await take_segment_for_header(ctx, group);
-  const SharedSegment& segment = *group->shm;
+  SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
   const auto* source = static_cast<const std::byte*>(in);

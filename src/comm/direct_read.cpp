@@ -38,8 +38,12 @@ void reduce_from_peers(const Context& ctx, const SharedSegment& segment, const R
       const SharedSegment::CallHeader& theirs = segment.header(rank);
       void* raw = theirs.input_width == sizeof(float) ? static_cast<void*>(target)
                                                        : landing.floats() + static_cast<size_t>(p) * per_chunk;
-      segment.read_peer(ctx.op, ctx.channel, rank, theirs.input_address + start * theirs.input_width, raw,
-                        n * theirs.input_width, "input");
+      if (theirs.staged) {
+        std::memcpy(raw, segment.staged_data(rank) + start * theirs.input_width, n * theirs.input_width);
+      } else {
+        segment.read_peer(ctx.op, ctx.channel, rank, theirs.input_address + start * theirs.input_width, raw,
+                          n * theirs.input_width, "input");
+      }
       if (theirs.input_width != sizeof(float)) widen(target, raw, DType::BF16, n);
       sources[static_cast<size_t>(rank)] = target;
     }
@@ -48,15 +52,22 @@ void reduce_from_peers(const Context& ctx, const SharedSegment& segment, const R
   }
 }
 
+bool stage_input(SharedSegment& segment, int me, const void* input, size_t bytes, size_t extra) {
+  if (segment.staging_room(me, bytes + extra) < bytes + extra) return false;
+  std::memcpy(segment.staged_data(me), input, bytes);
+  return true;
+}
+
 Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const void* input, DType input_dtype,
                        ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await take_segment_for_header(ctx, group);
-  const SharedSegment& segment = *group->shm;
+  SharedSegment& segment = *group->shm;
   const int me = ctx.rank();
-  // Peers read this rank's input while it writes its output. In place they
-  // read its fp32 contribution instead (the widened copy of bf16, a snapshot of f32).
-  bool in_place = input == buffers.out;
+  // Peers read this rank's input while it writes its output: a staged copy,
+  // else the input itself, or in place its fp32 contribution (the widened copy of bf16, a snapshot of f32).
+  const bool staged = stage_input(segment, me, input, count * dtype_size(input_dtype));
+  const bool in_place = input == buffers.out && !staged;
   ScratchPool::Lease snapshot;
   if (in_place && static_cast<const void*>(buffers.own) == input) {
     snapshot = ScratchPool::instance().acquire(count * sizeof(float));
@@ -64,7 +75,7 @@ Task direct_all_reduce(Context ctx, GroupState* group, Fingerprint call, const v
     buffers.own = snapshot.floats();
   }
   segment.write_header(me, call, in_place ? static_cast<const void*>(buffers.own) : input,
-                       in_place ? sizeof(float) : dtype_size(input_dtype));
+                       in_place ? sizeof(float) : dtype_size(input_dtype)).staged = staged ? 1 : 0;
   co_await Meeting(ctx.op, segment, ctx.channel, Counter::Entered, sequence);
   segment.check_same_header(ctx.op);
 

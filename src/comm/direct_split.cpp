@@ -7,6 +7,11 @@
 // Each slice is reduced once, so every rank gets the same bits. In place is
 // safe: a peer reads this rank's slice of another rank's index only before
 // the middle meeting, and this rank overwrites those slices only after it.
+// Where the exchange area has room, each rank first copies its input there
+// and, once reduced, its slice after it: peers then copy from shared memory
+// instead of reading by cross-memory attach (see kDefaultStagingBytes).
+#include <cstring>
+
 #include "comm/algorithms.h"
 #include "comm/block_layout.h"
 #include "comm/group_state.h"
@@ -18,25 +23,39 @@ Task direct_split_all_reduce(Context ctx, GroupState* group, Fingerprint call, c
                              ReduceBuffers buffers, size_t count) {
   const uint64_t sequence = ctx.op.label().sequence;
   co_await take_segment_for_header(ctx, group);
-  const SharedSegment& segment = *group->shm;
+  SharedSegment& segment = *group->shm;
   const int p = ctx.size();
   const int me = ctx.rank();
-  segment.write_header(me, call, input, dtype_size(input_dtype)).output_address =
-      reinterpret_cast<uint64_t>(buffers.out);
+  const size_t in_width = dtype_size(input_dtype), out_width = dtype_size(buffers.out_dtype);
+  const BlockLayout slices{count, p};
+  const size_t input_bytes = count * in_width, slice_bytes = slices.size(me) * out_width;
+  // Staged, the area holds the input and then this rank's reduced slice.
+  const bool staged = stage_input(segment, me, input, input_bytes, slice_bytes);
+  SharedSegment::CallHeader& header = segment.write_header(me, call, input, in_width);
+  header.output_address = reinterpret_cast<uint64_t>(buffers.out);
+  header.staged = staged ? 1 : 0;
   co_await Meeting(ctx.op, segment, ctx.channel, Counter::Entered, sequence);
   segment.check_same_header(ctx.op);
 
-  const BlockLayout slices{count, p};
   // This rank's own chunk is copied first: in place its output slice is its input slice.
   reduce_from_peers(ctx, segment, buffers, slices.offset(me), slices.size(me), true, false);
+  if (staged) {
+    std::memcpy(segment.staged_data(me) + input_bytes,
+                static_cast<const std::byte*>(buffers.out) + slices.offset(me) * out_width, slice_bytes);
+  }
   co_await Meeting(ctx.op, segment, ctx.channel, Counter::Reduced, sequence);
 
-  const size_t out_width = dtype_size(buffers.out_dtype);
   for (int k = 1; k < p; ++k) {
     const int from = (me + k) % p;
     const size_t offset = slices.offset(from) * out_width;
-    segment.read_peer(ctx.op, ctx.channel, from, segment.header(from).output_address + offset,
-                      static_cast<std::byte*>(buffers.out) + offset, slices.size(from) * out_width, "reduced slice");
+    auto* target = static_cast<std::byte*>(buffers.out) + offset;
+    const SharedSegment::CallHeader& theirs = segment.header(from);
+    if (theirs.staged) {
+      std::memcpy(target, segment.staged_data(from) + count * theirs.input_width, slices.size(from) * out_width);
+    } else {
+      segment.read_peer(ctx.op, ctx.channel, from, theirs.output_address + offset, target,
+                        slices.size(from) * out_width, "reduced slice");
+    }
   }
   // This rank's input and reduced slice must stay readable until every peer has finished with them.
   co_await Meeting(ctx.op, segment, ctx.channel, Counter::Finished, sequence);

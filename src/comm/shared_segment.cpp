@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -13,12 +14,20 @@
 
 namespace strata::comm {
 
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t page_floor(size_t bytes) { return bytes / kPage * kPage; }
+size_t page_ceil(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+}  // namespace
+
 std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool create, int ranks,
-                                                  size_t slot_bytes) {
-  constexpr size_t kPage = 4096;
+                                                  size_t slot_bytes, size_t staging_bytes) {
   size_t table_bytes = (static_cast<size_t>(ranks) * sizeof(ExchangeBlock) + kLine - 1) / kLine * kLine;
-  size_t used = kHeaderBytes + kSlots * (kLine + slot_bytes) + table_bytes + kStagedBytes;
-  size_t part_bytes = (used + kPage - 1) / kPage * kPage;
+  size_t used = kHeaderBytes + kSlots * (kLine + slot_bytes) + table_bytes + staging_bytes;
+  size_t part_bytes = page_ceil(used);
   size_t bytes = part_bytes * static_cast<size_t>(ranks);
   int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
   if (fd < 0) return nullptr;
@@ -31,13 +40,32 @@ std::unique_ptr<SharedSegment> SharedSegment::map(const std::string& name, bool 
   close(fd);
   if (base == MAP_FAILED) return nullptr;
   return std::unique_ptr<SharedSegment>(
-      new SharedSegment(static_cast<std::byte*>(base), bytes, ranks, slot_bytes, part_bytes));
+      new SharedSegment(static_cast<std::byte*>(base), bytes, ranks, slot_bytes, part_bytes, staging_bytes));
 }
 
 SharedSegment::~SharedSegment() { munmap(base_, bytes_); }
 
-void SharedSegment::touch(int rank) const {
-  std::memset(part(rank) + kHeaderBytes, 0, part_bytes_ - kHeaderBytes);
+void SharedSegment::touch(int rank) {
+  backed_ = std::min(staging_bytes_, kPrefaultedStagingBytes);
+  std::byte* first = part(rank) + kHeaderBytes;
+  std::memset(first, 0, static_cast<size_t>(staged_data(rank) + backed_ - first));
+}
+
+size_t SharedSegment::staging_room(int rank, size_t wanted) {
+  if (wanted <= backed_ || backed_ == staging_bytes_) return backed_;
+  // Grown at least twofold, so a run of growing exchanges allocates a few times, not every call.
+  const size_t target = std::min(staging_bytes_, std::max(wanted, 2 * backed_));
+  const size_t from = page_floor(static_cast<size_t>(staged_data(rank) - base_) + backed_);
+  const size_t to = page_ceil(static_cast<size_t>(staged_data(rank) - base_) + target);
+  // Allocated by the kernel up front: an exhausted /dev/shm fails here rather than with a SIGBUS on first touch.
+  if (madvise(base_ + from, to - from, MADV_POPULATE_WRITE) == 0) {
+    backed_ = target;
+  } else {
+    // The pages it did allocate would hold /dev/shm full for everyone else: give them back (none is in use).
+    const size_t kept = page_ceil(static_cast<size_t>(staged_data(rank) - base_) + backed_);
+    if (to > kept) madvise(base_ + kept, to - kept, MADV_REMOVE);
+  }
+  return backed_;
 }
 
 SharedSegment::CallHeader& SharedSegment::write_header(int rank, const Fingerprint& call, const void* input,
@@ -47,6 +75,7 @@ SharedSegment::CallHeader& SharedSegment::write_header(int rank, const Fingerpri
   mine.input_address = reinterpret_cast<uint64_t>(input);
   mine.input_width = input_width;
   mine.pid = own_pid();
+  mine.staged = 0;
   return mine;
 }
 

@@ -33,8 +33,10 @@ class SharedSegment {
  public:
   static constexpr size_t kSlots = kSharedMemorySlots;
 
-  // Maps `name` (rank 0 creates it, sized for `ranks`). Null when that fails.
-  static std::unique_ptr<SharedSegment> map(const std::string& name, bool create, int ranks, size_t slot_bytes);
+  // Maps `name` (rank 0 creates it, sized for `ranks`, each with an exchange
+  // area that stages up to `staging_bytes`). Null when that fails.
+  static std::unique_ptr<SharedSegment> map(const std::string& name, bool create, int ranks, size_t slot_bytes,
+                                            size_t staging_bytes);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
@@ -58,6 +60,7 @@ class SharedSegment {
     uint64_t input_width;  // bytes per element: 4 (fp32) or 2 (bf16); any dtype's for all_to_all
     int64_t pid;
     uint64_t output_address;  // direct_split: where the reduced slices are read
+    uint64_t staged;          // direct, direct_split: 1 when the input (and reduced slice) are in the exchange area
   };
   static_assert(sizeof(CallHeader) <= 2 * 64, "the call header fills two cache lines");
   CallHeader& header(int rank) const { return *reinterpret_cast<CallHeader*>(part(rank) + 5 * kLine); }
@@ -79,18 +82,24 @@ class SharedSegment {
   };
   ExchangeBlock* exchange_table(int rank) const { return reinterpret_cast<ExchangeBlock*>(area(rank)); }
   std::byte* staged_data(int rank) const { return area(rank) + table_bytes(); }
-  static constexpr size_t kStagedBytes = kStagedExchangeBytes;
+  // How many bytes `rank` (this process's rank) may stage now: at least
+  // `wanted` where the area holds that much and the host's shared memory has
+  // room. Pages past those already touched are allocated here (a failure
+  // leaves the area as it was, never a SIGBUS in the middle of a copy).
+  size_t staging_room(int rank, size_t wanted);
 
-  // Touches this rank's part once, so later copies do not pay first-touch faults.
-  void touch(int rank) const;
+  // Touches this rank's part once (its area's first kPrefaultedStagingBytes),
+  // so later copies do not pay first-touch faults.
+  void touch(int rank);
 
  private:
   static constexpr size_t kLine = 64;      // each counter on its own cache line
   static constexpr size_t kHeaderBytes = 7 * kLine;  // five counters, the call header
   size_t table_bytes() const { return (static_cast<size_t>(ranks_) * sizeof(ExchangeBlock) + kLine - 1) / kLine * kLine; }
   std::byte* area(int rank) const { return part(rank) + kHeaderBytes + kSlots * (kLine + slot_bytes_); }
-  SharedSegment(std::byte* base, size_t bytes, int ranks, size_t slot_bytes, size_t part_bytes)
-      : base_(base), bytes_(bytes), ranks_(ranks), slot_bytes_(slot_bytes), part_bytes_(part_bytes) {}
+  SharedSegment(std::byte* base, size_t bytes, int ranks, size_t slot_bytes, size_t part_bytes, size_t staging_bytes)
+      : base_(base), bytes_(bytes), ranks_(ranks), slot_bytes_(slot_bytes), part_bytes_(part_bytes),
+        staging_bytes_(staging_bytes) {}
   std::byte* part(int rank) const { return base_ + static_cast<size_t>(rank) * part_bytes_; }
   std::byte* slot_base(int rank, uint64_t chunk) const {
     return part(rank) + kHeaderBytes + (chunk % kSlots) * (kLine + slot_bytes_);
@@ -101,6 +110,8 @@ class SharedSegment {
   int ranks_;
   size_t slot_bytes_;
   size_t part_bytes_;
+  size_t staging_bytes_;  // the most an exchange area stages
+  size_t backed_ = 0;     // bytes of this rank's area touched so far
 };
 
 // Waits until `sequence` heads the group's queue of calls that use the

@@ -145,10 +145,12 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   if (group.rank() == 0) {
     std::snprintf(name, sizeof(name), "/strata-comm-%d-%d", static_cast<int>(getpid()), segments++);
     shm_unlink(name);  // a leftover of a crashed process with the same pid
-    segment = SharedSegment::map(name, true, state.size(), kSharedMemorySlotBytes);
+    segment = SharedSegment::map(name, true, state.size(), kSharedMemorySlotBytes, state.config.exchange_staging_bytes);
   }
   group.broadcast(name, sizeof(name) / sizeof(int32_t), DType::I32, 0);
-  if (group.rank() != 0) segment = SharedSegment::map(name, false, state.size(), kSharedMemorySlotBytes);
+  if (group.rank() != 0) {
+    segment = SharedSegment::map(name, false, state.size(), kSharedMemorySlotBytes, state.config.exchange_staging_bytes);
+  }
   float failed = segment ? 0.0f : 1.0f, anyone_failed = 0.0f;
   group.all_reduce(&failed, &anyone_failed, 1, DType::F32, ReduceOp::Max);
   // Every rank that could has mapped it: the name can go.
@@ -176,6 +178,7 @@ Communicator Communicator::world(const CommConfig& config) {
   state->topology.intra = state->topology.inter = {1e-6, 1e9};
   state->topology.reduce_Bps = 1e9;
   state->model.chunk_bytes = config.chunk_bytes;
+  state->model.staging_bytes = config.exchange_staging_bytes;
   place_nodes(*state, std::vector<int>(static_cast<size_t>(state->size()), 0));
   Communicator world(state);
 

@@ -18,6 +18,13 @@ TopologyDesc node_of(int ranks, bool cross_memory) {
   return topology;
 }
 
+// A 1 MiB exchange area (CommConfig::exchange_staging_bytes), which the 4e6 and 3e6 byte blocks below overflow.
+ModelOptions one_mib_area() {
+  ModelOptions options;
+  options.staging_bytes = 1 << 20;
+  return options;
+}
+
 TEST(AllToAllCost, PairwiseMessagesOnOneNodeIsTheTextbookCost) {
   const double n = 8e6;
   for (int p : {2, 3, 4, 8}) {
@@ -27,11 +34,18 @@ TEST(AllToAllCost, PairwiseMessagesOnOneNodeIsTheTextbookCost) {
   }
 }
 
+// Blocks past the sender's exchange area are read from its input: one copy,
+// and a second meeting (the sender waits for its readers).
 TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
-  const double n = 8e6;
   const int p = 4;
+  const double n = 2.0 * p * static_cast<double>(kDefaultStagingBytes);  // each block twice the area
   double want = 2 * 2e-6 + (p - 1) * n / p / 10e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
+  // With a smaller area (CommConfig::exchange_staging_bytes) the same holds for smaller exchanges.
+  const double small = 8e6;
+  double want_small = 2 * 2e-6 + (p - 1) * small / p / 10e9;
+  EXPECT_NEAR(predict({Collective::AllToAll, small}, Algorithm::Pairwise, node_of(p, true), one_mib_area()).total(),
+              want_small, 1e-12 * want_small);
 }
 
 // Blocks that fit the sender's exchange area are staged: a copy in, a copy
@@ -44,7 +58,7 @@ TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
   // Rank 0 sends 0.6 MiB to each peer: the first fits its area, the others
   // stay in its input, so everyone meets twice; rank 0 copies 0.6 MiB in and
   // receives 3 x 1e3, the others each receive 0.6 MiB + 2e3 and stage 3e3.
-  const double big = 0.6 * static_cast<double>(kStagedExchangeBytes);
+  const double big = 0.6 * static_cast<double>(kDefaultStagingBytes);
   std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
   for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = big;
   for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
@@ -60,7 +74,7 @@ TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
   const int p = 4;
   TopologyDesc shared = node_of(p, true);
   shared.cores_per_node = 2;
-  const double block = 4e6;  // past any exchange area: one copy per block, two meetings
+  const double block = 4e6;  // past a 1 MiB exchange area: one copy per block, two meetings
   std::vector<std::vector<double>> skewed(p, std::vector<double>(p, 0.0));
   for (int from = 1; from < p; ++from) skewed[static_cast<size_t>(from)][0] = 3 * block;  // all to rank 0
   for (int from = 0; from < p; ++from) {
@@ -74,10 +88,10 @@ TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
     busiest = std::max(busiest, received);
   }
   double want = 2 * 2e-6 + std::max(busiest, total / 2) / 10e9;
-  EXPECT_NEAR(predict_all_to_all_v(skewed, shared).total(), want, 1e-12 * want);
+  EXPECT_NEAR(predict_all_to_all_v(skewed, shared, one_mib_area()).total(), want, 1e-12 * want);
   // With a core per rank the busiest rank sets the pace.
   double own_cores = 2 * 2e-6 + busiest / 10e9;
-  EXPECT_NEAR(predict_all_to_all_v(skewed, node_of(p, true)).total(), own_cores, 1e-12 * own_cores);
+  EXPECT_NEAR(predict_all_to_all_v(skewed, node_of(p, true), one_mib_area()).total(), own_cores, 1e-12 * own_cores);
   shared.cores_per_node = -1;
   EXPECT_THROW(shared.validate("test cluster"), Error);
 }
@@ -117,7 +131,7 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   // 3e6 blocks do not fit an exchange area, so the ranks meet twice.
   TopologyDesc direct = node_of(3, true);
   double want_direct = 2 * 2e-6 + (2e3 + 6e6) / 10e9;
-  EXPECT_NEAR(predict_all_to_all_v(bytes, direct).total(), want_direct, 1e-12 * want_direct);
+  EXPECT_NEAR(predict_all_to_all_v(bytes, direct, one_mib_area()).total(), want_direct, 1e-12 * want_direct);
   // Uniform counts cost what all_to_all of that size costs.
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));
   EXPECT_NEAR(predict_all_to_all_v(even, topology).total(),

@@ -83,5 +83,32 @@ TEST(Calibration, SizeFactorsFollowASystematicDeviation) {
   EXPECT_NEAR(direct.size_factor(std::sqrt(1e5 * 1e6)), 2.0, 1e-9);
 }
 
+// The end points keep a steady trend (each is the median of itself, its
+// neighbour and the line through the two nearest points), and one disturbed
+// end point is pulled back onto it.
+TEST(Calibration, EndPointsFollowTheTrendAndShrugOffADisturbance) {
+  BenchReport report;
+  const std::vector<double> factors = {3.0, 2.5, 2.0, 1.5, 1.0, 1.0, 1.0};
+  for (size_t i = 0; i < factors.size(); ++i) {
+    BenchRow row;
+    row.algorithm = row.ran = "pairwise";
+    row.bytes = size_t{4096} << i;
+    row.model_transfer_us = static_cast<double>(row.bytes) / 1e4;
+    row.time_us = row.slowest_us = row.model_transfer_us * factors[i];
+    report.rows.push_back(row);
+  }
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  fit_calibration(report, fitted);
+  const Calibration& pairwise = fitted[static_cast<size_t>(Algorithm::Pairwise)];
+  auto predicted = [&](const BenchRow& row) {
+    return pairwise.bandwidth_scale * row.model_transfer_us * pairwise.size_factor(static_cast<double>(row.bytes));
+  };
+  EXPECT_NEAR(predicted(report.rows.front()), report.rows.front().time_us, 1e-9 * report.rows.front().time_us);
+  EXPECT_NEAR(predicted(report.rows.back()), report.rows.back().time_us, 1e-9 * report.rows.back().time_us);
+  report.rows.front().time_us *= 10;  // the smallest size disturbed
+  fit_calibration(report, fitted);
+  EXPECT_NEAR(predicted(report.rows.front()), report.rows.front().time_us / 10, 1e-9 * report.rows.front().time_us);
+}
+
 }  // namespace
 }  // namespace strata::comm

@@ -43,10 +43,16 @@ TEST(Config, EnvironmentOverridesAndIsChecked) {
   setenv("STRATA_COMM_TIMEOUT", "7.5", 1);
   setenv("STRATA_COMM_DEBUG", "1", 1);
   setenv("STRATA_COMM_CHUNK_BYTES", "4096", 1);
+  setenv("STRATA_COMM_STAGING_BYTES", "0", 1);
   CommConfig config = CommConfig::from_environment();
   EXPECT_EQ(config.timeout_s, 7.5);
   EXPECT_EQ(config.call_check, CallCheck::Before);
   EXPECT_EQ(config.chunk_bytes, 4096u);
+  EXPECT_EQ(config.exchange_staging_bytes, 0u);
+  EXPECT_EQ(CommConfig{}.exchange_staging_bytes, kDefaultStagingBytes);
+  setenv("STRATA_COMM_STAGING_BYTES", "-1", 1);
+  EXPECT_THROW(CommConfig::from_environment(), Error);
+  unsetenv("STRATA_COMM_STAGING_BYTES");
   setenv("STRATA_COMM_TIMEOUT", "soon", 1);
   EXPECT_THROW(CommConfig::from_environment(), Error);
   setenv("STRATA_COMM_TIMEOUT", "-1", 1);

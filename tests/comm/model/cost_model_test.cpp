@@ -205,6 +205,13 @@ TEST(CostModel, RefusesWhatItCannotPrice) {
   EXPECT_NE(why.find("same number"), std::string::npos) << why;
 }
 
+// No exchange area: the direct algorithms read every peer's data by cross-memory attach.
+ModelOptions unstaged() {
+  ModelOptions options;
+  options.staging_bytes = 0;
+  return options;
+}
+
 // direct_split: each rank reads its slice of the p - 1 other inputs, sums p
 // slices, then reads the p - 1 other reduced slices; three meetings.
 TEST(CostModel, DirectSplitReadsTwoSlicesPerPeerAndSumsItsOwn) {
@@ -215,11 +222,17 @@ TEST(CostModel, DirectSplitReadsTwoSlicesPerPeerAndSumsItsOwn) {
   EXPECT_FALSE(applicable(Algorithm::DirectSplit, {Collective::AllReduce, n}, topology, &why));
   EXPECT_NE(why.find("cross-memory attach"), std::string::npos) << why;
   topology.cross_memory = true;
-  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology),
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology, unstaged()),
                        3 * a + 0.75 * (2 * n * b + n * c), "direct_split");
-  expect_near_relative(predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectSplit, topology),
-                       3 * a + 0.75 * (2 * n * b + 2 * n * c), "direct_split bf16 (reads bf16, sums fp32)");
+  expect_near_relative(
+      predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectSplit, topology, unstaged()),
+      3 * a + 0.75 * (2 * n * b + 2 * n * c), "direct_split bf16 (reads bf16, sums fp32)");
+  // Staged: the input and a slice copied in, the reads copies at the rank's memory speed.
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology),
+                       3 * a + 1.25 * n * c + 0.75 * (2 * n * c + n * c), "direct_split staged");
   // Fewer bytes than direct's p - 1 whole inputs once the transfer dominates.
+  EXPECT_LT(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology, unstaged()),
+            predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology, unstaged()));
   EXPECT_LT(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology),
             predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology));
   EXPECT_FALSE(applicable(Algorithm::DirectSplit, {Collective::ReduceScatter, n}, topology));
@@ -235,13 +248,17 @@ TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
   EXPECT_FALSE(applicable(Algorithm::DirectRead, {Collective::AllReduce, n}, topology, &why));
   EXPECT_NE(why.find("cross-memory attach"), std::string::npos) << why;
   topology.cross_memory = true;
-  // shm: one copy in and p - 1 sums, fp32; direct: p - 1 reads in the dtype and p - 1 sums.
+  // shm: one copy in and p - 1 sums, fp32; direct: p - 1 reads in the dtype and p - 1 sums
+  // (staged: its input copied in first, and the reads copies at the rank's memory speed).
   expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::SharedMemory, topology),
                        2 * a + 4 * n * c, "shm");
-  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology),
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology, unstaged()),
                        2 * a + 3 * (n * b + n * c), "direct");
-  expect_near_relative(predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectRead, topology),
-                       2 * a + 3 * (n * b + 2 * n * c), "direct bf16 (reads bf16, sums fp32)");
+  expect_near_relative(
+      predict_seconds({Collective::AllReduce, n, DType::BF16}, Algorithm::DirectRead, topology, unstaged()),
+      2 * a + 3 * (n * b + 2 * n * c), "direct bf16 (reads bf16, sums fp32)");
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology),
+                       2 * a + n * c + 3 * (n * c + n * c), "direct staged");
   EXPECT_FALSE(applicable(Algorithm::SharedMemory, {Collective::Broadcast, n}, topology));
   // shm takes what fits its slots (as fp32): 64 KiB of f32, 32 KiB of bf16.
   EXPECT_TRUE(applicable(Algorithm::SharedMemory, {Collective::AllReduce, 64 << 10}, topology));

@@ -79,6 +79,7 @@ struct Case {
 };
 
 std::vector<Case> uneven_cases(int p) {
+  const size_t big = test_config().exchange_staging_bytes / 8 + 1;
   return {
       {"odd sizes, some empty", [](int from, int to) { return static_cast<size_t>((from * 7 + to * 3) % 5) * 13; }},
       {"all empty", [](int, int) { return size_t{0}; }},
@@ -86,9 +87,12 @@ std::vector<Case> uneven_cases(int p) {
       {"everything to the last rank", [p](int from, int to) { return to == p - 1 ? size_t{999} + static_cast<size_t>(from) : 0; }},
       {"one element each", [](int, int) { return size_t{1}; }},
       // On one host a sender stages blocks while its exchange area has room
-      // and leaves the rest in its input: this mixes both in one call.
+      // (test_config's 2 MiB, of which the first 1 MiB is touched at the start)
+      // and leaves the rest in its input: 2-byte elements stage at once,
+      // 4-byte ones after the area grows, 8-byte ones stay in the input beside
+      // staged small blocks.
       {"blocks past the staging area beside small ones",
-       [](int from, int to) { return (from + to) % 2 == 0 ? kStagedExchangeBytes / 4 + 1 : size_t{17}; }},
+       [big](int from, int to) { return (from + to) % 2 == 0 ? big : size_t{17}; }},
   };
 }
 

@@ -24,6 +24,8 @@ CommConfig test_config() {
   config.chunk_bytes = 512;
   config.pipeline_depth = 3;
   config.timeout_s = 60;
+  // A small exchange area, so that the all-to-all tests' blocks grow it and overflow it.
+  config.exchange_staging_bytes = size_t{2} << 20;
   config.apply_environment();
   return config;
 }
@@ -45,9 +47,19 @@ Communicator* two_level_world() {
   return world.get();
 }
 
+Communicator& unstaged_world() {
+  static Communicator world = [] {
+    CommConfig config = test_config();
+    config.exchange_staging_bytes = 0;
+    return Communicator::world(config);
+  }();
+  return world;
+}
+
 std::vector<Communicator*> test_groups() {
   std::vector<Communicator*> groups = {&flat_world()};
   if (Communicator* two_level = two_level_world()) groups.push_back(two_level);
+  groups.push_back(&unstaged_world());
   return groups;
 }
 

@@ -15,7 +15,10 @@ Communicator& flat_world();
 // The world cut into simulated nodes (2 per node; 3 for 6 ranks), or null when
 // the rank count gives no two-level layout.
 Communicator* two_level_world();
-// Both, for tests that run on every layout.
+// The flat world without an exchange area: the one-host algorithms read every
+// peer's data by cross-memory attach instead of copying it from shared memory.
+Communicator& unstaged_world();
+// All three, for tests that run on every layout.
 std::vector<Communicator*> test_groups();
 CommConfig test_config();
 
