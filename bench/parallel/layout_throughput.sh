@@ -77,3 +77,9 @@ for layout in layouts:
     if ratio: text += f"; predicted / measured step {statistics.median(ratio):.2f}"
     print(text)
 PY
+if [[ $cluster == this-machine ]]; then
+  # The shipped file is a conservative description (0.06 TFLOP/s per core assumed, several times below what
+  # `strata calibrate` measures here), so its predictions run several times long.
+  echo "predicted / measured used configs/clusters/this-machine.toml, an uncalibrated description: for a ratio"
+  echo "that means something, run \`strata calibrate\` and pass its file as CLUSTER=<file>"
+fi
