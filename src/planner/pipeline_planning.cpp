@@ -44,10 +44,9 @@ std::optional<std::string> more_stages_than_layers(const PlanningProblem& proble
   return fmt::format("layouts with more pipeline stages than the {} layers", problem.model.n_layer);
 }
 
-// Why the plan's stages and schedule cannot run the model, or nothing.
-std::optional<std::string> schedule_refused(const PlanningProblem& problem, const ParallelPlan& plan) {
-  const int stages = plan.degree("pp"), chunks_per_stage = virtual_stages(plan);
-  const PipelineSchedule schedule = pipeline_schedule(plan);
+// Why `stages` of `chunks_per_stage` model chunks under `schedule` cannot run the model, or nothing.
+std::optional<std::string> chunks_refused(const PlanningProblem& problem, int stages, int chunks_per_stage,
+                                          PipelineSchedule schedule) {
   const int chunks = stages * chunks_per_stage;
   if (chunks > problem.model.n_layer) {
     return fmt::format("{} pipeline chunks for {} layers (every chunk needs a layer)", chunks, problem.model.n_layer);
@@ -57,7 +56,15 @@ std::optional<std::string> schedule_refused(const PlanningProblem& problem, cons
     return std::nullopt;
   }
   if (stages < 2 || chunks_per_stage < 2) return std::string("interleaving needs pp >= 2 and virtual stages >= 2");
-  if (plan.micro_batches % stages != 0) {
+  return std::nullopt;
+}
+
+// Why the plan's stages and schedule cannot run the model, or nothing.
+std::optional<std::string> schedule_refused(const PlanningProblem& problem, const ParallelPlan& plan) {
+  const int stages = plan.degree("pp");
+  const PipelineSchedule schedule = pipeline_schedule(plan);
+  if (auto why = chunks_refused(problem, stages, virtual_stages(plan), schedule)) return why;
+  if (schedule == PipelineSchedule::Interleaved && plan.micro_batches % stages != 0) {
     return fmt::format("interleaving needs micro-batches ({}) to be a multiple of pp ({})", plan.micro_batches, stages);
   }
   return std::nullopt;
@@ -78,11 +85,8 @@ void interleaved_options(ParallelPlan option, const OptionSearch& search, const 
   set_pipeline_schedule(option, PipelineSchedule::Interleaved);
   for (int v : chunk_counts(fixed_chunks, stages, layers)) {
     set_virtual_stages(option, v);
-    if (v < 2) {
-      search.reject("interleaved plans with fewer than 2 virtual stages", option);
-    } else if (stages * v > layers) {
-      search.reject(fmt::format("interleaved plans with more chunks (pp x virtual stages) than the {} layers", layers),
-                    option);
+    if (auto why = chunks_refused(search.problem, stages, v, PipelineSchedule::Interleaved)) {
+      search.reject("plans whose fixed virtual stages cannot run: " + *why, option);  // the search's own range runs
     } else if (option.micro_batches % stages != 0) {
       search.reject("interleaved plans whose micro-batch count is not a multiple of pp", option);
     } else {
@@ -109,7 +113,9 @@ void schedule_options(const ParallelPlan& plan, const OptionSearch& search, cons
     if (allowed(fixed_chunks, 1)) {
       emit(option);
     } else if (fixed) {  // the user fixed both: say why nothing runs (unfixed, the interleaved plans take them)
-      search.reject("virtual stages without the interleaved schedule", option);
+      search.reject("plans whose fixed virtual stages cannot run: " +
+                        *chunks_refused(search.problem, option.degree("pp"), *fixed_chunks, schedule),
+                    option);
     }
   }
   // Virtual stages fixed at 1 with the schedule free: the plans above are the ones asked for.

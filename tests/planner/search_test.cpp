@@ -198,12 +198,15 @@ TEST(PlannerSearch, FixedScheduleOptionsAreTriedOrRefusedWithTheirReason) {
   };
   fix_virtual_stages(limits, 19);  // 2 x 19 chunks for 36 layers
   EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
-            "interleaved plans with more chunks (pp x virtual stages) than the 36 layers");
+            "plans whose fixed virtual stages cannot run: 38 pipeline chunks for 36 layers (every chunk needs a "
+            "layer)");
   fix_virtual_stages(limits, 1);
-  EXPECT_EQ(only_reason(search_plans(model, limits, 5)), "interleaved plans with fewer than 2 virtual stages");
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
+            "plans whose fixed virtual stages cannot run: interleaving needs pp >= 2 and virtual stages >= 2");
   fix_pipeline_schedule(limits, PipelineSchedule::GPipe);
   fix_virtual_stages(limits, 2);
-  EXPECT_EQ(only_reason(search_plans(model, limits, 5)), "virtual stages without the interleaved schedule");
+  EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
+            "plans whose fixed virtual stages cannot run: virtual stages need the interleaved schedule");
   limits.fixed.set("dp", 8);
   limits.fixed.set("pp", 1);
   EXPECT_EQ(only_reason(search_plans(model, limits, 5)),
