@@ -4,6 +4,10 @@
 // 2·cp chunks is refused, and the report says the plan is not Strata's to run. References by hand.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "parallel/parallel_dimension.h"
 #include "planner/comm_pricer.h"
 #include "planner/explain.h"
