@@ -73,13 +73,27 @@ def unknown(value):
     return value is None or value.strip() == "" or value.strip().lower() == "unknown"
 
 
+# Frameworks whose context parallelism is the ring the planner prices (strata plan --cp,
+# src/planner/context_parallel_planning.cpp): Megatron-Core's, through Transformer Engine's attention (NeMo's rows).
+# torchtitan's (torch's context_parallel, whose K/V rotation is an all-gather or all-to-all, not Transformer
+# Engine's point-to-point ring) and Meta's internal one (an all-gather of K/V, Llama 3 paper) are not priced.
+CP_FRAMEWORKS = ("megatron",)
+
+
+def context_parallel(row):
+    cp = row.get("cp", "").strip()
+    return int(cp) if cp else 1
+
+
 def skip_reasons(row):
     """Why the planner cannot express this row ([] when it can)."""
     reasons = []
-    cp = row.get("cp", "").strip()
-    if cp and cp != "1":
-        reasons.append(f"context parallelism cp={cp} (the planner has none)")
-    if row.get("dtype", "").strip() == "fp8":
+    cp = context_parallel(row)
+    fp8 = row.get("dtype", "").strip() == "fp8"
+    if cp > 1 and not row.get("framework", "").strip().startswith(CP_FRAMEWORKS):
+        reasons.append(f"context parallelism cp={cp} as framework '{row.get('framework', '')}' runs it "
+                       "(the planner prices Transformer Engine's point-to-point ring)")
+    if fp8:
         reasons.append("dtype fp8 (float8 linears are not modelled)")
     missing = [f for f in REQUIRED if unknown(row.get(f))]
     if missing:
@@ -134,6 +148,7 @@ def plan_command(strata, row, model_path, variant):
     cmd = [strata, "plan", model_path, preset,
            "--nodes", str(int(row["gpus"]) // GPUS_PER_NODE),
            "--dp", row["dp"].strip(), "--tp", row["tp"].strip(), "--pp", str(pp),
+           *(["--cp", str(context_parallel(row))] if context_parallel(row) > 1 else []),  # skipped unless priced
            "--micro-batch", row["micro_batch"].strip(), "--global-batch", row["global_batch"].strip(),
            "--seq", row["seq"].strip(), "--dtype", DTYPES[row["dtype"].strip()],
            "--zero", row["zero"].strip(), "--recompute", row["recompute"].strip(),

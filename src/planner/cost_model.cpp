@@ -65,7 +65,8 @@ std::vector<int> balance_layers(int layers, const std::vector<double>& per_layer
 // "dp 2 x ep 1": the degrees of the dimensions that split the batch.
 std::string batch_split_text(const DimensionDegrees& degrees) {
   std::string text;
-  for (const ParallelDimension& dimension : parallel_dimensions()) {
+  for (const PlannedDimension& planned : planned_dimensions()) {
+    const ParallelDimension& dimension = *planned.dimension;
     if (!dimension.splits_batch) continue;
     text += fmt::format("{}{} {}", text.empty() ? "" : " x ", dimension.name, degrees[dimension.name]);
   }
@@ -131,22 +132,22 @@ CostModel::CostModel(PlanningProblem problem)
   full_flops_per_row_ *= static_cast<double>(problem_.model.n_layer);
 }
 
-const Workload& CostModel::workload(int64_t micro_batch, int tp) {
-  auto key = std::make_pair(micro_batch, tp);
+const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_parts) {
+  auto key = std::make_tuple(micro_batch, tp, sequence_parts);
   auto found = workloads_.find(key);
   if (found == workloads_.end()) {
+    const int64_t seq = problem_.seq / sequence_parts;  // the split's refuse_plan checks it divides
     auto built = std::make_unique<Workload>(
-        build_workload(problem_.model, micro_batch, problem_.seq, tp, problem_.dtype, problem_.selective));
+        build_workload(problem_.model, micro_batch, seq, tp, problem_.dtype, problem_.selective));
     if (problem_.dropout) {
-      add_dropout(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype,
+      add_dropout(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype,
                   problem_.attention == AttentionKernel::Unfused, problem_.selective);
     }
-    if (problem_.eager) {
-      add_eager_elementwise(built->layer, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype);
-    }
+    if (problem_.eager) add_eager_elementwise(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
     if (problem_.loss == LossKernel::EagerF32) {
-      add_eager_f32_loss(built->head, problem_.model, micro_batch, problem_.seq, tp, problem_.dtype);
+      add_eager_f32_loss(built->head, problem_.model, micro_batch, seq, tp, problem_.dtype);
     }
+    if (sequence_parts > 1) run_attention_over_ring(*built, sequence_parts);
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
@@ -185,7 +186,8 @@ void CostModel::find_roles() {
     for (auto [has, role, name] : {std::tuple{part.shards_layers, &tensor_, "shards layers"},
                                    {part.shards_experts, &expert_, "shards experts"},
                                    {part.splits_layers, &pipeline_, "splits layers"},
-                                   {part.reduces_gradients, &reduction_, "reduces gradients"}}) {
+                                   {part.reduces_gradients, &reduction_, "reduces gradients"},
+                                   {part.splits_sequence, &sequence_, "splits sequences"}}) {
       if (!has) continue;
       STRATA_CHECK(*role == kNoRole, "two planner dimensions have the role '{}' ('{}' the second)", name, part.name);
       *role = position;
@@ -202,7 +204,8 @@ void CostModel::find_roles() {
                                             std::make_reverse_iterator(innermost_.begin()));
   bool inside = false;
   for (size_t position : outermost_first) {
-    inside = inside || comm_parts_[position] != nullptr || position == tensor_ || position == expert_;
+    inside = inside || comm_parts_[position] != nullptr || position == tensor_ || position == expert_ ||
+             position == sequence_;
     cost_key_[position] = inside;
   }
 }
@@ -215,6 +218,15 @@ int CostModel::sequence_split(const ParallelPlan& plan) const {
   return tensor_part_ != nullptr && tensor_part_->sequence_split ? tensor_part_->sequence_split(plan) : 1;
 }
 
+int64_t CostModel::device_seq(const ParallelPlan& plan) const { return problem_.seq / role_degree(plan, sequence_); }
+
+CommInput CostModel::comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph) {
+  const Workload& work = workload(plan.micro_batch, role_degree(plan, tensor_), role_degree(plan, sequence_));
+  const int split = sequence_split(plan), ep = role_degree(plan, expert_);
+  return {problem_, plan,   degree, stride, graph, pricer_, device_seq(plan), &work.layer,
+          [this, split, ep](const OpWork& op) { return op_time(op, split, ep); }};
+}
+
 StageSchedule CostModel::stage_schedule(const ParallelPlan& plan) const {
   return pipeline_part_ != nullptr && pipeline_part_->stage_schedule ? pipeline_part_->stage_schedule(plan)
                                                                      : StageSchedule{};
@@ -225,7 +237,7 @@ void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& gr
   for (size_t position : innermost_) {
     const int degree = plan.degrees.at(position);
     if (const PlannerDimension* part = comm_parts_[position]) {
-      const MicroBatchComm comm = part->micro_batch_comm({problem_, plan, degree, stride, graph, pricer_});
+      const MicroBatchComm comm = part->micro_batch_comm(comm_input(plan, degree, stride, graph));
       costs.embedding.comm[position] = comm.embedding;
       costs.layer.comm[position] = comm.layer;
       costs.head.comm[position] = comm.head;
@@ -265,7 +277,7 @@ const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
   const int tp = role_degree(plan, tensor_), ep = role_degree(plan, expert_);
   const int split = sequence_split(plan);
   const bool sp = split > 1;  // sequence parallelism needs tensor parallelism (its refuse_plan)
-  const Workload& work = workload(micro_batch, tp);
+  const Workload& work = workload(micro_batch, tp, role_degree(plan, sequence_));
   const DeviceSpec& device = problem_.cluster.device;
   auto segment_cost = [&](const SegmentWork& segment) {
     SegmentCost cost;
@@ -285,7 +297,7 @@ const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
   // The collectives and the stage boundary as the runtime's graph has them (model_comm.h), priced by the
   // dimensions whose calls they are.
   const ModelComm comm =
-      model_comm(problem_.model, micro_batch, problem_.seq, tp, sp, problem_.dtype, problem_.tp_input);
+      model_comm(problem_.model, micro_batch, device_seq(plan), tp, sp, problem_.dtype, problem_.tp_input);
   add_dimension_comm(plan, comm, result);
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
@@ -383,7 +395,7 @@ CostModel::PlanFigures CostModel::plan_figures(const ParallelPlan& plan) {
     if (position == pipeline_) p_stride = stride;
     stride *= degree;
   }
-  const Workload& work = workload(plan.micro_batch, t);
+  const Workload& work = workload(plan.micro_batch, t, role_degree(plan, sequence_));
   const Costs& cost = costs(plan);
   const SegmentCost& layer = cost.layer;
   double layer_recompute = plan.recompute == RecomputeMode::Selective ? layer.selective_with_comm
@@ -905,14 +917,14 @@ void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& 
   const ParallelPlan& plan = prediction.plan;
   const int stage = attribution.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const ModelComm graph = model_comm(problem_.model, plan.micro_batch, problem_.seq, role_degree(plan, tensor_),
+  const ModelComm graph = model_comm(problem_.model, plan.micro_batch, device_seq(plan), role_degree(plan, tensor_),
                                      sequence_split(plan) > 1, problem_.dtype, problem_.tp_input);
   int stride = 1;
   for (size_t position : innermost_) {
     const int degree = plan.degrees.at(position);
     const PlannerDimension* part = comm_parts_[position];
     if (part != nullptr && part->explain_comm) {
-      const CommInput input{problem_, plan, degree, stride, graph, pricer_};
+      const CommInput input = comm_input(plan, degree, stride, graph);
       const Costs& cost = figures.cost;
       const MicroBatchComm priced{cost.embedding.comm[position], cost.layer.comm[position], cost.head.comm[position]};
       for (ExplainTerm& term : part->explain_comm({input, priced, layers, stage == 0, stage == figures.p - 1})) {

@@ -149,7 +149,9 @@ class CostModel {
 
   // FLOPs of one step's forward and backward passes without recomputation.
   double model_flops_per_step() const { return model_flops_per_step_; }
-  const Workload& workload(int64_t micro_batch, int tp);
+  // What a device computes for a micro-batch under tensor parallelism `tp`, with each sequence split into
+  // `sequence_parts` (the degree of the dimension that splits sequences: context parallelism).
+  const Workload& workload(int64_t micro_batch, int tp, int sequence_parts = 1);
 
  private:
   struct SegmentCost {
@@ -179,6 +181,10 @@ class CostModel {
   static int role_degree(const ParallelPlan& plan, size_t position);
   // The roles' options: the tensor dimension's split of the residual stream, the pipeline's schedule.
   int sequence_split(const ParallelPlan& plan) const;
+  // The tokens of a sequence one device works on (the sequence over the degree that splits it).
+  int64_t device_seq(const ParallelPlan& plan) const;
+  // A dimension's communication input for `plan` (the layer's work and op times, for what it runs beside).
+  CommInput comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph);
   StageSchedule stage_schedule(const ParallelPlan& plan) const;
   const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
@@ -257,7 +263,7 @@ class CostModel {
   InnermostFirst innermost_;                  // their positions, in the order their terms are added
   // The registration position of the part with each role (PlannerDimension), kNoRole where none has it.
   static constexpr size_t kNoRole = DimensionDegrees::kCapacity;
-  size_t tensor_ = kNoRole, expert_ = kNoRole, pipeline_ = kNoRole, reduction_ = kNoRole;
+  size_t tensor_ = kNoRole, expert_ = kNoRole, pipeline_ = kNoRole, reduction_ = kNoRole, sequence_ = kNoRole;
   const PlannerDimension* tensor_part_ = nullptr;
   const PlannerDimension* pipeline_part_ = nullptr;
   // The parts with communication of their own, by registration position (nullptr: none), and which degrees
@@ -268,7 +274,7 @@ class CostModel {
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
-  std::map<std::pair<int64_t, int>, std::unique_ptr<Workload>> workloads_;
+  std::map<std::tuple<int64_t, int, int>, std::unique_ptr<Workload>> workloads_;
   std::map<std::tuple<int64_t, DimensionDegrees, DimensionOptionValues>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;

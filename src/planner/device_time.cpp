@@ -79,9 +79,11 @@ double fused_attention_compute_seconds(const AttentionShape& a, double flops, co
   const double padded = static_cast<double>(*kernel);
   const double tiles = static_cast<double>(a.problems) * ceil_div(static_cast<double>(a.seq), static_cast<double>(engine.block_rows));
   const double efficiency = a.backward ? engine.backward_efficiency : engine.forward_efficiency;
+  // Each ring step is a kernel of its own over the same tiles, doing its share of the FLOPs.
+  const double steps = static_cast<double>(a.ring_steps);
   const double per_tile =
-      flops * (padded / head_dim) / tiles / (perf.matrix_flops / units * efficiency) + engine.tile_overhead_s;
-  return ceil_div(tiles, units) * per_tile;
+      flops / steps * (padded / head_dim) / tiles / (perf.matrix_flops / units * efficiency) + engine.tile_overhead_s;
+  return steps * ceil_div(tiles, units) * per_tile;
 }
 
 double gemm_seconds(const GemmShape& shape, const DeviceSpec& device, DType dtype) {
@@ -102,6 +104,7 @@ double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, doubl
     seconds = unfused_attention_seconds(op.attention, device, dtype);
   } else if (op.kind == OpKind::Attention) {
     seconds = roofline(fused_attention_compute_seconds(op.attention, op.flops, perf), op.bytes, device);
+    seconds += static_cast<double>(op.attention.ring_steps - 1) * device.op_overhead_s;  // a launch per ring step
   } else {
     seconds = roofline(op.flops * scale / perf.vector_flops, op.bytes * scale, device);
   }

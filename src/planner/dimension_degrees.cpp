@@ -25,8 +25,25 @@ const std::vector<ParallelDimension>& registry() {
   return dimensions;
 }
 
-// The dimensions a value is held for (a registration past the capacity fails when named).
-size_t held_dimensions() { return std::min(registry().size(), DimensionDegrees::kCapacity); }
+const std::vector<ParallelDimension>& priced() {
+  static const std::vector<ParallelDimension>& dimensions = priced_only_dimensions();
+  return dimensions;
+}
+
+// The first position of the priced-only dimensions (the top of the capacity).
+size_t priced_base() { return DimensionDegrees::kCapacity - priced().size(); }
+
+// The runtime's dimensions a value is held for (a registration past the capacity fails when named).
+size_t held_registered() { return std::min(registry().size(), priced_base()); }
+
+// Every held dimension with its position: the runtime's, then the priced-only ones.
+template <class Visit>
+void visit_held(Visit visit) {
+  const std::vector<ParallelDimension>& registered = registry();
+  for (size_t position = 0, held = held_registered(); position < held; ++position) visit(position, registered[position]);
+  const std::vector<ParallelDimension>& extra = priced();
+  for (size_t i = 0; i < extra.size(); ++i) visit(priced_base() + i, extra[i]);
+}
 
 // Names are a few characters, compared here rather than by a library call each.
 bool same_name(const std::string& name, std::string_view other) {
@@ -41,30 +58,30 @@ bool same_name(const std::string& name, std::string_view other) {
 
 int DimensionDegrees::product() const {
   int product = 1;
-  for (size_t position = 0, held = held_dimensions(); position < held; ++position) product *= values_[position];
+  visit_held([&](size_t position, const ParallelDimension&) { product *= values_[position]; });
   return product;
 }
 
 int DimensionDegrees::least() const {
-  return *std::min_element(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(held_dimensions()));
+  int least = values_[0];
+  visit_held([&](size_t position, const ParallelDimension&) { least = std::min(least, values_[position]); });
+  return least;
 }
 
 int DimensionDegrees::batch_replicas() const {
   int replicas = 1;
-  const std::vector<ParallelDimension>& dimensions = registry();
-  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
-    if (dimensions[position].splits_batch) replicas *= values_[position];
-  }
+  visit_held([&](size_t position, const ParallelDimension& dimension) {
+    if (dimension.splits_batch) replicas *= values_[position];
+  });
   return replicas;
 }
 
 std::string DimensionDegrees::describe() const {
   std::string text;
-  const std::vector<ParallelDimension>& dimensions = registry();
-  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
-    if (dimensions[position].named_when_set_only && values_[position] == 1) continue;
-    text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimensions[position].name, values_[position]);
-  }
+  visit_held([&](size_t position, const ParallelDimension& dimension) {
+    if (dimension.named_when_set_only && values_[position] == 1) return;
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", dimension.name, values_[position]);
+  });
   return text;
 }
 
@@ -79,15 +96,26 @@ void DimensionOptionValues::copy_dimension(size_t position, const DimensionOptio
 }
 
 InnermostFirst::InnermostFirst() {
-  const std::vector<ParallelDimension>& dimensions = registry();
-  // Insertion by nesting, stable: dimensions of equal nesting keep their registration order, as the mesh's.
-  for (size_t position = 0, held = held_dimensions(); position < held; ++position) {
+  std::array<int, DimensionDegrees::kCapacity> nesting{};
+  // Insertion by nesting, stable: dimensions of equal nesting keep their order (the runtime's registration order,
+  // as the mesh's; a priced-only dimension after the registered one it nests beside).
+  visit_held([&](size_t position, const ParallelDimension& dimension) {
+    nesting[position] = dimension.nesting;
     size_t at = count_++;
-    for (; at > 0 && dimensions[positions_[at - 1]].nesting > dimensions[position].nesting; --at) {
-      positions_[at] = positions_[at - 1];
-    }
+    for (; at > 0 && nesting[positions_[at - 1]] > dimension.nesting; --at) positions_[at] = positions_[at - 1];
     positions_[at] = position;
-  }
+  });
+}
+
+std::vector<PlannedDimension> planned_dimensions() {
+  std::vector<PlannedDimension> dimensions;
+  visit_held([&](size_t position, const ParallelDimension& dimension) { dimensions.push_back({position, &dimension}); });
+  return dimensions;
+}
+
+const ParallelDimension& planned_dimension_at(size_t position) {
+  if (position >= priced_base()) return priced().at(position - priced_base());
+  return registry().at(position);
 }
 
 DimensionDegrees degrees_of(const MeshShape& mesh) {
@@ -108,9 +136,13 @@ size_t dimension_position(std::string_view dimension) {
   const std::vector<ParallelDimension>& dimensions = registry();
   for (size_t position = 0; position < dimensions.size(); ++position) {
     if (!same_name(dimensions[position].name, dimension)) continue;
-    STRATA_CHECK(position < DimensionDegrees::kCapacity, "the planner holds {} parallel dimensions; '{}' is one more",
+    STRATA_CHECK(position < priced_base(), "the planner holds {} parallel dimensions; '{}' is one more",
                  DimensionDegrees::kCapacity, dimension);
     return position;
+  }
+  const std::vector<ParallelDimension>& extra = priced();
+  for (size_t i = 0; i < extra.size(); ++i) {
+    if (same_name(extra[i].name, dimension)) return priced_base() + i;
   }
   fail("no parallel dimension '{}'", dimension);
 }

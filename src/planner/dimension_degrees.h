@@ -1,17 +1,21 @@
 #pragma once
-// A value per registered parallel dimension (parallel/parallel_dimension.h), by name: a plan's
-// degrees, or the degrees a user fixes or bounds. Held in a fixed-capacity array by registration
-// position, since the search copies plans by the tens of thousands; a dimension registered later
-// needs no field of its own.
+// A value per planned parallel dimension, by name: a plan's degrees, or the degrees a user fixes or
+// bounds. The planned dimensions are the runtime's registered ones (parallel/parallel_dimension.h) and
+// those the planner prices for other runtimes only (context parallelism), which Strata's runtime does
+// not execute. Held in a fixed-capacity array by position (the runtime's from the bottom, in
+// registration order; the priced-only ones at the top), since the search copies plans by the tens of
+// thousands; a dimension registered later needs no field of its own.
 #include <array>
 #include <compare>
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace strata {
 
 class MeshShape;
+struct ParallelDimension;
 
 class DimensionDegrees {
  public:
@@ -80,7 +84,21 @@ class DimensionOptionValues {
   std::array<int, DimensionDegrees::kCapacity * kPerDimension> values_;
 };
 
-// The registration positions of the registered dimensions (those the planner holds), innermost
+// A planned dimension and its position in the arrays above.
+struct PlannedDimension {
+  size_t position = 0;
+  const ParallelDimension* dimension = nullptr;
+};
+// Every planned dimension: the runtime's registered ones in registration order, then the priced-only
+// ones (priced_only_dimensions).
+std::vector<PlannedDimension> planned_dimensions();
+// The planned dimension at `position`.
+const ParallelDimension& planned_dimension_at(size_t position);
+// The dimensions the planner prices for other runtimes only, with their place in the device order
+// (their nesting): Strata's runtime does not register or execute them (context_parallel_planning.cpp).
+const std::vector<ParallelDimension>& priced_only_dimensions();
+
+// The positions of the planned dimensions, innermost
 // (lowest nesting, parallel/parallel_dimension.h) first: the device order, and the order a step's
 // per-dimension terms are added in.
 class InnermostFirst {
@@ -96,9 +114,9 @@ class InnermostFirst {
 
 // A mesh's degrees.
 DimensionDegrees degrees_of(const MeshShape& mesh);
-// "dp x tp x pp x ep": every registered dimension, in registration order.
+// "dp x tp x pp x ep": every dimension the runtime registers, in registration order.
 std::string degrees_product_name();
-// The registration position of `dimension`; fails naming an unregistered one, or one past the
+// The position of `dimension`; fails naming one neither registered nor priced, or one past the
 // planner's capacity.
 size_t dimension_position(std::string_view dimension);
 

@@ -47,7 +47,7 @@ std::optional<std::string> experts_not_divided_by_plan(const PlanningProblem& pr
 MicroBatchComm expert_parallel_comm(const CommInput& input) {
   const PlanningProblem& problem = input.problem;
   const ExpertExchanges exchanges =
-      expert_exchanges(problem.model, input.plan.micro_batch, problem.seq, problem.dtype, input.degree);
+      expert_exchanges(problem.model, input.plan.micro_batch, input.seq, problem.dtype, input.degree);
   auto exchange = [&](const std::vector<CommCall>& calls) {
     double seconds = 0;
     for (const CommCall& call : calls) {

@@ -174,6 +174,7 @@ std::string format_explanation(const Explanation& e) {
   auto plan_block = [&](const char* role, const PlanExplanation& p) {
     out += fmt::format("{}: {}  (step {}; terms on pipeline stage {})\n", role, p.prediction.plan.describe(),
                        seconds_text(p.prediction.step_s), p.stage);
+    if (const std::optional<std::string> note = not_run_by_strata(p.prediction.plan)) out += fmt::format("  {}\n", *note);
     for (const ExplainTerm& term : p.terms) {
       out += fmt::format("  {:<46} {:>11} {:>5.1f}%{}\n", term.name, seconds_text(term.seconds),
                          100 * term.seconds / p.prediction.step_s, term.detail.empty() ? "" : "  " + term.detail);

@@ -1,5 +1,7 @@
 #include "planner/plan_dimension.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -11,7 +13,8 @@ namespace {
 
 // In the order the search nests them; registered parts go before data parallelism's.
 std::vector<PlannerDimension> builtin_planner_dimensions() {
-  return {expert_parallel_planning(), tensor_parallel_planning(), pipeline_planning(), data_parallel_planning()};
+  return {expert_parallel_planning(), tensor_parallel_planning(), pipeline_planning(), context_parallel_planning(),
+          data_parallel_planning()};
 }
 
 std::vector<PlannerDimension>& registered() {
@@ -57,6 +60,17 @@ void unregister_planner_dimension(std::string_view name) {
                                   [&](const PlannerDimension& dimension) { return dimension.name == name; });
   STRATA_CHECK(found != dimensions.end(), "planner dimension '{}' is not a registered one", name);
   dimensions.erase(found);
+}
+
+std::optional<std::string> not_run_by_strata(const ParallelPlan& plan) {
+  std::string priced;
+  for (const PlannerDimension& part : planner_dimensions()) {
+    if (part.runtime_executes || plan.degree(part.name) == 1) continue;
+    priced += fmt::format("{}{} parallelism ({}={})", priced.empty() ? "" : ", ", part.parallelism, part.name,
+                          plan.degree(part.name));
+  }
+  if (priced.empty()) return std::nullopt;
+  return priced + " is priced as other runtimes run it; Strata's runtime does not execute it";
 }
 
 std::vector<int64_t> divisors(int64_t n) {

@@ -76,6 +76,12 @@ struct CommInput {
   int stride = 1;            // devices between neighbouring ranks of its group (the degrees nested inside it)
   const ModelComm& graph;    // the calls of the runtime's graph for the micro-batch, split by its passes (model_comm.h)
   CommPricer& pricer;
+  // The tokens of a sequence one device works on (the sequence over the degree of a dimension that splits it),
+  // what a device computes in each layer for the micro-batch and each op's time on it, for a dimension whose
+  // communication runs beside that compute (context parallelism's K/V ring beside the attention).
+  int64_t seq = 0;
+  const SegmentWork* layer_work = nullptr;
+  std::function<double(const OpWork& op)> op_seconds;
 };
 // What a dimension's terms of --explain read: its communication's input and its answer for the plan,
 // and the bottleneck stage the step is attributed on.
@@ -93,6 +99,12 @@ struct PlannerDimension {
   std::string bound_help;   // `strata plan --max-<name>`; empty: no such flag
   // Its degree is the devices the other dimensions leave (one dimension: data parallelism).
   bool takes_remaining_devices = false;
+  // Strata's runtime executes it (it is registered in parallel/parallel_dimension.h). A part that prices a
+  // dimension of other runtimes only (context parallelism) is false: its place in the device order is in
+  // priced_only_dimensions() (dimension_degrees.h), the search plans it only at the degree the user fixes
+  // (`--<name> N`; never proposed), the trainer's plans never set it, and the report says the plan is not
+  // Strata's to run.
+  bool runtime_executes = true;
   // The degrees to search, ascending, with `devices` left to it and the dimensions the search
   // nests inside it; those not dividing `devices` are skipped. Unset: 1 only.
   std::function<std::vector<int>(const PlanningProblem& problem, int devices)> degrees;
@@ -131,6 +143,11 @@ struct PlannerDimension {
   bool splits_layers = false;      // its ranks run consecutive pipeline stages: the layer split, the schedule, and
                                    // the stage boundaries' transfers, its comm time
   bool reduces_gradients = false;  // the step's gradient reduction not hidden is its time (TimeBreakdown::reduction)
+  // Its ranks split every sequence into `degree` parts (context parallelism): the per-device work is built at
+  // seq / degree positions, every token-wise op on them, and the causal attention of a device's queries against
+  // the whole sequence run as `degree` ring steps (workload.h's run_attention_over_ring); its communication
+  // (micro_batch_comm) is the keys' and values' exchange between those steps.
+  bool splits_sequence = false;
   // Its ranks hold the same weights (those it does not shard: a mixture's experts under the dimension that shards
   // them): their gradients are reduced over it and ZeRO shards over it. Any number of dimensions, nested next to
   // each other (their group one run of ranks in the device order).
@@ -142,15 +159,19 @@ struct PlannerDimension {
   std::function<StageSchedule(const ParallelPlan& plan)> stage_schedule;
 };
 
-// Every registered parallel dimension's planner part, in the order the search nests them
-// (outermost first: expert, tensor, pipeline, those registered, then data parallelism, which takes
-// the devices left); a dimension registered without one gets a part of degree 1.
+// Every planned parallel dimension's planner part, in the order the search nests them
+// (outermost first: expert, tensor, pipeline, context, those registered, then data parallelism, which
+// takes the devices left); a dimension registered without one gets a part of degree 1.
 std::vector<PlannerDimension> planner_dimensions();
 // Adds the planner part of a registered parallel dimension (a test's, or a plug-in's); fails on a
 // name already taken.
 void register_planner_dimension(PlannerDimension dimension);
 // Removes a registered (not a built-in) planner part.
 void unregister_planner_dimension(std::string_view name);
+
+// What a plan sets above 1 that Strata's runtime does not execute ("context parallelism (cp=2) is priced as
+// other runtimes run it; Strata's runtime does not execute it"), or nothing: the report and --explain say it.
+std::optional<std::string> not_run_by_strata(const ParallelPlan& plan);
 
 // 1, ..., n: every divisor of n, ascending.
 std::vector<int64_t> divisors(int64_t n);
@@ -162,6 +183,7 @@ PlannerDimension data_parallel_planning();
 PlannerDimension tensor_parallel_planning();
 PlannerDimension pipeline_planning();
 PlannerDimension expert_parallel_planning();
+PlannerDimension context_parallel_planning();
 
 // Their options' accessors, in the same files: tensor parallelism's sequence parallelism over its group
 // (tensor_parallel_planning.cpp), pipeline parallelism's schedule and model chunks per device

@@ -8,6 +8,7 @@ ParallelPlan plan_of_settings(const ParallelSettings& settings, const MeshShape&
   ParallelPlan plan;
   plan.degrees = degrees_of(mesh);
   for (const PlannerDimension& part : planner_dimensions()) {
+    if (!part.runtime_executes) continue;  // no setting of the runtime's: degree 1
     if (part.read_settings) part.read_settings(settings, plan);
   }
   return plan;
@@ -15,6 +16,7 @@ ParallelPlan plan_of_settings(const ParallelSettings& settings, const MeshShape&
 
 void write_plan_settings(const ParallelPlan& plan, ParallelSettings& settings) {
   for (const PlannerDimension& part : planner_dimensions()) {
+    if (!part.runtime_executes) continue;  // the search never proposes it for the trainer
     settings.set_degree(part.name, plan.degree(part.name));
     if (part.write_settings) part.write_settings(plan, settings);
   }
@@ -23,6 +25,7 @@ void write_plan_settings(const ParallelPlan& plan, ParallelSettings& settings) {
 void fix_to_settings(const ParallelSettings& settings, const MeshShape& mesh, PlanLimits& limits) {
   limits.fixed = degrees_of(mesh);
   for (const PlannerDimension& part : planner_dimensions()) {
+    if (!part.runtime_executes) continue;
     if (part.fix_settings) part.fix_settings(settings, limits);
   }
 }

@@ -33,7 +33,7 @@ struct Component {
 void add_dimension_terms(std::vector<Component>& components, bool reduction) {
   const std::vector<PlannerDimension> parts = planner_dimensions();
   for (size_t position : InnermostFirst()) {
-    const ParallelDimension& dimension = parallel_dimensions()[position];
+    const ParallelDimension& dimension = planned_dimension_at(position);
     for (const PlannerDimension& part : parts) {
       if (part.name != dimension.name || part.comm_name.empty() || part.reduces_gradients != reduction) continue;
       components.push_back({part.name + "_comm", part.comm_name, nullptr,
@@ -156,11 +156,13 @@ nlohmann::json plan_json(const ParallelPlan& plan) {
   for (const PlannerDimension& part : planner_dimensions()) {
     if (part.options_json) part.options_json(plan, json);
   }
-  for (const ParallelDimension& dimension : parallel_dimensions()) {
+  for (const PlannedDimension& planned : planned_dimensions()) {
+    const ParallelDimension& dimension = *planned.dimension;
     // A dimension of some models only is absent at 1 (ep), as plans without it were recorded.
     const int degree = plan.degree(dimension.name);
     if (!dimension.named_when_set_only || degree > 1) json[dimension.name] = degree;
   }
+  if (const std::optional<std::string> note = not_run_by_strata(plan)) json["not_run_by_strata"] = *note;
   return json;
 }
 
@@ -258,6 +260,7 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
     const Prediction& winner = result.ranked.front();
     const MemoryBreakdown& m = winner.memory;
     out += fmt::format("\nwinner: {}\n", winner.plan.describe());
+    if (const std::optional<std::string> note = not_run_by_strata(winner.plan)) out += fmt::format("  {}\n", *note);
     out += fmt::format("  layers per stage: {}{}\n", split_text(winner.layers_per_stage),
                        winner.layers_per_stage.size() > 1 && winner.schedule_replayed
                            ? " (step time: every stage's schedule replayed)"

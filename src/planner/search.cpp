@@ -44,7 +44,8 @@ bool within(const PlanLimits& limits, std::string_view dimension, int degree) {
 // "data" ("data x expert" under expert parallelism): the batch-splitting dimensions a message names.
 std::string batch_parallelism(const DimensionDegrees& degrees, const std::vector<PlannerDimension>& parts) {
   std::string text;
-  for (const ParallelDimension& dimension : parallel_dimensions()) {
+  for (const PlannedDimension& planned : planned_dimensions()) {
+    const ParallelDimension& dimension = *planned.dimension;
     if (!dimension.splits_batch || (dimension.named_when_set_only && degrees[dimension.name] == 1)) continue;
     for (const PlannerDimension& part : parts) {
       if (part.name == dimension.name) text += (text.empty() ? "" : " x ") + part.parallelism;
@@ -69,7 +70,7 @@ class LayoutEnumeration {
       add_layout(degrees);
       return;
     }
-    for (int degree : part.degrees ? part.degrees(problem_, devices) : std::vector<int>{1}) {
+    for (int degree : searched_degrees(part, devices)) {
       if (devices % degree != 0 || !within(limits_, part.name, degree)) continue;
       degrees.set(part.name, degree);
       choose_degrees(next + 1, devices / degree, degrees);
@@ -78,6 +79,12 @@ class LayoutEnumeration {
   }
 
  private:
+  std::vector<int> searched_degrees(const PlannerDimension& part, int devices) const {
+    // A dimension Strata's runtime does not execute is priced at the degree the user fixes, never proposed.
+    if (!part.runtime_executes) return {std::max(limits_.fixed[part.name], 1)};
+    return part.degrees ? part.degrees(problem_, devices) : std::vector<int>{1};
+  }
+
   void add_layout(const DimensionDegrees& degrees) {
     const std::string layout = degrees.describe();
     for (const PlannerDimension& part : parts_) {
@@ -144,7 +151,8 @@ std::optional<RejectedRegion> fixed_degrees_refused(const PlanningProblem& probl
   const int devices = problem.cluster.devices();
   DimensionDegrees layout;
   bool every_dimension_fixed = true;  // of those that apply to every model
-  for (const ParallelDimension& dimension : parallel_dimensions()) {
+  for (const PlannedDimension& planned : planned_dimensions()) {
+    const ParallelDimension& dimension = *planned.dimension;
     const int fixed = limits.fixed[dimension.name];
     if (fixed > 0 && devices % fixed != 0) {
       return RejectedRegion{fmt::format("fixed degrees that do not divide the cluster's {} devices", devices), 1,

@@ -385,4 +385,16 @@ Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t 
   return work;
 }
 
+void run_attention_over_ring(Workload& work, int parts) {
+  const double steps = static_cast<double>(parts);
+  for (std::vector<OpWork>* ops : {&work.layer.forward, &work.layer.backward}) {
+    for (OpWork& op : *ops) {
+      if (op.kind != OpKind::Attention) continue;
+      op.flops *= steps;
+      op.bytes *= steps;
+      op.attention.ring_steps = parts;
+    }
+  }
+}
+
 }  // namespace strata

@@ -28,12 +28,15 @@ struct GemmShape {
 };
 
 // An attention-kind op: independent (batch row, head) problems of `seq` query
-// rows each.
+// rows each, run as `ring_steps` kernels of equal work (context parallelism:
+// one per block of keys and values passed around the ring; the op's FLOPs and
+// bytes are all the steps').
 struct AttentionShape {
   int64_t problems = 0;
   int64_t seq = 0;
   int64_t head_dim = 0;
   bool backward = false;
+  int64_t ring_steps = 1;
 };
 
 // Which forward ops of a layer selective recomputation redoes in backward.
@@ -109,5 +112,14 @@ struct Workload {
 // holds ceil(vocab_size / tp) rows.
 Workload build_workload(const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp, DType dtype,
                         SelectivePolicy selective = SelectivePolicy::AttentionCore);
+
+// A workload built at a device's seq / `parts` positions of a sequence split by context parallelism,
+// made what that device runs: its causal attention reads every part's keys and values, so each
+// attention op (forward and backward) runs `parts` ring steps. With the causal mask balanced over
+// the parts (two chunks per rank, i and 2·parts−1−i, as Megatron-Core and Transformer Engine split
+// it), every step does the work of the local causal block: (s/parts)²/2 scores, as many as the
+// diagonal step's and half of an unmasked block's (the lower triangle of s²/2 is parts² such blocks
+// shared by `parts` ranks). The op's FLOPs and bytes become `parts` times the block's.
+void run_attention_over_ring(Workload& work, int parts);
 
 }  // namespace strata

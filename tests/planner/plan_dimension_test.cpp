@@ -47,24 +47,29 @@ TEST(PlannerDimensions, APlansDegreesAreReadAndWrittenByName) {
   degrees.set("ep", 2);
   EXPECT_EQ(degrees.describe(), "dp=4 tp=2 pp=1 ep=2");
   EXPECT_EQ(degrees.batch_replicas(), 8);  // the rows split over dp x ep
-  EXPECT_EQ(degrees_product_name(), "dp x tp x pp x ep");
+  EXPECT_EQ(degrees_product_name(), "dp x tp x pp x ep");  // the runtime's dimensions
+  // Context parallelism, priced for other runtimes only, is held beside them and named only above 1.
+  degrees.set("cp", 2);
+  EXPECT_EQ(degrees.describe(), "dp=4 tp=2 pp=1 ep=2 cp=2");
+  EXPECT_EQ(degrees.product(), 32);
+  EXPECT_EQ(degrees.batch_replicas(), 8);  // its ranks share their rows
   try {
-    degrees.set("cp", 2);
+    degrees.set("xp", 2);
     FAIL() << "an unregistered dimension was set";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("no parallel dimension 'cp'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("no parallel dimension 'xp'"), std::string::npos) << error.what();
   }
 }
 
-// The search nests expert, tensor and pipeline parallelism, then data parallelism takes the devices
-// left; a dimension registered without a planner part goes before data parallelism at degree 1.
+// The search nests expert, tensor, pipeline and context parallelism, then data parallelism takes the
+// devices left; a dimension registered without a planner part goes before data parallelism at degree 1.
 TEST(PlannerDimensions, ADimensionWithoutAPlannerPartIsPlannedAtOne) {
-  EXPECT_EQ(names(planner_dimensions()), (std::vector<std::string>{"ep", "tp", "pp", "dp"}));
+  EXPECT_EQ(names(planner_dimensions()), (std::vector<std::string>{"ep", "tp", "pp", "cp", "dp"}));
   CostModel plain_model(small_problem());
   const SearchResult plain = search_plans(plain_model, {}, 3);
 
   RegisteredDimension zp;
-  EXPECT_EQ(names(planner_dimensions()), (std::vector<std::string>{"ep", "tp", "pp", "zp", "dp"}));
+  EXPECT_EQ(names(planner_dimensions()), (std::vector<std::string>{"ep", "tp", "pp", "cp", "zp", "dp"}));
   CostModel model(small_problem());
   const SearchResult searched = search_plans(model, {}, 3);
 
