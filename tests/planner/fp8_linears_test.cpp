@@ -9,12 +9,14 @@
 // - gathering a layer's float8 weights in fp8 halves their bytes in ZeRO-3's gathered-layer buffers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
 #include "planner/cost_model.h"
 #include "planner/device_time.h"
 #include "planner/fp8_linears.h"
+#include "planner/uncertainty.h"
 #include "planner_test_support.h"
 
 namespace strata {
@@ -141,6 +143,24 @@ TEST(PlannerFp8, GatheringInFp8HalvesTheLinearsWeightBytes) {
     return model.evaluate(plan).memory.buffers;
   };
   EXPECT_DOUBLE_EQ(buffers(false) - buffers(true), 2 * linears * (2 - 1));
+}
+
+// The float8 engine's figures carried over from the bf16 engine are assumptions the step-time intervals vary; its
+// peak is the datasheet's and is held.
+TEST(PlannerFp8, IntervalsVaryTheFloat8EnginesAssumedFigures) {
+  PlanningProblem problem{"llama", testing::small_llama_config(), 8, 16, DType::BF16,
+                          load_cluster(testing::preset_path("dgx-h100"))};
+  problem.fp8 = Fp8Recipe::Delayed;
+  std::vector<std::string> names;
+  for (const UncertainFigure& figure : uncertain_figures(problem)) names.push_back(figure.figure);
+  auto has = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  EXPECT_TRUE(has("float8 sustained matrix rate"));
+  EXPECT_TRUE(has("float8 GEMM tile efficiencies"));
+  EXPECT_FALSE(has("float8 matrix peak"));
+  problem.fp8 = Fp8Recipe::None;
+  names.clear();
+  for (const UncertainFigure& figure : uncertain_figures(problem)) names.push_back(figure.figure);
+  EXPECT_FALSE(has("float8 sustained matrix rate"));
 }
 
 }  // namespace
