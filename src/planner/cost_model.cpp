@@ -889,7 +889,7 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
-      ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
+      ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : op.fp8 ? result.fp8_gemms : result.compute[op.kind];
       ClassTime& by_op = result.compute_by_op[op.op];
       const double seconds = times * op_time(op, split, ep);
       const double flops = times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);

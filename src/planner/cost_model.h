@@ -143,9 +143,10 @@ class CostModel {
   };
   struct StepAttribution {
     int stage = 0;
-    std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
+    std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' and float8 GEMMs apart
     std::map<std::string, ClassTime> compute_by_op;  // the same by op type (the schema's name), experts' GEMMs in
     ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
+    ClassTime fp8_gemms;              // float8 linears' GEMMs (fp8_linears.h), on the float8 engine
     double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch
     int64_t experts_per_device = 0;   // a mixture of experts' experts over the dimension that shards them
     // Each dimension's communication over the step, innermost first, as its part breaks it down
