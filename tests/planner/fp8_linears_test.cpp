@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "core/error.h"
@@ -103,6 +105,25 @@ TEST(PlannerFp8, LinearsReadingOneValueShareItsCast) {
   add_fp8_linears(layer, Fp8Recipe::Delayed, DType::BF16, false);
   EXPECT_DOUBLE_EQ(bytes_named(layer.forward, ".fp8_input"), (64 * 16 + 64 * 32) * 4.0);
   EXPECT_DOUBLE_EQ(bytes_named(layer.backward, ".fp8_grad_output"), 64 * (32 + 8 + 8 + 16) * 4.0);
+}
+
+// [device.fp8] holds GEMM figures only, each with its source.
+TEST(PlannerFp8, ReadsTheFp8TableStrictly) {
+  const std::string path = testing::preset_path("dgx-h100");
+  std::ifstream file(path);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const ClusterSpec h100 = parse_cluster(text, path);
+  EXPECT_EQ(h100.device.fp8->gemm.k_step, 128);
+  EXPECT_EQ(h100.device.fp8->gemm.alignment.front().first, 16);
+  std::string extra = text;
+  extra.insert(extra.find("[device.fp8]\n") + 13, "vector_tflops = { value = 134, source = 'test' }\n");
+  try {
+    parse_cluster(extra, "extra.toml");
+    ADD_FAILURE() << "accepted vector_tflops in [device.fp8]";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("vector_tflops"), std::string::npos) << error.what();
+  }
+  EXPECT_NE(h100.figure_sources.at("device.fp8.sustained_matrix_tflops").find("assumption"), std::string::npos);
 }
 
 TEST(PlannerFp8, RefusesADeviceWithoutAnFp8EngineByName) {
