@@ -19,8 +19,9 @@
 //   (`enable_fsdp_float8_all_gather`, `precompute_float8_dynamic_scale_for_fsdp`), arrive cast and are only
 //   transposed.
 // GEMMs reading one value (a Llama's q/k/v, gate/up) share its cast: Transformer Engine fuses them into one
-// linear, torch.compile computes the same cast once. Activations kept for backward are not changed (the fp8
-// copies torchao or TE keep instead of, or beside, the bf16 input are not modelled).
+// linear, torch.compile computes the same cast once. Memory is counted as in bf16 but for the gathered layers of an
+// fp8 all-gather: the activations kept for backward (the fp8 copies torchao or TE keep instead of, or beside, the
+// bf16 input) and the weights' own bytes (TE's fp8 parameters, its cached fp8 copies and transposes) are not changed.
 #include <string>
 
 #include "core/dtype.h"
