@@ -50,7 +50,23 @@ DEVICE_PRESETS = [
 
 # Fields the planner needs; an empty cell or 'unknown' means the source does not give it.
 REQUIRED = ["micro_batch", "recompute", "zero", "attention", "virtual_stages", "sp", "dtype"]
-DTYPES = {"bf16": "bf16", "fp16": "f16"}
+DTYPES = {"bf16": "bf16", "fp16": "f16", "fp8": "bf16"}  # fp8: bf16 training with float8 linears (FP8_RUNTIMES)
+
+# dtype fp8, by framework: the float8 scaling recipe (`strata plan --fp8`, src/planner/fp8_linears.h) and whether the
+# float8 linears' weights are all-gathered in fp8 (`--fp8-gather`), from each framework's code and docs:
+# - NeMo on Megatron-Core (megatron-core-nemo): Transformer Engine's DelayedScaling (fp8_hybrid); fp8_params true (the
+#   GPT-3 recipe) keeps the weights in fp8, which the distributed optimizer all-gathers in fp8 (Megatron-LM's
+#   --fp8-param-gather).
+# - MaxText (maxtext): quantization=fp8 runs Flax's fp8 dot (amax history: delayed scaling), the weights cast inside
+#   the dot after XLA's FSDP all-gather (bf16).
+# - torchtitan (torchtitan-fsdp2, 9dec370): torchao Float8Linear with dynamic tensorwise scaling (the only scaling its
+#   docs/float8.md supports then), the output layer excluded; the float8 all-gather is a flag off by default that the
+#   same docs' launch command turns on (--float8.enable_fsdp_float8_all_gather
+#   --float8.precompute_float8_dynamic_scale_for_fsdp); the benchmark does not list its flags: assumed as documented.
+# - OLMo-core (olmo-core-fsdp2, 41400c46f): torchao with Float8Config's defaults: dynamic scaling,
+#   enable_fsdp_float8_all_gather = True.
+FP8_RUNTIMES = {"megatron-core-nemo": ("delayed", "on"), "maxtext": ("delayed", "off"),
+                "torchtitan-fsdp2": ("tensorwise", "on"), "olmo-core-fsdp2": ("tensorwise", "on")}
 
 # Breakdown terms shown in the table (plans[0].time_s keys), in this order; the rest are summed as 'other'.
 TERMS = [("compute", "compute"), ("recompute", "recomp"), ("tp_comm", "tp"), ("pp_comm", "pp"),
@@ -89,17 +105,16 @@ def skip_reasons(row):
     """Why the planner cannot express this row ([] when it can)."""
     reasons = []
     cp = context_parallel(row)
-    fp8 = row.get("dtype", "").strip() == "fp8"
     if cp > 1 and not row.get("framework", "").strip().startswith(CP_FRAMEWORKS):
         reasons.append(f"context parallelism cp={cp} as framework '{row.get('framework', '')}' runs it "
                        "(the planner prices Transformer Engine's point-to-point ring)")
-    if fp8:
-        reasons.append("dtype fp8 (float8 linears are not modelled)")
+    if row.get("dtype", "").strip() == "fp8" and row.get("framework", "").strip() not in FP8_RUNTIMES:
+        reasons.append(f"dtype fp8 from framework '{row.get('framework', '')}', whose float8 recipe is not mapped")
     missing = [f for f in REQUIRED if unknown(row.get(f))]
     if missing:
         reasons.append("not given: " + ", ".join(missing))
     dtype = row.get("dtype", "").strip()
-    if not unknown(dtype) and dtype != "fp8" and dtype not in DTYPES:
+    if not unknown(dtype) and dtype not in DTYPES:
         reasons.append(f"dtype {dtype} has no planner dtype")
     if preset_for(row.get("device", "").strip()) is None:
         reasons.append(f"no cluster preset for device '{row.get('device', '')}'")
@@ -200,6 +215,9 @@ def plan_command(strata, row, model_path, variant):
     # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
     if (row.get("compile") or "").strip() == "0":
         cmd += ["--eager", "on"]
+    if row["dtype"].strip() == "fp8":
+        recipe, gather = FP8_RUNTIMES[row["framework"].strip()]
+        cmd += ["--fp8", recipe, "--fp8-gather", gather]
     cmd += ["--json", "--top", "1"]
     return variant.apply(cmd)
 

@@ -51,6 +51,8 @@ struct PlanArgs {
   std::string fsdp = "none";
   std::string fsdp_reduce = "f32";
   std::string loss = "fused";
+  std::string fp8 = "none";
+  std::string fp8_gather = "off";
 };
 
 // Which of a two-way flag's values was given: true for `second`; anything else is an error naming the flag.
@@ -106,6 +108,8 @@ void plan(const PlanArgs& args) {
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
+  problem.fp8 = parse_fp8_recipe(args.fp8, "--fp8");
+  problem.fp8_gather = !second_of(args.fp8_gather, "--fp8-gather", "on", "off");
   problem.moe_imbalance = args.moe_imbalance;
   CostModel cost(std::move(problem));
   SearchResult result = search_plans(cost, limits_of(args), std::max<size_t>(args.top, args.explain ? 2 : 1));
@@ -231,6 +235,16 @@ void add_plan_command(CLI::App& app) {
                       "How the run computes the loss: fused (default: one kernel over the logits, as Strata's) or "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
                       "torchtitan)");
+  command->add_option("--fp8", args->fp8,
+                      "Float8 linears: the layers' linears (forward, input and weight gradients) on the device's "
+                      "[device.fp8] engine, attention and the output head in the compute dtype, with the casts of "
+                      "the scaling recipe: delayed (Transformer Engine's, amax history: one cast-transpose per "
+                      "tensor, weights cast once per step), tensorwise (torchao's dynamic scaling: an amax pass, "
+                      "then the cast, weights every forward) or none (default)");
+  command->add_option("--fp8-gather", args->fp8_gather,
+                      "on: the float8 linears' weights are all-gathered in fp8 (torchao's "
+                      "enable_fsdp_float8_all_gather, Transformer Engine's fp8 parameters under a distributed "
+                      "optimizer): ZeRO's weight gathers move one byte for each; off (default)");
   command->callback([args] { plan(*args); });
 }
 

@@ -101,6 +101,22 @@ void PlanningProblem::validate() const {
          "engine has",
          cluster.source, cluster.device.name, dtype_name(dtype));
   }
+  validate_fp8();
+}
+
+void PlanningProblem::validate_fp8() const {
+  if (fp8 == Fp8Recipe::None) {
+    if (fp8_gather) fail("an fp8 all-gather of the weights (strata plan --fp8-gather on) needs float8 linears (--fp8)");
+    return;
+  }
+  if (!cluster.device.fp8) {
+    fail("{}: device '{}' has no float8 matrix engine (no [device.fp8] table), so float8 linears (strata plan --fp8 "
+         "{}) cannot run on it",
+         cluster.source, cluster.device.name, fp8_recipe_name(fp8));
+  }
+  if (dtype != DType::BF16 && dtype != DType::F16) {
+    fail("float8 linears (strata plan --fp8) run in a bf16 or f16 model; the compute dtype is {}", dtype_name(dtype));
+  }
 }
 
 CostModel::CostModel(PlanningProblem problem)
@@ -147,6 +163,7 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
     if (problem_.loss == LossKernel::EagerF32) {
       add_eager_f32_loss(built->head, problem_.model, micro_batch, seq, tp, problem_.dtype);
     }
+    add_fp8_linears(built->layer, problem_.fp8, problem_.dtype, problem_.fp8_gather);
     if (sequence_parts > 1) run_attention_over_ring(*built, sequence_parts);
     found = workloads_.emplace(key, std::move(built)).first;
   }
@@ -518,7 +535,9 @@ MemoryBreakdown CostModel::stage_memory(const PlanFigures& figures, int stage, i
   mem.staging =
       (zero <= 1 ? params : layer_params) * figures.width + (figures.p == 1 ? work.tied_gradient_sum_extra : 0.0);
   // ZeRO-3 gathers two layers at a time (fsdp_schedule.h) and keeps the root unit (embedding, head) gathered.
-  mem.buffers = zero == 3 ? (2 * layer_params + params - layers * layer_params) * figures.width : 0.0;
+  mem.buffers =
+      zero == 3 ? 2 * layer_params * layer_gather_width(figures) + (params - layers * layer_params) * figures.width
+                : 0.0;
   mem.peak =
       mem.weights + mem.master + mem.gradients + mem.optimizer + mem.buffers + std::max(mem.activations, mem.staging);
   mem.capacity = problem_.cluster.device.usable_memory_bytes();
@@ -572,10 +591,16 @@ double CostModel::data_parallel_collective(const PlanFigures& figures, Collectiv
 }
 
 double CostModel::bucketed(const PlanFigures& figures, Collective op, double bytes_per_param, DType dtype,
-                           double layers, double params) {
+                           double layers, double params, double layer_bytes_per_param) {
   const double layer_params = figures.layer_params;
-  return layers * data_parallel_collective(figures, op, bytes_per_param, dtype, layer_params, figures.layer_experts) +
+  const double layer_width = layer_bytes_per_param > 0 ? layer_bytes_per_param : bytes_per_param;
+  return layers * data_parallel_collective(figures, op, layer_width, dtype, layer_params, figures.layer_experts) +
          data_parallel_collective(figures, op, bytes_per_param, dtype, params - layers * layer_params);
+}
+
+double CostModel::layer_gather_width(const PlanFigures& figures) const {
+  if (!problem_.fp8_gather) return figures.width;
+  return fp8_gather_width(figures.layer_params, fp8_weight_elements(figures.work.layer), figures.width);
 }
 
 CostModel::Overlap CostModel::exposed_zero_comm(const PlanFigures& figures, int stage, int layers,
@@ -604,8 +629,8 @@ CostModel::FsdpCopyTimes CostModel::fsdp_copy_times(const PlanFigures& figures, 
     for (const OpWork& op : ops) sum += op_seconds(op, problem_.cluster.device, problem_.dtype);
     return sum;
   };
-  const FsdpUnitCopies layer =
-      fsdp_unit_copies(problem_.fsdp, figures.layer_params, figures.d, problem_.dtype, problem_.fsdp_reduce);
+  const FsdpUnitCopies layer = fsdp_unit_copies(problem_.fsdp, figures.layer_params, figures.d, problem_.dtype,
+                                                problem_.fsdp_reduce, layer_gather_width(figures));
   times.layer_forward = seconds(layer.per_gather);
   times.layer_backward = seconds(layer.per_gather) + seconds(layer.per_backward);
   const double root_params = stage_params(figures, stage, layers) - layers * figures.layer_params;
@@ -624,8 +649,8 @@ FsdpStage CostModel::fsdp_stage(const PlanFigures& figures, int stage, int layer
   fsdp.layers = layers;
   fsdp.layer_forward = cost.layer.forward_with_comm + copies.layer_forward;
   fsdp.layer_backward = cost.layer.backward_with_comm + figures.layer_recompute + copies.layer_backward;
-  fsdp.layer_gather = data_parallel_collective(figures, Collective::AllGather, figures.width, problem_.dtype,
-                                               layer_params, layer_experts);
+  fsdp.layer_gather = data_parallel_collective(figures, Collective::AllGather, layer_gather_width(figures),
+                                               problem_.dtype, layer_params, layer_experts);
   const DType reduce = problem_.fsdp_reduce;
   const double reduce_width = static_cast<double>(dtype_size(reduce));
   fsdp.layer_reduce =
@@ -845,7 +870,7 @@ double CostModel::slowest_param_gather(const PlanFigures& figures, const std::ve
   for (int stage = 0; stage < figures.p; ++stage) {
     const int n = layers[static_cast<size_t>(stage)];
     seconds = std::max(seconds, bucketed(figures, Collective::AllGather, figures.width, problem_.dtype, n,
-                                         stage_params(figures, stage, n)));
+                                         stage_params(figures, stage, n), layer_gather_width(figures)));
   }
   return seconds;
 }
@@ -876,7 +901,7 @@ CostModel::StepAttribution CostModel::attribute(const Prediction& prediction) {
   auto add = [&](const std::vector<OpWork>& ops, double times, bool recomputed_only) {
     for (const OpWork& op : ops) {
       if (recomputed_only && !op.selective_recompute) continue;
-      ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : result.compute[op.kind];
+      ClassTime& entry = is_expert_gemm(op) ? result.expert_gemms : op.fp8 ? result.fp8_gemms : result.compute[op.kind];
       ClassTime& by_op = result.compute_by_op[op.op];
       const double seconds = times * op_time(op, split, ep);
       const double flops = times * op.flops * (op.residual_stream ? 1.0 / split : 1.0);

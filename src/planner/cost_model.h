@@ -43,6 +43,7 @@
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
 #include "planner/expert_work.h"
+#include "planner/fp8_linears.h"
 #include "planner/fsdp_copies.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
@@ -85,11 +86,20 @@ struct PlanningProblem {
   // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
   // (Composer's PURE mixed precision).
   DType fsdp_reduce = DType::F32;
+  // The layers' linears in float8 with this scaling recipe (fp8_linears.h), on the device's [device.fp8] engine.
+  Fp8Recipe fp8 = Fp8Recipe::None;
+  // The float8 linears' weights all-gathered in fp8 (torchao's enable_fsdp_float8_all_gather; Transformer Engine's
+  // fp8 parameters under a distributed optimizer): ZeRO's weight all-gathers, ZeRO-3's gathered layers and FSDP's
+  // copies move one byte for each of those weights.
+  bool fp8_gather = false;
   // A mixture of experts' busiest expert's rows over the mean (expert_work.h): every rank's grouped GEMMs
   // are priced at that expert's rows. 1: perfectly balanced.
   double moe_imbalance = 1.0;
   // Throws naming what is impossible (no figures for the dtype, batch < 1, ...).
   void validate() const;
+
+ private:
+  void validate_fp8() const;  // float8 linears on a device with an fp8 engine, in a bf16/f16 model
 };
 
 class CostModel {
@@ -133,9 +143,10 @@ class CostModel {
   };
   struct StepAttribution {
     int stage = 0;
-    std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' grouped GEMMs apart
+    std::map<OpKind, ClassTime> compute;  // recomputation included; the experts' and float8 GEMMs apart
     std::map<std::string, ClassTime> compute_by_op;  // the same by op type (the schema's name), experts' GEMMs in
     ClassTime expert_gemms;           // a mixture of experts' grouped GEMMs (their FLOPs: the active experts')
+    ClassTime fp8_gemms;              // float8 linears' GEMMs (fp8_linears.h), on the float8 engine
     double expert_rows = 0;           // rows of the busiest expert a forward grouped GEMM runs per micro-batch
     int64_t experts_per_device = 0;   // a mixture of experts' experts over the dimension that shards them
     // Each dimension's communication over the step, innermost first, as its part breaks it down
@@ -252,9 +263,12 @@ class CostModel {
   // those, `experts` (ep > 1) go in a collective of their own over the dp ranks that replicate them.
   double data_parallel_collective(const PlanFigures& figures, comm::Collective op, double bytes_per_param,
                                   DType dtype, double params, double experts = 0);
-  // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head.
+  // A data-parallel collective per layer's bucket, plus one for the stage's embedding or head; a layer's
+  // parameters of `layer_bytes_per_param` each when given (an fp8 weight gather), else `bytes_per_param`.
   double bucketed(const PlanFigures& figures, comm::Collective op, double bytes_per_param, DType dtype, double layers,
-                  double params);
+                  double params, double layer_bytes_per_param = 0);
+  // Bytes per parameter of a layer's weights as gathered: fewer when its float8 linears' weights go in fp8.
+  double layer_gather_width(const PlanFigures& figures) const;
 
   PlanningProblem problem_;
   CommPricer pricer_;

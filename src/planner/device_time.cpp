@@ -91,7 +91,8 @@ double gemm_seconds(const GemmShape& shape, const DeviceSpec& device, DType dtyp
 }
 
 double op_seconds(const OpWork& op, const DeviceSpec& device, DType dtype, double scale, AttentionKernel attention) {
-  const DTypePerformance& perf = device.performance(dtype);
+  // A float8 linear's GEMM runs on the float8 engine (fp8_linears.h); everything else in the compute dtype.
+  const DTypePerformance& perf = op.fp8 ? device.fp8_performance() : device.performance(dtype);
   if (op.kind != OpKind::Other && !(perf.matrix_flops > 0)) {
     fail("device '{}' has no matrix figures for {}: {} cannot be priced in it", device.name, dtype_name(dtype), op.op);
   }

@@ -8,7 +8,8 @@
 // rows per (batch row, head) with the head dim padded to the kernel's step;
 // unfused attention as its batched GEMMs and the softmax over the scores in
 // memory. Everything else: a roofline of vector arithmetic against memory
-// traffic. Each op pays the launch overhead, and is divided by its measured
+// traffic. A float8 linear's GEMM (OpWork::fp8) runs on the device's float8
+// engine. Each op pays the launch overhead, and is divided by its measured
 // (or described) efficiency relative to all this.
 #include "planner/hardware.h"
 #include "planner/workload.h"

@@ -52,6 +52,12 @@ PlanExplanation explain_one(CostModel& model, const Prediction& prediction) {
   for (const auto& [op, time] : attribution.compute_by_op) out.ops.push_back({op, time.seconds, time.flops});
   std::stable_sort(out.ops.begin(), out.ops.end(), [](const OpShare& a, const OpShare& b) { return a.seconds > b.seconds; });
   add_expert_terms(out, attribution, problem, peak);
+  const CostModel::ClassTime& fp8 = attribution.fp8_gemms;
+  if (fp8.seconds > 0) {
+    out.terms.push_back({"compute: float8 GEMMs", fp8.seconds,
+                         fmt::format("{:.0f}% of the float8 matrix peak", 100 * fp8.flops / fp8.seconds /
+                                                                            problem.cluster.device.fp8_performance().matrix_flops)});
+  }
   out.terms.insert(out.terms.end(), attribution.comm.begin(), attribution.comm.end());
   const TimeBreakdown& t = prediction.time;
   const std::vector<ExplainTerm> rest = {
@@ -77,8 +83,10 @@ struct Perturbation {
   std::function<void(ClusterSpec&)> apply;
 };
 
+// Every engine of the device: each dtype's and the float8 one float8 linears run on.
 void each_dtype(ClusterSpec& c, const std::function<void(DTypePerformance&)>& f) {
   for (auto& [dtype, perf] : c.device.dtypes) f(perf);
+  if (c.device.fp8) f(*c.device.fp8);
 }
 
 // Each figure of the description 10% worse (slower, or costlier).

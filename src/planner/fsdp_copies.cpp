@@ -19,14 +19,16 @@ FsdpRuntime parse_fsdp_runtime(const std::string& text, const std::string& what)
   fail("{} must be none, 1 or 2, got '{}'", what, text);
 }
 
-FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype, DType reduce_dtype) {
+FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype, DType reduce_dtype,
+                                double gather_width) {
   FsdpUnitCopies copies;
   if (runtime == FsdpRuntime::None || shards < 2 || params <= 0) return copies;
   const double width = static_cast<double>(dtype_size(param_dtype));
+  const double gathered = gather_width > 0 ? gather_width : width;
   const double reduce = static_cast<double>(dtype_size(reduce_dtype));
   const bool mixed = param_dtype != DType::F32;
   const double shard = params / shards;
-  if (mixed) copies.per_gather.push_back(copy("fsdp.shard_cast", shard * (kF32 + width)));
+  if (mixed) copies.per_gather.push_back(copy("fsdp.shard_cast", shard * (kF32 + gathered)));
   if (runtime == FsdpRuntime::Fsdp1) {
     copies.per_backward.push_back(copy("fsdp.split_backward_cat", params * 2 * width));
     if (reduce_dtype != param_dtype) copies.per_backward.push_back(copy("fsdp.grad_cast", params * (width + reduce)));
@@ -37,8 +39,8 @@ FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, 
       copies.per_backward.push_back(copy("fsdp.shard_grad_cast", shard * (reduce + kF32)));
     }
   } else {
-    copies.per_gather.push_back(copy("fsdp.all_gather_copy_in", shard * 2 * width));
-    copies.per_gather.push_back(copy("fsdp.all_gather_copy_out", params * 2 * width));
+    copies.per_gather.push_back(copy("fsdp.all_gather_copy_in", shard * 2 * gathered));
+    copies.per_gather.push_back(copy("fsdp.all_gather_copy_out", params * 2 * gathered));
     copies.per_backward.push_back(copy("fsdp.reduce_scatter_copy_in", params * (width + reduce)));
   }
   return copies;

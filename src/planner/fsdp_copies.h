@@ -43,7 +43,10 @@ struct FsdpUnitCopies {
 };
 
 // A unit of `params` parameters on this device before sharding, sharded over `shards` ranks, its weights computed
-// in `param_dtype` with fp32 master weights, its gradients reduce-scattered in `reduce_dtype`.
-FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype, DType reduce_dtype);
+// in `param_dtype` with fp32 master weights, its gradients reduce-scattered in `reduce_dtype`; gathered at
+// `gather_width` bytes per parameter when given (float8 linears' weights gathered in fp8, fp8_linears.h: the cast
+// before the gather writes, and the copies around it move, that many), else param_dtype's.
+FsdpUnitCopies fsdp_unit_copies(FsdpRuntime runtime, double params, int shards, DType param_dtype, DType reduce_dtype,
+                                double gather_width = 0);
 
 }  // namespace strata

@@ -102,6 +102,24 @@ AttentionEngine read_attention(const TomlReader& fields, AttentionEngine engine)
   return engine;
 }
 
+// A matrix engine's peaks and GEMM engine (matrix_tflops, sustained_matrix_tflops, compute_units, gemm_*), into `perf`.
+void read_matrix_engine(const TomlReader& fields, DTypePerformance& perf) {
+  perf.matrix_flops = positive(fields, "matrix_tflops") * 1e12;
+  if (fields.has("sustained_matrix_tflops")) {
+    perf.sustained_matrix_flops = positive(fields, "sustained_matrix_tflops") * 1e12;
+    if (perf.sustained_matrix_flops > perf.matrix_flops) {
+      fields.fail_range("sustained_matrix_tflops", fmt::format("at most matrix_tflops ({})", perf.matrix_flops / 1e12),
+                        perf.sustained_matrix_flops / 1e12);
+    }
+  }
+  GemmEngine& gemm = perf.gemm;
+  gemm.compute_units = static_cast<int>(count(fields, "compute_units"));
+  gemm.tiles = read_tiles(fields, "gemm_tiles");
+  gemm.k_step = count(fields, "gemm_k_step");
+  gemm.tile_overhead_s = non_negative(fields, "gemm_tile_overhead_us") * 1e-6;
+  gemm.alignment = read_alignment(fields, "gemm_alignment");
+}
+
 DTypePerformance read_dtype(const TomlReader& fields) {
   std::set<std::string> allowed = kEngineKeys;
   allowed.insert({"vector_tflops", "op_efficiency", "attention_libraries"});
@@ -112,20 +130,7 @@ DTypePerformance read_dtype(const TomlReader& fields) {
   bool has_matrix = false;
   for (const std::string& key : kEngineKeys) has_matrix = has_matrix || fields.has(key);
   if (has_matrix) {
-    perf.matrix_flops = positive(fields, "matrix_tflops") * 1e12;
-    if (fields.has("sustained_matrix_tflops")) {
-      perf.sustained_matrix_flops = positive(fields, "sustained_matrix_tflops") * 1e12;
-      if (perf.sustained_matrix_flops > perf.matrix_flops) {
-        fields.fail_range("sustained_matrix_tflops", fmt::format("at most matrix_tflops ({})", perf.matrix_flops / 1e12),
-                          perf.sustained_matrix_flops / 1e12);
-      }
-    }
-    GemmEngine& gemm = perf.gemm;
-    gemm.compute_units = static_cast<int>(count(fields, "compute_units"));
-    gemm.tiles = read_tiles(fields, "gemm_tiles");
-    gemm.k_step = count(fields, "gemm_k_step");
-    gemm.tile_overhead_s = non_negative(fields, "gemm_tile_overhead_us") * 1e-6;
-    gemm.alignment = read_alignment(fields, "gemm_alignment");
+    read_matrix_engine(fields, perf);
     AttentionEngine tiling;
     tiling.block_rows = count(fields, "attention_block_rows");
     tiling.head_dim_step = count(fields, "attention_head_dim_step");
@@ -148,11 +153,20 @@ DTypePerformance read_dtype(const TomlReader& fields) {
   return perf;
 }
 
+// [device.fp8]: the float8 matrix engine float8 linears run on (GEMM figures only: nothing else computes in fp8).
+DTypePerformance read_fp8_engine(const TomlReader& fields) {
+  fields.only({"matrix_tflops", "sustained_matrix_tflops", "compute_units", "gemm_tiles", "gemm_k_step",
+               "gemm_tile_overhead_us", "gemm_alignment"});
+  DTypePerformance perf;
+  read_matrix_engine(fields, perf);
+  return perf;
+}
+
 DeviceSpec read_device(const TomlReader& fields) {
   const std::set<std::string> dtype_names = {"f64", "f32", "bf16", "f16"};
   std::set<std::string> allowed = {
       "name",           "memory_gib",           "reserved_gib", "memory_bandwidth_gbps", "memory_efficiency",
-      "op_overhead_us", "comm_compute_slowdown"};
+      "op_overhead_us", "comm_compute_slowdown", "fp8"};
   allowed.insert(dtype_names.begin(), dtype_names.end());
   fields.only(allowed);
   DeviceSpec device;
@@ -176,6 +190,7 @@ DeviceSpec read_device(const TomlReader& fields) {
   if (device.dtypes.empty()) {
     fail("{}: [device] lists no dtype table such as [device.bf16] or [device.f32]", fields.source());
   }
+  if (fields.has("fp8")) device.fp8 = read_fp8_engine(fields.table("fp8"));
   return device;
 }
 
@@ -232,6 +247,11 @@ const DTypePerformance& DeviceSpec::performance(DType dtype) const {
     fail("device '{}' has no figures for dtype {} (it lists: {})", name, dtype_name(dtype), known);
   }
   return found->second;
+}
+
+const DTypePerformance& DeviceSpec::fp8_performance() const {
+  if (!fp8) fail("device '{}' has no float8 matrix engine (no [device.fp8] table): float8 linears cannot run on it", name);
+  return *fp8;
 }
 
 void DeviceSpec::use_attention_library(DType dtype, const std::string& library) {

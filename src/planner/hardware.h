@@ -51,6 +51,10 @@
 //                                   # a dtype only the vector units compute (the optimizer's f32 on an NPU
 //                                   # whose matrix engine lacks f32) lists vector_tflops alone: its
 //                                   # element-wise work is priced, but no plan computes in it
+//   [device.fp8]                    # optional: the float8 matrix engine float8 linears run on
+//   matrix_tflops = ...             # (`strata plan --fp8`, planner/fp8_linears.h): matrix_tflops,
+//                                   # sustained_matrix_tflops (optional), compute_units, gemm_tiles, gemm_k_step,
+//                                   # gemm_tile_overhead_us, gemm_alignment as in a dtype table; nothing else
 //   [device.bf16.op_efficiency]     # optional, per op: the time the figures above predict over the real
 //                                   # time (default 1; above 1 when the data stays in cache)
 //   layernorm_backward = { value = 0.5, source = "..." }
@@ -146,11 +150,15 @@ struct DeviceSpec {
   // (communication kernels take compute units and memory bandwidth).
   double comm_compute_slowdown = 0;
   std::map<DType, DTypePerformance> dtypes;
+  // The float8 matrix engine ([device.fp8]: GEMM figures only) that float8 linears run on
+  // (planner/fp8_linears.h); absent on a device without float8 matrix units (an A100).
+  std::optional<DTypePerformance> fp8;
 
   double usable_memory_bytes() const { return memory_bytes - reserved_bytes; }
   // Whether plans can compute in `dtype` (its matrix engine has figures for it).
   bool computes(DType dtype) const { return dtypes.count(dtype) != 0 && dtypes.at(dtype).matrix_flops > 0; }
   const DTypePerformance& performance(DType dtype) const;  // throws naming the device and dtype
+  const DTypePerformance& fp8_performance() const;         // throws naming the device when it has no fp8 engine
   // Prices fused attention in `dtype` on the named library's engine (attention_libraries) from now on;
   // throws naming the libraries the device describes when it lacks this one.
   void use_attention_library(DType dtype, const std::string& library);

@@ -214,6 +214,9 @@ nlohmann::json problem_json(const PlanningProblem& problem) {
             {"nodes", problem.cluster.nodes},
             {"devices_per_node", problem.cluster.devices_per_node},
             {"device", problem.cluster.device.name}}}};
+  if (problem.fp8 != Fp8Recipe::None) {
+    json["fp8_linears"] = {{"recipe", fp8_recipe_name(problem.fp8)}, {"weights_gathered_in_fp8", problem.fp8_gather}};
+  }
   if (c.num_experts > 0) {
     json["model"]["experts"] = c.num_experts;
     json["model"]["experts_per_token"] = c.num_experts_per_tok;
@@ -237,8 +240,14 @@ std::string format_report(const CostModel& model, const SearchResult& result, si
         "busiest expert's tokens over the mean)\n",
         c.num_experts, c.num_experts_per_tok, active_parameters(c) / 1e6, problem.moe_imbalance);
   }
-  out += fmt::format("step: {} rows x {} tokens in {}; {:.3g} model FLOPs (forward + backward, no recomputation)\n",
-                     problem.global_batch, problem.seq, dtype_name(problem.dtype), model.model_flops_per_step());
+  const std::string fp8 =
+      problem.fp8 == Fp8Recipe::None
+          ? ""
+          : fmt::format(", the layers' linears in float8 ({} scaling{}; MFU against the {} peak)",
+                        fp8_recipe_name(problem.fp8), problem.fp8_gather ? ", weights gathered in fp8" : "",
+                        dtype_name(problem.dtype));
+  out += fmt::format("step: {} rows x {} tokens in {}{}; {:.3g} model FLOPs (forward + backward, no recomputation)\n",
+                     problem.global_batch, problem.seq, dtype_name(problem.dtype), fp8, model.model_flops_per_step());
   out += fmt::format("cluster {}: {} node(s) x {} {} ({:.1f} GiB usable each)\n", problem.cluster.name,
                      problem.cluster.nodes, problem.cluster.devices_per_node, problem.cluster.device.name,
                      problem.cluster.device.usable_memory_bytes() / kGiB);

@@ -28,49 +28,65 @@ void vary_attention(AttentionEngine& engine, double worse) {
   engine.backward_efficiency = slower(engine.backward_efficiency, worse);
 }
 
-// The matrix engine of the dtype the plans compute in. A run calling another attention library is priced on that
-// library's engine, whose figures are its own keys.
-std::vector<Variation> engine_variations(const PlanningProblem& problem) {
-  const DType dtype = problem.dtype;
-  const std::string prefix = fmt::format("device.{}.", dtype_name(dtype));
-  const std::string attention = problem.attention_library.empty()
-                                    ? prefix
-                                    : prefix + "attention_libraries." + problem.attention_library + ".";
-  auto engine = [dtype](ClusterSpec& c) -> DTypePerformance& { return c.device.dtypes.at(dtype); };
+using EngineOf = std::function<DTypePerformance&(ClusterSpec&)>;
+
+// A GEMM engine's figures under the description's `prefix` ("device.bf16."), named with `what` before them ("" or
+// "float8 "): the peak, the tiles, their fixed cost, the narrower alignments and the sustained rate where given.
+std::vector<Variation> gemm_variations(const std::string& prefix, const std::string& what, const EngineOf& engine,
+                                       const DTypePerformance& performance) {
   std::vector<Variation> list = {
-      {{"matrix peak", {prefix + "matrix_tflops"}},
+      {{what + "matrix peak", {prefix + "matrix_tflops"}},
        [=](ClusterSpec& c, double w) { engine(c).matrix_flops = slower(engine(c).matrix_flops, w); }},
-      {{"GEMM tile efficiencies", {prefix + "gemm_tiles"}},
+      {{what + "GEMM tile efficiencies", {prefix + "gemm_tiles"}},
        [=](ClusterSpec& c, double w) {
          for (GemmTile& tile : engine(c).gemm.tiles) tile.efficiency = slower(tile.efficiency, w);
        }},
-      {{"GEMM fixed cost per tile", {prefix + "gemm_tile_overhead_us"}},
+      {{what + "GEMM fixed cost per tile", {prefix + "gemm_tile_overhead_us"}},
        [=](ClusterSpec& c, double w) { engine(c).gemm.tile_overhead_s = costlier(engine(c).gemm.tile_overhead_s, w); }},
-      {{"attention efficiencies", {attention + "attention_efficiency", attention + "attention_backward_efficiency"}},
-       [=](ClusterSpec& c, double w) {
-         vary_attention(engine(c).attention, w);
-         for (auto& [name, library] : engine(c).attention_libraries) vary_attention(library, w);
-       }},
-      {{"attention fixed cost per tile", {attention + "attention_tile_overhead_us"}},
-       [=](ClusterSpec& c, double w) {
-         engine(c).attention.tile_overhead_s = costlier(engine(c).attention.tile_overhead_s, w);
-         for (auto& [name, library] : engine(c).attention_libraries) {
-           library.tile_overhead_s = costlier(library.tile_overhead_s, w);
-         }
-       }},
   };
-  const DTypePerformance& performance = problem.cluster.device.performance(dtype);
   if (performance.gemm.alignment.size() > 1) {  // the widest runs at the tiles' rate; the narrower are figures
-    list.push_back({{"GEMM efficiencies at narrower alignments", {prefix + "gemm_alignment"}},
+    list.push_back({{what + "GEMM efficiencies at narrower alignments", {prefix + "gemm_alignment"}},
                     [=](ClusterSpec& c, double w) {
                       auto& levels = engine(c).gemm.alignment;
                       for (size_t i = 1; i < levels.size(); ++i) levels[i].second = slower(levels[i].second, w);
                     }});
   }
   if (performance.sustained_matrix_flops > 0) {
-    list.push_back({{"sustained matrix rate", {prefix + "sustained_matrix_tflops"}}, [=](ClusterSpec& c, double w) {
+    list.push_back({{what + "sustained matrix rate", {prefix + "sustained_matrix_tflops"}},
+                    [=](ClusterSpec& c, double w) {
                       engine(c).sustained_matrix_flops = slower(engine(c).sustained_matrix_flops, w);
                     }});
+  }
+  return list;
+}
+
+// The matrix engine of the dtype the plans compute in, and the float8 engine when the linears run on it. A run
+// calling another attention library is priced on that library's engine, whose figures are its own keys.
+std::vector<Variation> engine_variations(const PlanningProblem& problem) {
+  const DType dtype = problem.dtype;
+  const std::string prefix = fmt::format("device.{}.", dtype_name(dtype));
+  const std::string attention = problem.attention_library.empty()
+                                    ? prefix
+                                    : prefix + "attention_libraries." + problem.attention_library + ".";
+  const EngineOf engine = [dtype](ClusterSpec& c) -> DTypePerformance& { return c.device.dtypes.at(dtype); };
+  std::vector<Variation> list = gemm_variations(prefix, "", engine, problem.cluster.device.performance(dtype));
+  list.push_back({{"attention efficiencies", {attention + "attention_efficiency", attention + "attention_backward_efficiency"}},
+                  [=](ClusterSpec& c, double w) {
+                    vary_attention(engine(c).attention, w);
+                    for (auto& [name, library] : engine(c).attention_libraries) vary_attention(library, w);
+                  }});
+  list.push_back({{"attention fixed cost per tile", {attention + "attention_tile_overhead_us"}},
+                  [=](ClusterSpec& c, double w) {
+                    engine(c).attention.tile_overhead_s = costlier(engine(c).attention.tile_overhead_s, w);
+                    for (auto& [name, library] : engine(c).attention_libraries) {
+                      library.tile_overhead_s = costlier(library.tile_overhead_s, w);
+                    }
+                  }});
+  if (problem.fp8 != Fp8Recipe::None) {
+    const EngineOf fp8 = [](ClusterSpec& c) -> DTypePerformance& { return *c.device.fp8; };
+    for (Variation& v : gemm_variations("device.fp8.", "float8 ", fp8, problem.cluster.device.fp8_performance())) {
+      list.push_back(std::move(v));
+    }
   }
   return list;
 }

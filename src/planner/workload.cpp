@@ -333,6 +333,7 @@ OpWork op_work(const Graph& graph, int node_id) {
     work.gemm.n = out.back();
     work.gemm.m = shape_numel(out) / work.gemm.n;
     work.gemm.k = static_cast<int64_t>(cost.flops / (2.0 * static_cast<double>(work.gemm.m * work.gemm.n)));
+    work.gemm_input = node.inputs.at(0);
   }
   if (work.kind == OpKind::Attention) {
     // Attention ops read the queries as input "qkv" [B, T, 3C] (packed) or "q" [B, T, H·D].

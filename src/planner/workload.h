@@ -60,6 +60,11 @@ struct OpWork {
   bool residual_stream = false;
   // A forward op redone in backward under selective recomputation (by the workload's SelectivePolicy).
   bool selective_recompute = false;
+  // A linear's GEMM run on the device's float8 engine (fp8_linears.h); its bytes are then the fp8 operands'.
+  bool fp8 = false;
+  // Kind Gemm: the graph's id of the value its first operand reads (a linear's input), -1 if unknown; GEMMs
+  // reading one value share its float8 cast (fp8_linears.h).
+  int gemm_input = -1;
 };
 
 // One node of any graph as the cost model sees it (no stream or recomputation flags).

@@ -37,6 +37,14 @@ TEST(PlannerFsdpCopies, Fsdp2CopiesTheGatheredUnitOutAndTheGradientsIn) {
   EXPECT_DOUBLE_EQ(layer_bytes(copies), 1000.0 * (14 + 20.0 / 4));
 }
 
+// Float8 weights gathered in fp8 (fp8_linears.h), one byte each: the shard cast from fp32 writes one byte (4 + 1), the
+// copies around the gather move half a bf16 unit's bytes (1 + 1 each); the gradients stay bf16.
+TEST(PlannerFsdpCopies, Fsdp2GatheringInFp8MovesOneBytePerWeight) {
+  const FsdpUnitCopies copies = fsdp_unit_copies(FsdpRuntime::Fsdp2, 1000, 4, DType::BF16, DType::F32, 1.0);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(copies.per_gather), 250.0 * (5 + 2) + 1000.0 * 2);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(copies.per_backward), 1000.0 * 6);
+}
+
 // Composer's PURE mixed precision reduces in bf16: FSDP1's cast of the gradients is a no-op, the divisions stream
 // bf16 and the reduced shard is cast to the fp32 shard's dtype; FSDP2 copies the gradients in without widening them.
 TEST(PlannerFsdpCopies, ReducingInTheComputeDtypeCastsOnlyTheReducedShard) {

@@ -1,0 +1,188 @@
+// Float8 linears (fp8_linears.h) against counts and rates worked out by hand:
+// - a large float8 GEMM on the DGX H100 preset runs at the [device.fp8] engine's sustained rate (the tiles would be
+//   faster), plus the launch, as the formula flops / rate gives from the preset's own figures;
+// - the casts move, per element of a bf16 tensor (2 bytes), with delayed scaling one read and two fp8 writes
+//   (2 + 1 + 1 = 4 bytes), with tensorwise scaling an amax read more (6 bytes); the weight's cast is none under
+//   delayed scaling, and a transpose of the fp8 weight (1 + 1 = 2 bytes) when it is gathered in fp8; priced at the
+//   device's memory bandwidth;
+// - an A100 preset, with no [device.fp8] table, is refused by name;
+// - gathering a layer's float8 weights in fp8 halves their bytes in ZeRO-3's gathered-layer buffers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "core/error.h"
+#include "planner/cost_model.h"
+#include "planner/device_time.h"
+#include "planner/fp8_linears.h"
+#include "planner/uncertainty.h"
+#include "planner_test_support.h"
+
+namespace strata {
+namespace {
+
+OpWork gemm(int64_t m, int64_t n, int64_t k, int input) {
+  OpWork op{"matmul", "linear", OpKind::Gemm, 2.0 * static_cast<double>(m * n * k), 0};
+  op.gemm = {1, m, n, k};
+  op.gemm_input = input;
+  return op;
+}
+
+// One forward linear [m, k] x [k, n] and its two backward GEMMs.
+SegmentWork one_linear(int64_t m, int64_t n, int64_t k) {
+  SegmentWork layer;
+  layer.forward.push_back(gemm(m, n, k, 7));
+  layer.backward.push_back(gemm(m, k, n, 8));  // the input's gradient: [m, n] x [n, k]
+  layer.backward.push_back(gemm(k, n, m, 9));  // the weight's gradient: [k, m] x [m, n]
+  return layer;
+}
+
+double bytes_named(const std::vector<OpWork>& ops, const std::string& suffix) {
+  double total = 0;
+  for (const OpWork& op : ops) {
+    if (op.label.size() >= suffix.size() && op.label.compare(op.label.size() - suffix.size(), suffix.size(), suffix) == 0)
+      total += op.bytes;
+  }
+  return total;
+}
+
+TEST(PlannerFp8, LargeGemmRunsAtTheFp8EnginesSustainedRate) {
+  const ClusterSpec h100 = load_cluster(testing::preset_path("dgx-h100"));
+  ASSERT_TRUE(h100.device.fp8.has_value());
+  const double sustained = h100.device.fp8->sustained_matrix_flops;
+  EXPECT_DOUBLE_EQ(h100.device.fp8->matrix_flops, 1979e12);  // the datasheet's dense FP8 peak
+  // Twice the bf16 sustained rate, as the preset writes it (to 4 decimals of a TFLOP/s).
+  EXPECT_NEAR(sustained, 2 * h100.device.performance(DType::BF16).sustained_matrix_flops, 1e-6 * sustained);
+  const int64_t n = 8192;
+  SegmentWork layer = one_linear(n, n, n);
+  add_fp8_linears(layer, Fp8Recipe::Delayed, DType::BF16, false);
+  const OpWork& forward = layer.forward.front();
+  ASSERT_TRUE(forward.fp8);
+  // Operands in fp8 (1 byte), the output in bf16: 2 n^2 + 2 n^2 bytes.
+  EXPECT_DOUBLE_EQ(forward.bytes, 4.0 * n * n);
+  const double by_hand = h100.device.op_overhead_s + 2.0 * n * n * n / sustained;
+  EXPECT_NEAR(op_seconds(forward, h100.device, DType::BF16), by_hand, 1e-9);
+  OpWork in_bf16 = gemm(n, n, n, 7);
+  in_bf16.bytes = 6.0 * n * n;
+  const double bf16_by_hand =
+      h100.device.op_overhead_s + 2.0 * n * n * n / h100.device.performance(DType::BF16).sustained_matrix_flops;
+  EXPECT_NEAR(op_seconds(in_bf16, h100.device, DType::BF16), bf16_by_hand, 1e-9);
+}
+
+TEST(PlannerFp8, CastsMoveTheRecipesBytesAtMemoryBandwidth) {
+  const int64_t m = 4096, n = 2048, k = 1024;
+  const double input = m * k, weight = k * n, grad_output = m * n;
+  struct Case {
+    Fp8Recipe recipe;
+    bool gathered;
+    double per_element, per_weight;
+  };
+  for (const Case& c : {Case{Fp8Recipe::Delayed, false, 4, 0}, Case{Fp8Recipe::Tensorwise, false, 6, 6},
+                        Case{Fp8Recipe::Tensorwise, true, 6, 2}, Case{Fp8Recipe::Delayed, true, 4, 0}}) {
+    SegmentWork layer = one_linear(m, n, k);
+    add_fp8_linears(layer, c.recipe, DType::BF16, c.gathered);
+    EXPECT_DOUBLE_EQ(bytes_named(layer.forward, ".fp8_input"), input * c.per_element);
+    EXPECT_DOUBLE_EQ(bytes_named(layer.forward, ".fp8_weight"), weight * c.per_weight);
+    EXPECT_DOUBLE_EQ(bytes_named(layer.backward, ".fp8_grad_output"), grad_output * c.per_element);
+    for (const OpWork& op : layer.backward) EXPECT_EQ(op.fp8, op.kind == OpKind::Gemm);
+  }
+  // At the device's bandwidth: a 100 GB/s device at full efficiency with no launch cost.
+  const ClusterSpec unit = testing::test_cluster(1, 1, 16);
+  SegmentWork layer = one_linear(m, n, k);
+  add_fp8_linears(layer, Fp8Recipe::Tensorwise, DType::BF16, false);
+  const OpWork& cast = layer.forward.at(1);
+  ASSERT_EQ(cast.op, "fp8_cast");
+  EXPECT_DOUBLE_EQ(op_seconds(cast, unit.device, DType::F32), input * 6 / 100e9);
+}
+
+// Linears reading one value (q/k/v) share its cast; their weights and output gradients are cast one by one.
+TEST(PlannerFp8, LinearsReadingOneValueShareItsCast) {
+  SegmentWork layer;
+  layer.forward = {gemm(64, 32, 16, 3), gemm(64, 8, 16, 3), gemm(64, 8, 16, 3), gemm(64, 16, 32, 4)};
+  add_fp8_linears(layer, Fp8Recipe::Delayed, DType::BF16, false);
+  EXPECT_DOUBLE_EQ(bytes_named(layer.forward, ".fp8_input"), (64 * 16 + 64 * 32) * 4.0);
+  EXPECT_DOUBLE_EQ(bytes_named(layer.backward, ".fp8_grad_output"), 64 * (32 + 8 + 8 + 16) * 4.0);
+}
+
+// [device.fp8] holds GEMM figures only, each with its source.
+TEST(PlannerFp8, ReadsTheFp8TableStrictly) {
+  const std::string path = testing::preset_path("dgx-h100");
+  std::ifstream file(path);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const ClusterSpec h100 = parse_cluster(text, path);
+  EXPECT_EQ(h100.device.fp8->gemm.k_step, 128);
+  EXPECT_EQ(h100.device.fp8->gemm.alignment.front().first, 16);
+  std::string extra = text;
+  extra.insert(extra.find("[device.fp8]\n") + 13, "vector_tflops = { value = 134, source = 'test' }\n");
+  try {
+    parse_cluster(extra, "extra.toml");
+    ADD_FAILURE() << "accepted vector_tflops in [device.fp8]";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("vector_tflops"), std::string::npos) << error.what();
+  }
+  EXPECT_NE(h100.figure_sources.at("device.fp8.sustained_matrix_tflops").find("assumption"), std::string::npos);
+}
+
+TEST(PlannerFp8, RefusesADeviceWithoutAnFp8EngineByName) {
+  PlanningProblem problem{"llama", testing::small_llama_config(), 8, 16, DType::BF16,
+                          load_cluster(testing::preset_path("dgx-a100-80gb"))};
+  problem.fp8 = Fp8Recipe::Tensorwise;
+  try {
+    CostModel model(problem);
+    ADD_FAILURE() << "float8 linears accepted on an A100";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("A100-SXM4-80GB"), std::string::npos) << message;
+    EXPECT_NE(message.find("no float8 matrix engine"), std::string::npos) << message;
+    EXPECT_NE(message.find("dgx-a100-80gb.toml"), std::string::npos) << message;
+  }
+  problem.fp8 = Fp8Recipe::None;
+  problem.fp8_gather = true;
+  EXPECT_THROW(CostModel{problem}, Error);  // an fp8 gather needs float8 linears
+}
+
+// The small Llama's layer (width 32, 4 query and 2 key/value heads of 8, MLP 48): linears q 32x32, k and v 32x16,
+// o 32x32, gate and up 32x48, down 48x32 = 10240 weights, plus two norms of 32. ZeRO-3 keeps two gathered layers.
+TEST(PlannerFp8, GatheringInFp8HalvesTheLinearsWeightBytes) {
+  const double linears = 32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 48, norms = 2 * 32;
+  EXPECT_DOUBLE_EQ(fp8_gather_width(linears + norms, linears, 2), (linears * 1 + norms * 2) / (linears + norms));
+  ClusterSpec h100 = load_cluster(testing::preset_path("dgx-h100"));
+  h100.devices_per_node = 2;
+  auto buffers = [&](bool gather) {
+    PlanningProblem problem{"llama", testing::small_llama_config(), 8, 16, DType::BF16, h100};
+    problem.fp8 = Fp8Recipe::Tensorwise;
+    problem.fp8_gather = gather;
+    CostModel model(problem);
+    ParallelPlan plan;
+    plan.degrees.set("dp", 2);
+    plan.micro_batch = 1;
+    plan.micro_batches = 4;  // 2 replicas x 1 row x 4 = the global batch of 8
+    plan.zero = 3;
+    return model.evaluate(plan).memory.buffers;
+  };
+  EXPECT_DOUBLE_EQ(buffers(false) - buffers(true), 2 * linears * (2 - 1));
+}
+
+// The float8 engine's figures carried over from the bf16 engine are assumptions the step-time intervals vary; its
+// peak is the datasheet's and is held.
+TEST(PlannerFp8, IntervalsVaryTheFloat8EnginesAssumedFigures) {
+  PlanningProblem problem{"llama", testing::small_llama_config(), 8, 16, DType::BF16,
+                          load_cluster(testing::preset_path("dgx-h100"))};
+  problem.fp8 = Fp8Recipe::Delayed;
+  std::vector<std::string> names;
+  for (const UncertainFigure& figure : uncertain_figures(problem)) names.push_back(figure.figure);
+  auto has = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  EXPECT_TRUE(has("float8 sustained matrix rate"));
+  EXPECT_TRUE(has("float8 GEMM tile efficiencies"));
+  EXPECT_FALSE(has("float8 matrix peak"));
+  problem.fp8 = Fp8Recipe::None;
+  names.clear();
+  for (const UncertainFigure& figure : uncertain_figures(problem)) names.push_back(figure.figure);
+  EXPECT_FALSE(has("float8 sustained matrix rate"));
+}
+
+}  // namespace
+}  // namespace strata
