@@ -13,18 +13,20 @@
 namespace strata {
 namespace {
 
+// The extra bytes per logit of `loss` with logits of `logit_bytes`, forward and backward.
+void expect_extra(LossKernel loss, double logit_bytes, double forward, double backward) {
+  const LossExtra extra = loss_extra(loss, logit_bytes);
+  EXPECT_DOUBLE_EQ(extra.forward, forward) << "logits of " << logit_bytes << " bytes";
+  EXPECT_DOUBLE_EQ(extra.backward, backward) << "logits of " << logit_bytes << " bytes";
+}
+
 TEST(PlannerLoss, EagerF32MovesTheCastAndTheFp32PassesBeyondTheFusedKernel) {
   // bf16 logits: forward float() 2 + 4, log_softmax 4 + 4, less the fused read 2; backward nll_loss's zeroed
   // gradient 4, log_softmax's 4 + 4 + 4, float()'s 4 + 2, less the fused read and write 2 + 2.
-  const LossExtra bf16 = loss_extra(LossKernel::EagerF32, 2);
-  EXPECT_DOUBLE_EQ(bf16.forward, 12);
-  EXPECT_DOUBLE_EQ(bf16.backward, 18);
+  expect_extra(LossKernel::EagerF32, 2, 12, 18);
   // fp32 logits are not copied by float().
-  const LossExtra f32 = loss_extra(LossKernel::EagerF32, 4);
-  EXPECT_DOUBLE_EQ(f32.forward, 4);
-  EXPECT_DOUBLE_EQ(f32.backward, 8);
-  const LossExtra fused = loss_extra(LossKernel::Fused, 2);
-  EXPECT_DOUBLE_EQ(fused.forward + fused.backward, 0);
+  expect_extra(LossKernel::EagerF32, 4, 4, 8);
+  expect_extra(LossKernel::Fused, 2, 0, 0);
   EXPECT_EQ(parse_loss_kernel("eager-f32", "--loss"), LossKernel::EagerF32);
   EXPECT_THROW(parse_loss_kernel("eager", "--loss"), Error);
 }
@@ -36,22 +38,16 @@ TEST(PlannerLoss, OlmoCoreEagerLossAddsTheShiftedCopyAndZLossPasses) {
   // backward x - lse 4 + 4, exp 4 + 4, grad * 4 + 4, nll_loss's zeros 4, log_softmax's 4 + 4 + 4, the two
   //          gradients summed 4 + 4 + 4, slice_backward's zeros 4 and copy 4 + 4, float()'s 4 + 2 = 70,
   //          less the fused read and write 2 + 2 = 66.
-  const LossExtra eager = loss_extra(LossKernel::EagerF32ZLoss, 2);
-  EXPECT_DOUBLE_EQ(eager.forward, 44);
-  EXPECT_DOUBLE_EQ(eager.backward, 66);
+  expect_extra(LossKernel::EagerF32ZLoss, 2, 44, 66);
   EXPECT_EQ(parse_loss_kernel("eager-f32-zloss", "--loss"), LossKernel::EagerF32ZLoss);
 }
 
 TEST(PlannerLoss, OlmoCoreTritonLossAddsTheCastAndTheShiftedCopy) {
   // bf16 logits: forward float() 2 + 4, contiguous() 4 + 4, the Triton kernel's read 4 = 18, less 2 = 16;
   // backward the Triton kernel 4 + 4, slice_backward 4 + 4 + 4, float()'s 4 + 2 = 26, less 2 + 2 = 22.
-  const LossExtra bf16 = loss_extra(LossKernel::TritonF32, 2);
-  EXPECT_DOUBLE_EQ(bf16.forward, 16);
-  EXPECT_DOUBLE_EQ(bf16.backward, 22);
+  expect_extra(LossKernel::TritonF32, 2, 16, 22);
   // fp32 logits: no float() either way; forward 8 + 4 less 4, backward 8 + 12 less 8.
-  const LossExtra f32 = loss_extra(LossKernel::TritonF32, 4);
-  EXPECT_DOUBLE_EQ(f32.forward, 8);
-  EXPECT_DOUBLE_EQ(f32.backward, 12);
+  expect_extra(LossKernel::TritonF32, 4, 8, 12);
   EXPECT_EQ(parse_loss_kernel("triton-f32", "--loss"), LossKernel::TritonF32);
 }
 
