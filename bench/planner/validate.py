@@ -190,6 +190,10 @@ def plan_command(strata, row, model_path, variant):
     # loss casts the logits to fp32 and runs outside torch.compile (src/planner/loss_work.h).
     if row.get("framework", "").strip().startswith("torchtitan"):
         cmd += ["--selective", "alternate-gemms", "--loss", "eager-f32"]
+    # A loss that differs between one framework's scripts is the row's own (the `loss` column: OLMo-core's eager
+    # cross-entropy with z-loss, or its fused_loss Triton kernel; src/planner/loss_work.h).
+    if (row.get("loss") or "").strip():
+        cmd += ["--loss", row["loss"].strip()]
     # llm-foundry's MPT benchmarks ran attn_impl = triton (the benchmark yamls and submit_benchmarks.py's default):
     # Tri Dao's FlashAttention in Triton, priced on the presets' flash-triton engine (FlashAttention-2's, slower by
     # the FlashAttention-2 paper's ratios).

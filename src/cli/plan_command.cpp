@@ -232,9 +232,11 @@ void add_plan_command(CLI::App& app) {
                       "The dtype a ZeRO-3 run reduce-scatters its gradients in: f32 (default, as torchtitan and "
                       "Composer's DEFAULT mixed precision) or the compute dtype (bf16, as Composer's PURE)");
   command->add_option("--loss", args->loss,
-                      "How the run computes the loss: fused (default: one kernel over the logits, as Strata's) or "
+                      "How the run computes the loss: fused (default: one kernel over the logits, as Strata's), "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
-                      "torchtitan)");
+                      "torchtitan), eager-f32-zloss (the logits cast to fp32 and their shifted rows copied, then "
+                      "cross-entropy and z-loss's logsumexp op by op, as OLMo-core without fused_loss) or triton-f32 "
+                      "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss)");
   command->add_option("--fp8", args->fp8,
                       "Float8 linears: the layers' linears (forward, input and weight gradients) on the device's "
                       "[device.fp8] engine, attention and the output head in the compute dtype, with the casts of "

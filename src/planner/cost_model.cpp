@@ -160,9 +160,7 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
                   problem_.attention == AttentionKernel::Unfused, problem_.selective);
     }
     if (problem_.eager) add_eager_elementwise(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
-    if (problem_.loss == LossKernel::EagerF32) {
-      add_eager_f32_loss(built->head, problem_.model, micro_batch, seq, tp, problem_.dtype);
-    }
+    add_loss_work(built->head, problem_.loss, problem_.model, micro_batch, seq, tp, problem_.dtype);
     add_fp8_linears(built->layer, problem_.fp8, problem_.dtype, problem_.fp8_gather);
     if (sequence_parts > 1) run_attention_over_ring(*built, sequence_parts);
     found = workloads_.emplace(key, std::move(built)).first;

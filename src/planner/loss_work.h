@@ -1,16 +1,30 @@
 #pragma once
-// The loss as torchtitan computes it (`strata plan --loss eager-f32`), added to the head's work: its train.py
-// (commit 9dec370 of the 2024-12 benchmarks) calls torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(),
-// labels.flatten(0, 1)) outside torch.compile ("compiling loss function causes CUDA errors, turning off for now"), so
-// eager PyTorch casts the logits to fp32 and runs log_softmax and nll_loss as kernels of their own:
+// The loss as a framework computes it outside its compiled or fused code (`strata plan --loss`), added to the head's
+// work as the memory traffic of its kernels beyond the one fused cross-entropy kernel of Strata's graph (the logits
+// read forward; read and their gradient written backward), over the logits this device holds (the vocabulary split
+// by tensor parallelism). Per logit, with the logits in the compute dtype and f = 4 bytes (fp32):
+//
+// eager-f32, torchtitan's (train.py at commit 9dec370 of the 2024-12 benchmarks calls
+// torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) outside torch.compile):
 // - forward: float() (logits read, fp32 written), log_softmax (fp32 read and written), nll_loss (one per row);
 // - backward: nll_loss's gradient (a zeroed fp32 tensor of the logits' shape, one value per row scattered),
 //   log_softmax's (its gradient and output read, its input's gradient written), float()'s (fp32 read, logits' dtype
-//   written). fp32 logits are not cast.
-// Strata's graph prices one fused cross-entropy kernel (the logits read forward; read and their gradient written
-// backward); this adds the rest of the eager traffic, over the logits this device holds (the vocabulary split by
-// tensor parallelism, as torchtitan's loss-parallel).
+//   written).
+//
+// OLMo-core's two losses (allenai/OLMo-core at 41400c46f): the model casts its logits to fp32 (Transformer.forward:
+// `self.w_out(h).float()`), the trainer copies the shifted logits (Trainer.get_losses: `logits[..., :-1, :]
+// .contiguous()`, whose backward is PyTorch's slice_backward: a zeroed fp32 tensor, the gradient copied into it), and
+// z-loss is on (z_loss_multiplier 1e-5 in every script), all outside torch.compile (only the blocks are compiled):
+// - eager-f32-zloss, the scripts that leave fused_loss unset (nn/functional/cross_entropy_loss.py
+//   cross_entropy_loss): F.cross_entropy as above, then z-loss's logits.logsumexp(-1), which PyTorch runs as amax
+//   (f read), self - max (f read, f written), exp_ in place (f read and written) and sum (f read); backward
+//   logsumexp_backward's grad * (self - result).exp() (three kernels, f read and f written each) and the two
+//   gradients of the copied logits summed (2f read, f written);
+// - triton-f32, the scripts with fused_loss=True (triton/cross_entropy_loss.py, flash-attn's Triton kernel): one
+//   kernel forward (f read; z-loss from the same row's log-sum-exp) and one backward (f read, f written).
+// An fp32 dtype is not cast by float(); the copy's one row fewer per sequence is not counted.
 #include <cstdint>
+#include <string>
 
 #include "model/model_config.h"
 #include "planner/workload.h"
@@ -18,20 +32,22 @@
 namespace strata {
 
 enum class LossKernel {
-  Fused,     // one kernel over the logits (Strata's; llm-foundry's fused cross-entropy)
-  EagerF32,  // torchtitan: the logits cast to fp32, then PyTorch's ops one by one
+  Fused,          // one kernel over the logits (Strata's; llm-foundry's fused cross-entropy)
+  EagerF32,       // torchtitan: the logits cast to fp32, then PyTorch's ops one by one
+  EagerF32ZLoss,  // OLMo-core without fused_loss: cast, shifted copy, cross-entropy and z-loss op by op
+  TritonF32,      // OLMo-core with fused_loss: cast, shifted copy, flash-attn's Triton cross-entropy
 };
 LossKernel parse_loss_kernel(const std::string& text, const std::string& what);
 
-// Bytes per logit the eager fp32 loss moves beyond the fused kernel's, with logits of `logit_bytes` each.
+// Bytes per logit a loss moves beyond the fused kernel's, with logits of `logit_bytes` each (zero for Fused).
 struct LossExtra {
   double forward = 0;
   double backward = 0;
 };
-LossExtra eager_f32_loss_extra(double logit_bytes);
+LossExtra loss_extra(LossKernel loss, double logit_bytes);
 
-// Adds that traffic to a head whose graph has the fused cross-entropy.
-void add_eager_f32_loss(SegmentWork& head, const ModelConfig& config, int64_t micro_batch, int64_t seq, int tp,
-                        DType dtype);
+// Adds that traffic to a head whose graph has the fused cross-entropy (nothing for Fused or a segment without it).
+void add_loss_work(SegmentWork& head, LossKernel loss, const ModelConfig& config, int64_t micro_batch, int64_t seq,
+                   int tp, DType dtype);
 
 }  // namespace strata
