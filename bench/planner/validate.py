@@ -89,11 +89,20 @@ def unknown(value):
     return value is None or value.strip() == "" or value.strip().lower() == "unknown"
 
 
-# Frameworks whose context parallelism is the ring the planner prices (strata plan --cp,
-# src/planner/context_parallel_planning.cpp): Megatron-Core's, through Transformer Engine's attention (NeMo's rows).
-# torchtitan's (torch's context_parallel, whose K/V rotation is an all-gather or all-to-all, not Transformer
-# Engine's point-to-point ring) and Meta's internal one (an all-gather of K/V, Llama 3 paper) are not priced.
-CP_FRAMEWORKS = ("megatron",)
+# Context parallelism by framework (row prefix): the K/V exchange the planner prices it with (strata plan --cp N
+# --cp-exchange, src/planner/context_parallel_exchange.h), from each framework's code:
+# - Megatron-Core (NeMo's rows): Transformer Engine's point-to-point ring (cp_comm_type p2p), the default "ring".
+# - torchtitan: PyTorch's context_parallel (torch.distributed.tensor.experimental), its K/V rotation set by
+#   --experimental.context_parallel_rotate_method, default "allgather" at 9dec370 (torchtitan/config_manager.py);
+#   the benchmark (llama3_h100_202412_torchtitan.md, Table 2 and 6) does not set it.
+# Meta's internal context parallelism (an all-gather of K/V, Llama 3 paper) has no rows here.
+CP_EXCHANGES = {"megatron": "ring", "torchtitan": "allgather"}
+
+
+def cp_exchange(row):
+    """The row's framework's context-parallel exchange, or None when the planner does not price it."""
+    framework = row.get("framework", "").strip()
+    return next((exchange for prefix, exchange in CP_EXCHANGES.items() if framework.startswith(prefix)), None)
 
 
 def context_parallel(row):
@@ -105,9 +114,9 @@ def skip_reasons(row):
     """Why the planner cannot express this row ([] when it can)."""
     reasons = []
     cp = context_parallel(row)
-    if cp > 1 and not row.get("framework", "").strip().startswith(CP_FRAMEWORKS):
+    if cp > 1 and cp_exchange(row) is None:
         reasons.append(f"context parallelism cp={cp} as framework '{row.get('framework', '')}' runs it "
-                       "(the planner prices Transformer Engine's point-to-point ring)")
+                       "(the planner prices Transformer Engine's ring and torch's context_parallel)")
     if row.get("dtype", "").strip() == "fp8" and row.get("framework", "").strip() not in FP8_RUNTIMES:
         reasons.append(f"dtype fp8 from framework '{row.get('framework', '')}', whose float8 recipe is not mapped")
     missing = [f for f in REQUIRED if unknown(row.get(f))]
@@ -168,6 +177,8 @@ def plan_command(strata, row, model_path, variant):
            "--seq", row["seq"].strip(), "--dtype", DTYPES[row["dtype"].strip()],
            "--zero", row["zero"].strip(), "--recompute", row["recompute"].strip(),
            "--sp", "on" if row["sp"].strip() == "1" else "off"]
+    if context_parallel(row) > 1 and cp_exchange(row) != "ring":
+        cmd += ["--cp-exchange", cp_exchange(row)]
     if pp > 1:
         v = int(row["virtual_stages"])
         if v > 1:

@@ -185,9 +185,15 @@ PlannerDimension pipeline_planning();
 PlannerDimension expert_parallel_planning();
 PlannerDimension context_parallel_planning();
 
+// How context parallelism's keys and values reach every rank (context_parallel_exchange.h): Transformer Engine's
+// point-to-point ring (Megatron-Core's; the default), or PyTorch's context_parallel rotating them by one
+// all-gather or by an all-to-all per step (torchtitan's `context_parallel_rotate_method`).
+enum class ContextParallelExchange { Ring, AllGather, AllToAll };
+
 // Their options' accessors, in the same files: tensor parallelism's sequence parallelism over its group
 // (tensor_parallel_planning.cpp), pipeline parallelism's schedule and model chunks per device
-// (interleaved only; pipeline_planning.cpp). The `limits` ones say what the user fixed (nothing: open).
+// (interleaved only; pipeline_planning.cpp), context parallelism's exchange (context_parallel_planning.cpp).
+// The `limits` ones say what the user fixed (nothing: open).
 bool sequence_parallel(const ParallelPlan& plan);
 void set_sequence_parallel(ParallelPlan& plan, bool on);
 std::optional<bool> fixed_sequence_parallel(const PlanLimits& limits);
@@ -200,5 +206,9 @@ std::optional<PipelineSchedule> fixed_pipeline_schedule(const PlanLimits& limits
 void fix_pipeline_schedule(PlanLimits& limits, PipelineSchedule schedule);
 std::optional<int> fixed_virtual_stages(const PlanLimits& limits);
 void fix_virtual_stages(PlanLimits& limits, int chunks);
+ContextParallelExchange context_parallel_exchange(const ParallelPlan& plan);
+void set_context_parallel_exchange(ParallelPlan& plan, ContextParallelExchange exchange);
+std::optional<ContextParallelExchange> fixed_context_parallel_exchange(const PlanLimits& limits);
+void fix_context_parallel_exchange(PlanLimits& limits, ContextParallelExchange exchange);
 
 }  // namespace strata
