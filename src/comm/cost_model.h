@@ -93,16 +93,21 @@ inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
 // them (memory is only taken as far as exchanges have used it).
 inline constexpr size_t kDefaultStagingBytes = size_t{64} << 20;
 inline constexpr size_t kPrefaultedStagingBytes = size_t{1} << 20;
-// The all-to-all stages only while the host's staged bytes fit its last-level
-// cache: then the receivers' copies out hit the cache. Past it both copies go
-// to memory and two of them lose to one read (4 ranks, 16 and 64 MiB per rank:
-// 10-18% behind MPI staged, at parity read; staging part of the blocks landed
-// in between). Where hwloc reports no cache, kFallbackLastLevelCacheBytes is
-// assumed (the L3 of one current server socket or of this VM).
+// Where ranks outnumber their cores, the all-to-all stages only while the
+// host's staged bytes fit its last-level cache: 4 ranks on 2 cores staging 16
+// and 64 MiB per rank lost 10-18% to MPI on a quiet host where reading ran at
+// parity (staging part of the blocks landed in between). With a core per rank
+// two copies beat one read past the cache too (2 ranks, 64 MiB per rank: 1.2-1.5x
+// MPI staged, 0.9-1.2x read), so only the exchange area bounds staging there.
+// Where hwloc reports no cache, kFallbackLastLevelCacheBytes is assumed (the
+// L3 of one current server socket, and of this VM).
 inline constexpr uint64_t kFallbackLastLevelCacheBytes = uint64_t{32} << 20;
 // The most outgoing bytes one of `ranks` ranks of a one-host group stages per
-// all-to-all: the host's last-level cache (bytes, 0 when unknown) shared evenly.
-size_t all_to_all_staging_limit(uint64_t last_level_cache_bytes, int ranks);
+// all-to-all, given the host's last-level cache (bytes, 0 when unknown) and
+// the cores the group's ranks share (TopologyDesc::cores_per_node; 0 unknown,
+// taken as a core per rank): the cache shared evenly where cores < ranks,
+// else unlimited.
+size_t all_to_all_staging_limit(uint64_t last_level_cache_bytes, int ranks, double cores);
 
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};
