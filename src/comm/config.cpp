@@ -22,6 +22,12 @@ double parse_number(const char* name, const char* text) {
   return value;
 }
 
+size_t parse_byte_count(const char* name, const char* text) {
+  double bytes = parse_number(name, text);
+  if (bytes < 0.0) fail("{}={} must be at least 0", name, text);
+  return static_cast<size_t>(bytes);
+}
+
 bool parse_flag(const char* name, const char* text) {
   std::string value = trim(text);
   if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
@@ -86,9 +92,10 @@ void CommConfig::apply_environment() {
     pipeline_depth = static_cast<int>(parse_number("STRATA_COMM_PIPELINE_DEPTH", value));
   }
   if (const char* value = std::getenv("STRATA_COMM_STAGING_BYTES")) {
-    double bytes = parse_number("STRATA_COMM_STAGING_BYTES", value);
-    if (bytes < 0.0) fail("STRATA_COMM_STAGING_BYTES={} must be at least 0", value);
-    exchange_staging_bytes = static_cast<size_t>(bytes);
+    exchange_staging_bytes = parse_byte_count("STRATA_COMM_STAGING_BYTES", value);
+  }
+  if (const char* value = std::getenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES")) {
+    all_to_all_staging_bytes = parse_byte_count("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", value);
   }
   if (const char* value = std::getenv("STRATA_COMM_RANKS_PER_NODE")) {
     simulated_ranks_per_node = static_cast<int>(parse_number("STRATA_COMM_RANKS_PER_NODE", value));

@@ -13,11 +13,16 @@
 //   STRATA_COMM_REPROBE=1              probe even when a cached result exists
 //   STRATA_COMM_CHUNK_BYTES=n          pipeline chunk size of the ring algorithms
 //   STRATA_COMM_PIPELINE_DEPTH=n       chunks in flight per direction
-//   STRATA_COMM_STAGING_BYTES=n        most bytes one rank stages per one-host all_to_all (0: read every block)
+//   STRATA_COMM_STAGING_BYTES=n        a rank's exchange area: the most bytes one rank stages per one-host
+//                                      all_to_all or direct all_reduce (0: read every block and input)
+//   STRATA_COMM_ALL_TO_ALL_STAGING_BYTES=n   a one-host all_to_all rank whose outgoing blocks exceed n
+//                                      stages none (default: where ranks outnumber cores, the host's
+//                                      last-level cache over the group's ranks; else no limit)
 //   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
 // Every rank must run with the same settings; the call check catches
 // disagreements about algorithms.
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,9 +54,14 @@ struct CommConfig {
   bool reprobe = false;
   size_t chunk_bytes = kDefaultChunkBytes;
   int pipeline_depth = 4;
-  // The one-host all_to_all's exchange area per rank (see kDefaultStagingBytes):
-  // blocks past it are read from the sender's input by cross-memory attach.
+  // A rank's exchange area (see kDefaultStagingBytes): the one-host all_to_all's
+  // blocks and the direct all-reduces' inputs past it are read from the
+  // sender's memory by cross-memory attach.
   size_t exchange_staging_bytes = kDefaultStagingBytes;
+  // A one-host all_to_all rank whose outgoing blocks exceed this stages none
+  // of them. Unset: all_to_all_staging_limit of the host's last-level cache,
+  // the group's ranks and their cores, decided per group.
+  std::optional<size_t> all_to_all_staging_bytes;
   int simulated_ranks_per_node = 0;
 
   // "ring" pins every collective that ring implements; "all_reduce=ring,

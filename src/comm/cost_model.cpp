@@ -195,40 +195,64 @@ void doubling_steps(Schedule& schedule, const Fold& fold, const std::vector<doub
 Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
               const ModelOptions& options);
 
-// Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host
-// with cross-memory attach each sender stages its blocks in its exchange area
-// while they fit (in rank order, as the runtime does) and leaves the rest in
-// its input; every rank then copies its p - 1 blocks in after one meeting, and
-// a second meeting comes only when some block was read from an input. The
-// busiest rank's copies (staging in, reading out) set the pace, or, when the
-// ranks outnumber their cores, all copies spread over the cores. Otherwise
-// step k is every rank's message to rank + k, as long as its largest message.
-// `staging`: the bytes a rank may stage (ModelOptions::staging_bytes).
-Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct,
-                   double staging = 0.0) {
-  const int p = topology.ranks();
-  if (direct) {
-    double busiest = 0.0, total = 0.0;
-    bool all_staged = true;
-    for (int rank = 0; rank < p; ++rank) {
-      double staged = 0.0, received = 0.0;
-      for (int peer = 0; peer < p; ++peer) {
-        if (peer == rank) continue;
-        const double block = bytes[static_cast<size_t>(rank)][static_cast<size_t>(peer)];
-        if (staged + block <= staging) {
-          staged += block;
-        } else {
-          all_staged = false;
-        }
-        received += bytes[static_cast<size_t>(peer)][static_cast<size_t>(rank)];
-      }
-      busiest = std::max(busiest, staged + received);
-      total += staged + received;
+// Which blocks of the one-host pairwise all-to-all a sender stages in its
+// exchange area (as the runtime does: in rank order while they fit, none when
+// its outgoing bytes exceed the staging limit); staged[i][j] for rank i's block to j.
+std::vector<std::vector<char>> staged_blocks(const std::vector<std::vector<double>>& bytes, const ModelOptions& options) {
+  const size_t p = bytes.size();
+  std::vector<std::vector<char>> staged(p, std::vector<char>(p, 0));
+  for (size_t rank = 0; rank < p; ++rank) {
+    double outgoing = 0.0;
+    for (size_t peer = 0; peer < p; ++peer) outgoing += peer == rank ? 0.0 : bytes[rank][peer];
+    if (outgoing > static_cast<double>(options.all_to_all_staging_limit)) continue;
+    double used = 0.0;
+    for (size_t peer = 0; peer < p; ++peer) {
+      if (peer == rank || used + bytes[rank][peer] > static_cast<double>(options.staging_bytes)) continue;
+      used += bytes[rank][peer];
+      staged[rank][peer] = 1;
     }
-    const double cores = topology.cores_per_node;
-    const double paced = cores > 0.0 && cores < p ? std::max(busiest, total / cores) : busiest;
-    return {(all_staged ? 1.0 : 2.0) * topology.intra.latency_s, paced / topology.intra.bandwidth_Bps};
   }
+  return staged;
+}
+
+// The one-host pairwise all-to-all with cross-memory attach: every rank copies
+// its staged blocks in, meets the others once, then copies its p - 1 blocks
+// out; a second meeting comes only when some block was read from an input.
+// Copies through the exchange area run at the rank's memory speed
+// (reduce_Bps), reads of a peer's input at intra.bandwidth. The busiest rank's
+// copies set the pace, or, when the ranks outnumber their cores, all copies
+// spread over the cores.
+Cost direct_pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
+                          const ModelOptions& options) {
+  const size_t p = bytes.size();
+  const std::vector<std::vector<char>> staged = staged_blocks(bytes, options);
+  double busiest = 0.0, total = 0.0;
+  bool all_staged = true;
+  for (size_t rank = 0; rank < p; ++rank) {
+    double seconds = 0.0;
+    for (size_t peer = 0; peer < p; ++peer) {
+      if (peer == rank) continue;
+      if (staged[rank][peer]) seconds += bytes[rank][peer] / topology.reduce_Bps;
+      all_staged = all_staged && staged[rank][peer];
+      const double in = bytes[peer][rank];
+      seconds += in / (staged[peer][rank] ? topology.reduce_Bps : topology.intra.bandwidth_Bps);
+    }
+    busiest = std::max(busiest, seconds);
+    total += seconds;
+  }
+  const double cores = topology.cores_per_node;
+  const double paced = cores > 0.0 && cores < static_cast<double>(p) ? std::max(busiest, total / cores) : busiest;
+  return {(all_staged ? 1.0 : 2.0) * topology.intra.latency_s, paced};
+}
+
+// Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host
+// with cross-memory attach, direct_pairwise_cost (`options`: the exchange area
+// and the staging limit). Otherwise step k is every rank's message to
+// rank + k, as long as its largest message.
+Cost pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology, bool direct,
+                   const ModelOptions& options = {}) {
+  const int p = topology.ranks();
+  if (direct) return direct_pairwise_cost(bytes, topology, options);
   Schedule schedule(topology);
   for (int k = 1; k < p; ++k) {
     Flows flows;
@@ -254,8 +278,7 @@ Cost all_to_all_cost(Collective op, double bytes, Algorithm algorithm, const Top
                      const ModelOptions& options) {
   const int p = topology.ranks();
   if (algorithm == Algorithm::Pairwise) {
-    return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology),
-                         static_cast<double>(options.staging_bytes));
+    return pairwise_cost(uniform_blocks(bytes / p, p), topology, reads_directly(topology), options);
   }
   // Hierarchical: an all-to-all inside the node, one along the column (the
   // node's link shared by all columns), and three copies of the buffer;
@@ -471,6 +494,13 @@ double Calibration::size_factor(double bytes) const {
   return lower->second + t * (upper->second - lower->second);
 }
 
+size_t all_to_all_staging_limit(uint64_t last_level_cache_bytes, int ranks, double cores) {
+  if (ranks < 1) fail("all_to_all_staging_limit: a group has at least 1 rank, got {}", ranks);
+  if (cores <= 0.0 || cores >= ranks) return std::numeric_limits<size_t>::max();
+  const uint64_t cache = last_level_cache_bytes > 0 ? last_level_cache_bytes : kFallbackLastLevelCacheBytes;
+  return static_cast<size_t>(cache / static_cast<uint64_t>(ranks));
+}
+
 bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
 
 bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why) {
@@ -570,8 +600,7 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
     busiest = std::max({busiest, sent, received});
   }
   Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology, busiest)
-                                                  : pairwise_cost(bytes, topology, reads_directly(topology),
-                                                                  static_cast<double>(options.staging_bytes));
+                                                  : pairwise_cost(bytes, topology, reads_directly(topology), options);
   return calibrated(raw, options.of(algorithm), busiest);
 }
 

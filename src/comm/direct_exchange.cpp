@@ -18,13 +18,14 @@
 namespace strata::comm {
 namespace {
 
-// Fills this rank's block table, staging what fits; returns whether any block stays in the input.
+// Fills this rank's block table, staging what fits (nothing when the outgoing
+// blocks exceed `staging_limit`); returns whether any block stays in the input.
 bool publish_blocks(SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
-                    size_t width) {
+                    size_t width, size_t staging_limit) {
   SharedSegment::ExchangeBlock* table = segment.exchange_table(me);
   std::byte* staged = segment.staged_data(me);
   const uint64_t outgoing = (layout.send_total() - layout.send[static_cast<size_t>(me)].count) * width;
-  const uint64_t room = segment.staging_room(me, outgoing);
+  const uint64_t room = outgoing <= staging_limit ? segment.staging_room(me, outgoing) : 0;
   uint64_t used = 0;
   bool unstaged = false;
   for (size_t to = 0; to < layout.send.size(); ++to) {
@@ -81,7 +82,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   const auto* source = static_cast<const std::byte*>(in);
   auto* target = static_cast<std::byte*>(out);
   segment.write_header(me, call, in, width);
-  const bool input_read = publish_blocks(segment, me, source, layout, width);
+  const bool input_read = publish_blocks(segment, me, source, layout, width, group->model.all_to_all_staging_limit);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   // Each peer's block is taken as soon as that peer has entered (in order
   // from the next rank), not after everyone has: with more ranks than cores,

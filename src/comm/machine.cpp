@@ -54,10 +54,10 @@ void collect_os_devices(hwloc_obj_t object, std::vector<std::string>& names) {
 
 class Topology {
  public:
-  Topology() {
+  explicit Topology(bool with_io = true) {
     if (hwloc_topology_init(&topology_) != 0) fail("hwloc: cannot initialise a topology");
     // I/O devices are filtered out by default; keep the ones that matter (NICs, GPUs, disks).
-    hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (with_io) hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     if (hwloc_topology_load(topology_) != 0) {
       hwloc_topology_destroy(topology_);
       fail("hwloc: cannot load this machine's topology");
@@ -73,6 +73,23 @@ class Topology {
 };
 
 }  // namespace
+
+uint64_t last_level_cache_bytes() {
+  try {
+    Topology topology(false);
+    hwloc_topology_t t = topology.get();
+    for (hwloc_obj_type_t type : {HWLOC_OBJ_L5CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE,
+                                  HWLOC_OBJ_L1CACHE}) {
+      uint64_t bytes = 0;
+      const int caches = hwloc_get_nbobjs_by_type(t, type);
+      for (int i = 0; i < caches; ++i) bytes += hwloc_get_obj_by_type(t, type, static_cast<unsigned>(i))->attr->cache.size;
+      if (bytes > 0) return bytes;
+    }
+  } catch (const Error&) {
+    // No topology: the caller's fallback applies.
+  }
+  return 0;
+}
 
 MachineInfo discover_machine() {
   Topology topology;

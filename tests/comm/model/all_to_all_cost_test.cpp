@@ -3,6 +3,8 @@
 // direct reads, the two-level exchange, and uneven counts (flat and two-level).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "comm/cost_model.h"
 #include "core/error.h"
 
@@ -49,22 +51,63 @@ TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
 }
 
 // Blocks that fit the sender's exchange area are staged: a copy in, a copy
-// out, and one meeting, since no rank waits for readers of its input.
+// out, both at the rank's memory speed (reduce_Bps, 8e9 here), and one
+// meeting, since no rank waits for readers of its input.
 TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
   const int p = 4;
   const double n = 64e3;
-  double want = 2e-6 + 2 * (p - 1) * n / p / 10e9;
+  double want = 2e-6 + 2 * (p - 1) * n / p / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
-  // Rank 0 sends 0.6 MiB to each peer: the first fits its area, the others
-  // stay in its input, so everyone meets twice; rank 0 copies 0.6 MiB in and
-  // receives 3 x 1e3, the others each receive 0.6 MiB + 2e3 and stage 3e3.
+  // Rank 0 sends 0.6 of an area to each peer: the first fits its area, the
+  // others stay in its input, so everyone meets twice. Rank 0 copies one big
+  // block in and 3 x 1e3 out; rank 1 copies 3e3 in and the staged big block
+  // and 2e3 out (ranks 2 and 3 read their big block at 10e9: less).
   const double big = 0.6 * static_cast<double>(kDefaultStagingBytes);
   std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
   for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = big;
   for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
-  double busiest = std::max(big + 3e3, 3e3 + big + 2e3);
-  double want_mixed = 2 * 2e-6 + busiest / 10e9;
+  double want_mixed = 2 * 2e-6 + (3e3 + big + 2e3) / 8e9;
   EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true)).total(), want_mixed, 1e-12 * want_mixed);
+}
+
+// Ranks that outnumber their cores share the host's last-level cache evenly
+// (an unknown cache is taken as 32 MiB); with a core per rank there is no limit.
+TEST(AllToAllCost, StagingLimitSharesTheLastLevelCacheWhereRanksShareCores) {
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 2.0), size_t{8} << 20);
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 8, 2.0), size_t{4} << 20);
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{96} << 20, 3, 1.5), size_t{32} << 20);  // e.g. two sockets' L3s, 48 MiB each
+  EXPECT_EQ(all_to_all_staging_limit(1000, 3, 1.0), 333u);
+  EXPECT_EQ(all_to_all_staging_limit(0, 4, 2.0), size_t{8} << 20);
+  const size_t unlimited = std::numeric_limits<size_t>::max();
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 2, 2.0), unlimited);
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 16.0), unlimited);
+  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 0.0), unlimited);  // cores unknown
+  EXPECT_EQ(all_to_all_staging_limit(0, 1, 1.0), unlimited);
+  EXPECT_THROW(all_to_all_staging_limit(uint64_t{32} << 20, 0, 2.0), Error);
+}
+
+// A rank whose outgoing blocks exceed the staging limit stages none of them,
+// though they fit its area: its peers read them (10e9 here) and it waits for
+// them (two meetings). At the limit they are staged.
+TEST(AllToAllCost, ExchangesPastTheStagingLimitReadEveryBlock) {
+  const int p = 4;
+  ModelOptions options;
+  options.all_to_all_staging_limit = 3 << 20;  // outgoing bytes of a 4 MiB exchange
+  const double at_limit = 4 << 20;
+  double staged = 2e-6 + 2 * (p - 1) * at_limit / p / 8e9;
+  EXPECT_NEAR(predict({Collective::AllToAll, at_limit}, Algorithm::Pairwise, node_of(p, true), options).total(), staged,
+              1e-12 * staged);
+  const double past = 8 << 20;
+  double read = 2 * 2e-6 + (p - 1) * past / p / 10e9;
+  EXPECT_NEAR(predict({Collective::AllToAll, past}, Algorithm::Pairwise, node_of(p, true), options).total(), read,
+              1e-12 * read);
+  // Uneven: rank 0 sends 2 MiB to each peer (6 MiB, past the limit), the others 1e3: rank 1 reads 2 MiB and
+  // copies 1e3 out of rank 2's and 3's areas, after staging its own 3e3.
+  std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
+  for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = 2 << 20;
+  for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
+  double uneven = 2 * 2e-6 + (2 << 20) / 10e9 + (3e3 + 2e3) / 8e9;
+  EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true), options).total(), uneven, 1e-12 * uneven);
 }
 
 // More ranks than cores: the copies of all ranks share the cores, so a skewed
@@ -127,10 +170,10 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   // Step 1 (r -> r+1): largest block 3e6 (2 -> 0); step 2 (r -> r+2): 3e6 (1 -> 0).
   double want = 2 * (2e-6 + 3e6 / 10e9);
   EXPECT_NEAR(predict_all_to_all_v(bytes, topology).total(), want, 1e-12 * want);
-  // On one host: rank 0 stages its two 1e3 blocks and reads 6e6 itself; the
-  // 3e6 blocks do not fit an exchange area, so the ranks meet twice.
+  // On one host: rank 0 stages its two 1e3 blocks (at reduce_Bps) and reads
+  // 6e6 itself; the 3e6 blocks do not fit an exchange area, so the ranks meet twice.
   TopologyDesc direct = node_of(3, true);
-  double want_direct = 2 * 2e-6 + (2e3 + 6e6) / 10e9;
+  double want_direct = 2 * 2e-6 + 2e3 / 8e9 + 6e6 / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(bytes, direct, one_mib_area()).total(), want_direct, 1e-12 * want_direct);
   // Uniform counts cost what all_to_all of that size costs.
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 
 #include "comm/config.h"
 #include "core/error.h"
@@ -60,6 +61,27 @@ TEST(Config, EnvironmentOverridesAndIsChecked) {
   unsetenv("STRATA_COMM_TIMEOUT");
   unsetenv("STRATA_COMM_DEBUG");
   unsetenv("STRATA_COMM_CHUNK_BYTES");
+}
+
+// The all-to-all's staging limit is derived per group unless set; the variable sets it, 0 included.
+TEST(Config, AllToAllStagingLimitComesFromTheEnvironmentWhenSet) {
+  EXPECT_FALSE(CommConfig{}.all_to_all_staging_bytes.has_value());
+  unsetenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES");
+  EXPECT_FALSE(CommConfig::from_environment().all_to_all_staging_bytes.has_value());
+  setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", "4194304", 1);
+  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, std::optional<size_t>(4194304));
+  setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", "0", 1);
+  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, std::optional<size_t>(0));
+  for (const char* bad : {"-5", "lots", "4M"}) {
+    setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", bad, 1);
+    try {
+      CommConfig::from_environment();
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES"), std::string::npos) << error.what();
+    }
+  }
+  unsetenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES");
 }
 
 TEST(Config, CallsAreCheckedOverlappedByDefaultAndTheCheckCanBeSwitched) {

@@ -90,7 +90,8 @@ std::vector<Case> uneven_cases(int p) {
       // (test_config's 2 MiB, of which the first 1 MiB is touched at the start)
       // and leaves the rest in its input: 2-byte elements stage at once,
       // 4-byte ones after the area grows, 8-byte ones stay in the input beside
-      // staged small blocks.
+      // staged small blocks; a sender whose blocks exceed test_config's 3 MiB
+      // staging limit (4-byte elements from 7 ranks, 8-byte ones from 5) stages none.
       {"blocks past the staging area beside small ones",
        [big](int from, int to) { return (from + to) % 2 == 0 ? big : size_t{17}; }},
   };

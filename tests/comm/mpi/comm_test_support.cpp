@@ -24,8 +24,11 @@ CommConfig test_config() {
   config.chunk_bytes = 512;
   config.pipeline_depth = 3;
   config.timeout_s = 60;
-  // A small exchange area, so that the all-to-all tests' blocks grow it and overflow it.
+  // A small exchange area, so that the all-to-all tests' blocks grow it and
+  // overflow it, and a staging limit past it that the bigger exchanges exceed
+  // (fixed, where the default would follow this host's cache).
   config.exchange_staging_bytes = size_t{2} << 20;
+  config.all_to_all_staging_bytes = size_t{3} << 20;
   config.apply_environment();
   return config;
 }
