@@ -9,6 +9,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cpu/block_sums.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
@@ -112,16 +113,6 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
   }
 }
 
-template <typename X>
-STRATA_CPU_CLONES void sum_partials(const float* partials, int64_t blocks, int64_t width, int64_t begin, int64_t end,
-                                    X* out) {
-  for (int64_t c = begin; c < end; ++c) {
-    double total = 0.0;
-    for (int64_t block = 0; block < blocks; ++block) total += static_cast<double>(partials[block * width + c]);
-    out[c] = from_f32<X>(static_cast<float>(total));
-  }
-}
-
 template <typename DY, typename X, bool kAddResidual>
 void rms_norm_backward_blocks(const Tensors& in, const X* dres, const Tensors& out, const Attrs& attrs) {
   const DY* dy = in[0].data<DY>();
@@ -139,8 +130,8 @@ void rms_norm_backward_blocks(const Tensors& in, const X* dres, const Tensors& o
                                                 dy_scratch);
   });
   X* dweight = out[1].data<X>();
-  parallel_chunks(width, 1024,
-                  [&](int64_t begin, int64_t end) { sum_partials(partials, blocks, width, begin, end, dweight); });
+  parallel_chunks(width, kPartialColumns,
+                  [&](int64_t begin, int64_t end) { sum_block_partials(partials, blocks, width, begin, end, dweight); });
 }
 
 template <typename X>

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cpu/block_sums.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
@@ -91,16 +92,6 @@ STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X
   }
 }
 
-template <typename X>
-STRATA_CPU_CLONES void sum_layernorm_partials(const float* partials, int64_t blocks, int64_t stride, int64_t begin,
-                                              int64_t end, X* out) {
-  for (int64_t c = begin; c < end; ++c) {
-    double total = 0.0;
-    for (int64_t block = 0; block < blocks; ++block) total += static_cast<double>(partials[block * stride + c]);
-    out[c] = from_f32<X>(static_cast<float>(total));
-  }
-}
-
 // The whole backward over `rows` rows: dx (plus dres when kAddResidual),
 // dgamma and dbeta.
 template <typename DY, typename X, bool kAddResidual>
@@ -114,9 +105,9 @@ void layernorm_backward_blocks(const DY* dy, const X* x, const X* gamma, const f
                                                  std::min(rows, (block + 1) * kLayernormRowGrain), dx,
                                                  partials + block * 2 * width, dy_scratch);
   });
-  parallel_chunks(width, 1024, [&](int64_t begin, int64_t end) {
-    sum_layernorm_partials(partials, blocks, 2 * width, begin, end, dgamma);
-    sum_layernorm_partials(partials + width, blocks, 2 * width, begin, end, dbeta);
+  parallel_chunks(width, kPartialColumns, [&](int64_t begin, int64_t end) {
+    sum_block_partials(partials, blocks, 2 * width, begin, end, dgamma);
+    sum_block_partials(partials + width, blocks, 2 * width, begin, end, dbeta);
   });
 }
 
