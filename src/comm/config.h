@@ -16,13 +16,12 @@
 //   STRATA_COMM_STAGING_BYTES=n        a rank's exchange area: the most bytes one rank stages per one-host
 //                                      all_to_all or direct all_reduce (0: read every block and input)
 //   STRATA_COMM_ALL_TO_ALL_STAGING_BYTES=n   a one-host all_to_all rank whose outgoing blocks exceed n
-//                                      stages none (default: where ranks outnumber cores, the host's
-//                                      last-level cache over the group's ranks; else no limit)
+//                                      stages none (default: no limit)
 //   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
 // Every rank must run with the same settings; the call check catches
 // disagreements about algorithms.
 #include <array>
-#include <optional>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -59,9 +58,9 @@ struct CommConfig {
   // sender's memory by cross-memory attach.
   size_t exchange_staging_bytes = kDefaultStagingBytes;
   // A one-host all_to_all rank whose outgoing blocks exceed this stages none
-  // of them. Unset: all_to_all_staging_limit of the host's last-level cache,
-  // the group's ranks and their cores, decided per group.
-  std::optional<size_t> all_to_all_staging_bytes;
+  // of them (its peers read them). Unlimited by default: only the exchange
+  // area bounds staging (see ModelOptions::all_to_all_staging_limit).
+  size_t all_to_all_staging_bytes = std::numeric_limits<size_t>::max();
   int simulated_ranks_per_node = 0;
 
   // "ring" pins every collective that ring implements; "all_reduce=ring,

@@ -494,13 +494,6 @@ double Calibration::size_factor(double bytes) const {
   return lower->second + t * (upper->second - lower->second);
 }
 
-size_t all_to_all_staging_limit(uint64_t last_level_cache_bytes, int ranks, double cores) {
-  if (ranks < 1) fail("all_to_all_staging_limit: a group has at least 1 rank, got {}", ranks);
-  if (cores <= 0.0 || cores >= ranks) return std::numeric_limits<size_t>::max();
-  const uint64_t cache = last_level_cache_bytes > 0 ? last_level_cache_bytes : kFallbackLastLevelCacheBytes;
-  return static_cast<size_t>(cache / static_cast<uint64_t>(ranks));
-}
-
 bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
 
 bool applicable(Algorithm algorithm, const CallShape& shape, const TopologyDesc& topology, std::string* why) {

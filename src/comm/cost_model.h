@@ -93,28 +93,17 @@ inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
 // them (memory is only taken as far as exchanges have used it).
 inline constexpr size_t kDefaultStagingBytes = size_t{64} << 20;
 inline constexpr size_t kPrefaultedStagingBytes = size_t{1} << 20;
-// Where ranks outnumber their cores, the all-to-all stages only while the
-// host's staged bytes fit its last-level cache: 4 ranks on 2 cores staging 16
-// and 64 MiB per rank lost 10-18% to MPI on a quiet host where reading ran at
-// parity (staging part of the blocks landed in between). With a core per rank
-// two copies beat one read past the cache too (2 ranks, 64 MiB per rank: 1.2-1.5x
-// MPI staged, 0.9-1.2x read), so only the exchange area bounds staging there.
-// Where hwloc reports no cache, kFallbackLastLevelCacheBytes is assumed (the
-// L3 of one current server socket, and of this VM).
-inline constexpr uint64_t kFallbackLastLevelCacheBytes = uint64_t{32} << 20;
-// The most outgoing bytes one of `ranks` ranks of a one-host group stages per
-// all-to-all, given the host's last-level cache (bytes, 0 when unknown) and
-// the cores the group's ranks share (TopologyDesc::cores_per_node; 0 unknown,
-// taken as a core per rank): the cache shared evenly where cores < ranks,
-// else unlimited.
-size_t all_to_all_staging_limit(uint64_t last_level_cache_bytes, int ranks, double cores);
 
 struct ModelOptions {
   std::array<Calibration, kAlgorithmSlots> calibration{};
   size_t chunk_bytes = kDefaultChunkBytes;  // pipelined ring broadcast sends chunks of this size
   size_t staging_bytes = kDefaultStagingBytes;  // a rank's exchange area: the one-host algorithms stage up to this much
   // A one-host all-to-all rank whose outgoing blocks exceed this stages none of
-  // them (all_to_all_staging_limit; the communicator sets it, unlimited here).
+  // them (CommConfig::all_to_all_staging_bytes). Unlimited by default: staged
+  // through the exchange area, 4 ranks on 2 cores ran 16 and 64 MiB per rank at
+  // 0.70-0.83x and 0.68-0.76x MPI's time in three windows, reading at 0.96-1.12x
+  // (src/comm/README.md); a rank that exceeds it stages nothing, since
+  // staging part of the blocks measured in between.
   size_t all_to_all_staging_limit = std::numeric_limits<size_t>::max();
   // How reducing phases work. Strata's engine (false) sends fp32 partial sums
   // and combines them in a pass of its own; device libraries such as NCCL and

@@ -74,23 +74,6 @@ class Topology {
 
 }  // namespace
 
-uint64_t last_level_cache_bytes() {
-  try {
-    Topology topology(false);
-    hwloc_topology_t t = topology.get();
-    for (hwloc_obj_type_t type : {HWLOC_OBJ_L5CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE,
-                                  HWLOC_OBJ_L1CACHE}) {
-      uint64_t bytes = 0;
-      const int caches = hwloc_get_nbobjs_by_type(t, type);
-      for (int i = 0; i < caches; ++i) bytes += hwloc_get_obj_by_type(t, type, static_cast<unsigned>(i))->attr->cache.size;
-      if (bytes > 0) return bytes;
-    }
-  } catch (const Error&) {
-    // No topology: the caller's fallback applies.
-  }
-  return 0;
-}
-
 MachineInfo discover_machine() {
   Topology topology;
   hwloc_topology_t t = topology.get();

@@ -34,8 +34,5 @@ struct MachineInfo {
 // Throws strata::Error if hwloc cannot load the topology.
 MachineInfo discover_machine();
 std::string format_machine(const MachineInfo& machine);
-// Bytes of this host's last-level caches, all instances together (one 32 MiB
-// L3 here; two sockets' L3s add up); 0 when hwloc finds no cache or no topology.
-uint64_t last_level_cache_bytes();
 
 }  // namespace strata::comm

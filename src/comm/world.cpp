@@ -133,14 +133,6 @@ bool check_cross_memory(Communicator& group) {
   return anyone == 0.0f;
 }
 
-// The all-to-all's staging limit for a one-host group of `ranks` sharing
-// `cores`: the configured one, else the one the host's last-level cache sets.
-size_t all_to_all_staging_limit_of(const CommConfig& config, int ranks, double cores) {
-  if (config.all_to_all_staging_bytes) return *config.all_to_all_staging_bytes;
-  static const uint64_t cache = last_level_cache_bytes();  // hwloc's view of the host does not change
-  return all_to_all_staging_limit(cache, ranks, cores);
-}
-
 }  // namespace
 
 void attach_shared_memory(Communicator& group, GroupState& state) {
@@ -170,7 +162,7 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   state.topology.shared_memory = true;
   state.topology.cross_memory = check_cross_memory(group);
   state.topology.cores_per_node = Engine::instance().cores_for(state.size());
-  state.model.all_to_all_staging_limit = all_to_all_staging_limit_of(state.config, state.size(), state.topology.cores_per_node);
+  state.model.all_to_all_staging_limit = state.config.all_to_all_staging_bytes;
   state.choices.clear();  // choices made during start-up did not know about the segment
 }
 

@@ -113,7 +113,8 @@ TEST(TorchContextParallel, TheRingStaysTheDefaultWithItsFiguresUnchanged) {
   EXPECT_NEAR(ring.layer.backward, 2 * (message(kBlockBytes / 2) - 0.2e-6), 1e-12);
   // A plan without the option is the ring's, described and recorded as before.
   ParallelPlan plain = context_parallel(2, ContextParallelExchange::Ring);
-  EXPECT_EQ(context_parallel_exchange(ParallelPlan{}), ContextParallelExchange::Ring);
+  const ParallelPlan unset;
+  EXPECT_EQ(context_parallel_exchange(unset), ContextParallelExchange::Ring);
   EXPECT_EQ(plain.describe().find("cp-"), std::string::npos);
   EXPECT_FALSE(prediction_json(model.evaluate(plain))["plan"].contains("cp_exchange"));
 }

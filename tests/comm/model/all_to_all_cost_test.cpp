@@ -70,22 +70,6 @@ TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
   EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true)).total(), want_mixed, 1e-12 * want_mixed);
 }
 
-// Ranks that outnumber their cores share the host's last-level cache evenly
-// (an unknown cache is taken as 32 MiB); with a core per rank there is no limit.
-TEST(AllToAllCost, StagingLimitSharesTheLastLevelCacheWhereRanksShareCores) {
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 2.0), size_t{8} << 20);
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 8, 2.0), size_t{4} << 20);
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{96} << 20, 3, 1.5), size_t{32} << 20);  // e.g. two sockets' L3s, 48 MiB each
-  EXPECT_EQ(all_to_all_staging_limit(1000, 3, 1.0), 333u);
-  EXPECT_EQ(all_to_all_staging_limit(0, 4, 2.0), size_t{8} << 20);
-  const size_t unlimited = std::numeric_limits<size_t>::max();
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 2, 2.0), unlimited);
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 16.0), unlimited);
-  EXPECT_EQ(all_to_all_staging_limit(uint64_t{32} << 20, 4, 0.0), unlimited);  // cores unknown
-  EXPECT_EQ(all_to_all_staging_limit(0, 1, 1.0), unlimited);
-  EXPECT_THROW(all_to_all_staging_limit(uint64_t{32} << 20, 0, 2.0), Error);
-}
-
 // A rank whose outgoing blocks exceed the staging limit stages none of them,
 // though they fit its area: its peers read them (10e9 here) and it waits for
 // them (two meetings). At the limit they are staged.

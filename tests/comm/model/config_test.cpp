@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <optional>
+#include <limits>
 
 #include "comm/config.h"
 #include "core/error.h"
@@ -63,15 +63,16 @@ TEST(Config, EnvironmentOverridesAndIsChecked) {
   unsetenv("STRATA_COMM_CHUNK_BYTES");
 }
 
-// The all-to-all's staging limit is derived per group unless set; the variable sets it, 0 included.
+// The all-to-all's staging limit is unlimited unless set; the variable sets it, 0 included.
 TEST(Config, AllToAllStagingLimitComesFromTheEnvironmentWhenSet) {
-  EXPECT_FALSE(CommConfig{}.all_to_all_staging_bytes.has_value());
+  const size_t unlimited = std::numeric_limits<size_t>::max();
+  EXPECT_EQ(CommConfig{}.all_to_all_staging_bytes, unlimited);
   unsetenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES");
-  EXPECT_FALSE(CommConfig::from_environment().all_to_all_staging_bytes.has_value());
+  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, unlimited);
   setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", "4194304", 1);
-  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, std::optional<size_t>(4194304));
+  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, size_t{4194304});
   setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", "0", 1);
-  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, std::optional<size_t>(0));
+  EXPECT_EQ(CommConfig::from_environment().all_to_all_staging_bytes, size_t{0});
   for (const char* bad : {"-5", "lots", "4M"}) {
     setenv("STRATA_COMM_ALL_TO_ALL_STAGING_BYTES", bad, 1);
     try {
