@@ -3,6 +3,7 @@
 // any thread count. bf16 inputs are widened on load; sum_to rounds its f64
 // sums through f32 to bf16 (as ref does), sum_squares returns f32 as the
 // schema says.
+#include "backends/cpu/block_sums.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
@@ -45,24 +46,6 @@ STRATA_CPU_CLONES void sum_rows(const T* x, int64_t width, int64_t row_begin, in
   }
 }
 
-// out[c] = the block sums of column c added in block order from 0.0, for c in
-// [column_begin, column_end) (at most kColumnChunk columns). Blocks outer,
-// columns inner: the partials are read in order, a vector of columns at a
-// time, rather than one column at a time a block's width apart.
-template <typename T>
-STRATA_CPU_CLONES void sum_blocks(const double* partials, int64_t blocks, int64_t width, int64_t column_begin,
-                                  int64_t column_end, T* out) {
-  double totals[kColumnChunk];
-  const int64_t columns = column_end - column_begin;
-  for (int64_t c = 0; c < columns; ++c) totals[c] = 0.0;
-  for (int64_t block = 0; block < blocks; ++block) {
-    const double* row = partials + block * width + column_begin;
-#pragma omp simd
-    for (int64_t c = 0; c < columns; ++c) totals[c] += row[c];
-  }
-  for (int64_t c = 0; c < columns; ++c) out[column_begin + c] = from_f32<T>(static_cast<float>(totals[c]));
-}
-
 template <typename T>
 STRATA_CPU_CLONES double sum_squares_range(const T* x, int64_t begin, int64_t end) {
   double total = 0.0;
@@ -92,7 +75,9 @@ void sum_to(const Tensors& in, const Tensors& out, const Attrs&) {
              std::min(width, column_begin + kColumnChunk), partials + block * width);
   });
   parallel_chunks(width, kColumnChunk,
-                  [&](int64_t begin, int64_t end) { sum_blocks(partials, blocks, width, begin, end, result); });
+                  [&](int64_t begin, int64_t end) {
+                    sum_block_partials<kColumnChunk>(partials, blocks, width, begin, end, result);
+                  });
 }
 
 template <typename T>
