@@ -54,10 +54,10 @@ void collect_os_devices(hwloc_obj_t object, std::vector<std::string>& names) {
 
 class Topology {
  public:
-  explicit Topology(bool with_io = true) {
+  Topology() {
     if (hwloc_topology_init(&topology_) != 0) fail("hwloc: cannot initialise a topology");
     // I/O devices are filtered out by default; keep the ones that matter (NICs, GPUs, disks).
-    if (with_io) hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     if (hwloc_topology_load(topology_) != 0) {
       hwloc_topology_destroy(topology_);
       fail("hwloc: cannot load this machine's topology");

@@ -11,7 +11,6 @@
 
 #include "comm/algorithms.h"
 #include "comm/group_state.h"
-#include "comm/machine.h"
 #include "comm/probe.h"
 #include "core/error.h"
 

@@ -235,8 +235,8 @@ int CostModel::sequence_split(const ParallelPlan& plan) const {
 
 int64_t CostModel::device_seq(const ParallelPlan& plan) const { return problem_.seq / role_degree(plan, sequence_); }
 
-CommInput CostModel::comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph) {
-  const Workload& work = workload(plan.micro_batch, role_degree(plan, tensor_), role_degree(plan, sequence_));
+CommInput CostModel::comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph,
+                                const Workload& work) {
   const int split = sequence_split(plan), ep = role_degree(plan, expert_);
   return {problem_, plan,   degree, stride, graph, pricer_, device_seq(plan), &work.layer,
           [this, split, ep](const OpWork& op) { return op_time(op, split, ep); }};
@@ -247,12 +247,13 @@ StageSchedule CostModel::stage_schedule(const ParallelPlan& plan) const {
                                                                      : StageSchedule{};
 }
 
-void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs) {
+void CostModel::add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, const Workload& work,
+                                   Costs& costs) {
   int stride = 1;
   for (size_t position : innermost_) {
     const int degree = plan.degrees.at(position);
     if (const PlannerDimension* part = comm_parts_[position]) {
-      const MicroBatchComm comm = part->micro_batch_comm(comm_input(plan, degree, stride, graph));
+      const MicroBatchComm comm = part->micro_batch_comm(comm_input(plan, degree, stride, graph, work));
       costs.embedding.comm[position] = comm.embedding;
       costs.layer.comm[position] = comm.layer;
       costs.head.comm[position] = comm.head;
@@ -313,7 +314,7 @@ const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
   // dimensions whose calls they are.
   const ModelComm comm =
       model_comm(problem_.model, micro_batch, device_seq(plan), tp, sp, problem_.dtype, problem_.tp_input);
-  add_dimension_comm(plan, comm, result);
+  add_dimension_comm(plan, comm, work, result);
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
 }
@@ -947,7 +948,7 @@ void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& 
     const int degree = plan.degrees.at(position);
     const PlannerDimension* part = comm_parts_[position];
     if (part != nullptr && part->explain_comm) {
-      const CommInput input = comm_input(plan, degree, stride, graph);
+      const CommInput input = comm_input(plan, degree, stride, graph, figures.work);
       const Costs& cost = figures.cost;
       const MicroBatchComm priced{cost.embedding.comm[position], cost.layer.comm[position], cost.head.comm[position]};
       for (ExplainTerm& term : part->explain_comm({input, priced, layers, stage == 0, stage == figures.p - 1})) {

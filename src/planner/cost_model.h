@@ -184,8 +184,8 @@ class CostModel {
   // degrees of the dimensions that shape them (cost_key_).
   const Costs& costs(const ParallelPlan& plan);
   // The communication the dimensions add to one micro-batch, each dimension's hook (micro_batch_comm), and the
-  // segments' sums with it.
-  void add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, Costs& costs);
+  // segments' sums with it; `work` is the plan's per-device work.
+  void add_dimension_comm(const ParallelPlan& plan, const ModelComm& graph, const Workload& work, Costs& costs);
   // The roles' positions and the parts with communication (below), from dimensions_.
   void find_roles();
   // The degree of the dimension in role `position` (tensor_, expert_, pipeline_), 1 where none has the role.
@@ -194,8 +194,9 @@ class CostModel {
   int sequence_split(const ParallelPlan& plan) const;
   // The tokens of a sequence one device works on (the sequence over the degree that splits it).
   int64_t device_seq(const ParallelPlan& plan) const;
-  // A dimension's communication input for `plan` (the layer's work and op times, for what it runs beside).
-  CommInput comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph);
+  // A dimension's communication input for `plan` (the layer's work of `work`, the plan's per-device work, and its
+  // op times, for what it runs beside).
+  CommInput comm_input(const ParallelPlan& plan, int degree, int stride, const ModelComm& graph, const Workload& work);
   StageSchedule stage_schedule(const ParallelPlan& plan) const;
   const PlannerDimension& part_at(size_t position) const;  // the planner part of the dimension at `position`
   // One op's seconds (a residual-stream op split by sequence parallelism; the experts' grouped GEMMs as the
