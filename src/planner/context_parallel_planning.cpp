@@ -166,7 +166,7 @@ PlannerDimension context_parallel_planning() {
                             fix_exchange_flag}},
           .micro_batch_comm = context_parallel_comm,
           .explain_comm = context_parallel_terms,
-          .comm_name = "context-parallel K/V ring",
+          .comm_name = "context-parallel K/V exchange",
           .splits_sequence = true,
           .replicates_weights = true};
 }
