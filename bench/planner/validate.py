@@ -205,6 +205,10 @@ def plan_command(strata, row, model_path, variant):
     # cross-entropy with z-loss, or its fused_loss Triton kernel; src/planner/loss_work.h).
     if (row.get("loss") or "").strip():
         cmd += ["--loss", row["loss"].strip()]
+    # A model that normalises all of q and k after their projections (the `qk_norm` column: OLMo 2;
+    # src/planner/qk_norm_work.h).
+    if (row.get("qk_norm") or "").strip() == "1":
+        cmd += ["--qk-norm", "on"]
     # llm-foundry's MPT benchmarks ran attn_impl = triton (the benchmark yamls and submit_benchmarks.py's default):
     # Tri Dao's FlashAttention in Triton, priced on the presets' flash-triton engine (FlashAttention-2's, slower by
     # the FlashAttention-2 paper's ratios).

@@ -47,6 +47,7 @@ struct PlanArgs {
   std::string selective = "attention";
   std::string dropout = "off";
   std::string eager = "off";
+  std::string qk_norm = "off";
   std::string tp_input = "per-linear";
   std::string fsdp = "none";
   std::string fsdp_reduce = "f32";
@@ -103,6 +104,7 @@ void plan(const PlanArgs& args) {
   problem.selective = parse_selective_policy(args.selective, "--selective");
   problem.dropout = !second_of(args.dropout, "--dropout", "on", "off");
   problem.eager = !second_of(args.eager, "--eager", "on", "off");
+  problem.qk_norm = !second_of(args.qk_norm, "--qk-norm", "on", "off");
   problem.tp_input = second_of(args.tp_input, "--tp-input", "per-linear", "shared") ? TensorParallelInput::Shared
                                                                                     : TensorParallelInput::PerLinear;
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
@@ -220,6 +222,9 @@ void add_plan_command(CLI::App& app) {
                       "on: the run is eager PyTorch on torchtitan's Llama, whose RMSNorm, rotary embedding and SwiGLU "
                       "run op by op (priced as the extra memory traffic); off (default): one fused kernel each, as "
                       "Strata's graph and torch.compile");
+  command->add_option("--qk-norm", args->qk_norm,
+                      "on: the model normalises all of q and all of k after their projections, as OLMo 2 does (two "
+                      "more RMSNorms a layer, priced as the layer's own); off (default): none, as Strata's Llama");
   command->add_option("--tp-input", args->tp_input,
                       "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
                       "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");

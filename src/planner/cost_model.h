@@ -81,6 +81,9 @@ struct PlanningProblem {
   // How the runtime enters the tensor-parallel region when several linears read one value (model_comm.h).
   TensorParallelInput tp_input = TensorParallelInput::PerLinear;
   LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
+  // The model normalises all of q and all of k after their projections (OLMo 2's QK-norm, qk_norm_work.h), which
+  // Strata's Llama does not: two more RMSNorms a layer, forward and backward.
+  bool qk_norm = false;
   // The FSDP whose copies around its collectives a ZeRO-3 stage pays (fsdp_copies.h); None: the collectives only.
   FsdpRuntime fsdp = FsdpRuntime::None;
   // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
