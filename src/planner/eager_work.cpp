@@ -14,17 +14,10 @@ EagerExtra extra(double eager_forward, double eager_backward, double fused_forwa
   return {eager_forward - fused_forward, eager_backward - fused_backward};
 }
 
-const OpWork* first_op(const std::vector<OpWork>& ops, const std::string& name) {
-  for (const OpWork& op : ops) {
-    if (op.op == name) return &op;
-  }
-  return nullptr;
-}
-
 // The extra traffic of `count` ops of `elements` each, beside the fused op `name`: redone by selective
 // recomputation when the fused op is, on the residual stream when it is.
 void add_extra(SegmentWork& layer, const std::string& name, int count, double elements, const EagerExtra& bytes) {
-  const OpWork* fused = first_op(layer.forward, name);
+  const OpWork* fused = first_op_named(layer.forward, name);
   if (fused == nullptr) return;
   OpWork forward{"eager_" + name, "eager." + name, OpKind::Other, 0, count * elements * bytes.forward};
   forward.residual_stream = fused->residual_stream;

@@ -8,13 +8,6 @@ namespace strata {
 
 namespace {
 
-const OpWork* first_op(const std::vector<OpWork>& ops, const std::string& name) {
-  for (const OpWork& op : ops) {
-    if (op.op == name) return &op;
-  }
-  return nullptr;
-}
-
 // The layer's norm over n_embd elements a row, made a norm over `width` (its traffic, weight included, and its
 // arithmetic are per element of the row), on q or k: split by heads, not on the residual stream.
 OpWork norm_of_width(const OpWork& norm, const std::string& label, double width, double n_embd) {
@@ -29,8 +22,8 @@ OpWork norm_of_width(const OpWork& norm, const std::string& label, double width,
 }  // namespace
 
 void add_qk_norm(SegmentWork& layer, const ModelConfig& config, int tp) {
-  const OpWork* forward = first_op(layer.forward, "rms_norm");
-  const OpWork* backward = first_op(layer.backward, "rms_norm_backward");
+  const OpWork* forward = first_op_named(layer.forward, "rms_norm");
+  const OpWork* backward = first_op_named(layer.backward, "rms_norm_backward");
   if (forward == nullptr || backward == nullptr) {
     fail("--qk-norm on prices OLMo 2's RMSNorm of q and k, but the {} family's layer has no RMSNorm", config.family);
   }

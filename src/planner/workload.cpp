@@ -322,6 +322,13 @@ double tied_gradient_sum_extra(const TensorMeta& table) {
 
 }  // namespace
 
+const OpWork* first_op_named(const std::vector<OpWork>& ops, const std::string& name) {
+  for (const OpWork& op : ops) {
+    if (op.op == name) return &op;
+  }
+  return nullptr;
+}
+
 OpWork op_work(const Graph& graph, int node_id) {
   const Node& node = graph.node(node_id);
   OpCost cost = graph.node_cost(node_id);

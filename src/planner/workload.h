@@ -70,6 +70,9 @@ struct OpWork {
 // One node of any graph as the cost model sees it (no stream or recomputation flags).
 OpWork op_work(const Graph& graph, int node_id);
 
+// The first of `ops` running the op `name` (its schema's name, e.g. "rms_norm"); null when none does.
+const OpWork* first_op_named(const std::vector<OpWork>& ops, const std::string& name);
+
 // Bytes of activations: the part on the residual stream (divided by the
 // tensor-parallel degree under sequence parallelism), the part already
 // split by tensor parallelism, and a mixture of experts' rows between the
