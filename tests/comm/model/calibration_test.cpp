@@ -6,19 +6,25 @@
 namespace strata::comm {
 namespace {
 
-TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
+// Rows of a fictitious ring run, 1e3 to 1e9 bytes: time = 2.5 x latency terms
+// + 0.7 x transfer terms, in each of `rounds` rounds (0: only the median given).
+BenchReport ring_report(size_t rounds) {
   BenchReport report;
-  // Rows of a fictitious algorithm run: time = 2.5 x latency terms + 0.7 x transfer terms.
   for (double bytes = 1e3; bytes <= 1e9; bytes *= 10) {
     BenchRow row;
-    row.algorithm = "ring";
-    row.ran = "ring";
+    row.algorithm = row.ran = "ring";
     row.bytes = static_cast<size_t>(bytes);
     row.model_latency_us = 14.0;
     row.model_transfer_us = bytes / 5e3;
     row.time_us = row.slowest_us = 2.5 * row.model_latency_us + 0.7 * row.model_transfer_us;
+    row.round_us.assign(rounds, row.time_us);
     report.rows.push_back(row);
   }
+  return report;
+}
+
+TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
+  BenchReport report = ring_report(0);
   BenchRow baseline = report.rows.front();
   baseline.algorithm = "baseline";
   baseline.ran = "MPI library";
@@ -110,23 +116,6 @@ TEST(Calibration, EndPointsFollowTheTrendAndShrugOffADisturbance) {
   EXPECT_NEAR(predicted(report.rows.front()), report.rows.front().time_us / 10, 1e-9 * report.rows.front().time_us);
 }
 
-// Rows of a ring run with time = 2.5 x latency terms + 0.7 x transfer terms in
-// every round, 1e3 to 1e9 bytes.
-BenchReport five_round_report() {
-  BenchReport report;
-  for (double bytes = 1e3; bytes <= 1e9; bytes *= 10) {
-    BenchRow row;
-    row.algorithm = row.ran = "ring";
-    row.bytes = static_cast<size_t>(bytes);
-    row.model_latency_us = 14.0;
-    row.model_transfer_us = bytes / 5e3;
-    row.time_us = row.slowest_us = 2.5 * row.model_latency_us + 0.7 * row.model_transfer_us;
-    row.round_us.assign(5, row.time_us);
-    report.rows.push_back(row);
-  }
-  return report;
-}
-
 TEST(Calibration, RoundSpreadIsTheInterquartileRangeOverTheMedian) {
   BenchRow row;
   EXPECT_EQ(round_spread(row), 0.0);  // no rounds
@@ -140,7 +129,7 @@ TEST(Calibration, RoundSpreadIsTheInterquartileRangeOverTheMedian) {
 
 TEST(Calibration, OneOutlierRoundPerSizeGivesTheCleanFit) {
   std::array<Calibration, kAlgorithmSlots> clean{}, noisy{};
-  BenchReport report = five_round_report();
+  BenchReport report = ring_report(5);
   EXPECT_TRUE(fit_calibration(report, clean).empty());
   // One round of every size three times slower (a different round each time),
   // and the reported medians spoilt too: the fit reads the rounds.
@@ -160,7 +149,7 @@ TEST(Calibration, OneOutlierRoundPerSizeGivesTheCleanFit) {
 }
 
 TEST(Calibration, ADisagreeingSizeIsReportedAndLeftOut) {
-  BenchReport report = five_round_report();
+  BenchReport report = ring_report(5);
   // 1e6 bytes: rounds from 1x to 5x the model's time (spread (4 - 2) / 3), and a
   // median far off the line; fitted, it would set that size's factor to 3.
   BenchRow& disturbed = report.rows[3];
