@@ -395,7 +395,7 @@ class SizeRun {
     row.round_us.clear();
     for (double seconds : times) row.round_us.push_back(seconds * 1e6);
     std::sort(times.begin(), times.end());
-    const double seconds = times[times.size() / 2];
+    const double seconds = quantile(times, 0.5);  // the median the calibration fits
     row.bytes = bytes_;
     row.count = count_;
     row.algorithm = entry.name;
