@@ -50,7 +50,11 @@ void calibrate(const comm::Communicator& world, const comm::BenchReport& report,
     description.topology.node_of_rank.clear();
     description.calibration = world.model().calibration;
   }
-  comm::fit_calibration(report, description.calibration);
+  for (size_t index : comm::fit_calibration(report, description.calibration)) {
+    const comm::BenchRow& row = report.rows[index];
+    fmt::print("# calibration left out {} at {} bytes: its rounds spread {:.0f}% (median {:.1f} us, {} rounds)\n", row.ran,
+               row.bytes, comm::round_spread(row) * 100.0, row.time_us, row.round_us.size());
+  }
   comm::save_cluster_description(target, description);
   fmt::print("# calibration written to {}{}\n", target,
              file.empty() ? " (the probe cache: later runs use it)" : " (use it with STRATA_COMM_TOPOLOGY)");
@@ -96,7 +100,7 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("-f,--stepfactor", args->factor, "Multiply the size by this")->check(CLI::PositiveNumber);
   command->add_option("-w,--warmup", args->warmup, "Warm-up iterations per size and algorithm");
   command->add_option("-n,--iters", args->iters, "Timed iterations per round")->check(CLI::PositiveNumber);
-  command->add_option("--rounds", args->rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
+  command->add_option("--rounds", args->rounds, "Rounds, each over every size and algorithm (the median is reported, the spread shown)")->check(CLI::PositiveNumber);
   command->add_option("-a,--algorithms", args->algorithms,
                       "Comma list: auto, ring, rhd, recursive_doubling, binomial, hierarchical, shm, direct, direct_split, pairwise, mpi, baseline (MPI's non-blocking collective, polled with the timeout), baseline-blocking (MPI's blocking call, as a plain MPI program makes it)")
       ->delimiter(',');

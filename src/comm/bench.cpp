@@ -160,6 +160,34 @@ void record_phases(Communicator& group, int iters, const std::function<void()>& 
 
 }  // namespace
 
+namespace {
+
+// The q-quantile of sorted values, interpolated between neighbours.
+double quantile(const std::vector<double>& sorted, double q) {
+  const double position = q * static_cast<double>(sorted.size() - 1);
+  const size_t below = static_cast<size_t>(position);
+  if (below + 1 >= sorted.size()) return sorted.back();
+  return sorted[below] + (position - static_cast<double>(below)) * (sorted[below + 1] - sorted[below]);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return quantile(values, 0.5);
+}
+
+// The time a row's fit uses: the median of its rounds.
+double median_us(const BenchRow& row) { return row.round_us.empty() ? row.time_us : median(row.round_us); }
+
+}  // namespace
+
+double round_spread(const BenchRow& row) {
+  if (row.round_us.size() < 2) return 0.0;
+  std::vector<double> sorted = row.round_us;
+  std::sort(sorted.begin(), sorted.end());
+  const double middle = quantile(sorted, 0.5);
+  return middle > 0.0 ? (quantile(sorted, 0.75) - quantile(sorted, 0.25)) / middle : 0.0;
+}
+
 size_t parse_size(const std::string& text, const std::string& what) {
   if (text.empty()) fail("{}: empty size", what);
   size_t multiplier = 1;
@@ -268,7 +296,7 @@ Buffers allocate_buffers(const BenchOptions& options, int p) {
   return buffers;
 }
 
-// One message size: every entry run, checked, timed over rounds and priced by the model.
+// One message size: every entry run, checked, timed round by round and priced by the model.
 class SizeRun {
  public:
   SizeRun(Communicator& group, const BenchOptions& options, const std::vector<Entry>& entries, MPI_Comm baseline_comm,
@@ -281,29 +309,35 @@ class SizeRun {
                                                            options.op == Collective::AllToAllV ? options.skew : 0.0)
                                    : std::vector<size_t>{}),
         out_(buffers.output()),
-        in_(options.in_place && options.op == Collective::AllReduce ? out_ : buffers.input()) {}
+        in_(options.in_place && options.op == Collective::AllReduce ? out_ : buffers.input()),
+        rows_(entries.size()), rounds_(entries.size()) {}
 
-  std::vector<BenchRow> rows() {
-    std::vector<BenchRow> rows(entries_.size());
-    std::vector<std::vector<double>> rounds(entries_.size());
+  // Every entry once, checked, then its warm-up iterations.
+  void warm_up() {
     for (size_t a = 0; a < entries_.size(); ++a) {
       prepare();
       run_once(a);
-      rows[a].wrong = wrong_elements(a);
+      rows_[a].wrong = wrong_elements(a);
       for (int i = 0; i < options_.warmup; ++i) run_once(a);
     }
-    for (int round = 0; round < options_.rounds; ++round) {
-      for (size_t a = 0; a < entries_.size(); ++a) rounds[a].push_back(timed_call_s(a));
-    }
-    for (size_t a = 0; a < entries_.size() && options_.breakdown; ++a) {
-      if (entries_[a].algorithm) record_phases(group_, options_.iters, [&] { run_once(a); }, rows[a]);
-    }
+  }
+
+  // One timed round of every entry; after the last, each output is checked as well (unless in
+  // place: the inputs changed). The buffers are shared by all sizes, so the inputs are laid out again.
+  void time_round(bool last) {
+    prepare();
     for (size_t a = 0; a < entries_.size(); ++a) {
-      // The output of the last timed iteration must be right as well (unless in place: inputs changed).
-      if (!options_.in_place) rows[a].wrong += wrong_elements(a);
-      describe(a, rounds[a], rows[a]);
+      rounds_[a].push_back(timed_call_s(a));
+      if (last && !options_.in_place) rows_[a].wrong += wrong_elements(a);
     }
-    return rows;
+  }
+
+  std::vector<BenchRow> rows() {
+    for (size_t a = 0; a < entries_.size() && options_.breakdown; ++a) {
+      if (entries_[a].algorithm) record_phases(group_, options_.iters, [&] { run_once(a); }, rows_[a]);
+    }
+    for (size_t a = 0; a < entries_.size(); ++a) describe(a, rounds_[a], rows_[a]);
+    return rows_;
   }
 
  private:
@@ -356,10 +390,12 @@ class SizeRun {
   }
 
   // The row's figures: the median round, bandwidths as nccl-tests give them, and the model's prediction.
-  void describe(size_t index, std::vector<double>& times, BenchRow& row) const {
+  void describe(size_t index, std::vector<double> times, BenchRow& row) const {
     const Entry& entry = entries_[index];
+    row.round_us.clear();
+    for (double seconds : times) row.round_us.push_back(seconds * 1e6);
     std::sort(times.begin(), times.end());
-    const double seconds = times[times.size() / 2];
+    const double seconds = quantile(times, 0.5);  // the median the calibration fits
     row.bytes = bytes_;
     row.count = count_;
     row.algorithm = entry.name;
@@ -404,6 +440,8 @@ class SizeRun {
   std::vector<size_t> exchange_counts_;
   void* out_;
   void* in_;
+  std::vector<BenchRow> rows_;
+  std::vector<std::vector<double>> rounds_;  // seconds per call, round by round
 };
 
 }  // namespace
@@ -424,13 +462,19 @@ BenchReport run_bench(Communicator& group, const BenchOptions& options) {
   report.links = group.link_source().kind + " " + group.link_source().path;
   report.memcpy_GBps = measure_memcpy_GBps(std::min<size_t>(options.max_bytes, size_t{256} << 20));
   const Buffers buffers = allocate_buffers(options, group.size());
+  std::vector<SizeRun> sizes;
   for (double size = static_cast<double>(options.min_bytes); size <= static_cast<double>(options.max_bytes) * 1.0000001;
        size *= options.factor) {
     const size_t count = count_for(options, static_cast<size_t>(size), group.size());
-    if (count == 0) continue;
-    for (BenchRow& row : SizeRun(group, options, entries, baseline_comm, buffers, count).rows()) {
-      report.rows.push_back(std::move(row));
-    }
+    if (count > 0) sizes.emplace_back(group, options, entries, baseline_comm, buffers, count);
+  }
+  for (SizeRun& size : sizes) size.warm_up();
+  // Rounds sweep every size, so each size's rounds spread over the whole run.
+  for (int round = 0; round < options.rounds; ++round) {
+    for (SizeRun& size : sizes) size.time_round(round + 1 == options.rounds);
+  }
+  for (SizeRun& size : sizes) {
+    for (BenchRow& row : size.rows()) report.rows.push_back(std::move(row));
   }
   if (baseline_comm != MPI_COMM_NULL) MPI_Comm_free(&baseline_comm);
   return report;
@@ -470,8 +514,12 @@ std::string format_table(const BenchReport& report) {
                                  collective_name(options.op), dtype_name(options.dtype), detail, report.ranks,
                                  report.nodes, report.links);
   text += fmt::format("# memcpy bandwidth of one rank (the ceiling): {:.2f} GB/s\n", report.memcpy_GBps);
-  text += fmt::format("# {:>11} {:>11}  {:<28} {:>11} {:>11} {:>11} {:>7} {:>13} {:>9}\n", "size(B)", "count",
-                      "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "predicted(us)", "error(%)");
+  text += fmt::format("# time: the median of {} rounds; spread: their interquartile range over the median (past {:.0f}%:"
+                      " unsettled, marked *, left out of --calibrate's fit)\n",
+                      options.rounds, kUnsettledSpread * 100.0);
+  text += fmt::format("# {:>11} {:>11}  {:<28} {:>11} {:>11} {:>11} {:>7} {:>13} {:>9} {:>10}\n", "size(B)", "count",
+                      "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "predicted(us)", "error(%)",
+                      "spread(%)");
   for (const BenchRow& row : report.rows) {
     std::string name = row.algorithm == row.ran || row.ran.starts_with("MPI library") ? row.algorithm
                                                                                : row.algorithm + "->" + row.ran;
@@ -480,8 +528,10 @@ std::string format_table(const BenchReport& report) {
     std::string error = std::isnan(row.predicted_us)
                             ? "-"
                             : fmt::format("{:+.0f}", (row.predicted_us - row.time_us) / row.time_us * 100.0);
-    text += fmt::format("  {:>11} {:>11}  {:<28} {:>11.1f} {:>11.3f} {:>11.3f} {:>7} {:>13} {:>9}\n", row.bytes,
-                        row.count, name, row.time_us, row.algbw_GBps, row.busbw_GBps, row.wrong, predicted, error);
+    const std::string spread = fmt::format("{:.0f}{}", round_spread(row) * 100.0, unsettled(row) ? "*" : "");
+    text += fmt::format("  {:>11} {:>11}  {:<28} {:>11.1f} {:>11.3f} {:>11.3f} {:>7} {:>13} {:>9} {:>10}\n", row.bytes,
+                        row.count, name, row.time_us, row.algbw_GBps, row.busbw_GBps, row.wrong, predicted, error,
+                        spread);
   }
   if (options.breakdown) text += format_breakdown(report);
   return text;
@@ -505,6 +555,7 @@ std::string format_json(const BenchReport& report) {
     nlohmann::json entry = {{"bytes", row.bytes},         {"count", row.count},
                             {"algorithm", row.algorithm}, {"ran", row.ran}, {"call_check", !row.unchecked},
                             {"time_us", row.time_us},     {"slowest_us", row.slowest_us},
+                            {"round_us", row.round_us},   {"spread", round_spread(row)},
                             {"algbw_GBps", row.algbw_GBps},
                             {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
     entry["predicted_us"] = std::isnan(row.predicted_us) ? nlohmann::json(nullptr) : nlohmann::json(row.predicted_us);
@@ -519,18 +570,20 @@ std::string format_json(const BenchReport& report) {
   return json.dump(2) + "\n";
 }
 
-void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& fitted) {
-  auto median = [](std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    size_t middle = values.size() / 2;
-    return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
-  };
+std::vector<size_t> fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& fitted) {
+  std::vector<size_t> left_out;
   for (Algorithm algorithm : kConcreteAlgorithms) {
     if (!modeled(algorithm)) continue;
     std::vector<const BenchRow*> rows;
-    for (const BenchRow& row : report.rows) {
+    for (size_t i = 0; i < report.rows.size(); ++i) {
+      const BenchRow& row = report.rows[i];
       // Fitted to what runs by default: checked calls.
-      if (row.ran == algorithm_name(algorithm) && row.algorithm != "baseline" && !row.unchecked && row.time_us > 0) {
+      if (row.ran != algorithm_name(algorithm) || row.algorithm == "baseline" || row.unchecked || !(median_us(row) > 0)) {
+        continue;
+      }
+      if (unsettled(row)) {
+        left_out.push_back(i);
+      } else {
         rows.push_back(&row);
       }
     }
@@ -549,13 +602,13 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
       std::vector<double> bandwidth, latency;
       for (const BenchRow* row : large) {
         if (row->model_transfer_us > 0) {
-          bandwidth.push_back((row->time_us - latency_scale * row->model_latency_us) / row->model_transfer_us);
+          bandwidth.push_back((median_us(*row) - latency_scale * row->model_latency_us) / row->model_transfer_us);
         }
       }
       if (!bandwidth.empty()) bandwidth_scale = std::clamp(median(bandwidth), 0.01, 100.0);
       for (const BenchRow* row : latency_bound) {
         if (row->model_latency_us > 0) {
-          latency.push_back((row->time_us - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
+          latency.push_back((median_us(*row) - bandwidth_scale * row->model_transfer_us) / row->model_latency_us);
         }
       }
       if (!latency.empty()) latency_scale = std::clamp(median(latency), 0.01, 100.0);
@@ -565,7 +618,7 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     for (const BenchRow* row : rows) {
       double modeled_us = latency_scale * row->model_latency_us + bandwidth_scale * row->model_transfer_us;
       if (modeled_us <= 0) continue;
-      double factor = std::clamp(row->time_us / modeled_us, 0.01, 100.0);
+      double factor = std::clamp(median_us(*row) / modeled_us, 0.01, 100.0);
       if (!size_factors.empty() && size_factors.back().first == static_cast<double>(row->bytes)) {
         size_factors.back().second = std::sqrt(size_factors.back().second * factor);
       } else {
@@ -591,6 +644,8 @@ void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorit
     }
     fitted[static_cast<size_t>(algorithm)] = {latency_scale, bandwidth_scale, smoothed};
   }
+  std::sort(left_out.begin(), left_out.end());
+  return left_out;
 }
 
 }  // namespace strata::comm

@@ -2,10 +2,11 @@
 // comm-bench, in the manner of nccl-tests: for each size from min to max
 // bytes (times factor), each algorithm (and `auto`, and the MPI library's own
 // collective: `baseline`, non-blocking and polled with the timeout, and
-// `baseline-blocking`, the plain blocking call) runs warm-up iterations, then `rounds`
-// rounds of `iters` timed iterations, the algorithms interleaved within each
-// round so a noisy machine hurts them alike; the reported time is the median
-// round (slowest rank). Inputs are small integers, so every result is exact
+// `baseline-blocking`, the plain blocking call) runs warm-up iterations; then
+// `rounds` rounds each run `iters` timed iterations of every size and algorithm
+// in turn, so a slow minute of a shared host hurts all of them alike instead of
+// a few sizes; the reported time is the median round (slowest rank), and the
+// rounds' spread says how far it can be trusted. Inputs are small integers, so every result is exact
 // and checked element by element before and after timing (#wrong, summed
 // over ranks). With check_cost each algorithm also runs with the call check
 // off, interleaved with the checked runs. Bandwidths follow nccl-tests: algbw = size / time, busbw =
@@ -53,6 +54,7 @@ struct BenchRow {
   bool unchecked = false; // ran with the call check off (BenchOptions::check_cost)
   double time_us = 0.0;       // median round
   double slowest_us = 0.0;    // slowest round
+  std::vector<double> round_us;  // every round, in the order run (empty: time_us is the only one)
   double algbw_GBps = 0.0;
   double busbw_GBps = 0.0;
   long long wrong = 0;
@@ -74,6 +76,17 @@ struct BenchReport {
   std::vector<BenchRow> rows;
 };
 
+// How much a row's rounds disagree: their interquartile range over their
+// median (quartiles interpolated between sorted rounds; 0 with fewer than two).
+// One stray round among five leaves it alone; a host whose speed swings
+// throughout the run does not.
+double round_spread(const BenchRow& row);
+// Past this spread the middle half of the rounds strays more than 25% either
+// side of the median (the model's accuracy target): the row is unsettled, and
+// the calibration fit leaves it out.
+inline constexpr double kUnsettledSpread = 0.5;
+inline bool unsettled(const BenchRow& row) { return round_spread(row) > kUnsettledSpread; }
+
 // Parses "4096", "4K", "256M", "1G" (binary multiples). Throws naming `what`.
 size_t parse_size(const std::string& text, const std::string& what);
 
@@ -84,8 +97,10 @@ double measure_memcpy_GBps(size_t bytes);
 
 std::string format_table(const BenchReport& report);
 std::string format_json(const BenchReport& report);
-// Fits per-algorithm latency and bandwidth scales to the report's rows and
-// stores them in `calibration`. It fits each row's median round, the time the
+// Fits per-algorithm latency and bandwidth scales to the report's settled rows
+// and stores them in `calibration`; returns the indices of the rows it left
+// out as unsettled (an algorithm with none settled keeps its entry). It fits
+// each row's median round, the time the
 // benchmark reports and the planner should predict (fitting the slowest round
 // made the calibrated model 30-60% slower than the medians on a busy host, and
 // made the choices hinge on its worst moments). The
@@ -96,6 +111,6 @@ std::string format_json(const BenchReport& report);
 // median of that size and its neighbours, so the calibrated model follows the
 // measurements smoothly and interpolates between them); algorithms without
 // rows keep their entry.
-void fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
+std::vector<size_t> fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
 
 }  // namespace strata::comm

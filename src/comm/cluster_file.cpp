@@ -13,6 +13,7 @@ namespace {
 
 constexpr double kGiga = 1e9;
 constexpr double kMicro = 1e-6;
+constexpr double kMebi = 1024.0 * 1024.0;
 constexpr int64_t kMaxCount = int64_t{1} << 24;
 
 LinkLevel read_link(const TomlReader& link) {
@@ -41,7 +42,8 @@ Calibration read_calibration(const TomlReader& entry) {
 
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
   TomlReader root = TomlReader::parse(text, source_name);
-  root.only({"nodes", "ranks_per_node", "reduce_gbps", "probe_key", "shared_memory", "intra", "inter", "calibration"});
+  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "probe_key", "shared_memory", "intra",
+             "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
   topology.nodes = static_cast<int>(root.integer("nodes", 1, kMaxCount));
@@ -50,6 +52,8 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   topology.intra = read_link(root.table("intra"));
   topology.inter = topology.nodes > 1 || root.has("inter") ? read_link(root.table("inter")) : topology.intra;
   if (root.has("shared_memory")) topology.shared_memory = topology.cross_memory = root.boolean("shared_memory");
+  if (root.has("memory_gbps")) topology.memory_Bps = root.positive("memory_gbps") * kGiga;
+  if (root.has("cache_mib")) topology.cache_bytes = root.positive("cache_mib") * kMebi;
   if (root.has("probe_key")) description.probe_key = root.string("probe_key");
   TomlReader calibration = root.table("calibration", false);
   std::set<std::string> names;
@@ -79,6 +83,8 @@ std::string format_cluster_description(const ClusterDescription& description) {
   out << "nodes = " << topology.nodes << "\n";
   out << "ranks_per_node = " << topology.ranks_per_node << "\n";
   out << "reduce_gbps = " << number(topology.reduce_Bps / kGiga) << "\n";
+  if (topology.memory_Bps > 0.0) out << "memory_gbps = " << number(topology.memory_Bps / kGiga) << "\n";
+  if (topology.cache_bytes > 0.0) out << "cache_mib = " << number(topology.cache_bytes / kMebi) << "\n";
   if (topology.shared_memory) out << "shared_memory = true\n";
   if (!description.probe_key.empty()) {
     out << "probe_key = " << toml::value<std::string>(description.probe_key) << "\n";

@@ -5,6 +5,8 @@
 //   nodes = 2                  # integer >= 1
 //   ranks_per_node = 8         # integer >= 1
 //   reduce_gbps = 12.0         # GB/s of fp32 one rank combines (one operand stream)
+//   memory_gbps = 20.0         # optional: GB/s all cores of a node copy together out of cache (memcpy)
+//   cache_mib = 32             # optional: MiB of last-level cache on a node (all its caches together)
 //   probe_key = "..."          # optional: which launch layout a probe measured
 //   shared_memory = true       # optional: ranks of a node share and read each other's memory (CPU hosts)
 //   [intra]                    # rank to rank inside a node, every rank busy

@@ -44,9 +44,12 @@ void TopologyDesc::validate(const std::string& what) const {
   for (int node : node_of_rank) {
     if (node < 0 || node >= nodes) fail("{}: rank placed on node {} of {}", what, node, nodes);
   }
-  if (!(cores_per_node >= 0.0) || !std::isfinite(cores_per_node)) {
-    fail("{}: cores_per_node must be a finite value >= 0, got {}", what, cores_per_node);
-  }
+  auto check_unknown_or_positive = [&](double value, const char* name) {
+    if (!(value >= 0.0) || !std::isfinite(value)) fail("{}: {} must be a finite value >= 0, got {}", what, name, value);
+  };
+  check_unknown_or_positive(cores_per_node, "cores_per_node");
+  check_unknown_or_positive(memory_Bps, "memory bandwidth");
+  check_unknown_or_positive(cache_bytes, "cache size");
 }
 
 namespace {
@@ -215,34 +218,59 @@ std::vector<std::vector<char>> staged_blocks(const std::vector<std::vector<doubl
   return staged;
 }
 
+// Seconds per byte of one-host copies that run at `rate` bytes/s in cache,
+// when `cached` of the bytes they touch stay in the node's cache: the rest
+// runs no faster than this core's share of the memory bandwidth, which the
+// node's `active` cores copying at once split between them.
+double seconds_per_byte(double rate, double cached, double active, const TopologyDesc& topology) {
+  const double from_memory =
+      topology.memory_Bps > 0.0 ? std::max(1.0 / rate, active / topology.memory_Bps) : 1.0 / rate;
+  return cached / rate + (1.0 - cached) * from_memory;
+}
+
 // The one-host pairwise all-to-all with cross-memory attach: every rank copies
 // its staged blocks in, meets the others once, then copies its p - 1 blocks
-// out; a second meeting comes only when some block was read from an input.
+// out and its own block from input to output; a second meeting comes only
+// when some block was read from an input.
 // Copies through the exchange area run at the rank's memory speed
-// (reduce_Bps), reads of a peer's input at intra.bandwidth. The busiest rank's
-// copies set the pace, or, when the ranks outnumber their cores, all copies
-// spread over the cores.
+// (reduce_Bps), reads of a peer's input at intra.bandwidth, both while their
+// bytes stay in cache; past the cache, at the rank's share of the node's
+// memory bandwidth where that is slower. The busiest rank's copies set the
+// pace, or, when the ranks outnumber their cores, all copies and meetings
+// spread over the cores (each rank gets cores / p of one).
 Cost direct_pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
                           const ModelOptions& options) {
   const size_t p = bytes.size();
   const std::vector<std::vector<char>> staged = staged_blocks(bytes, options);
+  const double cores = topology.cores_per_node > 0.0 ? std::min(topology.cores_per_node, static_cast<double>(p))
+                                                     : static_cast<double>(p);
+  // Bytes touched on the node: every input, output and staged block.
+  double touched = 0.0;
+  for (size_t rank = 0; rank < p; ++rank) {
+    for (size_t peer = 0; peer < p; ++peer) {
+      touched += (2.0 + (peer != rank && staged[rank][peer] ? 1.0 : 0.0)) * bytes[rank][peer];
+    }
+  }
+  const double cached =
+      topology.cache_bytes > 0.0 && touched > topology.cache_bytes ? topology.cache_bytes / touched : 1.0;
+  const double copy_s = seconds_per_byte(topology.reduce_Bps, cached, cores, topology);
+  const double read_s = seconds_per_byte(topology.intra.bandwidth_Bps, cached, cores, topology);
   double busiest = 0.0, total = 0.0;
   bool all_staged = true;
   for (size_t rank = 0; rank < p; ++rank) {
-    double seconds = 0.0;
+    double seconds = bytes[rank][rank] * copy_s;  // its own block, input to output
     for (size_t peer = 0; peer < p; ++peer) {
       if (peer == rank) continue;
-      if (staged[rank][peer]) seconds += bytes[rank][peer] / topology.reduce_Bps;
+      if (staged[rank][peer]) seconds += bytes[rank][peer] * copy_s;
       all_staged = all_staged && staged[rank][peer];
-      const double in = bytes[peer][rank];
-      seconds += in / (staged[peer][rank] ? topology.reduce_Bps : topology.intra.bandwidth_Bps);
+      seconds += bytes[peer][rank] * (staged[peer][rank] ? copy_s : read_s);
     }
     busiest = std::max(busiest, seconds);
     total += seconds;
   }
-  const double cores = topology.cores_per_node;
-  const double paced = cores > 0.0 && cores < static_cast<double>(p) ? std::max(busiest, total / cores) : busiest;
-  return {(all_staged ? 1.0 : 2.0) * topology.intra.latency_s, paced};
+  // A meeting is every rank's own work too (publishing, polling): shared out the same way.
+  const double meeting_s = topology.intra.latency_s * static_cast<double>(p) / cores;
+  return {(all_staged ? 1.0 : 2.0) * meeting_s, std::max(busiest, total / cores)};
 }
 
 // Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host

@@ -49,6 +49,13 @@ struct TopologyDesc {
   // cores, so an uneven exchange costs its total work spread over them, not
   // only its busiest rank's.
   double cores_per_node = 0.0;
+  // The node's memory bandwidth: bytes per second all its cores copy together
+  // (memcpy, out of cache); 0: unknown, copies run at reduce_Bps at any size.
+  // The cores copying at once share it, ...
+  double memory_Bps = 0.0;
+  // ... once the bytes an exchange touches on the node outgrow its last-level
+  // cache (bytes, all of its caches together; 0: unknown, treated as unbounded).
+  double cache_bytes = 0.0;
 
   int ranks() const;
   int node_of(int rank) const;

@@ -118,6 +118,11 @@ MachineInfo discover_machine() {
   return machine;
 }
 
+uint64_t last_level_cache_bytes(const MachineInfo& machine) {
+  if (machine.caches.empty()) return 0;
+  return machine.caches.back().second * static_cast<uint64_t>(machine.cache_counts.back());
+}
+
 std::string format_machine(const MachineInfo& machine) {
   std::string text = fmt::format("host {}: {} package(s), {} NUMA node(s), {} core(s), {} hardware thread(s), {:.1f} GiB\n",
                                  machine.hostname, machine.packages, machine.numa_nodes, machine.cores,

@@ -33,6 +33,8 @@ struct MachineInfo {
 
 // Throws strata::Error if hwloc cannot load the topology.
 MachineInfo discover_machine();
+// Bytes of the deepest cache level, all its caches together (0 when hwloc knows none).
+uint64_t last_level_cache_bytes(const MachineInfo& machine);
 std::string format_machine(const MachineInfo& machine);
 
 }  // namespace strata::comm

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "comm/machine.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
 #include "core/error.h"
@@ -16,6 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kProbeBytes = 8u << 20;
+constexpr size_t kMemoryProbeBytes = 32u << 20;
 constexpr int kPingPongs = 100;
 constexpr int kRepeats = 3;
 
@@ -65,6 +67,25 @@ double exchange_time(Communicator& group, int partner, std::byte* send, std::byt
     incoming.wait();
     outgoing.wait();
     if (repeat > 0) best = std::min(best, seconds_since(start));  // the first run warms the path
+  }
+  return best;
+}
+
+// Seconds until every rank of the group has copied `bytes` (memcpy between two
+// buffers of its own), all starting together, best of three: with all ranks of
+// a node copying at once, the node's memory bandwidth is what they share. Each
+// rank's clock runs until the last one is done (a rank that ranks outnumbering
+// the cores start late still counts), and the slowest clock is the figure.
+double concurrent_copy_time(Communicator& group, size_t bytes) {
+  std::vector<std::byte> source(bytes, std::byte{1}), target(bytes, std::byte{0});
+  double best = 1e30;
+  for (int repeat = 0; repeat <= kRepeats; ++repeat) {
+    group.barrier();
+    auto start = Clock::now();
+    std::memcpy(target.data(), source.data(), bytes);
+    group.barrier();
+    double slowest = group_max(group, seconds_since(start));
+    if (repeat > 0) best = std::min(best, slowest);  // the first run warms the path
   }
   return best;
 }
@@ -124,6 +145,10 @@ ClusterDescription probe_links(Communicator& group) {
   std::memset(recv.bytes(), 0, kProbeBytes);
 
   topology.reduce_Bps = kProbeBytes / group_max(group, reduce_time(send.floats(), recv.floats()));
+  // Each rank copies 32 MiB (64 MiB touched), so the node's copies outgrow its cache.
+  const double copy_seconds = concurrent_copy_time(group, kMemoryProbeBytes);
+  topology.memory_Bps = static_cast<double>(kMemoryProbeBytes) * static_cast<double>(mine.size()) / copy_seconds;
+  topology.cache_bytes = static_cast<double>(last_level_cache_bytes(discover_machine()));
 
   auto node_with_pair = std::find_if(members.begin(), members.end(), [](const auto& m) { return m.size() >= 2; });
   bool measurable_intra = node_with_pair != members.end();

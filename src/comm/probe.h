@@ -7,6 +7,9 @@
 //   inter bandwidth  8 MiB exchanges between every rank of node 0 and its
 //                    counterpart on node 1 at once (so: the node link's total)
 //   reduce           fp32 sums of two 8 MiB arrays, per rank
+//   memory           32 MiB memcpy by every rank at once: the bytes per second
+//                    a node's ranks copy together (its ranks' total over the slowest)
+//   cache            the node's last-level cache, from hwloc (not measured)
 // Each figure is the worst over the ranks involved (so every rank holds the
 // same figures) and the best of three runs.
 #include <filesystem>

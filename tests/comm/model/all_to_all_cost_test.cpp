@@ -37,26 +37,27 @@ TEST(AllToAllCost, PairwiseMessagesOnOneNodeIsTheTextbookCost) {
 }
 
 // Blocks past the sender's exchange area are read from its input: one copy,
-// and a second meeting (the sender waits for its readers).
+// and a second meeting (the sender waits for its readers); a rank's own block
+// is a copy from its input to its output at its memory speed (8e9).
 TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
   const int p = 4;
   const double n = 2.0 * p * static_cast<double>(kDefaultStagingBytes);  // each block twice the area
-  double want = 2 * 2e-6 + (p - 1) * n / p / 10e9;
+  double want = 2 * 2e-6 + (p - 1) * n / p / 10e9 + n / p / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
   // With a smaller area (CommConfig::exchange_staging_bytes) the same holds for smaller exchanges.
   const double small = 8e6;
-  double want_small = 2 * 2e-6 + (p - 1) * small / p / 10e9;
+  double want_small = 2 * 2e-6 + (p - 1) * small / p / 10e9 + small / p / 8e9;
   EXPECT_NEAR(predict({Collective::AllToAll, small}, Algorithm::Pairwise, node_of(p, true), one_mib_area()).total(),
               want_small, 1e-12 * want_small);
 }
 
 // Blocks that fit the sender's exchange area are staged: a copy in, a copy
-// out, both at the rank's memory speed (reduce_Bps, 8e9 here), and one
-// meeting, since no rank waits for readers of its input.
+// out, both at the rank's memory speed (reduce_Bps, 8e9 here), as is the copy
+// of its own block, and one meeting, since no rank waits for readers of its input.
 TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
   const int p = 4;
   const double n = 64e3;
-  double want = 2e-6 + 2 * (p - 1) * n / p / 8e9;
+  double want = 2e-6 + (2 * (p - 1) + 1) * n / p / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
   // Rank 0 sends 0.6 of an area to each peer: the first fits its area, the
   // others stay in its input, so everyone meets twice. Rank 0 copies one big
@@ -78,11 +79,11 @@ TEST(AllToAllCost, ExchangesPastTheStagingLimitReadEveryBlock) {
   ModelOptions options;
   options.all_to_all_staging_limit = 3 << 20;  // outgoing bytes of a 4 MiB exchange
   const double at_limit = 4 << 20;
-  double staged = 2e-6 + 2 * (p - 1) * at_limit / p / 8e9;
+  double staged = 2e-6 + (2 * (p - 1) + 1) * at_limit / p / 8e9;
   EXPECT_NEAR(predict({Collective::AllToAll, at_limit}, Algorithm::Pairwise, node_of(p, true), options).total(), staged,
               1e-12 * staged);
   const double past = 8 << 20;
-  double read = 2 * 2e-6 + (p - 1) * past / p / 10e9;
+  double read = 2 * 2e-6 + (p - 1) * past / p / 10e9 + past / p / 8e9;
   EXPECT_NEAR(predict({Collective::AllToAll, past}, Algorithm::Pairwise, node_of(p, true), options).total(), read,
               1e-12 * read);
   // Uneven: rank 0 sends 2 MiB to each peer (6 MiB, past the limit), the others 1e3: rank 1 reads 2 MiB and
@@ -94,9 +95,9 @@ TEST(AllToAllCost, ExchangesPastTheStagingLimitReadEveryBlock) {
   EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true), options).total(), uneven, 1e-12 * uneven);
 }
 
-// More ranks than cores: the copies of all ranks share the cores, so a skewed
-// exchange costs its total work over the cores, as an even one of the same
-// total does, rather than its busiest rank's work.
+// More ranks than cores: the copies and meetings of all ranks share the cores,
+// so a skewed exchange costs its total work over the cores, as an even one of
+// the same total does, rather than its busiest rank's work.
 TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
   const int p = 4;
   TopologyDesc shared = node_of(p, true);
@@ -114,13 +115,45 @@ TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
     total += received;
     busiest = std::max(busiest, received);
   }
-  double want = 2 * 2e-6 + std::max(busiest, total / 2) / 10e9;
+  // The two meetings are each rank's work too: 4 ranks' worth on 2 cores.
+  double want = 2 * 2e-6 * p / 2 + std::max(busiest, total / 2) / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(skewed, shared, one_mib_area()).total(), want, 1e-12 * want);
   // With a core per rank the busiest rank sets the pace.
   double own_cores = 2 * 2e-6 + busiest / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(skewed, node_of(p, true), one_mib_area()).total(), own_cores, 1e-12 * own_cores);
   shared.cores_per_node = -1;
   EXPECT_THROW(shared.validate("test cluster"), Error);
+}
+
+// Past the node's cache the copies share its memory bandwidth. 4 ranks on 2
+// cores, 6e9 B/s of memory, an 8e6-byte cache; an 8e6-byte exchange stages
+// its 2e6-byte blocks: each rank touches its own block twice (input, output)
+// and 3 blocks three times (input, area, output), 22e6 bytes, 88e6 on the node,
+// so 1/11 of them stay in cache. The rest copy at 2 cores' share of the
+// memory, 3e9 B/s each, below the 8e9 of a core. Each rank copies its own
+// block, 3 in and 3 out: 14e6 bytes; the 4 ranks' 56e6 run on 2 cores, and the
+// one meeting is 4 ranks' work on 2 cores too.
+TEST(AllToAllCost, CopiesPastTheCacheShareTheMemoryBandwidth) {
+  const int p = 4;
+  TopologyDesc host = node_of(p, true);
+  host.cores_per_node = 2;
+  host.memory_Bps = 6e9;
+  host.cache_bytes = 8e6;
+  const double n = 8e6;
+  const double meeting = 2e-6 * p / 2;
+  double want = meeting + 28e6 * ((1.0 / 11.0) / 8e9 + (10.0 / 11.0) / 3e9);
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, host), want, 1e-12 * want);
+  // In cache (a 64e3-byte exchange touches 176e3 bytes) the copies run at the core's speed.
+  double small = meeting + 2 * 7 * 16e3 / 8e9;
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, 64e3}, Algorithm::Pairwise, host), small, 1e-12 * small);
+  // Unknown memory bandwidth, or one faster than the cores copy: no memory term.
+  double unbound = meeting + 28e6 / 8e9;
+  for (double memory : {0.0, 100e9}) {
+    host.memory_Bps = memory;
+    EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, host), unbound, 1e-12 * unbound) << memory;
+  }
+  host.memory_Bps = -1;
+  EXPECT_THROW(host.validate("test cluster"), Error);
 }
 
 // Two nodes of `per_node` ranks; ranks in node order (node n, position l is rank n * per_node + l).

@@ -6,19 +6,25 @@
 namespace strata::comm {
 namespace {
 
-TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
+// Rows of a fictitious ring run, 1e3 to 1e9 bytes: time = 2.5 x latency terms
+// + 0.7 x transfer terms, in each of `rounds` rounds (0: only the median given).
+BenchReport ring_report(size_t rounds) {
   BenchReport report;
-  // Rows of a fictitious algorithm run: time = 2.5 x latency terms + 0.7 x transfer terms.
   for (double bytes = 1e3; bytes <= 1e9; bytes *= 10) {
     BenchRow row;
-    row.algorithm = "ring";
-    row.ran = "ring";
+    row.algorithm = row.ran = "ring";
     row.bytes = static_cast<size_t>(bytes);
     row.model_latency_us = 14.0;
     row.model_transfer_us = bytes / 5e3;
     row.time_us = row.slowest_us = 2.5 * row.model_latency_us + 0.7 * row.model_transfer_us;
+    row.round_us.assign(rounds, row.time_us);
     report.rows.push_back(row);
   }
+  return report;
+}
+
+TEST(Calibration, RecoversTheScalesThatMadeTheTimes) {
+  BenchReport report = ring_report(0);
   BenchRow baseline = report.rows.front();
   baseline.algorithm = "baseline";
   baseline.ran = "MPI library";
@@ -108,6 +114,65 @@ TEST(Calibration, EndPointsFollowTheTrendAndShrugOffADisturbance) {
   report.rows.front().time_us *= 10;  // the smallest size disturbed
   fit_calibration(report, fitted);
   EXPECT_NEAR(predicted(report.rows.front()), report.rows.front().time_us / 10, 1e-9 * report.rows.front().time_us);
+}
+
+TEST(Calibration, RoundSpreadIsTheInterquartileRangeOverTheMedian) {
+  BenchRow row;
+  EXPECT_EQ(round_spread(row), 0.0);  // no rounds
+  row.round_us = {10, 12, 11, 30, 13};  // sorted 10 11 12 13 30: quartiles 11 and 13, median 12
+  EXPECT_NEAR(round_spread(row), 2.0 / 12.0, 1e-12);
+  EXPECT_FALSE(unsettled(row));
+  row.round_us = {4, 1, 3, 2};  // quartiles at positions 0.75 and 2.25: 1.75 and 3.25, median 2.5
+  EXPECT_NEAR(round_spread(row), 1.5 / 2.5, 1e-12);
+  EXPECT_TRUE(unsettled(row));
+}
+
+TEST(Calibration, OneOutlierRoundPerSizeGivesTheCleanFit) {
+  std::array<Calibration, kAlgorithmSlots> clean{}, noisy{};
+  BenchReport report = ring_report(5);
+  EXPECT_TRUE(fit_calibration(report, clean).empty());
+  // One round of every size three times slower (a different round each time),
+  // and the reported medians spoilt too: the fit reads the rounds.
+  for (size_t i = 0; i < report.rows.size(); ++i) {
+    BenchRow& row = report.rows[i];
+    row.round_us[i % 5] *= 3.0;
+    row.time_us *= 2.0;
+  }
+  EXPECT_TRUE(fit_calibration(report, noisy).empty());
+  const Calibration& ring = noisy[static_cast<size_t>(Algorithm::Ring)];
+  EXPECT_NEAR(ring.latency_scale, 2.5, 1e-6);
+  EXPECT_NEAR(ring.bandwidth_scale, 0.7, 1e-6);
+  const Calibration& reference = clean[static_cast<size_t>(Algorithm::Ring)];
+  EXPECT_EQ(ring.latency_scale, reference.latency_scale);
+  EXPECT_EQ(ring.bandwidth_scale, reference.bandwidth_scale);
+  EXPECT_EQ(ring.size_factors, reference.size_factors);
+}
+
+TEST(Calibration, ADisagreeingSizeIsReportedAndLeftOut) {
+  BenchReport report = ring_report(5);
+  // 1e6 bytes: rounds from 1x to 5x the model's time (spread (4 - 2) / 3), and a
+  // median far off the line; fitted, it would set that size's factor to 3.
+  BenchRow& disturbed = report.rows[3];
+  const double time = disturbed.time_us;
+  disturbed.round_us = {time, 5 * time, 2 * time, 4 * time, 3 * time};
+  std::array<Calibration, kAlgorithmSlots> fitted{};
+  EXPECT_EQ(fit_calibration(report, fitted), std::vector<size_t>{3});
+  EXPECT_NEAR(round_spread(disturbed), 2.0 / 3.0, 1e-12);
+  const Calibration& ring = fitted[static_cast<size_t>(Algorithm::Ring)];
+  EXPECT_NEAR(ring.latency_scale, 2.5, 1e-6);
+  EXPECT_NEAR(ring.bandwidth_scale, 0.7, 1e-6);
+  ASSERT_EQ(ring.size_factors.size(), 6u);  // every size but 1e6
+  for (const auto& [bytes, factor] : ring.size_factors) {
+    EXPECT_NE(bytes, 1e6);
+    EXPECT_NEAR(factor, 1.0, 1e-9) << bytes;
+  }
+  // Every row unsettled: nothing to fit, the entry stays.
+  for (BenchRow& row : report.rows) row.round_us = {1, 2, 3, 4, 5};
+  std::array<Calibration, kAlgorithmSlots> kept{};
+  kept[static_cast<size_t>(Algorithm::Ring)] = {3.0, 4.0};
+  EXPECT_EQ(fit_calibration(report, kept).size(), report.rows.size());
+  EXPECT_EQ(kept[static_cast<size_t>(Algorithm::Ring)].latency_scale, 3.0);
+  EXPECT_EQ(kept[static_cast<size_t>(Algorithm::Ring)].bandwidth_scale, 4.0);
 }
 
 }  // namespace

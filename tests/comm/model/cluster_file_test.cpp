@@ -73,6 +73,22 @@ TEST(ClusterFile, SharedMemoryFlag) {
   expect_error(std::string("shared_memory = 1\n") + kValid, "key 'shared_memory' must be a boolean, got an integer");
 }
 
+// The node's memory bandwidth and last-level cache (the probe's, or stated):
+// optional, GB/s and MiB; absent they are unknown (0).
+TEST(ClusterFile, MemoryBandwidthAndCacheSize) {
+  std::string text = std::string("memory_gbps = 20.5\ncache_mib = 32\n") + kValid;
+  ClusterDescription description = parse_cluster_description(text, "cluster.toml");
+  EXPECT_EQ(description.topology.memory_Bps, 20.5e9);
+  EXPECT_EQ(description.topology.cache_bytes, 32.0 * 1024 * 1024);
+  ClusterDescription plain = parse_cluster_description(kValid, "cluster.toml");
+  EXPECT_EQ(plain.topology.memory_Bps, 0.0);
+  EXPECT_EQ(plain.topology.cache_bytes, 0.0);
+  expect_error(std::string("memory_gbps = 0\n") + kValid, "key 'memory_gbps' must be positive, got 0");
+  expect_error(std::string("cache_mib = -2\n") + kValid, "key 'cache_mib' must be positive, got -2");
+  EXPECT_EQ(parse_cluster_description(format_cluster_description(description), "again.toml").topology.cache_bytes,
+            description.topology.cache_bytes);
+}
+
 TEST(ClusterFile, OneNodeNeedsNoInterTable) {
   std::string text = "nodes = 1\nranks_per_node = 4\nreduce_gbps = 5\n[intra]\nlatency_us = 1\nbandwidth_gbps = 3\n";
   ClusterDescription description = parse_cluster_description(text, "cluster.toml");
@@ -111,6 +127,8 @@ TEST(ClusterFile, SavedDescriptionsReadBackExactly) {
   ClusterDescription original = parse_cluster_description(kValid, "cluster.toml");
   original.probe_key = "strata comm links v1: 16 ranks; \"a\" x8";
   original.topology.intra.latency_s = 1.0 / 3.0 * 1e-6;
+  original.topology.memory_Bps = 1e10 / 3.0;
+  original.topology.cache_bytes = 1.5 * 1024 * 1024;
   std::filesystem::path path = std::filesystem::temp_directory_path() / "strata-cluster-roundtrip.toml";
   save_cluster_description(path, original);
   ClusterDescription loaded = load_cluster_description(path);
@@ -119,6 +137,8 @@ TEST(ClusterFile, SavedDescriptionsReadBackExactly) {
   EXPECT_EQ(loaded.topology.intra.latency_s, original.topology.intra.latency_s);
   EXPECT_EQ(loaded.topology.inter.bandwidth_Bps, original.topology.inter.bandwidth_Bps);
   EXPECT_EQ(loaded.topology.reduce_Bps, original.topology.reduce_Bps);
+  EXPECT_EQ(loaded.topology.memory_Bps, original.topology.memory_Bps);
+  EXPECT_EQ(loaded.topology.cache_bytes, original.topology.cache_bytes);
   for (size_t i = 0; i < kAlgorithmSlots; ++i) {
     EXPECT_EQ(loaded.calibration[i].latency_scale, original.calibration[i].latency_scale);
     EXPECT_EQ(loaded.calibration[i].bandwidth_scale, original.calibration[i].bandwidth_scale);
