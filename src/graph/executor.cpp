@@ -68,11 +68,12 @@ void CompiledGraph::bind(int slot, int value, const Tensor& tensor) {
 }
 
 // A kept value's bytes are its own until the end of the run, so no other value is written through them; a
-// supplied one is not written at all.
+// supplied one is not written at all; one no node reads dies where it is made (the LM head's copy's gradient,
+// collected at once), so its node alone sees where it went.
 bool CompiledGraph::bindable(int value) const {
   const Value& info = graph_.value(value);
-  return info.kind != ValueKind::Intermediate || kept_.count(value) ||
-         supplied_[static_cast<size_t>(info.producer)];
+  if (info.kind != ValueKind::Intermediate || kept_.count(value)) return true;
+  return supplied_[static_cast<size_t>(info.producer)] || plan_.lifetimes[static_cast<size_t>(value)].last == info.producer;
 }
 
 void CompiledGraph::supply(int value, const Tensor& tensor) {

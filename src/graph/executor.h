@@ -31,7 +31,8 @@ class CompiledGraph {
 
   // Inputs and params are bound to tensors owned elsewhere (checked for shape
   // and dtype), in every slot or in one. So may a kept value be (a gradient,
-  // bound where the trainer collects it: its node writes there, no copy);
+  // bound where the trainer collects it: its node writes there, no copy), or
+  // one that no node reads;
   // unbind puts it back in the slot's arena.
   void bind(int value, const Tensor& tensor);
   void bind(int slot, int value, const Tensor& tensor);

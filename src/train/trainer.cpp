@@ -489,8 +489,8 @@ void Trainer::place_gradients(bool in_buckets) {
   for (size_t e = 0; e < entries_.size(); ++e) {
     const int grad = chunk.train_model.grads.of.at(entries_[e].value);
     const Tensor* destination = gradients_->collected_into(e);
-    // Staged buckets; the head copy's gradient, not kept (kept_values) but collected as soon as it is made.
-    if (!destination || e == head_copy_entry_) continue;
+    // Staged buckets (the head copy's gradient, not kept, is read by no node: bindable too).
+    if (!destination) continue;
     if (in_buckets) {
       chunk.train_graph->bind(0, grad, *destination);
     } else {

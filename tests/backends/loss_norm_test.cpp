@@ -3,6 +3,12 @@
 // polynomial e^x); measured worst errors are 3e-7, allowed 2e-6.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/simd.h"
 #include "cpu_test_util.h"
 #include "cross_entropy_cases.h"
 
@@ -39,6 +45,22 @@ TEST(CpuCrossEntropy, ForwardAndBackwardMatchRef) {
     dloss.data<float>()[0] = 0.7f;
     check_against_ref("cross_entropy_backward", {dloss, logits, targets, forward[1]}, {}, 2e-6, what + " backward");
   }
+}
+
+// The loss's sum of exponentials uses exp_nonpositive (a logit less its row's maximum is <= 0); it must give
+// exp_approx's bits there, so the loss is the same whichever the kernel calls. Every 61st non-positive float
+// (all exponents, the -87 cut-off's neighbours among them), zeros, infinities and NaN.
+TEST(CpuCrossEntropy, ExpNonpositiveGivesExpApproxsBitsForEveryNonPositiveInput) {
+  std::vector<float> inputs{-0.0f, 0.0f, -87.0f, std::nextafter(-87.0f, 0.0f), std::nextafter(-87.0f, -100.0f),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (uint64_t bits = 0x80000000u; bits <= 0xFF800000u; bits += 61) inputs.push_back(std::bit_cast<float>(uint32_t(bits)));
+  int64_t differing = 0;
+  for (float x : inputs) {
+    const uint32_t expected = std::bit_cast<uint32_t>(cpu::exp_approx(x));
+    if (std::bit_cast<uint32_t>(cpu::exp_nonpositive(x)) != expected) ++differing;
+  }
+  EXPECT_EQ(differing, 0) << "of " << inputs.size() << " inputs";
+  EXPECT_NEAR(cpu::exp_nonpositive(-1.0f), std::exp(-1.0f), 2e-7 * std::exp(-1.0f));
 }
 
 TEST(CpuCrossEntropy, RejectsTargetsOutsideTheVocabulary) {

@@ -1,5 +1,6 @@
 // Values bound to tensors owned elsewhere. A kept value (how the trainer has gradients written straight into
-// their buckets): its node writes there and later readers read it there; unbound, the arena holds it again. A
+// their buckets), or one no node reads: its node writes there and later readers read it there; unbound, the
+// arena holds it again. A
 // supplied value (a parameter's low-precision copy standing for the graph's cast of it): its node is skipped.
 #include <gtest/gtest.h>
 
@@ -89,6 +90,25 @@ TEST(BoundValues, OnlyKeptValuesMayBeBound) {
                 .find("cannot bind intermediate value"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] { graph.unbind(0, c.x); }).find("no bytes in the arena"), std::string::npos);
+}
+
+TEST(BoundValues, AValueNoNodeReadsMayBeBoundThoughNotKept) {
+  // As the LM head's copy's gradient: made last for its bytes, read by nothing, collected at once.
+  Graph g;
+  const int x = g.add_input("x", {{3}, DType::F32});
+  const int unread = g.apply1("scale", {x}, {{"factor", 3.0}});
+  const int kept = g.apply1("scale", {x}, {{"factor", 2.0}});
+  auto dispatcher = make_dispatcher("cpu", FallbackPolicy::Error);
+  CompiledGraph graph(g, *dispatcher, {kept});
+  Tensor input = one_two_three();
+  graph.bind(x, input);
+  Tensor outside = Tensor::zeros({3}, DType::F32);
+  graph.bind(0, unread, outside);
+  graph.run();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(outside.data<float>()[i], 3.0f * static_cast<float>(i + 1));
+    EXPECT_EQ(graph.tensor(kept).data<float>()[i], 2.0f * static_cast<float>(i + 1));
+  }
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ STRATA_CPU_CLONES void logsumexp_rows(const T* logits, int64_t vocab, int64_t ro
     }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < vocab; ++c) sum += exp_approx(to_f32(row[c]) - max_logit);
+    for (int64_t c = 0; c < vocab; ++c) sum += exp_nonpositive(to_f32(row[c]) - max_logit);
     lse[r] = max_logit + std::log(sum);
   }
 }

@@ -35,25 +35,31 @@ using f64x8 = double __attribute__((vector_size(64)));
 using i64x8 = int64_t __attribute__((vector_size(64)));
 
 struct SquareWords {
-  f64x8 integer, fraction, tail;  // units 1, 2^-40, 2^-80
+  f64x8 integer, fraction, tail;  // multiples of 2^80, 2^40 and 1: the words in units 1, 2^-40, 2^-80, times 2^80
 };
 
 // Vectors travel by reference: a 64-byte vector by value has another ABI in the baseline clone.
 
-// y rounded to the nearest integer, for |y| < 2^51 (adding 1.5 * 2^52 leaves no fraction bits).
-inline void round_small(const f64x8& y, f64x8& rounded) { rounded = (y + 0x1.8p52) - 0x1.8p52; }
+// y rounded to the nearest multiple of 2^k, for |y| < 2^(k+51): adding 1.5 * 2^(k+52), whose ulp is
+// 2^k, leaves no bits below it (ties to even, as the round-to-nearest mode does everything here).
+inline void round_to_unit(const f64x8& y, double magic, f64x8& rounded) { rounded = (y + magic) - magic; }
+constexpr double kTailMagic = 0x1.8p52;                                 // rounds to integers
+constexpr double kFractionMagic = kTailMagic * kWordScale;               // to multiples of 2^40
+constexpr double kIntegerMagic = kFractionMagic * kWordScale;            // to multiples of 2^80
 
 // Splits eight squares into words; `exact` is -1 in the lanes whose square
-// the three words hold exactly, 0 where it has bits below them.
+// the three words hold exactly, 0 where it has bits below them. The squares
+// are scaled straight to the tail's unit (`scale` is 2^80 times the block's),
+// so each word is one rounding and one exact subtraction: no rescaling.
 inline void split_squares(const float* x, double scale, SquareWords& words, i64x8& exact) {
   f64x8 wide;
   for (int lane = 0; lane < kLanes; ++lane) wide[lane] = x[lane];
   const f64x8 scaled = wide * wide * scale;  // a 48-bit square times a power of two: exact
-  round_small(scaled, words.integer);
-  const f64x8 rest = (scaled - words.integer) * kWordScale;
-  round_small(rest, words.fraction);
-  const f64x8 tail = (rest - words.fraction) * kWordScale;
-  round_small(tail, words.tail);
+  round_to_unit(scaled, kIntegerMagic, words.integer);
+  const f64x8 rest = scaled - words.integer;
+  round_to_unit(rest, kFractionMagic, words.fraction);
+  const f64x8 tail = rest - words.fraction;
+  round_to_unit(tail, kTailMagic, words.tail);
   exact = tail == words.tail;
 }
 
@@ -93,6 +99,8 @@ STRATA_CPU_CLONES int64_t sum_words(const float* x, int64_t count, double scale,
     sums[2] += tail[lane];
     left -= kept[lane];
   }
+  sums[0] /= kWordScale * kWordScale;  // exact: back to the words' own units
+  sums[1] /= kWordScale;
   return left;
 }
 
@@ -119,7 +127,8 @@ void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
     return;
   }
   // |x| < 2^(top - 126), so x^2 * 2^(292 - 2 top) < 2^40; the unit 2^(2 top - 292) is bin top + 4's.
-  const double scale = std::ldexp(1.0, 292 - 2 * top);
+  // The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly).
+  const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * top);
   const int64_t padded = round_up(count, kLanes);
   double sums[3];
   if (sum_words(x, padded, scale, sums) > 0) add_left_out(x, padded, scale, sum);
