@@ -2,7 +2,8 @@
 // amx_tiles.h, where present, else AVX-512 BF16 dot products, bf16_dot.h) for
 // every attention op (attention_kernels.h describes the operands), the
 // flash-attention walk of cpu_attention_backward.cpp:
-// P = exp(S - lse) is recomputed tile by tile, dP = dO V^T,
+// P = exp(S - lse) is recomputed tile by tile (in base 2, as the forward
+// computes it: bf16_dot.h's exp2_16), dP = dO V^T,
 // delta_i = dO_i . O_i and dS = P * (dP - delta). S and dP multiply the bf16
 // inputs exactly in f32; P and dS are rounded to bf16 for dV^T += dO^T P,
 // dK^T += Q^T dS and dQ += dS K (f32 accumulation), as FlashAttention does on
@@ -41,6 +42,36 @@ void store_head_columns(const float* acc, int64_t acc_stride, int64_t rows, int6
   }
 }
 
+// What a query row of a tile needs for its P and dS: its visible keys, its
+// lse in base 2 and its delta = dO_i . O_i.
+struct TermRow {
+  int64_t visible;
+  __m512 lse, delta;
+};
+
+// Row r of a query tile at q0 whose keys start `offset` before it (query r
+// sees keys j < offset + r + 1, nk of them in the tile; padding rows none),
+// with `vectors` vectors of keys computed.
+STRATA_BF16_DOT __attribute__((always_inline)) inline TermRow term_row(int64_t r, int64_t nq, int64_t offset, int64_t nk,
+                                                                       int64_t vectors, int64_t q0, const float* lse,
+                                                                       const float* delta) {
+  const bool real = r < nq;
+  return {real ? std::min({nk, offset + r + 1, 16 * vectors}) : 0, _mm512_set1_ps(real ? lse[q0 + r] * kLog2e : 0.0f),
+          _mm512_set1_ps(delta[q0 + r])};
+}
+
+struct ScoreTerms {
+  __m512 p, ds;
+};
+
+// Keys 16v..16v + 15 of a row: P = 2^(S log2e_scale - lse) and dS = P (dP - delta), 0 past the visible keys.
+STRATA_BF16_DOT __attribute__((always_inline)) inline ScoreTerms score_terms(const float* s, const float* dp, int64_t v,
+                                                                             const TermRow& row, float log2e_scale) {
+  const __mmask16 lanes = first_lanes(row.visible - 16 * v);
+  const __m512 p = exp2_16(lanes, _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), _mm512_set1_ps(log2e_scale), row.lse));
+  return {p, _mm512_maskz_mul_ps(lanes, p, _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * v), row.delta))};
+}
+
 template <typename Products>
 STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t b, int64_t kv) {
   const Products products;
@@ -49,7 +80,7 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   constexpr int64_t kQueryStep = std::max(kRows, 2 * Products::kDepthPairs);
   const HeadGroups& g = op.groups;
   const int64_t seq = op.seq, dim = g.head_dim;
-  const float scale = g.scale();
+  const float scale = g.scale(), log2e_scale = scale * kLog2e;
   const int64_t rows = round_up(seq, kTile);
   const int64_t pairs = round_up(dim / 2, Products::kDepthPairs);
   const int64_t pd = round_up(dim, 16);
@@ -68,8 +99,8 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   float* small = thread_scratch<float>(6, static_cast<size_t>(rows + 2 * kTile * kTile));
   auto* tiles = thread_scratch<uint32_t>(7, static_cast<size_t>(3 * kTile * kTile / 2));
   float* delta = small;                     // dO_i . O_i
-  float* probs = delta + rows;              // S, then P [kTile][kTile]
-  float* dscores = probs + kTile * kTile;   // dP, then dS
+  float* scores = delta + rows;             // S [kTile][kTile]
+  float* dprobs = scores + kTile * kTile;   // dP
   uint32_t* p_pairs = tiles;                // [kTile / 2][kTile]
   uint32_t* ds_pairs = p_pairs + kTile * kTile / 2;
   uint32_t* ds_rows = ds_pairs + kTile * kTile / 2;  // [kTile][kTile / 2]
@@ -112,35 +143,23 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
         const int64_t offset = q0 - k0;
         for (int64_t r0 = 0; r0 < query_rows; r0 += kRows) {
           const int64_t vectors = std::min(key_vectors, (offset + r0 + kRows + 15) / 16);
-          products.product(vectors, pairs, q_rows + (q0 + r0) * pairs, pairs, k_t + k0, rows, probs + r0 * kTile, kTile,
+          products.product(vectors, pairs, q_rows + (q0 + r0) * pairs, pairs, k_t + k0, rows, scores + r0 * kTile, kTile,
                            false);
-          products.product(vectors, pairs, do_rows + (q0 + r0) * pairs, pairs, v_t + k0, rows, dscores + r0 * kTile,
+          products.product(vectors, pairs, do_rows + (q0 + r0) * pairs, pairs, v_t + k0, rows, dprobs + r0 * kTile,
                            kTile, false);
-          // P = exp(scale S - lse) and dS = P * (dP - delta), 0 where masked
-          // (every key of the tile: the products read whole depth steps).
-          for (int64_t r = r0; r < r0 + kRows; ++r) {
-            const int64_t visible = r < nq ? std::min(nk, offset + r + 1) : 0;
-            const __m512 row_lse = _mm512_set1_ps(r < nq ? lse[q0 + r] : 0.0f);
-            const __m512 row_delta = _mm512_set1_ps(delta[q0 + r]);
-            float* p_row = probs + r * kTile;
-            float* ds_row = dscores + r * kTile;
-            for (int64_t v = 0; v < kTileVectors; ++v) {
-              __mmask16 mask = v < vectors ? first_lanes(visible - 16 * v) : 0;
-              __m512 shifted = _mm512_fmsub_ps(_mm512_loadu_ps(p_row + 16 * v), _mm512_set1_ps(scale), row_lse);
-              __m512 p = _mm512_maskz_mov_ps(mask, exp16(shifted));
-              __m512 dp = _mm512_loadu_ps(ds_row + 16 * v);
-              __m512 ds = _mm512_maskz_mov_ps(mask, _mm512_mul_ps(p, _mm512_sub_ps(dp, row_delta)));
-              _mm512_storeu_ps(p_row + 16 * v, p);
-              _mm512_storeu_ps(ds_row + 16 * v, ds);
-              store_bf16x16(ds_rows + r * kTile / 2 + 8 * v, ds);
-            }
-          }
+          // P and dS for the strip, rows in pairs: bf16 pairs of rows for the products with dO^T and Q^T,
+          // dS also as rows for the product with K.
           for (int64_t r = r0; r < r0 + kRows; r += 2) {
+            const TermRow first = term_row(r, nq, offset, nk, vectors, q0, lse, delta);
+            const TermRow second = term_row(r + 1, nq, offset, nk, vectors, q0, lse, delta);
             for (int64_t v = 0; v < kTileVectors; ++v) {
-              store_bf16_pairs(p_pairs + r / 2 * kTile + 16 * v, _mm512_loadu_ps(probs + r * kTile + 16 * v),
-                               _mm512_loadu_ps(probs + (r + 1) * kTile + 16 * v));
-              store_bf16_pairs(ds_pairs + r / 2 * kTile + 16 * v, _mm512_loadu_ps(dscores + r * kTile + 16 * v),
-                               _mm512_loadu_ps(dscores + (r + 1) * kTile + 16 * v));
+              const ScoreTerms a = score_terms(scores + r * kTile, dprobs + r * kTile, v, first, log2e_scale);
+              const ScoreTerms b = score_terms(scores + (r + 1) * kTile, dprobs + (r + 1) * kTile, v, second,
+                                               log2e_scale);
+              store_bf16x16(ds_rows + r * kTile / 2 + 8 * v, a.ds);
+              store_bf16x16(ds_rows + (r + 1) * kTile / 2 + 8 * v, b.ds);
+              store_bf16_pairs(p_pairs + r / 2 * kTile + 16 * v, a.p, b.p);
+              store_bf16_pairs(ds_pairs + r / 2 * kTile + 16 * v, a.ds, b.ds);
             }
           }
           // dQ += dS K, up to the last key the strip sees, in whole depth steps.
