@@ -78,8 +78,9 @@ struct DotStrips {
 };
 
 // 2^x on the lanes in `lanes` (0 elsewhere): x = n + f with n an integer and
-// |f| <= 1/2, 2^f by a degree-5 polynomial (fitted to 2^f on [-1/2, 1/2]:
-// relative error 7.5e-8, 2.3e-7 once evaluated in f32), times 2^n by
+// |f| <= 1/2, 2^f by a degree-5 polynomial with constant term 1, so that
+// whole powers are exact (fitted to 2^f on [-1/2, 1/2]: relative error
+// 9.2e-8, 1.7e-7 once evaluated in f32), times 2^n by
 // vscalefps, which flushes to 0 (or inf) outside the f32 range with no
 // clamping. The attention kernels work in base 2, the score scale times
 // log2(e) folded into the one FMA that forms x.
@@ -87,12 +88,12 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline __m512 exp2_16(__mmask16 l
   // The masked form: GCC 12 warns of the plain one's undefined source (bug 105593).
   const __m512 n = _mm512_mask_roundscale_ps(x, 0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.3276471291e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6755409613e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507130921e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022120237e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314694405e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192e+0f));
+  __m512 p = _mm512_set1_ps(1.3264727313e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715129912e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507335812e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242427e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700365e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(lanes, p, n);
 }
 
@@ -120,6 +121,28 @@ inline __mmask16 first_lanes(int64_t count) {
   if (count <= 0) return 0;
   if (count >= 16) return 0xffff;
   return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// 16 floats rounded to bf16 as core/dtype.h rounds them (nearest even, NaN
+// kept and made quiet, subnormals kept where vcvtneps2bf16 flushes them), the
+// lanes in `lanes` stored at out: a kernel's outputs, bit for bit those of
+// convert.h's from_f32.
+STRATA_BF16_DOT __attribute__((always_inline)) inline void store_bf16_exact(bf16* out, __m512 x, __mmask16 lanes) {
+  const __m512i word = _mm512_castps_si512(x);
+  const __m512i high = _mm512_srli_epi32(word, 16);
+  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(word, bias), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(word, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i result = _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40));
+  _mm256_mask_storeu_epi16(out, lanes, _mm512_cvtepi32_epi16(result));
+}
+
+// `dim` floats of acc (readable to dim rounded up to 16) times factor, rounded into out.
+STRATA_BF16_DOT inline void store_scaled_row(const float* acc, int64_t dim, float factor, bf16* out) {
+  for (int64_t d = 0; d < dim; d += 16) {
+    store_bf16_exact(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(factor)), first_lanes(dim - d));
+  }
 }
 
 // Packing one head (rows of `dim` bf16, `stride` apart, `seq` of them) for
@@ -177,17 +200,21 @@ STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq
   for (int64_t i = 0; i < seq; ++i) std::memcpy(out + i * pairs, x + i * stride, row_bytes);
 }
 
-// Transposed, as pairs along each row: out[p][i], `pairs` x rows (zero past
-// dim / 2).
+// Transposed, as pairs along each row, in blocks of `block` rows (a
+// multiple of 16 dividing rows): block b is out[b][p][i - b * block],
+// `pairs` x block (zero past dim / 2). Blocks of a tile's rows keep the tile
+// contiguous, where rows of a long sequence at a power-of-two stride would
+// fall into the same few cache sets.
 STRATA_BF16_DOT inline void pack_rows_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
-                                                 int64_t pairs, uint32_t* out) {
-  __m512i block[16];
+                                                 int64_t pairs, int64_t block, uint32_t* out) {
+  __m512i tile[16];
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
     for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-      for (int64_t j = 0; j < 16; ++j) block[j] = row_pairs16(x, stride, seq, dim, i0 + j, p0);
-      transpose16x16(block);
+      for (int64_t j = 0; j < 16; ++j) tile[j] = row_pairs16(x, stride, seq, dim, i0 + j, p0);
+      transpose16x16(tile);
+      uint32_t* block_start = out + i0 / block * pairs * block + i0 % block;
       for (int64_t j = 0; j < std::min<int64_t>(16, pairs - p0); ++j) {
-        _mm512_storeu_si512(out + (p0 + j) * rows + i0, block[j]);
+        _mm512_storeu_si512(block_start + (p0 + j) * block, tile[j]);
       }
     }
   }
@@ -204,15 +231,18 @@ STRATA_BF16_DOT inline void pack_row_pairs(const bf16* x, int64_t stride, int64_
   }
 }
 
-// The same transposed: out[d][i / 2], padded_dim x rows / 2.
+// The same transposed, in blocks of `block` pairs of rows (a multiple of 16
+// dividing rows / 2): block b is out[b][d][i / 2 - b * block], padded_dim x
+// block.
 STRATA_BF16_DOT inline void pack_row_pairs_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim,
-                                                      int64_t rows, int64_t padded_dim, uint32_t* out) {
-  __m512i block[16];
+                                                      int64_t rows, int64_t padded_dim, int64_t block, uint32_t* out) {
+  __m512i tile[16];
   for (int64_t d0 = 0; d0 < padded_dim; d0 += 16) {
     for (int64_t i0 = 0; i0 < rows; i0 += 32) {
-      for (int64_t j = 0; j < 16; ++j) block[j] = column_pairs16(x, stride, seq, dim, i0 + 2 * j, d0);
-      transpose16x16(block);
-      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(out + (d0 + j) * (rows / 2) + i0 / 2, block[j]);
+      for (int64_t j = 0; j < 16; ++j) tile[j] = column_pairs16(x, stride, seq, dim, i0 + 2 * j, d0);
+      transpose16x16(tile);
+      uint32_t* block_start = out + i0 / 2 / block * padded_dim * block + i0 / 2 % block;
+      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(block_start + (d0 + j) * block, tile[j]);
     }
   }
 }

@@ -33,12 +33,22 @@ namespace {
 constexpr int64_t kTile = 64;
 constexpr int64_t kTileVectors = kTile / 16;
 
-// A transposed accumulator acc[d][i] (row stride acc_stride) times factor,
-// rounded once into a head's rows.
-void store_head_columns(const float* acc, int64_t acc_stride, int64_t rows, int64_t dim, float factor, bf16* head,
-                        int64_t row_stride) {
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t d = 0; d < dim; ++d) head[i * row_stride + d] = from_f32<bf16>(acc[d * acc_stride + i] * factor);
+// A transposed accumulator in blocks of a key tile, acc[i / kTile][d][i %
+// kTile] (padded_dim rows a block), times factor, rounded once into a head's
+// rows, 16 x 16 at a time.
+STRATA_BF16_DOT void store_head_columns(const float* acc, int64_t padded_dim, int64_t rows, int64_t dim, float factor,
+                                        bf16* head, int64_t row_stride) {
+  __m512i tile[16];
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const float* block = acc + i0 / kTile * padded_dim * kTile + i0 % kTile;
+    for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+      for (int64_t j = 0; j < 16; ++j) tile[j] = _mm512_castps_si512(_mm512_loadu_ps(block + (d0 + j) * kTile));
+      transpose16x16(tile);
+      for (int64_t j = 0; j < std::min<int64_t>(16, rows - i0); ++j) {
+        store_bf16_exact(head + (i0 + j) * row_stride + d0,
+                         _mm512_mul_ps(_mm512_castsi512_ps(tile[j]), _mm512_set1_ps(factor)), first_lanes(dim - d0));
+      }
+    }
   }
 }
 
@@ -88,13 +98,14 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   const auto pair_area = static_cast<size_t>(rows / 2 * pd);
   auto* q_rows = thread_scratch<uint32_t>(0, row_area);   // [rows][pairs]
   auto* do_rows = thread_scratch<uint32_t>(1, row_area);
-  auto* k_t = thread_scratch<uint32_t>(2, row_area);      // [pairs][rows]
+  auto* k_t = thread_scratch<uint32_t>(2, row_area);      // [rows / kTile][pairs][kTile]
   auto* v_t = thread_scratch<uint32_t>(3, row_area);
-  auto* q_pairs_t = thread_scratch<uint32_t>(4, 3 * pair_area);  // [pd][rows / 2], then dO's; K's [rows / 2][pd]
+  // Q's and dO's [rows / kTile][pd][kTile / 2], then K's [rows / 2][pd].
+  auto* q_pairs_t = thread_scratch<uint32_t>(4, 3 * pair_area);
   uint32_t* do_pairs_t = q_pairs_t + pair_area;
   uint32_t* k_pairs = do_pairs_t + pair_area;
   float* dq_acc = thread_scratch<float>(5, static_cast<size_t>(3 * rows * pd));  // [rows][pd]
-  float* dk_acc_t = dq_acc + rows * pd;                                          // [pd][rows]
+  float* dk_acc_t = dq_acc + rows * pd;  // [rows / kTile][pd][kTile]
   float* dv_acc_t = dk_acc_t + rows * pd;
   float* small = thread_scratch<float>(6, static_cast<size_t>(rows + 2 * kTile * kTile));
   auto* tiles = thread_scratch<uint32_t>(7, static_cast<size_t>(3 * kTile * kTile / 2));
@@ -105,8 +116,8 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   uint32_t* ds_pairs = p_pairs + kTile * kTile / 2;
   uint32_t* ds_rows = ds_pairs + kTile * kTile / 2;  // [kTile][kTile / 2]
 
-  pack_rows_transposed(op.k.head(b, kv, dim), op.k.row_stride, seq, dim, rows, pairs, k_t);
-  pack_rows_transposed(op.v.head(b, kv, dim), op.v.row_stride, seq, dim, rows, pairs, v_t);
+  pack_rows_transposed(op.k.head(b, kv, dim), op.k.row_stride, seq, dim, rows, pairs, kTile, k_t);
+  pack_rows_transposed(op.v.head(b, kv, dim), op.v.row_stride, seq, dim, rows, pairs, kTile, v_t);
   pack_row_pairs(op.k.head(b, kv, dim), op.k.row_stride, seq, dim, rows, pd, k_pairs);
   std::fill_n(dk_acc_t, 2 * rows * pd, 0.0f);
 
@@ -117,8 +128,8 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
     const float* lse = op.lse + (b * g.heads + h) * seq;
     pack_rows(q, op.q.row_stride, seq, dim, rows, pairs, q_rows);
     pack_rows(dout, op.dout.row_stride, seq, dim, rows, pairs, do_rows);
-    pack_row_pairs_transposed(q, op.q.row_stride, seq, dim, rows, pd, q_pairs_t);
-    pack_row_pairs_transposed(dout, op.dout.row_stride, seq, dim, rows, pd, do_pairs_t);
+    pack_row_pairs_transposed(q, op.q.row_stride, seq, dim, rows, pd, kTile / 2, q_pairs_t);
+    pack_row_pairs_transposed(dout, op.dout.row_stride, seq, dim, rows, pd, kTile / 2, do_pairs_t);
     std::fill_n(dq_acc, rows * pd, 0.0f);
     for (int64_t i = 0; i < rows; ++i) {
       float dot = 0.0f;
@@ -143,10 +154,10 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
         const int64_t offset = q0 - k0;
         for (int64_t r0 = 0; r0 < query_rows; r0 += kRows) {
           const int64_t vectors = std::min(key_vectors, (offset + r0 + kRows + 15) / 16);
-          products.product(vectors, pairs, q_rows + (q0 + r0) * pairs, pairs, k_t + k0, rows, scores + r0 * kTile, kTile,
-                           false);
-          products.product(vectors, pairs, do_rows + (q0 + r0) * pairs, pairs, v_t + k0, rows, dprobs + r0 * kTile,
-                           kTile, false);
+          products.product(vectors, pairs, q_rows + (q0 + r0) * pairs, pairs, k_t + k0 * pairs, kTile,
+                           scores + r0 * kTile, kTile, false);
+          products.product(vectors, pairs, do_rows + (q0 + r0) * pairs, pairs, v_t + k0 * pairs, kTile,
+                           dprobs + r0 * kTile, kTile, false);
           // P and dS for the strip, rows in pairs: bf16 pairs of rows for the products with dO^T and Q^T,
           // dS also as rows for the product with K.
           for (int64_t r = r0; r < r0 + kRows; r += 2) {
@@ -169,18 +180,19 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
         }
         // dV^T += dO^T P and dK^T += Q^T dS over the tile's queries.
         for (int64_t d0 = 0; d0 < pd; d0 += kRows) {
-          const int64_t a_offset = d0 * (rows / 2) + q0 / 2;
-          products.product(key_vectors, query_rows / 2, do_pairs_t + a_offset, rows / 2, p_pairs, kTile,
-                           dv_acc_t + d0 * rows + k0, rows, true);
-          products.product(key_vectors, query_rows / 2, q_pairs_t + a_offset, rows / 2, ds_pairs, kTile,
-                           dk_acc_t + d0 * rows + k0, rows, true);
+          const int64_t a_offset = q0 / 2 * pd + d0 * kTile / 2, c_offset = k0 * pd + d0 * kTile;
+          products.product(key_vectors, query_rows / 2, do_pairs_t + a_offset, kTile / 2, p_pairs, kTile,
+                           dv_acc_t + c_offset, kTile, true);
+          products.product(key_vectors, query_rows / 2, q_pairs_t + a_offset, kTile / 2, ds_pairs, kTile,
+                           dk_acc_t + c_offset, kTile, true);
         }
       }
     }
-    store_head_rows(dq_acc, pd, seq, dim, scale, op.dq.head(b, h, dim), op.dq.row_stride);
+    bf16* dq = op.dq.head(b, h, dim);
+    for (int64_t i = 0; i < seq; ++i) store_scaled_row(dq_acc + i * pd, dim, scale, dq + i * op.dq.row_stride);
   }
-  store_head_columns(dk_acc_t, rows, seq, dim, scale, op.dk.head(b, kv, dim), op.dk.row_stride);
-  store_head_columns(dv_acc_t, rows, seq, dim, 1.0f, op.dv.head(b, kv, dim), op.dv.row_stride);
+  store_head_columns(dk_acc_t, pd, seq, dim, scale, op.dk.head(b, kv, dim), op.dk.row_stride);
+  store_head_columns(dv_acc_t, pd, seq, dim, 1.0f, op.dv.head(b, kv, dim), op.dv.row_stride);
 }
 
 template <typename Products>

@@ -44,8 +44,9 @@ constexpr float kNoScore = -1e30f;
 // far inside the range of f32 and bf16 (whose rounding is relative).
 constexpr float kSlack = 8.0f;
 
-// One packed head: q as pairs along rows [rows][pairs], k transposed
-// [pairs][rows], v as pairs of rows [rows / 2][padded_dim]; rows is the
+// One packed head: q as pairs along rows [rows][pairs], k transposed in
+// blocks of a tile's keys [rows / kTile][pairs][kTile], v as pairs of rows
+// [rows / 2][padded_dim]; rows is the
 // sequence rounded up to whole tiles, pairs dim / 2 rounded up to the
 // products' depth step, padding zero.
 struct PackedHead {
@@ -146,8 +147,8 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
       // The strip's last query sees keys up to first + r0 + kRows - 1: later
       // 16-key vectors are all masked and skipped.
       const int64_t vectors = std::min(key_vectors, (first + r0 + kRows - k0 + 15) / 16);
-      products.product(vectors, g.pairs, h.q + (first + r0) * g.pairs, g.pairs, h.k_t + k0, g.rows, scores + r0 * kTile,
-                       kTile, false);
+      products.product(vectors, g.pairs, h.q + (first + r0) * g.pairs, g.pairs, h.k_t + k0 * g.pairs, kTile,
+                       scores + r0 * kTile, kTile, false);
       // P V's depth: the keys the strip sees, in whole depth steps; P is 0
       // past each row's last key, up to the end of the depth.
       const int64_t depth_pairs = round_up((std::min(nk, first + r0 + kRows - k0) + 1) / 2, Products::kDepthPairs);
@@ -171,7 +172,7 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
     const float inverse = 1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(rounded_sums + 16 * r));
     bf16* out_row = out + (first + r) * out_stride;
     const float* acc_row = acc + r * pd;
-    for (int64_t d = 0; d < g.dim; ++d) out_row[d] = from_f32<bf16>(acc_row[d] * inverse);
+    store_scaled_row(acc_row, g.dim, inverse, out_row);
     lse[first + r] = offsets[r] * kLn2 + std::log(_mm512_reduce_add_ps(_mm512_loadu_ps(sums + 16 * r)));
   }
 }
@@ -184,7 +185,7 @@ STRATA_BF16_DOT void pack_head(const ForwardOperands<bf16, bf16>& op, const Geom
   pack_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, g.pairs, packed.q);
   if (h % hg.group() != 0) return;
   const int64_t kv = hg.kv_head(h);
-  pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, g.pairs, packed.k_t);
+  pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, g.pairs, kTile, packed.k_t);
   pack_row_pairs(op.v.head(b, kv, g.dim), op.v.row_stride, g.seq, g.dim, g.rows, g.padded_dim, packed.v);
 }
 
