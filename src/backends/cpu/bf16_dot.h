@@ -196,8 +196,12 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline __m512i column_pairs16(con
 STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
                                       int64_t pairs, uint32_t* out) {
   const auto row_bytes = static_cast<size_t>(dim) * sizeof(bf16);
-  std::memset(out, 0, static_cast<size_t>(rows * pairs) * sizeof(uint32_t));
-  for (int64_t i = 0; i < seq; ++i) std::memcpy(out + i * pairs, x + i * stride, row_bytes);
+  const auto pad_bytes = static_cast<size_t>(pairs - dim / 2) * sizeof(uint32_t);
+  for (int64_t i = 0; i < seq; ++i) {
+    std::memcpy(out + i * pairs, x + i * stride, row_bytes);
+    std::memset(out + i * pairs + dim / 2, 0, pad_bytes);
+  }
+  std::memset(out + seq * pairs, 0, static_cast<size_t>((rows - seq) * pairs) * sizeof(uint32_t));
 }
 
 // Transposed, as pairs along each row, in blocks of `block` rows (a

@@ -88,6 +88,8 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   constexpr int64_t kRows = Products::kRows;
   // Query rows per tile: whole strips, and whole depth steps of dV^T's and dK^T's products.
   constexpr int64_t kQueryStep = std::max(kRows, 2 * Products::kDepthPairs);
+  // Queries per step of dV^T's and dK^T's products on the diagonal: whole 16-key vectors and depth steps.
+  constexpr int64_t kDiagonalStep = std::max<int64_t>(16, 2 * Products::kDepthPairs);
   const HeadGroups& g = op.groups;
   const int64_t seq = op.seq, dim = g.head_dim;
   const float scale = g.scale(), log2e_scale = scale * kLog2e;
@@ -178,13 +180,20 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
           products.product(pd / 16, depth_pairs, ds_rows + r0 * kTile / 2, kTile / 2, k_pairs + k0 / 2 * pd, pd,
                            dq_acc + (q0 + r0) * pd, pd, true);
         }
-        // dV^T += dO^T P and dK^T += Q^T dS over the tile's queries.
+        // dV^T += dO^T P and dK^T += Q^T dS over the tile's queries; on the
+        // diagonal, keys 16v.. have P and dS 0 before query 16v, so each step
+        // of queries multiplies only the key vectors up to it.
+        const int64_t step = offset > 0 ? query_rows : kDiagonalStep;
         for (int64_t d0 = 0; d0 < pd; d0 += kRows) {
           const int64_t a_offset = q0 / 2 * pd + d0 * kTile / 2, c_offset = k0 * pd + d0 * kTile;
-          products.product(key_vectors, query_rows / 2, do_pairs_t + a_offset, kTile / 2, p_pairs, kTile,
-                           dv_acc_t + c_offset, kTile, true);
-          products.product(key_vectors, query_rows / 2, q_pairs_t + a_offset, kTile / 2, ds_pairs, kTile,
-                           dk_acc_t + c_offset, kTile, true);
+          for (int64_t s0 = 0; s0 < query_rows; s0 += step) {
+            const int64_t blocks = offset > 0 ? key_vectors : std::min(key_vectors, (s0 + step) / 16);
+            const int64_t depth = std::min(step, query_rows - s0) / 2;
+            products.product(blocks, depth, do_pairs_t + a_offset + s0 / 2, kTile / 2, p_pairs + s0 / 2 * kTile, kTile,
+                             dv_acc_t + c_offset, kTile, true);
+            products.product(blocks, depth, q_pairs_t + a_offset + s0 / 2, kTile / 2, ds_pairs + s0 / 2 * kTile,
+                             kTile, dk_acc_t + c_offset, kTile, true);
+          }
         }
       }
     }

@@ -69,30 +69,41 @@ struct RowSoftmax {
   float* rounded_sum;
 };
 
-// 16 bf16 widened back to f32.
-STRATA_BF16_DOT __attribute__((always_inline)) inline __m512 widen_bf16x16(__m256bh narrow) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)narrow), 16));
+// The probabilities of keys 16v..16v + 15 of a row (0 outside `lanes`),
+// stored in bf16 at p_row and added to `sum`; `over` gathers the lanes whose
+// exponent exceeds kSlack. Returns them rounded.
+STRATA_BF16_DOT __attribute__((always_inline)) inline __m256bh probabilities16(const float* s, int64_t v,
+                                                                               __mmask16 lanes, __m512 scale,
+                                                                               __m512 offset, uint32_t* p_row,
+                                                                               __m512& sum, __mmask16& over) {
+  const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), scale, offset);
+  over |= _mm512_mask_cmp_ps_mask(lanes, x, _mm512_set1_ps(kSlack), _CMP_GT_OQ);
+  const __m512 p = exp2_16(lanes, x);
+  const __m256bh narrow = _mm512_cvtneps_pbh(p);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_row + 8 * v), (__m256i)narrow);
+  sum = _mm512_add_ps(sum, p);
+  return narrow;
 }
 
 // A row's probabilities for one key tile, p = 2^(s * log2e_scale - offset) on
 // its `visible` keys and 0 after them up to `vectors` vectors of 16, stored in
-// bf16 at p_row and added to the row's sums. Returns false, sums untouched,
-// when an exponent exceeds kSlack: the caller raises the offset and calls again.
+// bf16 at p_row and added to the row's sums (the rounded ones as a product
+// with ones, one instruction per 32). Returns false, sums untouched, when an
+// exponent exceeds kSlack: the caller raises the offset and calls again.
 STRATA_BF16_DOT __attribute__((always_inline)) inline bool add_probabilities(const float* s, int64_t visible,
                                                                              int64_t vectors, float log2e_scale,
                                                                              const RowSoftmax& row, uint32_t* p_row) {
   const __m512 scale = _mm512_set1_ps(log2e_scale), offset = _mm512_set1_ps(*row.offset);
+  const auto ones = (__m512bh)_mm512_set1_epi16(0x3f80);
   __m512 sum = _mm512_loadu_ps(row.sum), rounded_sum = _mm512_loadu_ps(row.rounded_sum);
   __mmask16 over = 0;
-  for (int64_t v = 0; v < vectors; ++v) {
-    const __mmask16 lanes = first_lanes(visible - 16 * v);
-    const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * v), scale, offset);
-    over |= _mm512_mask_cmp_ps_mask(lanes, x, _mm512_set1_ps(kSlack), _CMP_GT_OQ);
-    const __m512 p = exp2_16(lanes, x);
-    const __m256bh narrow = _mm512_cvtneps_pbh(p);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_row + 8 * v), (__m256i)narrow);
-    sum = _mm512_add_ps(sum, p);
-    rounded_sum = _mm512_add_ps(rounded_sum, widen_bf16x16(narrow));
+  for (int64_t v = 0; v < vectors; v += 2) {
+    const __m256bh low = probabilities16(s, v, first_lanes(visible - 16 * v), scale, offset, p_row, sum, over);
+    const __m256bh high = v + 1 < vectors ? probabilities16(s, v + 1, first_lanes(visible - 16 * v - 16), scale,
+                                                            offset, p_row, sum, over)
+                                          : (__m256bh)_mm256_setzero_si256();
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)low), (__m256i)high, 1);
+    rounded_sum = _mm512_dpbf16_ps(rounded_sum, (__m512bh)both, ones);
   }
   if (over != 0) return false;
   _mm512_storeu_ps(row.sum, sum);
@@ -111,10 +122,12 @@ STRATA_BF16_DOT void raise_offset(const float* s, int64_t visible, float log2e_s
     top = _mm512_mask_max_ps(top, first_lanes(visible - 16 * v), top, x);
   }
   const float raised = _mm512_reduce_max_ps(top);
-  const __m512 alpha = exp2_16(0xffff, _mm512_set1_ps(*row.offset - raised));
-  _mm512_storeu_ps(row.sum, _mm512_mul_ps(_mm512_loadu_ps(row.sum), alpha));
-  _mm512_storeu_ps(row.rounded_sum, _mm512_mul_ps(_mm512_loadu_ps(row.rounded_sum), alpha));
-  for (int64_t d = 0; d < width; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), alpha));
+  if (*row.offset != kNoScore) {  // else nothing is accumulated yet
+    const __m512 alpha = exp2_16(0xffff, _mm512_set1_ps(*row.offset - raised));
+    _mm512_storeu_ps(row.sum, _mm512_mul_ps(_mm512_loadu_ps(row.sum), alpha));
+    _mm512_storeu_ps(row.rounded_sum, _mm512_mul_ps(_mm512_loadu_ps(row.rounded_sum), alpha));
+    for (int64_t d = 0; d < width; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), alpha));
+  }
   *row.offset = raised;
 }
 
