@@ -204,6 +204,40 @@ STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq
   std::memset(out + seq * pairs, 0, static_cast<size_t>((rows - seq) * pairs) * sizeof(uint32_t));
 }
 
+// A head's rows as the left operand of the products: `pairs` pairs along
+// each row, rows `stride` pairs apart, rows from `available` on zero. Read
+// where they lie when a row holds whole depth steps (see left_rows), so a
+// strip that reaches past `available` is read from a zero-padded copy of its
+// rows in `spare` (count x stride pairs).
+struct LeftRows {
+  const uint32_t* data;
+  int64_t stride, available, pairs;
+
+  STRATA_BF16_DOT const uint32_t* strip(int64_t first, int64_t count, uint32_t* spare) const {
+    if (first + count <= available) return data + first * stride;
+    for (int64_t i = 0; i < count; ++i) {
+      const auto bytes = static_cast<size_t>(pairs) * sizeof(uint32_t);
+      if (first + i < available) {
+        std::memcpy(spare + i * stride, data + (first + i) * stride, bytes);
+      } else {
+        std::memset(spare + i * stride, 0, bytes);
+      }
+    }
+    return spare;
+  }
+};
+
+// The rows of one head (as pack_rows takes them) as a left operand: in place
+// when dim / 2 is whole depth steps (`pairs`), saving a copy; else packed into
+// `packed` (rows x pairs). A head's rows start 4-byte aligned at an even
+// stride, since dim is even.
+STRATA_BF16_DOT inline LeftRows left_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
+                                          int64_t pairs, uint32_t* packed) {
+  if (pairs == dim / 2) return {reinterpret_cast<const uint32_t*>(x), stride / 2, seq, pairs};
+  pack_rows(x, stride, seq, dim, rows, pairs, packed);
+  return {packed, pairs, rows, pairs};
+}
+
 // Transposed, as pairs along each row, in blocks of `block` rows (a
 // multiple of 16 dividing rows): block b is out[b][p][i - b * block],
 // `pairs` x block (zero past dim / 2). Blocks of a tile's rows keep the tile

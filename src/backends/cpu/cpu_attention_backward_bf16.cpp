@@ -98,8 +98,10 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
   const int64_t pd = round_up(dim, 16);
   const auto row_area = static_cast<size_t>(rows * pairs);
   const auto pair_area = static_cast<size_t>(rows / 2 * pd);
-  auto* q_rows = thread_scratch<uint32_t>(0, row_area);   // [rows][pairs]
-  auto* do_rows = thread_scratch<uint32_t>(1, row_area);
+  // Q's and dO's rows where they lie, else packed [rows][pairs] (left_rows), and their last strips' rows.
+  const int64_t spare_area = kRows * std::max(op.q.row_stride, op.dout.row_stride) / 2;
+  auto* q_rows = thread_scratch<uint32_t>(0, row_area + spare_area);
+  auto* do_rows = thread_scratch<uint32_t>(1, row_area + spare_area);
   auto* k_t = thread_scratch<uint32_t>(2, row_area);      // [rows / kTile][pairs][kTile]
   auto* v_t = thread_scratch<uint32_t>(3, row_area);
   // Q's and dO's [rows / kTile][pd][kTile / 2], then K's [rows / 2][pd].
@@ -128,8 +130,8 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
     const bf16* dout = op.dout.head(b, h, dim);
     const bf16* out = op.out.head(b, h, dim);
     const float* lse = op.lse + (b * g.heads + h) * seq;
-    pack_rows(q, op.q.row_stride, seq, dim, rows, pairs, q_rows);
-    pack_rows(dout, op.dout.row_stride, seq, dim, rows, pairs, do_rows);
+    const LeftRows q_left = left_rows(q, op.q.row_stride, seq, dim, rows, pairs, q_rows);
+    const LeftRows do_left = left_rows(dout, op.dout.row_stride, seq, dim, rows, pairs, do_rows);
     pack_row_pairs_transposed(q, op.q.row_stride, seq, dim, rows, pd, kTile / 2, q_pairs_t);
     pack_row_pairs_transposed(dout, op.dout.row_stride, seq, dim, rows, pd, kTile / 2, do_pairs_t);
     std::fill_n(dq_acc, rows * pd, 0.0f);
@@ -156,10 +158,10 @@ STRATA_BF16_DOT void backward_kv_head(const BackwardOperands<bf16>& op, int64_t 
         const int64_t offset = q0 - k0;
         for (int64_t r0 = 0; r0 < query_rows; r0 += kRows) {
           const int64_t vectors = std::min(key_vectors, (offset + r0 + kRows + 15) / 16);
-          products.product(vectors, pairs, q_rows + (q0 + r0) * pairs, pairs, k_t + k0 * pairs, kTile,
-                           scores + r0 * kTile, kTile, false);
-          products.product(vectors, pairs, do_rows + (q0 + r0) * pairs, pairs, v_t + k0 * pairs, kTile,
-                           dprobs + r0 * kTile, kTile, false);
+          products.product(vectors, pairs, q_left.strip(q0 + r0, kRows, q_rows + row_area), q_left.stride,
+                           k_t + k0 * pairs, kTile, scores + r0 * kTile, kTile, false);
+          products.product(vectors, pairs, do_left.strip(q0 + r0, kRows, do_rows + row_area), do_left.stride,
+                           v_t + k0 * pairs, kTile, dprobs + r0 * kTile, kTile, false);
           // P and dS for the strip, rows in pairs: bf16 pairs of rows for the products with dO^T and Q^T,
           // dS also as rows for the product with K.
           for (int64_t r = r0; r < r0 + kRows; r += 2) {

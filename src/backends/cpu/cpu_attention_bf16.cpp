@@ -13,8 +13,9 @@
 // (f32 accumulation). The row sum that normalises the output adds the rounded
 // probabilities, so out is an exact weighted mean of the rows of V; lse adds
 // the unrounded ones, so the backward recomputes exactly the softmax here.
-// A parallel pass first packs every query head and every kv head (once, however
-// many query heads read it) into the layouts the products read.
+// A parallel pass first packs every kv head (once, however many query heads
+// read it) into the layouts the products read; queries are read where they
+// lie (packed only where a row is not whole depth steps of the products).
 // Each task writes only its own rows: results do not depend on scheduling.
 #include <algorithm>
 #include <cmath>
@@ -44,13 +45,13 @@ constexpr float kNoScore = -1e30f;
 // far inside the range of f32 and bf16 (whose rounding is relative).
 constexpr float kSlack = 8.0f;
 
-// One packed head: q as pairs along rows [rows][pairs], k transposed in
-// blocks of a tile's keys [rows / kTile][pairs][kTile], v as pairs of rows
-// [rows / 2][padded_dim]; rows is the
-// sequence rounded up to whole tiles, pairs dim / 2 rounded up to the
+// One head's operands: q as pairs along rows (bf16_dot.h's LeftRows), and
+// its kv head packed, k transposed in blocks of a tile's keys [rows /
+// kTile][pairs][kTile], v as pairs of rows [rows / 2][padded_dim]; rows is
+// the sequence rounded up to whole tiles, pairs dim / 2 rounded up to the
 // products' depth step, padding zero.
 struct PackedHead {
-  uint32_t* q;
+  LeftRows q;
   uint32_t* k_t;
   uint32_t* v;
 };
@@ -145,6 +146,7 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
   auto* probs = thread_scratch<uint32_t>(1, static_cast<size_t>(kTile * kTile / 2));  // bf16 [kTile][kTile]
   float* acc = thread_scratch<float>(2, static_cast<size_t>(kTile * pd));
   float* stats = thread_scratch<float>(3, static_cast<size_t>(33 * kTile));
+  auto* spare = thread_scratch<uint32_t>(4, static_cast<size_t>(kRows * h.q.stride));  // a last strip's rows
   float* offsets = stats;
   float* sums = stats + kTile;               // [kTile][16]
   float* rounded_sums = sums + 16 * kTile;   // [kTile][16]
@@ -160,7 +162,7 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
       // The strip's last query sees keys up to first + r0 + kRows - 1: later
       // 16-key vectors are all masked and skipped.
       const int64_t vectors = std::min(key_vectors, (first + r0 + kRows - k0 + 15) / 16);
-      products.product(vectors, g.pairs, h.q + (first + r0) * g.pairs, g.pairs, h.k_t + k0 * g.pairs, kTile,
+      products.product(vectors, g.pairs, h.q.strip(first + r0, kRows, spare), h.q.stride, h.k_t + k0 * g.pairs, kTile,
                        scores + r0 * kTile, kTile, false);
       // P V's depth: the keys the strip sees, in whole depth steps; P is 0
       // past each row's last key, up to the end of the depth.
@@ -190,12 +192,13 @@ STRATA_BF16_DOT void attend_tile(const PackedHead& h, const Geometry& g, int64_t
   }
 }
 
-// Query head h of batch entry b, and its kv head when h is the first query
-// head that reads it (so each kv head is packed once).
+// Query head h of batch entry b (in place, or packed into q_packed), and its
+// kv head when h is the first query head that reads it (so each kv head is
+// packed once).
 STRATA_BF16_DOT void pack_head(const ForwardOperands<bf16, bf16>& op, const Geometry& g, int64_t b, int64_t h,
-                               const PackedHead& packed) {
+                               uint32_t* q_packed, PackedHead& packed) {
   const HeadGroups& hg = op.groups;
-  pack_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, g.pairs, packed.q);
+  packed.q = left_rows(op.q.head(b, h, g.dim), op.q.row_stride, g.seq, g.dim, g.rows, g.pairs, q_packed);
   if (h % hg.group() != 0) return;
   const int64_t kv = hg.kv_head(h);
   pack_rows_transposed(op.k.head(b, kv, g.dim), op.k.row_stride, g.seq, g.dim, g.rows, g.pairs, kTile, packed.k_t);
@@ -218,24 +221,27 @@ void forward_with(const ForwardOperands<bf16, bf16>& op) {
   const int64_t kv_total = hg.batch * hg.kv_heads;
   auto* packed = call_scratch<uint32_t>(0, static_cast<size_t>(heads_total * q_size + kv_total * kv_size));
   uint32_t* packed_kv = packed + heads_total * q_size;
-  auto head_of = [&](int64_t head) {
-    uint32_t* k_t = packed_kv + (head / hg.heads * hg.kv_heads + hg.kv_head(head % hg.heads)) * kv_size;
-    return PackedHead{packed + head * q_size, k_t, k_t + q_size};
-  };
+  auto* heads = call_scratch<PackedHead>(1, static_cast<size_t>(heads_total));
   const int64_t tiles = g.rows / kTile;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
     for (int64_t head = 0; head < heads_total; ++head) {
-      pack_head(op, g, head / hg.heads, head % hg.heads, head_of(head));
+      uint32_t* k_t = packed_kv + (head / hg.heads * hg.kv_heads + hg.kv_head(head % hg.heads)) * kv_size;
+      heads[head] = PackedHead{.q = {}, .k_t = k_t, .v = k_t + q_size};
+      pack_head(op, g, head / hg.heads, head % hg.heads, packed + head * q_size, heads[head]);
     }
-    // The tiles with the most keys first, so the dynamic schedule ends evenly.
+    // The query heads that share a kv head one after another, so its packed
+    // keys and values stay in the cache; inside them the tiles with the most
+    // keys first, so the dynamic schedule ends evenly.
+    const int64_t group = hg.group();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads_total * tiles; ++item) {
-      int64_t tile = tiles - 1 - item / heads_total;
-      int64_t head = item % heads_total;
-      int64_t b = head / hg.heads, h = head % hg.heads, first = tile * kTile;
-      attend_tile<Products>(head_of(head), g, first, std::min(kTile, seq - first), op.out.head(b, h, dim),
+      const int64_t in_group = item % (tiles * group);
+      const int64_t tile = tiles - 1 - in_group / group;
+      const int64_t head = item / (tiles * group) * group + in_group % group;
+      const int64_t b = head / hg.heads, h = head % hg.heads, first = tile * kTile;
+      attend_tile<Products>(heads[head], g, first, std::min(kTile, seq - first), op.out.head(b, h, dim),
                             op.out.row_stride, op.lse + head * seq);
     }
   }
