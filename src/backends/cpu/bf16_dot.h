@@ -77,25 +77,29 @@ struct DotStrips {
   }
 };
 
-// e^x, simd.h's exp_approx on 16 lanes (same polynomial and range).
-STRATA_BF16_DOT __attribute__((always_inline)) inline __m512 exp16(__m512 x) {
-  __m512 c = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  __m512 shifted = _mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f));
-  __m512 n = _mm512_sub_ps(shifted, _mm512_set1_ps(12582912.0f));
-  __m512i exponent = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x4B400000));
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512 power = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(127)), 23));
-  __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(p, power));
+// 2^x on the lanes in `lanes` (0 elsewhere): x = n + f with n an integer and
+// |f| <= 1/2, 2^f by a degree-5 polynomial with constant term 1, so that
+// whole powers are exact (fitted to 2^f on [-1/2, 1/2]: relative error
+// 9.2e-8, 1.7e-7 once evaluated in f32), times 2^n by
+// vscalefps, which flushes to 0 (or inf) outside the f32 range with no
+// clamping. The attention kernels work in base 2, the score scale times
+// log2(e) folded into the one FMA that forms x.
+STRATA_BF16_DOT __attribute__((always_inline)) inline __m512 exp2_16(__mmask16 lanes, __m512 x) {
+  // The masked form: GCC 12 warns of the plain one's undefined source (bug 105593).
+  const __m512 n = _mm512_mask_roundscale_ps(x, 0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.3264727313e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715129912e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507335812e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242427e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700365e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(lanes, p, n);
 }
+
+// log2(e) and ln(2): the kernels' base-2 exponents and the natural-log lse they store.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
 
 // 16 floats rounded to bf16 (nearest even) and stored as 8 pairs.
 STRATA_BF16_DOT __attribute__((always_inline)) inline void store_bf16x16(uint32_t* out, __m512 x) {
@@ -117,6 +121,28 @@ inline __mmask16 first_lanes(int64_t count) {
   if (count <= 0) return 0;
   if (count >= 16) return 0xffff;
   return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// 16 floats rounded to bf16 as core/dtype.h rounds them (nearest even, NaN
+// kept and made quiet, subnormals kept where vcvtneps2bf16 flushes them), the
+// lanes in `lanes` stored at out: a kernel's outputs, bit for bit those of
+// convert.h's from_f32.
+STRATA_BF16_DOT __attribute__((always_inline)) inline void store_bf16_exact(bf16* out, __m512 x, __mmask16 lanes) {
+  const __m512i word = _mm512_castps_si512(x);
+  const __m512i high = _mm512_srli_epi32(word, 16);
+  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(word, bias), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(word, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i result = _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40));
+  _mm256_mask_storeu_epi16(out, lanes, _mm512_cvtepi32_epi16(result));
+}
+
+// `dim` floats of acc (readable to dim rounded up to 16) times factor, rounded into out.
+STRATA_BF16_DOT inline void store_scaled_row(const float* acc, int64_t dim, float factor, bf16* out) {
+  for (int64_t d = 0; d < dim; d += 16) {
+    store_bf16_exact(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(factor)), first_lanes(dim - d));
+  }
 }
 
 // Packing one head (rows of `dim` bf16, `stride` apart, `seq` of them) for
@@ -170,21 +196,63 @@ STRATA_BF16_DOT __attribute__((always_inline)) inline __m512i column_pairs16(con
 STRATA_BF16_DOT inline void pack_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
                                       int64_t pairs, uint32_t* out) {
   const auto row_bytes = static_cast<size_t>(dim) * sizeof(bf16);
-  std::memset(out, 0, static_cast<size_t>(rows * pairs) * sizeof(uint32_t));
-  for (int64_t i = 0; i < seq; ++i) std::memcpy(out + i * pairs, x + i * stride, row_bytes);
+  const auto pad_bytes = static_cast<size_t>(pairs - dim / 2) * sizeof(uint32_t);
+  for (int64_t i = 0; i < seq; ++i) {
+    std::memcpy(out + i * pairs, x + i * stride, row_bytes);
+    std::memset(out + i * pairs + dim / 2, 0, pad_bytes);
+  }
+  std::memset(out + seq * pairs, 0, static_cast<size_t>((rows - seq) * pairs) * sizeof(uint32_t));
 }
 
-// Transposed, as pairs along each row: out[p][i], `pairs` x rows (zero past
-// dim / 2).
+// A head's rows as the left operand of the products: `pairs` pairs along
+// each row, rows `stride` pairs apart, rows from `available` on zero. Read
+// where they lie when a row holds whole depth steps (see left_rows), so a
+// strip that reaches past `available` is read from a zero-padded copy of its
+// rows in `spare` (count x stride pairs).
+struct LeftRows {
+  const uint32_t* data;
+  int64_t stride, available, pairs;
+
+  STRATA_BF16_DOT const uint32_t* strip(int64_t first, int64_t count, uint32_t* spare) const {
+    if (first + count <= available) return data + first * stride;
+    for (int64_t i = 0; i < count; ++i) {
+      const auto bytes = static_cast<size_t>(pairs) * sizeof(uint32_t);
+      if (first + i < available) {
+        std::memcpy(spare + i * stride, data + (first + i) * stride, bytes);
+      } else {
+        std::memset(spare + i * stride, 0, bytes);
+      }
+    }
+    return spare;
+  }
+};
+
+// The rows of one head (as pack_rows takes them) as a left operand: in place
+// when dim / 2 is whole depth steps (`pairs`), saving a copy; else packed into
+// `packed` (rows x pairs). A head's rows start 4-byte aligned at an even
+// stride, since dim is even.
+STRATA_BF16_DOT inline LeftRows left_rows(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
+                                          int64_t pairs, uint32_t* packed) {
+  if (pairs == dim / 2) return {reinterpret_cast<const uint32_t*>(x), stride / 2, seq, pairs};
+  pack_rows(x, stride, seq, dim, rows, pairs, packed);
+  return {packed, pairs, rows, pairs};
+}
+
+// Transposed, as pairs along each row, in blocks of `block` rows (a
+// multiple of 16 dividing rows): block b is out[b][p][i - b * block],
+// `pairs` x block (zero past dim / 2). Blocks of a tile's rows keep the tile
+// contiguous, where rows of a long sequence at a power-of-two stride would
+// fall into the same few cache sets.
 STRATA_BF16_DOT inline void pack_rows_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim, int64_t rows,
-                                                 int64_t pairs, uint32_t* out) {
-  __m512i block[16];
+                                                 int64_t pairs, int64_t block, uint32_t* out) {
+  __m512i tile[16];
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
     for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-      for (int64_t j = 0; j < 16; ++j) block[j] = row_pairs16(x, stride, seq, dim, i0 + j, p0);
-      transpose16x16(block);
+      for (int64_t j = 0; j < 16; ++j) tile[j] = row_pairs16(x, stride, seq, dim, i0 + j, p0);
+      transpose16x16(tile);
+      uint32_t* block_start = out + i0 / block * pairs * block + i0 % block;
       for (int64_t j = 0; j < std::min<int64_t>(16, pairs - p0); ++j) {
-        _mm512_storeu_si512(out + (p0 + j) * rows + i0, block[j]);
+        _mm512_storeu_si512(block_start + (p0 + j) * block, tile[j]);
       }
     }
   }
@@ -201,15 +269,18 @@ STRATA_BF16_DOT inline void pack_row_pairs(const bf16* x, int64_t stride, int64_
   }
 }
 
-// The same transposed: out[d][i / 2], padded_dim x rows / 2.
+// The same transposed, in blocks of `block` pairs of rows (a multiple of 16
+// dividing rows / 2): block b is out[b][d][i / 2 - b * block], padded_dim x
+// block.
 STRATA_BF16_DOT inline void pack_row_pairs_transposed(const bf16* x, int64_t stride, int64_t seq, int64_t dim,
-                                                      int64_t rows, int64_t padded_dim, uint32_t* out) {
-  __m512i block[16];
+                                                      int64_t rows, int64_t padded_dim, int64_t block, uint32_t* out) {
+  __m512i tile[16];
   for (int64_t d0 = 0; d0 < padded_dim; d0 += 16) {
     for (int64_t i0 = 0; i0 < rows; i0 += 32) {
-      for (int64_t j = 0; j < 16; ++j) block[j] = column_pairs16(x, stride, seq, dim, i0 + 2 * j, d0);
-      transpose16x16(block);
-      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(out + (d0 + j) * (rows / 2) + i0 / 2, block[j]);
+      for (int64_t j = 0; j < 16; ++j) tile[j] = column_pairs16(x, stride, seq, dim, i0 + 2 * j, d0);
+      transpose16x16(tile);
+      uint32_t* block_start = out + i0 / 2 / block * padded_dim * block + i0 / 2 % block;
+      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(block_start + (d0 + j) * block, tile[j]);
     }
   }
 }
