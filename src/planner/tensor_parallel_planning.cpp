@@ -91,7 +91,9 @@ CallSeconds layer_call_seconds(const CommInput& input) {
   const SegmentComm& layer = input.graph.layer;
   CallSeconds result{exposed(input, layer.forward), exposed(input, layer.backward)};
   const TpOverlap& overlap = input.problem.tp_overlap;
-  if (overlap.runtime == TpOverlapRuntime::None || input.layer_work == nullptr) return result;
+  // Both runtimes map their peers' buffers over the node's links (CUDA IPC): a group across nodes stays exposed.
+  const bool in_node = input.degree * input.stride <= input.problem.cluster.devices_per_node;
+  if (overlap.runtime == TpOverlapRuntime::None || input.layer_work == nullptr || !in_node) return result;
   const std::vector<double> linears = linear_seconds(input);
   const OverlapInput paired{overlap, linears, input.degree,
                             input.problem.cluster.device.performance(input.problem.dtype).gemm.compute_units};

@@ -142,5 +142,15 @@ TEST(PlannerTpOverlap, CollectivesThatDoNotPairWithTheLinearsStayExposed) {
   EXPECT_DOUBLE_EQ(overlapped.scatters, exposed.scatters);
 }
 
+// Tensor parallelism over two nodes of one device each: no peer buffers across nodes, nothing overlapped.
+TEST(PlannerTpOverlap, GroupsAcrossNodesStayExposed) {
+  const ClusterSpec cluster = testing::test_cluster(2, 1, 1000, 1e6, 1e6);
+  const Priced exposed = tensor_parallel_terms(cluster, {});
+  const Priced overlapped = tensor_parallel_terms(cluster, parse_tp_overlap("async-tp", ""));
+  EXPECT_GT(exposed.gathers, 0);
+  EXPECT_DOUBLE_EQ(overlapped.gathers, exposed.gathers);
+  EXPECT_DOUBLE_EQ(overlapped.scatters, exposed.scatters);
+}
+
 }  // namespace
 }  // namespace strata
