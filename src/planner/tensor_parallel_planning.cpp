@@ -159,7 +159,7 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
     const bool chunked =
         layer.overlapped && (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter);
     terms.push_back({pattern_name(pattern), total,
-                     chunked ? "the layers' beyond the GEMMs they run beside (--tp-overlap)" : "not overlapped"});
+                     chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)" : "not overlapped"});
   }
   return terms;
 }
