@@ -158,8 +158,9 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
   for (const auto& [pattern, total] : seconds) {
     const bool chunked =
         layer.overlapped && (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter);
-    terms.push_back({pattern_name(pattern), total,
-                     chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)" : "not overlapped"});
+    const char* detail = chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)"
+                                 : "not overlapped";
+    terms.push_back({pattern_name(pattern), total, detail});
   }
   return terms;
 }
