@@ -197,6 +197,14 @@ def plan_command(strata, row, model_path, variant):
     # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
     if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
         cmd += ["--tp-input", "shared"]
+    # Sequence parallelism's collectives run chunk by chunk beside the GEMMs next to them where the run's config
+    # says so (the `tp_overlap` column: NeMo's Transformer Engine Userbuffers with the SMs its ub config gives each
+    # overlap, `userbuffers:NAME=N;...`, or torchtitan's async TP; src/planner/tp_overlap.h).
+    overlap, _, comm_sms = (row.get("tp_overlap") or "").strip().partition(":")
+    if overlap:
+        cmd += ["--tp-overlap", overlap]
+        if comm_sms:
+            cmd += ["--ub-comm-sms", comm_sms.replace(";", ",")]
     # torchtitan's selective recomputation is its per-op policy (selective_ac_option = "op", the default), and its
     # loss casts the logits to fp32 and runs outside torch.compile (src/planner/loss_work.h).
     if row.get("framework", "").strip().startswith("torchtitan"):

@@ -49,6 +49,8 @@ struct PlanArgs {
   std::string eager = "off";
   std::string qk_norm = "off";
   std::string tp_input = "per-linear";
+  std::string tp_overlap = "none";
+  std::string ub_comm_sms;
   std::string fsdp = "none";
   std::string fsdp_reduce = "f32";
   std::string loss = "fused";
@@ -107,6 +109,7 @@ void plan(const PlanArgs& args) {
   problem.qk_norm = !second_of(args.qk_norm, "--qk-norm", "on", "off");
   problem.tp_input = second_of(args.tp_input, "--tp-input", "per-linear", "shared") ? TensorParallelInput::Shared
                                                                                     : TensorParallelInput::PerLinear;
+  problem.tp_overlap = parse_tp_overlap(args.tp_overlap, args.ub_comm_sms);
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
@@ -228,6 +231,14 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--tp-input", args->tp_input,
                       "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
                       "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");
+  command->add_option("--tp-overlap", args->tp_overlap,
+                      "Sequence parallelism's all-gathers and reduce-scatters run chunk by chunk beside the layer's "
+                      "GEMMs: userbuffers (Transformer Engine's ub_tp_comm_overlap), async-tp (PyTorch's "
+                      "micro-pipelined tensor parallelism) or none (default: exposed, as Strata's runtime)");
+  command->add_option("--ub-comm-sms", args->ub_comm_sms,
+                      "Userbuffers' SMs per overlap, as the run's ub config gives them: GEMM=N,... with GEMM one of "
+                      "qkv_fprop, proj_fprop, fc1_fprop, fc2_fprop, proj_dgrad, fc2_dgrad, qkv_wgrad, fc1_wgrad "
+                      "(default: Transformer Engine's, 1 for ring exchange, 16 else)");
   command->add_option("--fsdp", args->fsdp,
                       "The FSDP a ZeRO-3 run uses, whose copies around its collectives (casts of the shards, the "
                       "gathered units and the gradients copied) each unit pays per micro-batch: 1 "

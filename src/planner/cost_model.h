@@ -51,6 +51,7 @@
 #include "planner/model_comm.h"
 #include "planner/plan.h"
 #include "planner/plan_dimension.h"
+#include "planner/tp_overlap.h"
 #include "planner/workload.h"
 
 namespace strata {
@@ -80,6 +81,8 @@ struct PlanningProblem {
   bool eager = false;
   // How the runtime enters the tensor-parallel region when several linears read one value (model_comm.h).
   TensorParallelInput tp_input = TensorParallelInput::PerLinear;
+  // Sequence parallelism's gathers and reduce-scatters run beside the layer's GEMMs (tp_overlap.h).
+  TpOverlap tp_overlap;
   LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
   // The model normalises all of q and all of k after their projections (OLMo 2's QK-norm, qk_norm_work.h), which
   // Strata's Llama does not: two more RMSNorms a layer, forward and backward.

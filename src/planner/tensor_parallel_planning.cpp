@@ -12,6 +12,8 @@
 #include "planner/model_comm.h"
 #include "planner/search.h"
 #include "planner/selective_comm.h"
+#include "planner/tp_overlap.h"
+#include "planner/workload.h"
 
 namespace strata {
 
@@ -51,20 +53,65 @@ void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& sea
   }
 }
 
+// The layer's linears' forward seconds in graph order, those reading one value together (q, k, v; gate, up).
+std::vector<double> linear_seconds(const CommInput& input) {
+  std::vector<double> groups;
+  int previous_input = -1;
+  for (const OpWork& op : input.layer_work->forward) {
+    if (op.kind != OpKind::Gemm || op.gemm.batch != 1) continue;  // batched: unfused attention's, experts'
+    const bool joins = op.gemm_input >= 0 && op.gemm_input == previous_input;
+    if (joins) groups.back() += input.op_seconds(op);
+    else groups.push_back(input.op_seconds(op));
+    previous_input = op.gemm_input;
+  }
+  return groups;
+}
+
+double sum(const std::vector<double>& seconds) {
+  double total = 0;
+  for (double s : seconds) total += s;
+  return total;
+}
+
+// Each call's seconds: exposed, or under --tp-overlap what it adds beyond the layer's GEMM it runs beside
+// (tp_overlap.h; exposed where the layer's collectives do not pair with its linears).
+struct CallSeconds {
+  std::vector<double> forward, backward;
+  bool overlapped = false;  // the layer's gathers and reduce-scatters beside its linears
+};
+std::vector<double> exposed(const CommInput& input, const std::vector<CommWork>& calls) {
+  std::vector<double> seconds;
+  for (const CommWork& call : calls) {
+    seconds.push_back(input.pricer.collective(call.pattern, call.bytes, call.ranks, input.stride, call.dtype));
+  }
+  return seconds;
+}
+
+CallSeconds layer_call_seconds(const CommInput& input) {
+  const SegmentComm& layer = input.graph.layer;
+  CallSeconds result{exposed(input, layer.forward), exposed(input, layer.backward)};
+  const TpOverlap& overlap = input.problem.tp_overlap;
+  // Both runtimes map their peers' buffers over the node's links (CUDA IPC): a group across nodes stays exposed.
+  const bool in_node = input.degree * input.stride <= input.problem.cluster.devices_per_node;
+  if (overlap.runtime == TpOverlapRuntime::None || input.layer_work == nullptr || !in_node) return result;
+  const std::vector<double> linears = linear_seconds(input);
+  const OverlapInput paired{overlap, linears, input.degree,
+                            input.problem.cluster.device.performance(input.problem.dtype).gemm.compute_units};
+  std::vector<double> forward = overlapped_seconds(paired, layer.forward, result.forward, false);
+  std::vector<double> backward = overlapped_seconds(paired, layer.backward, result.backward, true);
+  if (forward.empty() || backward.empty()) return result;
+  return {std::move(forward), std::move(backward), true};
+}
+
 // The tensor (and sequence) parallel collectives of the runtime's graph (model_comm.h), each over its
-// group; selective recomputation runs again those its policy does not keep (selective_comm.h).
+// group; selective recomputation runs again those its policy does not keep (selective_comm.h), exposed.
 MicroBatchComm tensor_parallel_comm(const CommInput& input) {
-  auto price = [&](const std::vector<CommWork>& calls) {
-    double seconds = 0;
-    for (const CommWork& call : calls) {
-      seconds += input.pricer.collective(call.pattern, call.bytes, call.ranks, input.stride, call.dtype);
-    }
-    return seconds;
-  };
+  auto price = [&](const std::vector<CommWork>& calls) { return sum(exposed(input, calls)); };
   const ModelComm& graph = input.graph;
+  const CallSeconds layer = layer_call_seconds(input);
   MicroBatchComm comm;
   comm.embedding = {price(graph.embedding.forward), price(graph.embedding.backward)};
-  comm.layer = {price(graph.layer.forward), price(graph.layer.backward),
+  comm.layer = {sum(layer.forward), sum(layer.backward),
                 price(recomputed_collectives(graph.layer, input.problem.selective))};
   comm.head = {price(graph.head.forward), price(graph.head.backward)};
   return comm;
@@ -87,19 +134,18 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
   const CommInput& comm = input.comm;
   const ParallelPlan& plan = comm.plan;
   std::map<CommPattern, double> seconds;
-  auto price = [&](const std::vector<CommWork>& calls, double times) {
-    for (const CommWork& call : calls) {
-      seconds[call.pattern] +=
-          times * comm.pricer.collective(call.pattern, call.bytes, call.ranks, comm.stride, call.dtype);
-    }
+  auto add = [&](const std::vector<CommWork>& calls, const std::vector<double>& each, double times) {
+    for (size_t i = 0; i < calls.size(); ++i) seconds[calls[i].pattern] += times * each[i];
   };
+  auto price = [&](const std::vector<CommWork>& calls, double times) { add(calls, exposed(comm, calls), times); };
   const double m = static_cast<double>(plan.micro_batches), layers = input.layers;
   const double layer_forwards = plan.recompute == RecomputeMode::Full ? 2 : 1;
-  price(comm.graph.layer.forward, layer_forwards * m * layers);
+  const CallSeconds layer = layer_call_seconds(comm);
+  add(comm.graph.layer.forward, layer.forward, layer_forwards * m * layers);
   if (plan.recompute == RecomputeMode::Selective) {
     price(recomputed_collectives(comm.graph.layer, comm.problem.selective), m * layers);
   }
-  price(comm.graph.layer.backward, m * layers);
+  add(comm.graph.layer.backward, layer.backward, m * layers);
   if (input.first) {
     price(comm.graph.embedding.forward, m);
     price(comm.graph.embedding.backward, m);
@@ -109,7 +155,13 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
     price(comm.graph.head.backward, m);
   }
   std::vector<ExplainTerm> terms;
-  for (const auto& [pattern, total] : seconds) terms.push_back({pattern_name(pattern), total, "not overlapped"});
+  for (const auto& [pattern, total] : seconds) {
+    const bool chunked =
+        layer.overlapped && (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter);
+    const char* detail = chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)"
+                                 : "not overlapped";
+    terms.push_back({pattern_name(pattern), total, detail});
+  }
   return terms;
 }
 
