@@ -74,8 +74,9 @@ double exchange_time(Communicator& group, int partner, std::byte* send, std::byt
 // Seconds until every rank of the group has copied `bytes` (memcpy between two
 // buffers of its own), all starting together, best of three: with all ranks of
 // a node copying at once, the node's memory bandwidth is what they share. Each
-// rank's clock runs until the last one is done (a rank that ranks outnumbering
-// the cores start late still counts), and the slowest clock is the figure.
+// rank's clock runs until the last one is done (so a rank that starts late,
+// because ranks outnumber the cores, still counts), and the slowest clock is
+// the figure.
 double concurrent_copy_time(Communicator& group, size_t bytes) {
   std::vector<std::byte> source(bytes, std::byte{1}), target(bytes, std::byte{0});
   double best = 1e30;
