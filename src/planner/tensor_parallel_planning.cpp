@@ -191,7 +191,9 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
   for (const auto& [pattern, total] : seconds) {
     const bool chunked =
         layer.overlapped && (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter);
-    const char* detail = chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)"
+    const char* detail = chunked ? "beside the layers' GEMMs (--tp-overlap): what the chunked schedules leave "
+                                   "exposed, the SMs taken, the contention, async TP's copies, sums and unfused "
+                                   "reduce-scatters"
                                  : "not overlapped";
     terms.push_back({pattern_name(pattern), total, detail});
   }
