@@ -53,18 +53,31 @@ void sequence_parallel_options(const ParallelPlan& plan, const OptionSearch& sea
   }
 }
 
-// The layer's linears' forward seconds in graph order, those reading one value together (q, k, v; gate, up).
-std::vector<double> linear_seconds(const CommInput& input) {
-  std::vector<double> groups;
+// The layer's linears in graph order, those reading one value together (q, k, v; gate, up) as one group.
+std::vector<std::vector<const OpWork*>> linear_groups(const CommInput& input) {
+  std::vector<std::vector<const OpWork*>> groups;
   int previous_input = -1;
   for (const OpWork& op : input.layer_work->forward) {
     if (op.kind != OpKind::Gemm || op.gemm.batch != 1) continue;  // batched: unfused attention's, experts'
     const bool joins = op.gemm_input >= 0 && op.gemm_input == previous_input;
-    if (joins) groups.back() += input.op_seconds(op);
-    else groups.push_back(input.op_seconds(op));
+    if (!joins) groups.emplace_back();
+    groups.back().push_back(&op);
     previous_input = op.gemm_input;
   }
   return groups;
+}
+
+// One of `parts` chunks of a linear's rows (the tokens) as its own GEMM: the operands and output that are
+// split shrink with it, the weight is read whole again.
+OpWork row_chunk(const OpWork& op, int parts) {
+  OpWork chunk = op;
+  const GemmShape& s = op.gemm;
+  chunk.gemm.m = (s.m + parts - 1) / parts;
+  const double whole = static_cast<double>(s.m * s.k + s.k * s.n + s.m * s.n);
+  const double part = static_cast<double>(chunk.gemm.m * s.k + s.k * s.n + chunk.gemm.m * s.n);
+  chunk.bytes = op.bytes * part / whole;
+  chunk.flops = op.flops * static_cast<double>(chunk.gemm.m) / static_cast<double>(s.m);
+  return chunk;
 }
 
 double sum(const std::vector<double>& seconds) {
@@ -94,9 +107,29 @@ CallSeconds layer_call_seconds(const CommInput& input) {
   // Both runtimes map their peers' buffers over the node's links (CUDA IPC): a group across nodes stays exposed.
   const bool in_node = input.degree * input.stride <= input.problem.cluster.devices_per_node;
   if (overlap.runtime == TpOverlapRuntime::None || input.layer_work == nullptr || !in_node) return result;
-  const std::vector<double> linears = linear_seconds(input);
-  const OverlapInput paired{overlap, linears, input.degree,
-                            input.problem.cluster.device.performance(input.problem.dtype).gemm.compute_units};
+  const std::vector<std::vector<const OpWork*>> groups = linear_groups(input);
+  std::vector<double> linears;
+  std::vector<int> gemms;
+  for (const auto& group : groups) {
+    linears.push_back(0);
+    for (const OpWork* op : group) linears.back() += input.op_seconds(*op);
+    gemms.push_back(static_cast<int>(group.size()));
+  }
+  auto chunk = [&](size_t linear, int parts) {
+    double seconds = 0;
+    for (const OpWork* op : groups[linear]) seconds += input.op_seconds(row_chunk(*op, parts));
+    return seconds;
+  };
+  auto memory = [&](double bytes, double adds) {
+    OpWork pass;
+    pass.op = adds > 0 ? "add" : "copy";
+    pass.bytes = bytes;
+    pass.flops = adds;
+    return input.op_seconds(pass);
+  };
+  const DeviceSpec& device = input.problem.cluster.device;
+  const OverlapInput paired{overlap, linears, gemms, chunk, memory, input.degree,
+                            device.performance(input.problem.dtype).gemm.compute_units, device.comm_compute_slowdown};
   std::vector<double> forward = overlapped_seconds(paired, layer.forward, result.forward, false);
   std::vector<double> backward = overlapped_seconds(paired, layer.backward, result.backward, true);
   if (forward.empty() || backward.empty()) return result;
@@ -158,7 +191,9 @@ std::vector<ExplainTerm> tensor_parallel_terms(const StageCommInput& input) {
   for (const auto& [pattern, total] : seconds) {
     const bool chunked =
         layer.overlapped && (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter);
-    const char* detail = chunked ? "beside the layers' GEMMs: the exposed chunks and the SMs taken (--tp-overlap)"
+    const char* detail = chunked ? "beside the layers' GEMMs (--tp-overlap): what the chunked schedules leave "
+                                   "exposed, the SMs taken, the contention, async TP's copies, sums and unfused "
+                                   "reduce-scatters"
                                  : "not overlapped";
     terms.push_back({pattern_name(pattern), total, detail});
   }

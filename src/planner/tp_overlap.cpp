@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace strata {
@@ -18,11 +19,11 @@ namespace {
 constexpr std::array<const char*, 4> kLinears = {"qkv", "proj", "fc1", "fc2"};
 constexpr size_t kPairedCalls = kLinears.size();
 
-bool ring_exchange(const std::string& gemm) {
+bool by_ring_exchange(const std::string& gemm) {
   return gemm == "qkv_fprop" || gemm == "fc1_fprop" || gemm == "proj_dgrad" || gemm == "fc2_dgrad";
 }
 bool known_gemm(const std::string& gemm) {
-  return ring_exchange(gemm) || gemm == "proj_fprop" || gemm == "fc2_fprop" || gemm == "qkv_wgrad" ||
+  return by_ring_exchange(gemm) || gemm == "proj_fprop" || gemm == "fc2_fprop" || gemm == "qkv_wgrad" ||
          gemm == "fc1_wgrad";
 }
 
@@ -46,16 +47,37 @@ void read_comm_units(const std::string& list, TpOverlap& overlap) {
   }
 }
 
-// One paired call: the linear it runs beside, the schedule, and the compute units its communication takes.
-double paired_seconds(const OverlapInput& input, size_t linear, double collective, bool backward) {
-  const double gemm = input.linears[linear];
+// What one schedule costs with the compute beside its transfers slowed (Lee et al.'s contention).
+double contended(const Schedule& schedule, double slowdown) { return schedule.seconds + slowdown * schedule.beside; }
+
+// Userbuffers: the chunks on the SMs the communication leaves, or the contention priced as for any collective
+// beside compute, whichever is the larger (both price the same contention of an SM-driven exchange).
+double userbuffers_seconds(const OverlapInput& input, size_t linear, double collective, bool backward) {
   const bool column = linear % 2 == 0;  // reads the gathered input (qkv, fc1); else writes the partial sums
-  if (input.overlap.runtime == TpOverlapRuntime::AsyncTp) return ring_exchange_seconds(gemm, collective, input.ranks);
   const std::string name = std::string(kLinears[linear]) + (!backward ? "_fprop" : column ? "_wgrad" : "_dgrad");
-  const double slowed = with_units_taken(gemm, userbuffers_comm_units(input.overlap, name), input.compute_units);
-  if (ring_exchange(name)) return ring_exchange_seconds(slowed, collective, input.ranks);
-  if (!backward) return pipelined_seconds(slowed, collective, input.overlap.pipeline_splits);
-  return bulk_seconds(slowed, collective);
+  const int taken = userbuffers_comm_units(input.overlap, name);
+  auto schedule = [&](bool slowed) {
+    auto units = [&](double gemm) { return slowed ? with_units_taken(gemm, taken, input.compute_units) : gemm; };
+    if (by_ring_exchange(name)) return ring_exchange(units(input.chunk(linear, input.ranks)), collective, input.ranks);
+    const int splits = input.overlap.pipeline_splits;
+    if (!backward) return pipelined(units(input.chunk(linear, splits)), collective, splits);
+    return bulk(units(input.linears[linear]), collective);
+  };
+  return std::max(schedule(true).seconds, contended(schedule(false), input.slowdown));
+}
+
+// Async TP: the fused op's steps, or the collective exposed beside the whole GEMM where the pass leaves it.
+double async_tp_seconds(const OverlapInput& input, size_t linear, const CommWork& call, double collective,
+                        bool gathers) {
+  const double ranks = input.ranks;
+  if (!gathers && input.gemms[linear] > 1) return input.linears[linear] + collective;  // a sum feeds it
+  const Schedule steps = ring_exchange(input.chunk(linear, input.ranks), collective, input.ranks);
+  // The gather first copies the local shard into the symmetric buffer (read and write a shard); the
+  // reduce-scatter ends by adding the ranks' partial shards (read each, write one).
+  const double shard = call.bytes / ranks;
+  const double edge = gathers ? input.memory(2 * shard, 0)
+                              : input.memory((ranks + 1) * shard, (ranks - 1) * shard / dtype_size(call.dtype));
+  return edge + contended(steps, input.slowdown);
 }
 
 }  // namespace
@@ -79,21 +101,21 @@ TpOverlap parse_tp_overlap(const std::string& runtime, const std::string& comm_u
 int userbuffers_comm_units(const TpOverlap& overlap, const std::string& gemm) {
   auto given = overlap.comm_units.find(gemm);
   if (given != overlap.comm_units.end()) return given->second;
-  return ring_exchange(gemm) ? 1 : 16;  // initialize_ub's default config
+  return by_ring_exchange(gemm) ? 1 : 16;  // initialize_ub's default config
 }
 
-double ring_exchange_seconds(double gemm, double collective, int ranks) {
-  if (ranks < 2) return gemm;
-  const double step = gemm / ranks, transfer = collective / (ranks - 1);
-  return step + (ranks - 1) * std::max(step, transfer);
+Schedule ring_exchange(double chunk, double collective, int ranks) {
+  if (ranks < 2) return {chunk, 0};
+  const double transfer = collective / (ranks - 1);
+  return {chunk + (ranks - 1) * std::max(chunk, transfer), (ranks - 1) * std::min(chunk, transfer)};
 }
 
-double pipelined_seconds(double gemm, double collective, int splits) {
-  const double step = gemm / splits, transfer = collective / splits;
-  return step + (splits - 1) * std::max(step, transfer) + transfer;
+Schedule pipelined(double chunk, double collective, int splits) {
+  const double transfer = collective / splits;
+  return {chunk + (splits - 1) * std::max(chunk, transfer) + transfer, (splits - 1) * std::min(chunk, transfer)};
 }
 
-double bulk_seconds(double gemm, double collective) { return std::max(gemm, collective); }
+Schedule bulk(double gemm, double collective) { return {std::max(gemm, collective), std::min(gemm, collective)}; }
 
 double with_units_taken(double gemm, int units_taken, int compute_units) {
   if (units_taken >= compute_units) {
@@ -110,7 +132,9 @@ std::vector<double> overlapped_seconds(const OverlapInput& input, const std::vec
     const CommPattern pattern = calls[i].pattern;
     if (pattern == CommPattern::AllGather || pattern == CommPattern::ReduceScatter) paired.push_back(i);
   }
-  if (paired.size() != kPairedCalls || input.linears.size() != kPairedCalls) return {};
+  if (paired.size() != kPairedCalls || input.linears.size() != kPairedCalls || input.gemms.size() != kPairedCalls) {
+    return {};
+  }
   std::vector<double> seconds = collective;
   for (size_t j = 0; j < kPairedCalls; ++j) {
     // Forward: gather before each column-parallel linear, reduce-scatter after each row-parallel one.
@@ -118,7 +142,10 @@ std::vector<double> overlapped_seconds(const OverlapInput& input, const std::vec
     const size_t linear = backward ? kPairedCalls - 1 - j : j;
     const bool gathers = (linear % 2 == 0) != backward;
     if (calls[paired[j]].pattern != (gathers ? CommPattern::AllGather : CommPattern::ReduceScatter)) return {};
-    const double whole = paired_seconds(input, linear, collective[paired[j]], backward);
+    const CommWork& call = calls[paired[j]];
+    const double whole = input.overlap.runtime == TpOverlapRuntime::AsyncTp
+                             ? async_tp_seconds(input, linear, call, collective[paired[j]], gathers)
+                             : userbuffers_seconds(input, linear, collective[paired[j]], backward);
     seconds[paired[j]] = whole - input.linears[linear];
   }
   return seconds;
