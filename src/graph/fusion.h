@@ -12,7 +12,9 @@
 namespace strata {
 
 // add (residual) -> layernorm becomes add_layernorm, which also outputs the
-// sum; a bf16 -> f32 cast feeding the add as its residual is absorbed.
+// sum; a bf16 -> f32 cast feeding the add as its residual is absorbed, and so
+// is an f32 -> bf16 cast that is y's only reader (attr y_dtype: y is stored
+// once, in bf16).
 // layernorm_backward -> add (gradient accumulation) becomes
 // layernorm_backward_add, absorbing a bf16 -> f32 cast of its dy likewise.
 // rms_norm and rms_norm_backward become add_rms_norm and
