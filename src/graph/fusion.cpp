@@ -114,7 +114,8 @@ void plan_add_norm(const Uses& uses, int add, int norm_node, std::vector<Action>
     plan[static_cast<size_t>(cast)] = Skip{};
     r = graph.node(cast).inputs[0];
   }
-  int y_cast = uses.absorbable_narrowing(norm.outputs[0]);
+  // Only RMSNorm's: measured, add_layernorm's bf16 store cost what the cast did (no gain).
+  int y_cast = norm.op == "rms_norm" ? uses.absorbable_narrowing(norm.outputs[0]) : -1;
   if (y_cast >= 0 && std::holds_alternative<Copy>(plan[static_cast<size_t>(y_cast)])) {
     plan[static_cast<size_t>(y_cast)] = Skip{};
   } else {

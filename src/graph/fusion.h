@@ -12,13 +12,12 @@
 namespace strata {
 
 // add (residual) -> layernorm becomes add_layernorm, which also outputs the
-// sum; a bf16 -> f32 cast feeding the add as its residual is absorbed, and so
-// is an f32 -> bf16 cast that is y's only reader (attr y_dtype: y is stored
-// once, in bf16).
+// sum; a bf16 -> f32 cast feeding the add as its residual is absorbed.
 // layernorm_backward -> add (gradient accumulation) becomes
 // layernorm_backward_add, absorbing a bf16 -> f32 cast of its dy likewise.
 // rms_norm and rms_norm_backward become add_rms_norm and
-// rms_norm_backward_add the same way.
+// rms_norm_backward_add the same way; add_rms_norm also absorbs an f32 ->
+// bf16 cast that is y's only reader (attr y_dtype: y is stored once, in bf16).
 GraphRewriter::Result fuse_residual_layernorm(const Graph& graph, const std::set<int>& keep = {});
 
 // Trees of element-wise ops (add, scale, gelu, gelu_backward, cast) over f32

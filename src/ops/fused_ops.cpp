@@ -18,8 +18,8 @@ bool widens_exactly(DType narrow, DType wide) {
   return narrow == wide || (is_floating(narrow) && dtype_size(narrow) < dtype_size(wide));
 }
 
-// y's dtype: attr y_dtype (the narrowing cast that read y, absorbed by the
-// fusion pass), else x's.
+// add_rms_norm's y dtype: attr y_dtype (the narrowing cast that read y,
+// absorbed by the fusion pass), else x's.
 DType y_dtype_of(const std::string& op, const TensorMeta& x, const Attrs& attrs) {
   if (!attrs.has("y_dtype")) return x.dtype;
   const DType y = parse_dtype(attrs.get_string("y_dtype"));
@@ -35,14 +35,12 @@ void add_add_layernorm(OpRegistry& registry) {
       .name = "add_layernorm",
       .summary = "sum = x + r rounded to x's dtype (r is x's dtype or a narrower floating one, widened exactly; "
                  "r's shape is a suffix of x's, repeated over the leading dims); then y, mean, rstd = "
-                 "layernorm(sum, gamma, beta) exactly as op layernorm computes them from the stored sum; with attr y_dtype "
-                 "(optional, x's dtype or a narrower floating one), y rounded to x's dtype is rounded again to it, "
-                 "as a following cast would",
+                 "layernorm(sum, gamma, beta) exactly as op layernorm computes them from the stored sum",
       .inputs = {"x", "r", "gamma", "beta"},
       .outputs = {"sum", "y", "mean", "rstd"},
       .attrs = {"eps"},
       .infer =
-          [](const Metas& in, const Attrs& attrs) -> Metas {
+          [](const Metas& in, const Attrs&) -> Metas {
             const std::string op = "add_layernorm";
             const TensorMeta& x = in[0];
             expect(is_floating(x.dtype) && !x.shape.empty(), op, "x", "be floating with at least 1 dim", x);
@@ -55,7 +53,7 @@ void add_add_layernorm(OpRegistry& registry) {
                      "be " + std::string(dtype_name(x.dtype)) + " " + shape_str(channels), in[i]);
             }
             TensorMeta stats{drop_last(x.shape), stats_dtype(x.dtype)};
-            return {x, {x.shape, y_dtype_of(op, x, attrs)}, stats, stats};
+            return {x, x, stats, stats};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 9.0 * count(in[0]); },
       .may_reuse = {{0, 0}},

@@ -78,33 +78,27 @@ TEST(AddLayerNorm, Bf16Activations) {
   for (size_t i : {size_t{2}, size_t{3}}) expect_close(cpu[i], ref[i], 2e-6, "stats " + std::to_string(i));
 }
 
-// y_dtype bf16 (the fusion pass absorbing the cast that read y): y is the
-// f32 y cast to bf16 by the backend's own cast, bit for bit; the other
-// outputs do not change (opencl writes the f32 y and casts it).
-TEST(AddNormsWithYDtype, StoreTheCastOfTheF32YBitForBit) {
+// add_rms_norm's y_dtype bf16 (the fusion pass absorbing the cast that read
+// y): y is the f32 y cast to bf16 by the backend's own cast, bit for bit; the
+// sum does not change (opencl writes the f32 y and casts it).
+TEST(AddRmsNormWithYDtype, StoresTheCastOfTheF32YBitForBit) {
   NormInputs in = norm_inputs({3, 23, 37}, {3, 23, 37}, 61);
   Attrs narrow = kEps;
   narrow.set("y_dtype", std::string("bf16"));
-  struct Case {
-    std::string op;
-    Tensors inputs;
-  };
-  for (const Case& c : {Case{"add_layernorm", {in.x, bf16_of(in.r), in.gamma, in.beta}},
-                        Case{"add_rms_norm", {in.x, in.r, in.gamma}}}) {
+  for (const Tensor& r : {in.r, bf16_of(in.r)}) {
+    const Tensors inputs{in.x, r, in.gamma};
     for (const std::string backend : {"ref", "cpu", "opencl"}) {
-      Tensors wide = run_on(backend, c.op, c.inputs, kEps);
-      Tensors fused = run_on(backend, c.op, c.inputs, narrow);
-      ASSERT_EQ(fused[1].dtype(), DType::BF16) << c.op;
-      expect_identical(fused[1], run_on(backend, "cast", {wide[1]}, {{"dtype", "bf16"}})[0],
-                       backend + " " + c.op + " y");
-      for (size_t i = 0; i < fused.size(); ++i) {
-        if (i != 1) expect_identical(fused[i], wide[i], backend + " " + c.op + " output " + std::to_string(i));
-      }
+      const std::string what = backend + " r " + std::string(dtype_name(r.dtype()));
+      Tensors wide = run_on(backend, "add_rms_norm", inputs, kEps);
+      Tensors fused = run_on(backend, "add_rms_norm", inputs, narrow);
+      ASSERT_EQ(fused[1].dtype(), DType::BF16) << what;
+      expect_identical(fused[1], run_on(backend, "cast", {wide[1]}, {{"dtype", "bf16"}})[0], what + " y");
+      expect_identical(fused[0], wide[0], what + " sum");
     }
   }
 }
 
-TEST(AddNormsWithYDtype, RefuseAWiderYDtype) {
+TEST(AddRmsNormWithYDtype, RefusesAWiderYDtype) {
   NormInputs in = norm_inputs({2, 5, 8}, {2, 5, 8}, 71);
   Attrs wider = kEps;
   wider.set("y_dtype", std::string("f64"));

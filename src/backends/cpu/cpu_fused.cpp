@@ -1,7 +1,6 @@
 // The fused ops of graph/fusion.h, computed in f32:
 // - add_layernorm: per row, the residual sum is written once and normalised
-//   from L1 (x and r are read once), y stored in its dtype (a narrowing cast
-//   absorbed);
+//   from L1 (x and r are read once);
 // - layernorm_backward_add: layernorm_backward whose dx starts from dres;
 // - fused_elementwise<n>: an interpreter that runs the whole program over
 //   blocks of kBlock elements held in per-thread registers, so intermediates
@@ -32,10 +31,10 @@ constexpr float kGeluCubic = 0.044715f;
 
 // Rows [row_begin, row_end); r row `row mod r_rows` pairs with x row `row`.
 // `rounded` (width floats) holds the stored sum of the current row.
-template <typename X, typename R, typename Y>
+template <typename X, typename R>
 STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows, const X* gamma, const X* beta,
                                           int64_t width, float eps, int64_t row_begin, int64_t row_end, X* sum,
-                                          Y* y, float* mean_out, float* rstd_out, float* rounded) {
+                                          X* y, float* mean_out, float* rstd_out, float* rounded) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const X* x_row = x + row * width;
     const R* r_row = r + (row % r_rows) * width;
@@ -52,7 +51,7 @@ STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows
   }
 }
 
-template <typename X, typename R, typename Y>
+template <typename X, typename R>
 void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   int64_t width = in[0].size(-1);
   int64_t rows = leading_rows(in[0]);
@@ -63,7 +62,7 @@ void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& att
   const X* gamma = in[2].data<X>();
   const X* beta = in[3].data<X>();
   X* sum = out[0].data<X>();
-  Y* y = out[1].data<Y>();
+  X* y = out[1].data<X>();
   float* mean = out[2].data<float>();
   float* rstd = out[3].data<float>();
   parallel_chunks(rows, kLayernormRowGrain, [&](int64_t begin, int64_t end) {
@@ -72,28 +71,15 @@ void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& att
   });
 }
 
-// y may be narrower than x (a narrowing cast the fusion pass absorbed).
-template <typename X, typename R>
-void add_layernorm_with_r(const Tensors& in, const Tensors& out, const Attrs& attrs) {
-  switch (out[1].dtype()) {
-    case DType::F32:
-      if constexpr (std::is_same_v<X, float>) return add_layernorm_typed<X, R, float>(in, out, attrs);
-      break;
-    case DType::BF16: return add_layernorm_typed<X, R, bf16>(in, out, attrs);
-    default: break;
-  }
-  STRATA_CHECK(false, "add_layernorm: y is {} for x {}", dtype_name(out[1].dtype()), dtype_name(in[0].dtype()));
-}
-
 template <typename X>
 void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   switch (in[1].dtype()) {
     case DType::F32:
-      if constexpr (std::is_same_v<X, float>) return add_layernorm_with_r<X, float>(in, out, attrs);
+      if constexpr (std::is_same_v<X, float>) return add_layernorm_typed<X, float>(in, out, attrs);
       break;
-    case DType::BF16: return add_layernorm_with_r<X, bf16>(in, out, attrs);
+    case DType::BF16: return add_layernorm_typed<X, bf16>(in, out, attrs);
     case DType::F16:
-      if constexpr (std::is_same_v<X, float>) return add_layernorm_with_r<X, fp16>(in, out, attrs);
+      if constexpr (std::is_same_v<X, float>) return add_layernorm_typed<X, fp16>(in, out, attrs);
       break;
     default: break;
   }

@@ -26,10 +26,9 @@ namespace {
 
 // Normalises one row of f32 `values` whose sum is `sum` into y_row, with its
 // mean and rstd. Inlined into the calling clone so it vectorises for its ISA.
-// y is rounded to X, then to Y (add_layernorm's y_dtype: an f32 X rounds once).
-template <typename X, typename Y = X>
+template <typename X>
 __attribute__((always_inline)) inline void normalize_row(const float* values, float sum, const X* gamma,
-                                                         const X* beta, int64_t width, float eps, Y* y_row,
+                                                         const X* beta, int64_t width, float eps, X* y_row,
                                                          float* mean_out, float* rstd_out) {
   float mean = sum / static_cast<float>(width);
   float squares = 0.0f;
@@ -38,8 +37,7 @@ __attribute__((always_inline)) inline void normalize_row(const float* values, fl
   float rstd = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
 #pragma omp simd
   for (int64_t c = 0; c < width; ++c) {
-    const X y = from_f32<X>((values[c] - mean) * rstd * to_f32(gamma[c]) + to_f32(beta[c]));
-    y_row[c] = from_f32<Y>(to_f32(y));
+    y_row[c] = from_f32<X>((values[c] - mean) * rstd * to_f32(gamma[c]) + to_f32(beta[c]));
   }
   *mean_out = mean;
   *rstd_out = rstd;

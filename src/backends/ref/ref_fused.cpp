@@ -1,6 +1,6 @@
 // The fused ops in double, rounding where the unfused ops would store: the
-// sum of add_layernorm and add_rms_norm (and their y, before a narrower
-// y_dtype) and every register of a fused program are rounded to their dtype,
+// sum of add_layernorm and add_rms_norm (and add_rms_norm's y, before a
+// narrower y_dtype) and every register of a fused program are rounded to their dtype,
 // so these kernels give the bits of the unfused ref ops.
 #include <cmath>
 #include <numbers>
@@ -28,7 +28,7 @@ void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, sum[i] + r[i % r.size()]);
   LayerNormRows norm = layernorm_rows(sum, load(in[2]), load(in[3]), attrs.get_float("eps"));
   store(out[0], sum);
-  store(out[1], rounded_to(dtype, norm.y));
+  store(out[1], norm.y);
   store(out[2], norm.mean);
   store(out[3], norm.rstd);
 }
