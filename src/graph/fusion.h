@@ -16,7 +16,8 @@ namespace strata {
 // layernorm_backward -> add (gradient accumulation) becomes
 // layernorm_backward_add, absorbing a bf16 -> f32 cast of its dy likewise.
 // rms_norm and rms_norm_backward become add_rms_norm and
-// rms_norm_backward_add the same way.
+// rms_norm_backward_add the same way; add_rms_norm also absorbs an f32 ->
+// bf16 cast that is y's only reader (attr y_dtype: y is stored once, in bf16).
 GraphRewriter::Result fuse_residual_layernorm(const Graph& graph, const std::set<int>& keep = {});
 
 // Trees of element-wise ops (add, scale, gelu, gelu_backward, cast) over f32

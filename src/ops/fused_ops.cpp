@@ -18,6 +18,18 @@ bool widens_exactly(DType narrow, DType wide) {
   return narrow == wide || (is_floating(narrow) && dtype_size(narrow) < dtype_size(wide));
 }
 
+// add_rms_norm's y dtype: attr y_dtype (the narrowing cast that read y,
+// absorbed by the fusion pass), else x's.
+DType y_dtype_of(const std::string& op, const TensorMeta& x, const Attrs& attrs) {
+  if (!attrs.has("y_dtype")) return x.dtype;
+  const DType y = parse_dtype(attrs.get_string("y_dtype"));
+  if (!is_floating(y) || dtype_size(y) > dtype_size(x.dtype)) {
+    fail("op '{}': attr y_dtype must be x's dtype ({}) or a narrower floating one, got {}", op,
+         dtype_name(x.dtype), dtype_name(y));
+  }
+  return y;
+}
+
 void add_add_layernorm(OpRegistry& registry) {
   registry.add({
       .name = "add_layernorm",
@@ -89,12 +101,13 @@ void add_add_rms_norm(OpRegistry& registry) {
       .name = "add_rms_norm",
       .summary = "sum = x + r rounded to x's dtype (r is x's dtype or a narrower floating one, widened exactly; "
                  "r's shape is a suffix of x's, repeated over the leading dims); then y = rms_norm(sum, weight) "
-                 "exactly as op rms_norm computes it from the stored sum",
+                 "exactly as op rms_norm computes it from the stored sum; with attr y_dtype (optional, x's dtype or "
+                 "a narrower floating one), y rounded to x's dtype is rounded again to it, as a following cast would",
       .inputs = {"x", "r", "weight"},
       .outputs = {"sum", "y"},
       .attrs = {"eps"},
       .infer =
-          [](const Metas& in, const Attrs&) -> Metas {
+          [](const Metas& in, const Attrs& attrs) -> Metas {
             const std::string op = "add_rms_norm";
             const TensorMeta& x = in[0];
             expect(is_floating(x.dtype) && !x.shape.empty(), op, "x", "be floating with at least 1 dim", x);
@@ -103,7 +116,7 @@ void add_add_rms_norm(OpRegistry& registry) {
                    "have a suffix of x's shape " + shape_str(x.shape), in[1]);
             expect(in[2].shape == Shape{x.shape.back()} && in[2].dtype == x.dtype, op, "weight",
                    "be x's dtype, shape [" + std::to_string(x.shape.back()) + "]", in[2]);
-            return {x, x};
+            return {x, {x.shape, y_dtype_of(op, x, attrs)}};
           },
       .flops = [](const Metas& in, const Metas&, const Attrs&) { return 5.0 * count(in[0]); },
       .may_reuse = {{0, 0}},

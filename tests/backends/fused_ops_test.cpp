@@ -78,6 +78,40 @@ TEST(AddLayerNorm, Bf16Activations) {
   for (size_t i : {size_t{2}, size_t{3}}) expect_close(cpu[i], ref[i], 2e-6, "stats " + std::to_string(i));
 }
 
+// add_rms_norm's y_dtype bf16 (the fusion pass absorbing the cast that read
+// y): y is the f32 y cast to bf16 by the backend's own cast, bit for bit; the
+// sum does not change (opencl writes the f32 y and casts it).
+TEST(AddRmsNormWithYDtype, StoresTheCastOfTheF32YBitForBit) {
+  NormInputs in = norm_inputs({3, 23, 37}, {3, 23, 37}, 61);
+  Attrs narrow = kEps;
+  narrow.set("y_dtype", std::string("bf16"));
+  for (const Tensor& r : {in.r, bf16_of(in.r)}) {
+    const Tensors inputs{in.x, r, in.gamma};
+    for (const std::string backend : {"ref", "cpu", "opencl"}) {
+      const std::string what = backend + " r " + std::string(dtype_name(r.dtype()));
+      Tensors wide = run_on(backend, "add_rms_norm", inputs, kEps);
+      Tensors fused = run_on(backend, "add_rms_norm", inputs, narrow);
+      ASSERT_EQ(fused[1].dtype(), DType::BF16) << what;
+      expect_identical(fused[1], run_on(backend, "cast", {wide[1]}, {{"dtype", "bf16"}})[0], what + " y");
+      expect_identical(fused[0], wide[0], what + " sum");
+    }
+  }
+}
+
+TEST(AddRmsNormWithYDtype, RefusesAWiderYDtype) {
+  NormInputs in = norm_inputs({2, 5, 8}, {2, 5, 8}, 71);
+  Attrs wider = kEps;
+  wider.set("y_dtype", std::string("f64"));
+  try {
+    run_on("ref", "add_rms_norm", {in.x, in.r, in.gamma}, wider);
+    FAIL() << "f64 y for f32 x accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("attr y_dtype must be x's dtype (f32) or a narrower floating one"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(AddLayerNorm, RejectsMismatchedInputs) {
   NormInputs in = norm_inputs({2, 4, 8}, {2, 4, 8}, 51);
   EXPECT_THROW(run_on("ref", "add_layernorm", {in.x, random_f32({4, 7}, 1), in.gamma, in.beta}, kEps), Error);

@@ -1,9 +1,10 @@
 // square_sum_exact: cpu (threads merging in any order) and ref give the same
 // bins, for f32 and bf16; the bins of pieces merge to the bins of the whole;
 // the value agrees with an f64 sum of the squares (which errs by ~n ulps).
-// cpu cuts each block's squares into fixed-point words and leaves the squares
-// far below its block's largest to ref's scalar bins: the cases below put
-// values on both sides of that line.
+// cpu cuts each block's squares into fixed-point words (two where the block's
+// values span at most 16 binades, else three) and leaves the squares far below
+// its block's largest to ref's scalar bins: the cases below put values on both
+// sides of those lines.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +59,25 @@ TEST(SquareSumExact, CpuGivesRefsBinsWhereSquaresFallBelowTheBlocksFixedPointWor
                          std::to_string(count) + " " + std::string(dtype_name(dtype)) + " values at " +
                              std::to_string(threads) + " threads");
       }
+    }
+  }
+}
+
+TEST(SquareSumExact, CpuGivesRefsBinsForBlocksSpanningSixteenBinadesAndSeventeen) {
+  // Full 24-bit mantissas (odd: every square has its lowest bit set) in binades top - span .. top, each
+  // block holding both ends, at magnitudes from near the smallest normal to near the largest.
+  for (int span : {15, 16, 17}) {
+    for (int top : {-100, 0, 100}) {
+      Tensor x = random_f32({3 * 4096 + 5}, 51 + static_cast<uint64_t>(span));
+      float* values = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const float mantissa = static_cast<float>((i * 2654435761u) % (1u << 23) | 1u | (1u << 23)) * 0x1p-23f;
+        const int binade = i % 4096 == 0 ? top : i % 4096 == 1 ? top - span : top - static_cast<int>(i % (span + 1));
+        values[i] = std::copysign(std::ldexp(mantissa, binade), values[i]);
+      }
+      Tensor ref = run_on("ref", "square_sum_exact", {x})[0];
+      expect_identical(run_on("cpu", "square_sum_exact", {x})[0], ref,
+                       "span " + std::to_string(span) + " below 2^" + std::to_string(top + 1));
     }
   }
 }

@@ -170,6 +170,12 @@ TEST(LlamaBlock, FusionFusesEveryResidualRmsNormAndGivesTheUnfusedResults) {
     EXPECT_EQ(count_op(fused.graph, "rms_norm_backward"), 1);
     EXPECT_EQ(count_op(fused.graph, "rope"), 2 * kLayers);  // forward and its inverse
     EXPECT_EQ(count_op(fused.graph, "swiglu_backward"), kLayers);
+    // In bf16 each fused norm stores y in bf16 for its matmuls, absorbing the cast.
+    int narrowed = 0;
+    for (const Node& node : fused.graph.nodes()) {
+      narrowed += node.op == "add_rms_norm" && fused.graph.value(node.outputs[1]).meta.dtype == DType::BF16;
+    }
+    EXPECT_EQ(narrowed, c.precision == "bf16" ? 2 * kLayers : 0);
     std::vector<Tensor> params = random_params(s, c.dtype);
     std::vector<Tensor> unfused_step = run_step(s, s.graph, {}, c.backend, params);
     std::vector<Tensor> fused_step = run_step(s, fused.graph, fused.value_map, c.backend, params);

@@ -1,6 +1,6 @@
 // rms_norm and rms_norm_backward over the last dim, and their residual-fused
 // forms add_rms_norm and rms_norm_backward_add (graph/fusion.h), for f32 and
-// bf16 storage. Rows are normalised in f32 as LlamaRMSNorm does (the sum of
+// bf16 storage (add_rms_norm's y may be narrower: a cast it absorbed). Rows are normalised in f32 as LlamaRMSNorm does (the sum of
 // squares in f32, h = x * rstd rounded to x's dtype before the weight
 // multiplies it). The fused kernels run the unfused ones' row routines on the
 // stored sum, or with dx starting from dres. The backward recomputes rstd and
@@ -34,14 +34,16 @@ __attribute__((always_inline)) inline float row_rstd(const V* row, int64_t width
   return 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
 }
 
-// y = weight * round_X(row * rstd), rounded to X.
-template <typename V, typename X>
+// y = weight * round_X(row * rstd), rounded to X, then to Y (add_rms_norm's
+// y_dtype; rounding to f32 is none, so an f32 X rounds once).
+template <typename V, typename X, typename Y = X>
 __attribute__((always_inline)) inline void normalize_row(const V* row, const X* weight, int64_t width, float eps,
-                                                         X* y_row) {
+                                                         Y* y_row) {
   float rstd = row_rstd(row, width, eps);
 #pragma omp simd
   for (int64_t c = 0; c < width; ++c) {
-    y_row[c] = from_f32<X>(to_f32(weight[c]) * to_f32(from_f32<X>(to_f32(row[c]) * rstd)));
+    const X y = from_f32<X>(to_f32(weight[c]) * to_f32(from_f32<X>(to_f32(row[c]) * rstd)));
+    y_row[c] = from_f32<Y>(to_f32(y));
   }
 }
 
@@ -53,9 +55,9 @@ STRATA_CPU_CLONES void rms_norm_rows(const X* x, const X* weight, int64_t width,
 
 // Rows [row_begin, row_end) of add_rms_norm; r row `row mod r_rows` pairs with
 // x row `row`. `rounded` (width floats) holds the stored sum of the current row.
-template <typename X, typename R>
+template <typename X, typename R, typename Y>
 STRATA_CPU_CLONES void add_rms_norm_rows(const X* x, const R* r, int64_t r_rows, const X* weight, int64_t width,
-                                         float eps, int64_t row_begin, int64_t row_end, X* sum, X* y,
+                                         float eps, int64_t row_begin, int64_t row_end, X* sum, Y* y,
                                          float* rounded) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const X* x_row = x + row * width;
@@ -150,7 +152,7 @@ void rms_norm_backward(const Tensors& in, const Tensors& out, const Attrs& attrs
   rms_norm_backward_blocks<X, X, /*kAddResidual=*/false>(in, /*dres=*/nullptr, out, attrs);
 }
 
-template <typename X, typename R>
+template <typename X, typename R, typename Y>
 void add_rms_norm_typed(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   int64_t width = in[0].size(-1);
   int64_t r_rows = in[1].numel() / width;
@@ -159,11 +161,24 @@ void add_rms_norm_typed(const Tensors& in, const Tensors& out, const Attrs& attr
   const R* r = in[1].data<R>();
   const X* weight = in[2].data<X>();
   X* sum = out[0].data<X>();
-  X* y = out[1].data<X>();
+  Y* y = out[1].data<Y>();
   parallel_chunks(leading_rows(in[0]), kRowGrain, [&](int64_t begin, int64_t end) {
     float* rounded = thread_scratch<float>(0, static_cast<size_t>(width));
     add_rms_norm_rows(x, r, r_rows, weight, width, eps, begin, end, sum, y, rounded);
   });
+}
+
+// y may be narrower than x (a narrowing cast the fusion pass absorbed).
+template <typename X, typename R>
+void add_rms_norm_with_r(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  switch (out[1].dtype()) {
+    case DType::F32:
+      if constexpr (std::is_same_v<X, float>) return add_rms_norm_typed<X, R, float>(in, out, attrs);
+      break;
+    case DType::BF16: return add_rms_norm_typed<X, R, bf16>(in, out, attrs);
+    default: break;
+  }
+  STRATA_CHECK(false, "add_rms_norm: y is {} for x {}", dtype_name(out[1].dtype()), dtype_name(in[0].dtype()));
 }
 
 // r may be narrower than x (a widening cast the fusion pass absorbed).
@@ -171,11 +186,11 @@ template <typename X>
 void add_rms_norm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   switch (in[1].dtype()) {
     case DType::F32:
-      if constexpr (std::is_same_v<X, float>) return add_rms_norm_typed<X, float>(in, out, attrs);
+      if constexpr (std::is_same_v<X, float>) return add_rms_norm_with_r<X, float>(in, out, attrs);
       break;
-    case DType::BF16: return add_rms_norm_typed<X, bf16>(in, out, attrs);
+    case DType::BF16: return add_rms_norm_with_r<X, bf16>(in, out, attrs);
     case DType::F16:
-      if constexpr (std::is_same_v<X, float>) return add_rms_norm_typed<X, fp16>(in, out, attrs);
+      if constexpr (std::is_same_v<X, float>) return add_rms_norm_with_r<X, fp16>(in, out, attrs);
       break;
     default: break;
   }

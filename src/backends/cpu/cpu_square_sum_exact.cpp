@@ -1,12 +1,15 @@
 // square_sum_exact, vectorised. A block's squares are scaled by the power of
-// two that puts its largest below 2^40 and cut into three fixed-point words,
-// each rounded to nearest (units 1, 2^-40 and 2^-80; the last two signed).
-// Every step is exact in double and each word's magnitude is at most 2^40, so
-// a block's 4096 words sum exactly in a double. A square with bits below the
-// third word (a value more than 2^36 times smaller than its block's largest,
-// or a subnormal) goes to ExactSquareSum::add, as does a block holding an
-// infinity or NaN. The result is exact, so threads merge in any order and
-// the canonical words are the ones ref's scalar bins give.
+// two that puts its largest below 2^80 (or 2^120) and cut into two (or three)
+// fixed-point words, each rounded to nearest (units 2^40 and 1, or 2^80, 2^40
+// and 1; all but the first signed). Every step is exact in double and each
+// word's magnitude is at most 2^40 units, so a block's 4096 words sum exactly
+// in a double. Two words hold every square exactly when the block's nonzero
+// values span at most 16 binades (the usual case: two thirds of the work of
+// three words); otherwise three words are cut, and a square with bits below
+// the third word (a value more than 2^36 times smaller than its block's
+// largest, or a subnormal) goes to ExactSquareSum::add, as does a block
+// holding an infinity or NaN. The result is exact, so threads merge in any
+// order and the canonical words are the ones ref's scalar bins give.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -67,14 +70,53 @@ inline void add_kept(f64x8& sum, const f64x8& words, const i64x8& exact) {
   sum = exact ? sum + words : sum;  // a masked add
 }
 
-STRATA_CPU_CLONES uint32_t largest_exponent(const float* x, int64_t count) {
-  uint32_t top = 0;
-#pragma omp simd reduction(max : top)
+// The largest exponent field of a block's values, and the smallest of its
+// nonzero ones (kNanOrInfinity when all are zero).
+struct ExponentRange {
+  int top, bottom;
+};
+
+STRATA_CPU_CLONES ExponentRange exponent_range(const float* x, int64_t count) {
+  uint32_t top = 0, bottom = kNanOrInfinity;
+#pragma omp simd reduction(max : top) reduction(min : bottom)
   for (int64_t i = 0; i < count; ++i) {
-    const uint32_t exponent = (std::bit_cast<uint32_t>(x[i]) >> 23) & 0xFFu;
+    const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
+    const uint32_t exponent = (bits >> 23) & 0xFFu;
+    const uint32_t nonzero_exponent = (bits & 0x7FFFFFFFu) != 0 ? exponent : kNanOrInfinity;
     top = exponent > top ? exponent : top;
+    bottom = nonzero_exponent < bottom ? nonzero_exponent : bottom;
   }
-  return top;
+  return {static_cast<int>(top), static_cast<int>(bottom)};
+}
+
+// A block whose nonzero values are normal and span at most this many binades
+// scales to squares that are integers below 2^80 (48 significant bits moved
+// at most 2 * 16 places): two words hold each exactly.
+constexpr int kTwoWordSpan = 16;
+
+// Sums of the two words of a block's squares (count a multiple of 16), as
+// sum_words gives them: sums[0] in units of 2^80, sums[1] of 2^40 (`scale` is
+// 2^40 times smaller than sum_words's). Two sets of accumulators keep the
+// adds' latency off the loop's path.
+STRATA_CPU_CLONES void sum_two_words(const float* x, int64_t count, double scale, double* sums) {
+  f64x8 high[2]{}, low[2]{};
+  for (int64_t i = 0; i < count; i += 2 * kLanes) {
+    for (int half = 0; half < 2; ++half) {
+      f64x8 wide;
+      for (int lane = 0; lane < kLanes; ++lane) wide[lane] = x[i + half * kLanes + lane];
+      const f64x8 scaled = wide * wide * scale;  // an integer below 2^80: exact
+      f64x8 rounded;
+      round_to_unit(scaled, kFractionMagic, rounded);
+      high[half] += rounded;
+      low[half] += scaled - rounded;
+    }
+  }
+  sums[0] = sums[1] = sums[2] = 0.0;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    sums[0] += high[0][lane] + high[1][lane];
+    sums[1] += low[0][lane] + low[1][lane];
+  }
+  sums[0] /= kWordScale;  // exact: back to the word's own unit
 }
 
 // Sums the words of the squares that split exactly (count a multiple of 8);
@@ -119,19 +161,24 @@ void add_left_out(const float* x, int64_t count, double scale, ExactSquareSum& s
   sum.add(left_out, left);
 }
 
-// A block of at most kBlock values, zero-padded to a multiple of 8.
+// A block of at most kBlock values, zero-padded to a multiple of 16.
 void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
-  const int top = static_cast<int>(largest_exponent(x, count));
+  const auto [top, bottom] = exponent_range(x, count);
   if (top == kNanOrInfinity) {
     sum.add(x, count);
     return;
   }
   // |x| < 2^(top - 126), so x^2 * 2^(292 - 2 top) < 2^40; the unit 2^(2 top - 292) is bin top + 4's.
-  // The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly).
-  const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * top);
-  const int64_t padded = round_up(count, kLanes);
+  // The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly);
+  // with two words, 2^40 further (below 2^80), whose unit is then the fraction word's.
+  const int64_t padded = round_up(count, 2 * kLanes);
   double sums[3];
-  if (sum_words(x, padded, scale, sums) > 0) add_left_out(x, padded, scale, sum);
+  if (bottom > 0 && top - bottom <= kTwoWordSpan) {
+    sum_two_words(x, padded, std::ldexp(1.0, 292 + kWordBits - 2 * top), sums);
+  } else {
+    const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * top);
+    if (sum_words(x, padded, scale, sums) > 0) add_left_out(x, padded, scale, sum);
+  }
   // The signed words carried into non-negative ones (the block's sum is not negative).
   const auto tail = static_cast<int64_t>(sums[2]);
   const int64_t fraction = static_cast<int64_t>(sums[1]) + (tail >> kWordBits);
@@ -158,7 +205,7 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
       for (int64_t begin = range; begin < range_end; begin += kBlock) {
         const int64_t n = std::min(kBlock, range_end - begin);
         if constexpr (std::is_same_v<T, float>) {
-          if (n % kLanes == 0) {
+          if (n % (2 * kLanes) == 0) {
             add_block(x + begin, n, mine);
             continue;
           }
@@ -166,7 +213,7 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
         } else {
           widen_bf16(x + begin, block, n);
         }
-        std::fill(block + n, block + round_up(n, kLanes), 0.0f);
+        std::fill(block + n, block + round_up(n, 2 * kLanes), 0.0f);
         add_block(block, n, mine);
       }
     }

@@ -266,9 +266,11 @@ void gelu_backward(const Tensors& in, const Tensors& out, const Attrs&) {
       .run(out[0].numel(), kGroup);
 }
 
-void cast(const Tensors& in, const Tensors& out, const Attrs&) {
-  const Tensor& x = in[0];
-  const Tensor& y = out[0];
+void cast(const Tensors& in, const Tensors& out, const Attrs&) { cast_on_device(in[0], out[0]); }
+
+}  // namespace
+
+void cast_on_device(const Tensor& x, const Tensor& y) {
   if (x.dtype() == y.dtype()) {
     device_of(y).copy(x.buffer(), x.offset_bytes(), y.buffer(), y.offset_bytes(), y.nbytes());
     return;
@@ -281,6 +283,8 @@ void cast(const Tensors& in, const Tensors& out, const Attrs&) {
       .value<cl_ulong>(count_of(y))
       .run(y.numel(), kGroup);
 }
+
+namespace {
 
 // `copy`: adamw_with_copy's fourth output, or nullptr for adamw.
 void run_adamw(const Tensors& in, const Tensors& out, const Attrs& attrs, const Tensor* copy) {

@@ -5,7 +5,8 @@
 // kBlockRows rows, which owns its block's column sums (dgamma and dbeta, or dweight), then one
 // work-item per column adds the blocks in block order (in f64 where the device has it): every
 // result is the same run to run, without atomics. The fused ops' residual or dy may be bf16 or f16
-// (a widening cast the fusion pass absorbed): the program is built once per such dtype.
+// (a widening cast the fusion pass absorbed): the program is built once per such dtype. add_rms_norm's
+// y may be narrower (a narrowing cast absorbed): it is written in f32 and cast after, as unfused.
 #include <algorithm>
 #include <vector>
 
@@ -214,6 +215,16 @@ void layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
       .run(static_cast<size_t>(leading_rows(in[0])) * kRowThreads, kRowThreads);
 }
 
+// The f32 y the add_rms_norm kernel writes: `y` itself, or a scratch tensor when y is narrower
+// (y_dtype), which narrow_y then casts into y.
+Tensor f32_y(const Tensor& y) {
+  return y.dtype() == DType::F32 ? y : Tensor::empty(y.shape(), DType::F32, y.device());
+}
+
+void narrow_y(const Tensor& f32, const Tensor& y) {
+  if (y.dtype() != DType::F32) cast_on_device(f32, y);
+}
+
 void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   const size_t width = static_cast<size_t>(in[0].size(-1));
   Launch(out[0], norm_source("add_layernorm", in[1].dtype()), "add_layernorm")
@@ -271,10 +282,12 @@ void rms_norm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
 
 void add_rms_norm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   const size_t width = static_cast<size_t>(in[0].size(-1));
+  const Tensor y = f32_y(out[1]);
   Launch(out[0], norm_source("add_rms_norm", in[1].dtype()), "add_rms_norm")
       .tensor(in[0]).tensor(in[1]).value<cl_ulong>(static_cast<size_t>(in[1].numel()) / width)
-      .tensor(in[2]).tensor(out[0]).tensor(out[1]).value<cl_ulong>(width).value<cl_float>(eps_of(attrs))
+      .tensor(in[2]).tensor(out[0]).tensor(y).value<cl_ulong>(width).value<cl_float>(eps_of(attrs))
       .run(static_cast<size_t>(leading_rows(in[0])) * kRowThreads, kRowThreads);
+  narrow_y(y, out[1]);
 }
 
 // rms_norm_backward, or rms_norm_backward_add when `dres` is defined. Inputs dy, x, weight.

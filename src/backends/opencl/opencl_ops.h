@@ -13,6 +13,9 @@ inline int64_t leading_rows(const Tensor& tensor) {
   return shape_numel(Shape(tensor.shape().begin(), tensor.shape().end() - 1));
 }
 
+// y = x converted to y's dtype (op cast), queued like a kernel.
+void cast_on_device(const Tensor& x, const Tensor& y);
+
 void register_matmul(Backend& backend);  // matmul, linear, bmm
 void register_elementwise(Backend& backend);  // add, scale, gelu(_backward), cast, adamw(_with_copy), fused_elementwise1..4
 void register_reductions(Backend& backend);  // sum_to, sum_squares, square_sum_exact

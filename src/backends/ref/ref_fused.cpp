@@ -1,7 +1,7 @@
 // The fused ops in double, rounding where the unfused ops would store: the
-// sum of add_layernorm and add_rms_norm and every register of a fused program
-// are rounded to their dtype, so these kernels give the bits of the unfused
-// ref ops.
+// sum of add_layernorm and add_rms_norm (and add_rms_norm's y, before a
+// narrower y_dtype) and every register of a fused program are rounded to their dtype,
+// so these kernels give the bits of the unfused ref ops.
 #include <cmath>
 #include <numbers>
 
@@ -14,6 +14,12 @@
 namespace strata::ref {
 
 namespace {
+
+// y rounded to x's dtype, before store rounds it to y's (y_dtype: the cast the op absorbed).
+std::vector<double> rounded_to(DType dtype, std::vector<double> values) {
+  for (double& value : values) value = round_to(dtype, value);
+  return values;
+}
 
 void add_layernorm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   std::vector<double> sum = load(in[0]);
@@ -42,7 +48,7 @@ void add_rms_norm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   DType dtype = in[0].dtype();
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, sum[i] + r[i % r.size()]);
   store(out[0], sum);
-  store(out[1], rms_norm_rows(sum, load(in[2]), attrs.get_float("eps"), dtype));
+  store(out[1], rounded_to(dtype, rms_norm_rows(sum, load(in[2]), attrs.get_float("eps"), dtype)));
 }
 
 void rms_norm_backward_add(const Tensors& in, const Tensors& out, const Attrs& attrs) {
