@@ -71,6 +71,12 @@ TARGETS = [
      {"smollm_135m"}),
     ("37: Strata fp32 >= 1.3x current PyTorch fp32", lambda m: m["ratio"].get("fp32"), 1.3, {"mixtral_small"}),
     ("37: Strata bf16 >= 1.3x current PyTorch bf16", lambda m: m["ratio"].get("bf16"), 1.3, {"mixtral_small"}),
+    ("40: Strata bf16 >= 1.8x current PyTorch bf16", lambda m: m["ratio"].get("bf16"), 1.8, {"small", "smollm_135m"}),
+    ("40: Strata bf16 MFU >= 60% of measured bf16 peak", lambda m: m["mfu_bf16_peak"].get("strata bf16"), 0.60,
+     {"small", "smollm_135m"}),
+    ("40: Strata fp32 >= 1.25x current PyTorch fp32", lambda m: m["ratio"].get("fp32"), 1.25, {"small", "gpt2_small"}),
+    ("40: Strata fp32 MFU >= 80% of measured fp32 peak", lambda m: m["mfu_fp32_peak"].get("strata fp32"), 0.80,
+     {"small", "gpt2_small"}),
 ]
 
 
