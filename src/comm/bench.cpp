@@ -613,27 +613,39 @@ std::vector<size_t> fit_calibration(const BenchReport& report, std::array<Calibr
       }
       if (!latency.empty()) latency_scale = std::clamp(median(latency), 0.01, 100.0);
     }
-    // What remains, size by size: the correction table.
+    // What remains, size by size: the correction table, and whether every
+    // row of a size was settled over rounds.
     std::vector<std::pair<double, double>> size_factors;
+    std::vector<bool> settled_by_rounds;
     for (const BenchRow* row : rows) {
       double modeled_us = latency_scale * row->model_latency_us + bandwidth_scale * row->model_transfer_us;
       if (modeled_us <= 0) continue;
       double factor = std::clamp(median_us(*row) / modeled_us, 0.01, 100.0);
+      const bool settled = row->round_us.size() >= kSettlingRounds;
       if (!size_factors.empty() && size_factors.back().first == static_cast<double>(row->bytes)) {
         size_factors.back().second = std::sqrt(size_factors.back().second * factor);
+        settled_by_rounds.back() = settled_by_rounds.back() && settled;
       } else {
         size_factors.emplace_back(static_cast<double>(row->bytes), factor);
+        settled_by_rounds.push_back(settled);
       }
     }
     // A correction should vary smoothly with size: each point takes the median
-    // of itself and its neighbours, so one disturbed size cannot flip a choice.
-    // An end point, with one neighbour, stands in for the missing one the line
+    // of itself and its neighbours, so one disturbed size cannot flip a choice;
+    // inside the range that keeps a real step (the median of a, a, b is a). An
+    // end point, with one neighbour, stands in for the missing one the line
     // through its two nearest (the median of two would pull a steep end
-    // halfway to its neighbour: 4 KiB was predicted 20% fast that way).
+    // halfway to its neighbour: 4 KiB was predicted 20% fast that way). That
+    // still erases a step between the end and its neighbour (a fixed cost that
+    // only the smallest size shows: 2-rank all-to-all at 4 KiB was predicted
+    // at 0.33-0.42 of its time, calibrated), so an end point whose rounds
+    // settled it keeps its own factor: interleaved rounds already took out
+    // what a disturbance would have put there.
     std::vector<std::pair<double, double>> smoothed = size_factors;
     const size_t points = size_factors.size();
     auto factor = [&](size_t i) { return size_factors[i].second; };
     for (size_t i = 0; i < points; ++i) {
+      if ((i == 0 || i == points - 1) && settled_by_rounds[i]) continue;
       std::vector<double> window;
       for (size_t j = i == 0 ? 0 : i - 1; j <= std::min(i + 1, points - 1); ++j) window.push_back(factor(j));
       if (points >= 3 && (i == 0 || i == points - 1)) {

@@ -86,6 +86,10 @@ double round_spread(const BenchRow& row);
 // the calibration fit leaves it out.
 inline constexpr double kUnsettledSpread = 0.5;
 inline bool unsettled(const BenchRow& row) { return round_spread(row) > kUnsettledSpread; }
+// Rounds that make a settled row's median a measurement the calibration keeps
+// as it is at the ends of the size range (fewer: one disturbed round could be
+// the median).
+inline constexpr size_t kSettlingRounds = 3;
 
 // Parses "4096", "4K", "256M", "1G" (binary multiples). Throws naming `what`.
 size_t parse_size(const std::string& text, const std::string& what);
@@ -109,8 +113,9 @@ std::string format_json(const BenchReport& report);
 // rows the model calls latency-bound, both medians (robust to a disturbed
 // measurement), then a size factor per measured size for what remains (the
 // median of that size and its neighbours, so the calibrated model follows the
-// measurements smoothly and interpolates between them); algorithms without
-// rows keep their entry.
+// measurements smoothly and interpolates between them; an end size settled
+// over kSettlingRounds rounds keeps its own); algorithms without rows keep
+// their entry.
 std::vector<size_t> fit_calibration(const BenchReport& report, std::array<Calibration, kAlgorithmSlots>& calibration);
 
 }  // namespace strata::comm

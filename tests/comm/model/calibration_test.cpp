@@ -116,6 +116,43 @@ TEST(Calibration, EndPointsFollowTheTrendAndShrugOffADisturbance) {
   EXPECT_NEAR(predicted(report.rows.front()), report.rows.front().time_us / 10, 1e-9 * report.rows.front().time_us);
 }
 
+// A fixed cost only the smallest size shows: a step between the end point
+// and its neighbour. Settled over enough rounds, the end keeps it; from a
+// single measurement (or too few rounds to tell), it is pulled onto the trend
+// as a disturbance would be.
+TEST(Calibration, AnEndPointSettledOverRoundsKeepsItsStep) {
+  auto report_with_rounds = [](size_t rounds) {
+    BenchReport report;
+    const std::vector<double> factors = {3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+    for (size_t i = 0; i < factors.size(); ++i) {
+      BenchRow row;
+      row.algorithm = row.ran = "pairwise";
+      row.bytes = size_t{4096} << (2 * i);
+      row.model_transfer_us = static_cast<double>(row.bytes) / 1e4;
+      row.time_us = row.slowest_us = row.model_transfer_us * factors[i];
+      // Rounds within 5% of the time, their median the time itself for 2, 3 and 5 rounds.
+      const double spread[] = {0.95, 1.05, 1.0, 0.95, 1.05};
+      for (size_t round = 0; round < rounds; ++round) row.round_us.push_back(row.time_us * spread[round]);
+      report.rows.push_back(row);
+    }
+    return report;
+  };
+  auto smallest_predicted_over_measured = [](const BenchReport& report) {
+    std::array<Calibration, kAlgorithmSlots> fitted{};
+    EXPECT_TRUE(fit_calibration(report, fitted).empty());
+    const Calibration& pairwise = fitted[static_cast<size_t>(Algorithm::Pairwise)];
+    const BenchRow& row = report.rows.front();
+    return pairwise.bandwidth_scale * row.model_transfer_us * pairwise.size_factor(static_cast<double>(row.bytes)) /
+           row.time_us;
+  };
+  // Every round's median is the straight line's time (x 3 at 4 KiB): the fit is exact there.
+  EXPECT_NEAR(smallest_predicted_over_measured(report_with_rounds(5)), 1.0, 1e-9);
+  EXPECT_NEAR(smallest_predicted_over_measured(report_with_rounds(kSettlingRounds)), 1.0, 1e-9);
+  // One measurement, or two rounds: the step is taken for a disturbance (the factor of its neighbours, 1).
+  EXPECT_NEAR(smallest_predicted_over_measured(report_with_rounds(0)), 1.0 / 3.0, 1e-9);
+  EXPECT_NEAR(smallest_predicted_over_measured(report_with_rounds(2)), 1.0 / 3.0, 1e-9);
+}
+
 TEST(Calibration, RoundSpreadIsTheInterquartileRangeOverTheMedian) {
   BenchRow row;
   EXPECT_EQ(round_spread(row), 0.0);  // no rounds
