@@ -1,11 +1,12 @@
 // rms_norm and rms_norm_backward over the last dim, and their residual-fused
 // forms add_rms_norm and rms_norm_backward_add (graph/fusion.h), for f32 and
-// bf16 storage (add_rms_norm's y may be narrower: a cast it absorbed). Rows are normalised in f32 as LlamaRMSNorm does (the sum of
-// squares in f32, h = x * rstd rounded to x's dtype before the weight
-// multiplies it). The fused kernels run the unfused ones' row routines on the
-// stored sum, or with dx starting from dres. The backward recomputes rstd and
-// runs fixed blocks of kRowGrain rows; dweight is summed per block, then over
-// blocks in block order (f64), so results do not depend on the thread count.
+// bf16 storage (add_rms_norm's y may be narrower: a cast it absorbed). Rows
+// are normalised in f32 as LlamaRMSNorm does (the sum of squares in f32,
+// h = x * rstd rounded to x's dtype before the weight multiplies it). The
+// fused kernels run the unfused ones' row routines on the stored sum, or with
+// dx starting from dres. The backward recomputes rstd and runs fixed blocks
+// of kRowGrain rows; dweight is summed per block, then over blocks in block
+// order (f64), so results do not depend on the thread count.
 #include <cmath>
 #include <type_traits>
 

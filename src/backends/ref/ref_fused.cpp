@@ -1,7 +1,7 @@
 // The fused ops in double, rounding where the unfused ops would store: the
 // sum of add_layernorm and add_rms_norm (and add_rms_norm's y, before a
-// narrower y_dtype) and every register of a fused program are rounded to their dtype,
-// so these kernels give the bits of the unfused ref ops.
+// narrower y_dtype) and every register of a fused program are rounded to
+// their dtype, so these kernels give the bits of the unfused ref ops.
 #include <cmath>
 #include <numbers>
 
