@@ -251,8 +251,10 @@ void add_plan_command(CLI::App& app) {
                       "How the run computes the loss: fused (default: one kernel over the logits, as Strata's), "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
                       "torchtitan), eager-f32-zloss (the logits cast to fp32 and their shifted rows copied, then "
-                      "cross-entropy and z-loss's logsumexp op by op, as OLMo-core without fused_loss) or triton-f32 "
-                      "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss)");
+                      "cross-entropy and z-loss's logsumexp op by op, as OLMo-core without fused_loss), triton-f32 "
+                      "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss), "
+                      "megatron-f32 (Megatron's vocabulary-parallel cross-entropy on the logits cast to fp32, op by "
+                      "op) or megatron-f32-fused (the same with cross_entropy_loss_fusion: four compiled functions)");
   command->add_option("--fp8", args->fp8,
                       "Float8 linears: the layers' linears (forward, input and weight gradients) on the device's "
                       "[device.fp8] engine, attention and the output head in the compute dtype, with the casts of "
