@@ -210,9 +210,13 @@ def plan_command(strata, row, model_path, variant):
     if row.get("framework", "").strip().startswith("torchtitan"):
         cmd += ["--selective", "alternate-gemms", "--loss", "eager-f32"]
     # A loss that differs between one framework's scripts is the row's own (the `loss` column: OLMo-core's eager
-    # cross-entropy with z-loss, or its fused_loss Triton kernel; src/planner/loss_work.h).
+    # cross-entropy with z-loss, or its fused_loss Triton kernel; NeMo's Llama configs with cross_entropy_loss_fusion;
+    # src/planner/loss_work.h). Otherwise Megatron's is its vocabulary-parallel cross-entropy on fp32 logits op by
+    # op (fp16_lm_cross_entropy and cross_entropy_loss_fusion false, the defaults of Megatron-LM and Megatron-Core).
     if (row.get("loss") or "").strip():
         cmd += ["--loss", row["loss"].strip()]
+    elif row.get("framework", "").strip().startswith("megatron"):
+        cmd += ["--loss", "megatron-f32"]
     # A model that normalises all of q and k after their projections (the `qk_norm` column: OLMo 2;
     # src/planner/qk_norm_work.h).
     if (row.get("qk_norm") or "").strip() == "1":
