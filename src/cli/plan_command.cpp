@@ -54,6 +54,7 @@ struct PlanArgs {
   std::string fsdp = "none";
   std::string fsdp_reduce = "f32";
   std::string loss = "fused";
+  std::string cp_merge = "none";
   std::string fp8 = "none";
   std::string fp8_gather = "off";
 };
@@ -113,6 +114,7 @@ void plan(const PlanArgs& args) {
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
+  problem.ring_merge = parse_ring_merge(args.cp_merge, "--cp-merge");
   problem.fp8 = parse_fp8_recipe(args.fp8, "--fp8");
   problem.fp8_gather = !second_of(args.fp8_gather, "--fp8-gather", "on", "off");
   problem.moe_imbalance = args.moe_imbalance;
@@ -255,6 +257,12 @@ void add_plan_command(CLI::App& app) {
                       "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss), "
                       "megatron-f32 (Megatron's vocabulary-parallel cross-entropy on the logits cast to fp32, op by "
                       "op) or megatron-f32-fused (the same with cross_entropy_loss_fusion: four compiled functions)");
+  command->add_option("--cp-merge", args->cp_merge,
+                      "How the runtime merges context parallelism's ring steps, priced as the traffic of its "
+                      "element-wise kernels: te (Transformer Engine's P2P ring: each step's output corrected and "
+                      "added, dQ and dK/dV added, as Megatron-Core), torch (PyTorch's context_parallel: outputs "
+                      "merged and gradients accumulated in fp32, as torchtitan, eager), torch-compiled (the same traced "
+                      "by torch.compile, each step's element-wise work one kernel) or none (default: not priced)");
   command->add_option("--fp8", args->fp8,
                       "Float8 linears: the layers' linears (forward, input and weight gradients) on the device's "
                       "[device.fp8] engine, attention and the output head in the compute dtype, with the casts of "

@@ -164,7 +164,10 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
     if (problem_.qk_norm) add_qk_norm(built->layer, problem_.model, tp);
     add_loss_work(built->head, problem_.loss, problem_.model, micro_batch, seq, tp, problem_.dtype);
     add_fp8_linears(built->layer, problem_.fp8, problem_.dtype, problem_.fp8_gather);
-    if (sequence_parts > 1) run_attention_over_ring(*built, sequence_parts);
+    if (sequence_parts > 1) {
+      run_attention_over_ring(*built, sequence_parts);
+      add_ring_merge(built->layer, problem_.ring_merge, problem_.model, sequence_parts, problem_.dtype);
+    }
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
