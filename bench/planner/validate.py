@@ -179,6 +179,12 @@ def plan_command(strata, row, model_path, variant):
            "--sp", "on" if row["sp"].strip() == "1" else "off"]
     if context_parallel(row) > 1 and cp_exchange(row) != "ring":
         cmd += ["--cp-exchange", cp_exchange(row)]
+    # The ring steps' results merged as the runtime merges them (src/planner/ring_merge_work.h): Transformer Engine's
+    # corrections and in-place sums under Megatron-Core's ring, PyTorch's fp32 merger and accumulators under torch's,
+    # fused by torch.compile where the row compiled (torchtitan compiles each block with fullgraph=True).
+    if context_parallel(row) > 1:
+        compiled = (row.get("compile") or "").strip() == "1"
+        cmd += ["--cp-merge", "te" if cp_exchange(row) == "ring" else "torch-compiled" if compiled else "torch"]
     if pp > 1:
         v = int(row["virtual_stages"])
         if v > 1:
