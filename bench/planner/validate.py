@@ -196,9 +196,11 @@ def plan_command(strata, row, model_path, variant):
     # (multi_tensor_scale), PyTorch's clip_grad_norm_ (torch._foreach_mul_), which torchtitan and Composer call.
     cmd += ["--clip", "separate"]
     # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion)
-    # and drops out attention probabilities and residual branches (its defaults, 0.1 each).
+    # and drops out attention probabilities and residual branches (its defaults, 0.1 each), unless the run's
+    # config sets its dropouts to 0 (the `dropout` column 0: NeMo's Llama 3.1 configs).
     if row.get("framework", "").strip().startswith("megatron"):
-        cmd += ["--accumulate", "fused", "--dropout", "on"]
+        dropout = "off" if (row.get("dropout") or "").strip() == "0" else "on"
+        cmd += ["--accumulate", "fused", "--dropout", dropout]
     # Megatron (its f/g operators before fused QKV and fc1 GEMMs) and torchtitan (PrepareModuleInput on the attention
     # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
     if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
