@@ -87,6 +87,10 @@ struct PlanningProblem {
   LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
   // How the runtime merges context parallelism's ring steps (ring_merge_work.h); None: not priced.
   RingMerge ring_merge = RingMerge::None;
+  // Every pipeline stage (and model chunk) holds as many layers, as Megatron splits them (num_layers // pp, each rank's
+  // share again // virtual stages, divisibility asserted), instead of the split that balances the stages' time
+  // (embedding on the first, head and loss on the last) and then their memory.
+  bool even_stage_layers = false;
   // The model normalises all of q and all of k after their projections (OLMo 2's QK-norm, qk_norm_work.h), which
   // Strata's Llama does not: two more RMSNorms a layer, forward and backward.
   bool qk_norm = false;
