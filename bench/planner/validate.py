@@ -186,6 +186,11 @@ def plan_command(strata, row, model_path, variant):
         compiled = (row.get("compile") or "").strip() == "1"
         cmd += ["--cp-merge", "te" if cp_exchange(row) == "ring" else "torch-compiled" if compiled else "torch"]
     if pp > 1:
+        # Megatron builds num_layers // pp layers on every stage (each rank's share again // virtual stages) unless
+        # told first/last_pipeline_num_layers, which none of these runs sets (get_num_layers_to_build in
+        # megatron/core/transformer/transformer_block.py at Megatron-Core core_v0.9.0; Megatron-LM of 2022 the same).
+        if row.get("framework", "").strip().startswith("megatron"):
+            cmd += ["--stage-layers", "even"]
         v = int(row["virtual_stages"])
         if v > 1:
             cmd += ["--schedule", "interleaved", "--virtual-stages", str(v)]
