@@ -179,7 +179,18 @@ def plan_command(strata, row, model_path, variant):
            "--sp", "on" if row["sp"].strip() == "1" else "off"]
     if context_parallel(row) > 1 and cp_exchange(row) != "ring":
         cmd += ["--cp-exchange", cp_exchange(row)]
+    # The ring steps' results merged as the runtime merges them (src/planner/ring_merge_work.h): Transformer Engine's
+    # corrections and in-place sums under Megatron-Core's ring, PyTorch's fp32 merger and accumulators under torch's,
+    # fused by torch.compile where the row compiled (torchtitan compiles each block with fullgraph=True).
+    if context_parallel(row) > 1:
+        compiled = (row.get("compile") or "").strip() == "1"
+        cmd += ["--cp-merge", "te" if cp_exchange(row) == "ring" else "torch-compiled" if compiled else "torch"]
     if pp > 1:
+        # Megatron builds num_layers // pp layers on every stage (each rank's share again // virtual stages) unless
+        # told first/last_pipeline_num_layers, which none of these runs sets (get_num_layers_to_build in
+        # megatron/core/transformer/transformer_block.py at Megatron-Core core_v0.9.0; Megatron-LM of 2022 the same).
+        if row.get("framework", "").strip().startswith("megatron"):
+            cmd += ["--stage-layers", "even"]
         v = int(row["virtual_stages"])
         if v > 1:
             cmd += ["--schedule", "interleaved", "--virtual-stages", str(v)]
@@ -190,9 +201,11 @@ def plan_command(strata, row, model_path, variant):
     # (multi_tensor_scale), PyTorch's clip_grad_norm_ (torch._foreach_mul_), which torchtitan and Composer call.
     cmd += ["--clip", "separate"]
     # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion)
-    # and drops out attention probabilities and residual branches (its defaults, 0.1 each).
+    # and drops out attention probabilities and residual branches (its defaults, 0.1 each), unless the run's
+    # config sets its dropouts to 0 (the `dropout` column 0: NeMo's Llama 3.1 configs).
     if row.get("framework", "").strip().startswith("megatron"):
-        cmd += ["--accumulate", "fused", "--dropout", "on"]
+        dropout = "off" if (row.get("dropout") or "").strip() == "0" else "on"
+        cmd += ["--accumulate", "fused", "--dropout", dropout]
     # Megatron (its f/g operators before fused QKV and fc1 GEMMs) and torchtitan (PrepareModuleInput on the attention
     # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
     if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
@@ -210,9 +223,13 @@ def plan_command(strata, row, model_path, variant):
     if row.get("framework", "").strip().startswith("torchtitan"):
         cmd += ["--selective", "alternate-gemms", "--loss", "eager-f32"]
     # A loss that differs between one framework's scripts is the row's own (the `loss` column: OLMo-core's eager
-    # cross-entropy with z-loss, or its fused_loss Triton kernel; src/planner/loss_work.h).
+    # cross-entropy with z-loss, or its fused_loss Triton kernel; NeMo's Llama configs with cross_entropy_loss_fusion;
+    # src/planner/loss_work.h). Otherwise Megatron's is its vocabulary-parallel cross-entropy on fp32 logits op by
+    # op (fp16_lm_cross_entropy and cross_entropy_loss_fusion false, the defaults of Megatron-LM and Megatron-Core).
     if (row.get("loss") or "").strip():
         cmd += ["--loss", row["loss"].strip()]
+    elif row.get("framework", "").strip().startswith("megatron"):
+        cmd += ["--loss", "megatron-f32"]
     # A model that normalises all of q and k after their projections (the `qk_norm` column: OLMo 2;
     # src/planner/qk_norm_work.h).
     if (row.get("qk_norm") or "").strip() == "1":

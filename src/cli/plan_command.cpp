@@ -54,6 +54,8 @@ struct PlanArgs {
   std::string fsdp = "none";
   std::string fsdp_reduce = "f32";
   std::string loss = "fused";
+  std::string cp_merge = "none";
+  std::string stage_layers = "balanced";
   std::string fp8 = "none";
   std::string fp8_gather = "off";
 };
@@ -113,6 +115,8 @@ void plan(const PlanArgs& args) {
   problem.fsdp = parse_fsdp_runtime(args.fsdp, "--fsdp");
   problem.fsdp_reduce = parse_dtype(args.fsdp_reduce);
   problem.loss = parse_loss_kernel(args.loss, "--loss");
+  problem.ring_merge = parse_ring_merge(args.cp_merge, "--cp-merge");
+  problem.even_stage_layers = second_of(args.stage_layers, "--stage-layers", "balanced", "even");
   problem.fp8 = parse_fp8_recipe(args.fp8, "--fp8");
   problem.fp8_gather = !second_of(args.fp8_gather, "--fp8-gather", "on", "off");
   problem.moe_imbalance = args.moe_imbalance;
@@ -251,8 +255,20 @@ void add_plan_command(CLI::App& app) {
                       "How the run computes the loss: fused (default: one kernel over the logits, as Strata's), "
                       "eager-f32 (the logits cast to fp32, then PyTorch's log_softmax and nll_loss op by op, as "
                       "torchtitan), eager-f32-zloss (the logits cast to fp32 and their shifted rows copied, then "
-                      "cross-entropy and z-loss's logsumexp op by op, as OLMo-core without fused_loss) or triton-f32 "
-                      "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss)");
+                      "cross-entropy and z-loss's logsumexp op by op, as OLMo-core without fused_loss), triton-f32 "
+                      "(cast and copied so, then one Triton kernel each way, as OLMo-core's fused_loss), "
+                      "megatron-f32 (Megatron's vocabulary-parallel cross-entropy on the logits cast to fp32, op by "
+                      "op) or megatron-f32-fused (the same with cross_entropy_loss_fusion: four compiled functions)");
+  command->add_option("--stage-layers", args->stage_layers,
+                      "How the layers are split over pipeline stages: balanced (default: the split that evens the "
+                      "stages' time, the embedding on the first and the head on the last, then their memory) or even "
+                      "(as many on every stage and virtual stage, as Megatron splits them)");
+  command->add_option("--cp-merge", args->cp_merge,
+                      "How the runtime merges context parallelism's ring steps, priced as the traffic of its "
+                      "element-wise kernels: te (Transformer Engine's P2P ring: each step's output corrected and "
+                      "added, dQ and dK/dV added, as Megatron-Core), torch (PyTorch's context_parallel: outputs "
+                      "merged and gradients accumulated in fp32, as torchtitan, eager), torch-compiled (the same traced "
+                      "by torch.compile, each step's element-wise work one kernel) or none (default: not priced)");
   command->add_option("--fp8", args->fp8,
                       "Float8 linears: the layers' linears (forward, input and weight gradients) on the device's "
                       "[device.fp8] engine, attention and the output head in the compute dtype, with the casts of "

@@ -164,7 +164,10 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
     if (problem_.qk_norm) add_qk_norm(built->layer, problem_.model, tp);
     add_loss_work(built->head, problem_.loss, problem_.model, micro_batch, seq, tp, problem_.dtype);
     add_fp8_linears(built->layer, problem_.fp8, problem_.dtype, problem_.fp8_gather);
-    if (sequence_parts > 1) run_attention_over_ring(*built, sequence_parts);
+    if (sequence_parts > 1) {
+      run_attention_over_ring(*built, sequence_parts);
+      add_ring_merge(built->layer, problem_.ring_merge, problem_.model, sequence_parts, problem_.dtype);
+    }
     found = workloads_.emplace(key, std::move(built)).first;
   }
   return *found->second;
@@ -359,6 +362,11 @@ std::optional<std::string> CostModel::invalid_reason(const ParallelPlan& plan) c
                        batch_split_text(plan.degrees), plan.micro_batch, plan.micro_batches, problem_.global_batch);
   }
   if (plan.zero < 0 || plan.zero > 3) return fmt::format("ZeRO stage {} is not 0, 1, 2 or 3", plan.zero);
+  const int chunks = plan.degree("pp") * virtual_stages(plan);
+  if (problem_.even_stage_layers && problem_.model.n_layer % chunks != 0) {
+    return fmt::format("{} layers do not split evenly over {} pipeline stages x {} virtual stages", problem_.model.n_layer,
+                       plan.degree("pp"), virtual_stages(plan));
+  }
   return std::nullopt;
 }
 
@@ -985,6 +993,11 @@ CostModel::Placement CostModel::place(const ParallelPlan& plan) {
   if (auto why = invalid_reason(plan)) fail("plan {} is invalid: {}", plan.describe(), *why);
   const PlanFigures figures = plan_figures(plan);
   Placement placement;
+  if (problem_.even_stage_layers) {
+    placement.layers.assign(static_cast<size_t>(figures.p), static_cast<int>(problem_.model.n_layer) / figures.p);
+    placement.stages = memory_per_stage(figures, placement.layers);
+    return placement;
+  }
   placement.layers = split_layers_by_time(figures);
   placement.stages = memory_per_stage(figures, placement.layers);
   rebalance_by_memory(figures, placement.layers, placement.stages);

@@ -48,6 +48,7 @@
 #include "planner/fsdp_schedule.h"
 #include "planner/hardware.h"
 #include "planner/loss_work.h"
+#include "planner/ring_merge_work.h"
 #include "planner/model_comm.h"
 #include "planner/plan.h"
 #include "planner/plan_dimension.h"
@@ -84,6 +85,12 @@ struct PlanningProblem {
   // Sequence parallelism's gathers and reduce-scatters run beside the layer's GEMMs (tp_overlap.h).
   TpOverlap tp_overlap;
   LossKernel loss = LossKernel::Fused;  // how the run computes the loss (loss_work.h)
+  // How the runtime merges context parallelism's ring steps (ring_merge_work.h); None: not priced.
+  RingMerge ring_merge = RingMerge::None;
+  // Every pipeline stage (and model chunk) holds as many layers, as Megatron splits them (num_layers // pp, each rank's
+  // share again // virtual stages, divisibility asserted), instead of the split that balances the stages' time
+  // (embedding on the first, head and loss on the last) and then their memory.
+  bool even_stage_layers = false;
   // The model normalises all of q and all of k after their projections (OLMo 2's QK-norm, qk_norm_work.h), which
   // Strata's Llama does not: two more RMSNorms a layer, forward and backward.
   bool qk_norm = false;

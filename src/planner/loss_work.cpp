@@ -12,7 +12,10 @@ LossKernel parse_loss_kernel(const std::string& text, const std::string& what) {
   if (text == "eager-f32") return LossKernel::EagerF32;
   if (text == "eager-f32-zloss") return LossKernel::EagerF32ZLoss;
   if (text == "triton-f32") return LossKernel::TritonF32;
-  fail("{} must be fused, eager-f32, eager-f32-zloss or triton-f32, got '{}'", what, text);
+  if (text == "megatron-f32") return LossKernel::MegatronF32;
+  if (text == "megatron-f32-fused") return LossKernel::MegatronF32Fused;
+  fail("{} must be fused, eager-f32, eager-f32-zloss, triton-f32, megatron-f32 or megatron-f32-fused, got '{}'",
+       what, text);
 }
 
 LossExtra loss_extra(LossKernel loss, double a) {
@@ -35,6 +38,18 @@ LossExtra loss_extra(LossKernel loss, double a) {
       // Forward: float(), the shifted copy 2f, the kernel's read f. Backward: the kernel's 2f, slice_backward's 3f,
       // float()'s.
       return {cast + 2 * f + f - fused_forward, 2 * f + 3 * f + cast - fused_backward};
+    case LossKernel::MegatronF32:
+      // Forward: float(), max f, sub_ 2f, exp_ 2f, sum f, div_ 2f. Backward: mul_ 2f, float()'s.
+      return {cast + f + 2 * f + 2 * f + f + 2 * f - fused_forward, 2 * f + cast - fused_backward};
+    case LossKernel::MegatronF32Fused: {
+      // Forward: the logits read and their f copy written (fp32 logits are returned as they are), f read and
+      // written twice. Backward: f read and written back, the gradient written in bf16 (calculate_gradients casts to
+      // torch.bfloat16), which autograd casts to wider logits (read 2, written a).
+      constexpr double bf16 = 2;
+      const double first = a == f ? f : a + f;
+      const double back_cast = a == bf16 ? 0 : bf16 + a;
+      return {first + 2 * f + 2 * f - fused_forward, 2 * f + bf16 + back_cast - fused_backward};
+    }
   }
   return {};
 }

@@ -22,6 +22,21 @@
 //   gradients of the copied logits summed (2f read, f written);
 // - triton-f32, the scripts with fused_loss=True (triton/cross_entropy_loss.py, flash-attn's Triton kernel): one
 //   kernel forward (f read; z-loss from the same row's log-sum-exp) and one backward (f read, f written).
+//
+// Megatron's vocabulary-parallel cross-entropy (the loss of Megatron-LM and of Megatron-Core, which NeMo runs) on the
+// logits cast to fp32 (fp16_lm_cross_entropy false, the default), two ways:
+// - megatron-f32, without cross_entropy_loss_fusion (Megatron-Core's default; Megatron-LM of 2022, mpu/
+//   cross_entropy.py at NVIDIA/Megatron-LM 35a3fa8b7c, the same ops): eager, one kernel each: float() (logits read,
+//   f written), max (f read), sub_ (f read and written), exp out= in place (f read and written), sum (f read), div_ to
+//   the softmax kept for backward (f read and written); backward the target's update (one value per row), mul_ by the
+//   loss's gradient (f read and written), float()'s backward (f read, logits' dtype written);
+// - megatron-f32-fused, with cross_entropy_loss_fusion (megatron/core/fusions/fused_cross_entropy.py at Megatron-Core
+//   core_v0.9.0): the same ops in four functions under jit_fuser, which is torch.compile from PyTorch 2.2
+//   (megatron/core/jit.py), each compiled alone, so what each returns is written: calculate_logits_max (logits read,
+//   the f copy written, its max taken in the same pass), calculate_predicted_logits (f read; the shifted exp written
+//   back over it, the sum taken in the same pass), calculate_cross_entropy_loss (div_: f read and written);
+//   backward calculate_gradients (the softmax read, mul_'s result written back to it as a compiled in-place update,
+//   f, and the gradient written in bf16).
 // An fp32 dtype is not cast by float(); the copy's one row fewer per sequence is not counted.
 #include <cstdint>
 #include <string>
@@ -36,6 +51,8 @@ enum class LossKernel {
   EagerF32,       // torchtitan: the logits cast to fp32, then PyTorch's ops one by one
   EagerF32ZLoss,  // OLMo-core without fused_loss: cast, shifted copy, cross-entropy and z-loss op by op
   TritonF32,      // OLMo-core with fused_loss: cast, shifted copy, flash-attn's Triton cross-entropy
+  MegatronF32,       // Megatron's vocabulary-parallel cross-entropy on fp32 logits, op by op
+  MegatronF32Fused,  // the same with cross_entropy_loss_fusion: four torch.compile'd functions
 };
 LossKernel parse_loss_kernel(const std::string& text, const std::string& what);
 

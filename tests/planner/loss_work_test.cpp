@@ -51,6 +51,29 @@ TEST(PlannerLoss, OlmoCoreTritonLossAddsTheCastAndTheShiftedCopy) {
   EXPECT_EQ(parse_loss_kernel("triton-f32", "--loss"), LossKernel::TritonF32);
 }
 
+TEST(PlannerLoss, MegatronLossCountsItsFp32PassesKernelByKernel) {
+  // bf16 logits, Megatron's _VocabParallelCrossEntropy op by op (mpu/cross_entropy.py, Megatron-Core's
+  // tensor_parallel/cross_entropy.py): forward float() 2 + 4, max 4, sub_ 4 + 4, exp_ 4 + 4, sum 4, div_ 4 + 4 = 38,
+  // less the fused read 2 = 36; backward mul_ 4 + 4, float()'s backward 4 + 2 = 14, less 2 + 2 = 10.
+  expect_extra(LossKernel::MegatronF32, 2, 36, 10);
+  // fp32 logits: no float() either way; forward 32 less 4, backward 8 less 8.
+  expect_extra(LossKernel::MegatronF32, 4, 28, 0);
+  EXPECT_EQ(parse_loss_kernel("megatron-f32", "--loss"), LossKernel::MegatronF32);
+}
+
+TEST(PlannerLoss, MegatronFusedLossWritesWhatEachCompiledFunctionReturns) {
+  // bf16 logits, fused_cross_entropy.py's four compiled functions: calculate_logits_max 2 + 4, calculate_predicted_
+  // logits 4 + 4, calculate_cross_entropy_loss 4 + 4 = 22, less 2 = 20; calculate_gradients 4 read, 4 written back,
+  // 2 written = 10, less 2 + 2 = 6.
+  expect_extra(LossKernel::MegatronF32Fused, 2, 20, 6);
+  // Fewer bytes than the op-by-op loss each way: the fusion's point.
+  EXPECT_LT(loss_extra(LossKernel::MegatronF32Fused, 2).forward, loss_extra(LossKernel::MegatronF32, 2).forward);
+  EXPECT_LT(loss_extra(LossKernel::MegatronF32Fused, 2).backward, loss_extra(LossKernel::MegatronF32, 2).backward);
+  // fp32 logits: forward 4 + 8 + 8 less 4 = 16; backward 4 + 4 + 2, autograd's cast back 2 + 4, less 8 = 8.
+  expect_extra(LossKernel::MegatronF32Fused, 4, 16, 8);
+  EXPECT_EQ(parse_loss_kernel("megatron-f32-fused", "--loss"), LossKernel::MegatronF32Fused);
+}
+
 TEST(PlannerLoss, OverTheLogitsOfTheDevicesVocabularyShard) {
   ModelConfig config = model_preset("gpt2-small").config;  // vocabulary 50,257: a shard of 25,129 rows at tp = 2
   const Workload fused = build_workload(config, 2, 64, 2, DType::BF16);
