@@ -234,6 +234,11 @@ def plan_command(strata, row, model_path, variant):
     # src/planner/qk_norm_work.h).
     if (row.get("qk_norm") or "").strip() == "1":
         cmd += ["--qk-norm", "on"]
+    # OLMo-core's Attention with torch.compile (use_flash=False) expands k and v to every query head with
+    # repeat_interleave before F.scaled_dot_product_attention (src/olmo_core/nn/attention.py at 41400c46f;
+    # src/planner/kv_repeat_work.h); nothing for a model without grouped-query attention.
+    if row.get("framework", "").strip() == "olmo-core-fsdp2" and (row.get("compile") or "").strip() == "1":
+        cmd += ["--kv-repeat", "on"]
     # llm-foundry's MPT benchmarks ran attn_impl = triton (the benchmark yamls and submit_benchmarks.py's default):
     # Tri Dao's FlashAttention in Triton, priced on the presets' flash-triton engine (FlashAttention-2's, slower by
     # the FlashAttention-2 paper's ratios).

@@ -48,6 +48,7 @@ struct PlanArgs {
   std::string dropout = "off";
   std::string eager = "off";
   std::string qk_norm = "off";
+  std::string kv_repeat = "off";
   std::string tp_input = "per-linear";
   std::string tp_overlap = "none";
   std::string ub_comm_sms;
@@ -109,6 +110,7 @@ void plan(const PlanArgs& args) {
   problem.dropout = !second_of(args.dropout, "--dropout", "on", "off");
   problem.eager = !second_of(args.eager, "--eager", "on", "off");
   problem.qk_norm = !second_of(args.qk_norm, "--qk-norm", "on", "off");
+  problem.kv_repeat = !second_of(args.kv_repeat, "--kv-repeat", "on", "off");
   problem.tp_input = second_of(args.tp_input, "--tp-input", "per-linear", "shared") ? TensorParallelInput::Shared
                                                                                     : TensorParallelInput::PerLinear;
   problem.tp_overlap = parse_tp_overlap(args.tp_overlap, args.ub_comm_sms);
@@ -232,6 +234,10 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--qk-norm", args->qk_norm,
                       "on: the model normalises all of q and all of k after their projections, as OLMo 2 does (two "
                       "more RMSNorms a layer, priced as the layer's own); off (default): none, as Strata's Llama");
+  command->add_option("--kv-repeat", args->kv_repeat,
+                      "on: grouped-query attention runs through an SDPA without GQA, k and v expanded to every query "
+                      "head first, as OLMo-core's compiled Attention does (priced as the expansion's memory traffic); "
+                      "off (default): one grouped kernel, as Strata's graph");
   command->add_option("--tp-input", args->tp_input,
                       "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
                       "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");

@@ -94,6 +94,9 @@ struct PlanningProblem {
   // The model normalises all of q and all of k after their projections (OLMo 2's QK-norm, qk_norm_work.h), which
   // Strata's Llama does not: two more RMSNorms a layer, forward and backward.
   bool qk_norm = false;
+  // Grouped-query attention run by an SDPA without GQA: k and v expanded to every query head first (kv_repeat_work.h,
+  // OLMo-core's compiled path), memory traffic each way that Strata's grouped kernel does not move.
+  bool kv_repeat = false;
   // The FSDP whose copies around its collectives a ZeRO-3 stage pays (fsdp_copies.h); None: the collectives only.
   FsdpRuntime fsdp = FsdpRuntime::None;
   // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
