@@ -239,6 +239,9 @@ def plan_command(strata, row, model_path, variant):
     # src/planner/kv_repeat_work.h); nothing for a model without grouped-query attention.
     if row.get("framework", "").strip() == "olmo-core-fsdp2" and (row.get("compile") or "").strip() == "1":
         cmd += ["--kv-repeat", "on"]
+        # ... and compiles each block only: the model's final RMSNorm runs op by op in fp32 (nn/layer_norm.py;
+        # src/planner/final_norm_work.h).
+        cmd += ["--final-norm", "olmo-eager"]
     # llm-foundry's MPT benchmarks ran attn_impl = triton (the benchmark yamls and submit_benchmarks.py's default):
     # Tri Dao's FlashAttention in Triton, priced on the presets' flash-triton engine (FlashAttention-2's, slower by
     # the FlashAttention-2 paper's ratios).

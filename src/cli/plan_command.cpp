@@ -49,6 +49,7 @@ struct PlanArgs {
   std::string eager = "off";
   std::string qk_norm = "off";
   std::string kv_repeat = "off";
+  std::string final_norm = "fused";
   std::string tp_input = "per-linear";
   std::string tp_overlap = "none";
   std::string ub_comm_sms;
@@ -111,6 +112,8 @@ void plan(const PlanArgs& args) {
   problem.eager = !second_of(args.eager, "--eager", "on", "off");
   problem.qk_norm = !second_of(args.qk_norm, "--qk-norm", "on", "off");
   problem.kv_repeat = !second_of(args.kv_repeat, "--kv-repeat", "on", "off");
+  problem.final_norm =
+      second_of(args.final_norm, "--final-norm", "fused", "olmo-eager") ? FinalNorm::OlmoEager : FinalNorm::Fused;
   problem.tp_input = second_of(args.tp_input, "--tp-input", "per-linear", "shared") ? TensorParallelInput::Shared
                                                                                     : TensorParallelInput::PerLinear;
   problem.tp_overlap = parse_tp_overlap(args.tp_overlap, args.ub_comm_sms);
@@ -238,6 +241,10 @@ void add_plan_command(CLI::App& app) {
                       "on: grouped-query attention runs through an SDPA without GQA, k and v expanded to every query "
                       "head first, as OLMo-core's compiled Attention does (priced as the expansion's memory traffic); "
                       "off (default): one grouped kernel, as Strata's graph");
+  command->add_option("--final-norm", args->final_norm,
+                      "fused (default): the model's final norm is one kernel, as Strata's graph; olmo-eager: "
+                      "OLMo-core's RMSNorm outside torch.compile, op by op in fp32 (priced as the extra memory "
+                      "traffic)");
   command->add_option("--tp-input", args->tp_input,
                       "How linears that read one value enter the tensor-parallel region: per-linear (default, as "
                       "Strata's runtime: a collective each) or shared (one, as Megatron-LM and torchtitan)");

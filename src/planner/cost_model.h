@@ -43,6 +43,7 @@
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
 #include "planner/expert_work.h"
+#include "planner/final_norm_work.h"
 #include "planner/fp8_linears.h"
 #include "planner/fsdp_copies.h"
 #include "planner/fsdp_schedule.h"
@@ -97,6 +98,8 @@ struct PlanningProblem {
   // Grouped-query attention run by an SDPA without GQA: k and v expanded to every query head first (kv_repeat_work.h,
   // OLMo-core's compiled path), memory traffic each way that Strata's grouped kernel does not move.
   bool kv_repeat = false;
+  // How the run computes the model's final norm (final_norm_work.h): fused, or OLMo-core's RMSNorm in eager PyTorch.
+  FinalNorm final_norm = FinalNorm::Fused;
   // The FSDP whose copies around its collectives a ZeRO-3 stage pays (fsdp_copies.h); None: the collectives only.
   FsdpRuntime fsdp = FsdpRuntime::None;
   // The dtype a ZeRO-3 stage reduce-scatters its gradients in (fsdp_copies.h): fp32, or the compute dtype
