@@ -7,6 +7,10 @@
 #include <cstring>
 #include <optional>
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "comm/cross_memory.h"
 #include "comm/machine.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
@@ -20,6 +24,14 @@ constexpr size_t kProbeBytes = 8u << 20;
 constexpr size_t kMemoryProbeBytes = 32u << 20;
 constexpr int kPingPongs = 100;
 constexpr int kRepeats = 3;
+// The block sizes the copy and cross-memory read rates are measured at: one
+// whose source and target stay in a core's cache, and one that does not.
+constexpr size_t kRateBlockBytes[] = {size_t{256} << 10, size_t{8} << 20};
+// Each timing moves at least this much (repeating small blocks) ...
+constexpr size_t kRateTimedBytes = size_t{8} << 20;
+// ... and the best of this many runs counts: the rates decide between
+// staging and reading, so they are measured a little harder than the rest.
+constexpr int kRateRepeats = 7;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -102,6 +114,47 @@ double reduce_time(float* a, float* b) {
   return best;
 }
 
+// The copy and cross-memory read rates of one rank (bytes per second, worst
+// over the group) for blocks of `block` bytes, with every rank paired with
+// `partner` on its node copying and then reading its partner's block at once,
+// best of kRateRepeats. `cross_read` is left at 0 where reading is refused.
+struct BlockRates {
+  double copy = 0.0;
+  double cross_read = 0.0;
+};
+
+BlockRates block_rates(Communicator& group, int partner, size_t block) {
+  std::vector<std::byte> source(block, std::byte{1}), target(block, std::byte{0});
+  // Under Yama's ptrace scope 1, only allowed processes may read this one.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  uint64_t mine[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(source.data())};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(group.size()));
+  group.all_gather(mine, all.data(), 2 * sizeof(uint64_t) / sizeof(int32_t), DType::I32);  // as 32-bit words
+  const size_t times = std::max<size_t>(1, kRateTimedBytes / block);
+  double copy_best = 1e30, read_best = 1e30;
+  int failed = 0;
+  for (int repeat = 0; repeat <= kRateRepeats; ++repeat) {
+    group.barrier();
+    auto start = Clock::now();
+    for (size_t i = 0; i < times; ++i) std::memcpy(target.data(), source.data(), block);
+    if (repeat > 0) copy_best = std::min(copy_best, seconds_since(start));  // the first run warms the path
+    group.barrier();
+    if (partner < 0) continue;
+    const pid_t pid = static_cast<pid_t>(all[2 * static_cast<size_t>(partner)]);
+    const uint64_t address = all[2 * static_cast<size_t>(partner) + 1];
+    start = Clock::now();
+    for (size_t i = 0; i < times && failed == 0; ++i) failed = read_remote(pid, address, target.data(), block);
+    if (repeat > 0) read_best = std::min(read_best, seconds_since(start));
+  }
+  group.barrier();  // nobody reads this rank's block any more
+  const double moved = static_cast<double>(times * block);
+  BlockRates rates;
+  rates.copy = moved / group_max(group, copy_best);
+  const double slowest_read = group_max(group, partner < 0 ? 0.0 : (failed != 0 ? 1e30 : read_best));
+  if (slowest_read < 1e29) rates.cross_read = moved / slowest_read;
+  return rates;
+}
+
 uint64_t fnv1a(const std::string& text) {
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
@@ -159,6 +212,12 @@ ClusterDescription probe_links(Communicator& group) {
     int buddy = position ^ 1;
     if (buddy < static_cast<int>(mine.size())) partner = mine[static_cast<size_t>(buddy)];
     topology.intra.bandwidth_Bps = kProbeBytes / group_max(group, exchange_time(group, partner, send.bytes(), recv.bytes()));
+    for (size_t block : kRateBlockBytes) {
+      const BlockRates rates = block_rates(group, partner, block);
+      topology.copy.points.emplace_back(static_cast<double>(block), rates.copy);
+      if (rates.cross_read > 0.0) topology.cross_read.points.emplace_back(static_cast<double>(block), rates.cross_read);
+    }
+    if (topology.cross_read.points.size() != std::size(kRateBlockBytes)) topology.cross_read.points.clear();
   }
   if (group.nodes() >= 2) {
     topology.inter.latency_s = group_max(group, ping_pong(group, members[0][0], members[1][0]));

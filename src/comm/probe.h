@@ -10,6 +10,10 @@
 //   memory           32 MiB memcpy by every rank at once: the bytes per second
 //                    a node's ranks copy together (its ranks' total over the slowest)
 //   cache            the node's last-level cache, from hwloc (not measured)
+//   copy, cross read 256 KiB and 8 MiB blocks copied (memcpy) and read from the
+//                    paired rank's memory (cross-memory attach), all ranks of
+//                    every node at once, best of seven: per block size
+//                    (one-host nodes of >= 2 ranks; reads where permitted)
 // Each figure is the worst over the ranks involved (so every rank holds the
 // same figures) and the best of three runs.
 #include <filesystem>
