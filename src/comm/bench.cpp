@@ -417,6 +417,9 @@ class SizeRun {
     ModelOptions uncalibrated = group_.model();  // its chunk and staging sizes, without the fitted scales
     uncalibrated.calibration = {};
     Cost raw;
+    if (exchange_ && decision.algorithm == Algorithm::Pairwise) {
+      row.blocks = exchange_blocks(options_, exchange_counts_, group_.topology(), group_.model());
+    }
     if (exchange_) {
       // all_to_all_v's decision cannot see the counts: the row prices them.
       raw = predict_exchange(options_, exchange_counts_, decision.algorithm, group_.topology(), uncalibrated);
@@ -524,6 +527,7 @@ std::string format_table(const BenchReport& report) {
     std::string name = row.algorithm == row.ran || row.ran.starts_with("MPI library") ? row.algorithm
                                                                                : row.algorithm + "->" + row.ran;
     if (row.unchecked) name += " unchecked";
+    if (!row.blocks.empty()) name += " [" + row.blocks + "]";
     std::string predicted = std::isnan(row.predicted_us) ? "-" : fmt::format("{:.1f}", row.predicted_us);
     std::string error = std::isnan(row.predicted_us)
                             ? "-"
@@ -559,6 +563,7 @@ std::string format_json(const BenchReport& report) {
                             {"algbw_GBps", row.algbw_GBps},
                             {"busbw_GBps", row.busbw_GBps}, {"wrong", row.wrong}};
     entry["predicted_us"] = std::isnan(row.predicted_us) ? nlohmann::json(nullptr) : nlohmann::json(row.predicted_us);
+    if (!row.blocks.empty()) entry["blocks"] = row.blocks;
     if (!row.phase_us.empty()) {
       nlohmann::json phases;
       for (size_t phase = 0; phase < row.phase_us.size(); ++phase) phases[kCallPhaseNames[phase]] = row.phase_us[phase];
