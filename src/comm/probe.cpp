@@ -26,11 +26,13 @@ constexpr size_t kProbeBytes = 8u << 20;
 constexpr size_t kMemoryProbeBytes = 32u << 20;
 constexpr int kPingPongs = 100;
 constexpr int kRepeats = 3;
-// The block sizes the copy and cross-memory read rates are measured at: one
-// that fits a core's cache, and one that does not.
-constexpr size_t kRateBlockBytes[] = {size_t{256} << 10, size_t{8} << 20};
-// Each timing moves at least this much (repeating small blocks) ...
+// The block sizes the copy and cross-memory read rates are measured at: from
+// blocks where a read's system call and page pinning cost more than the bytes
+// (4 KiB) to one past a core's cache (8 MiB).
+constexpr size_t kRateBlockBytes[] = {size_t{4} << 10, size_t{32} << 10, size_t{256} << 10, size_t{8} << 20};
+// Each timing moves up to kRateTimedBytes in up to kRateBlocksTimed blocks ...
 constexpr size_t kRateTimedBytes = size_t{8} << 20;
+constexpr size_t kRateBlocksTimed = 32;
 // ... and the best of this many runs counts: the rates decide between
 // staging and reading, so they are measured a little harder than the rest.
 constexpr int kRateRepeats = 7;
@@ -150,7 +152,7 @@ std::unique_ptr<SharedSegment> probe_segment(Communicator& group, const std::vec
 // have, the partner copies it out (the copy rate is the two copies' mean);
 // read, the partner reads it from the input by cross-memory attach. Blocks
 // one at a time, each timed alone, so each crosses between the cores afresh;
-// kRateTimedBytes per timing, best of kRateRepeats. A rate stays 0 where it
+// best of kRateRepeats. A rate stays 0 where it
 // cannot be measured (no exchange area, reading refused).
 struct BlockRates {
   double copy = 0.0;
@@ -166,7 +168,7 @@ BlockRates block_rates(Communicator& group, SharedSegment* segment, int position
   std::vector<uint64_t> all(2 * static_cast<size_t>(group.size()));
   group.all_gather(mine, all.data(), 2 * sizeof(uint64_t) / sizeof(int32_t), DType::I32);  // as 32-bit words
   const bool pairs = partner >= 0;
-  const size_t times = std::max<size_t>(1, kRateTimedBytes / block);
+  const size_t times = std::clamp<size_t>(kRateTimedBytes / block, 1, kRateBlocksTimed);
   double copy_best = 1e30, read_best = 1e30;
   int failed = 0;
   for (int repeat = 0; repeat <= kRateRepeats; ++repeat) {
