@@ -4,7 +4,8 @@
 // the probed copy and read rates), the blocks that fit its exchange area are
 // staged there (a copy in, a copy out); the others stay in its input, and receivers read them
 // straight from it (process_vm_readv: one copy, no message matching), starting
-// with the next rank so that readers spread over the senders. Ranks meet on
+// with the next rank so that readers spread over the senders; a rank copies
+// its own block while it waits for the first peer, or else last. Ranks meet on
 // entry; a rank whose input was read also waits at the end until nobody reads
 // it any more, while a rank that staged everything leaves at once (its next
 // call that rewrites the area waits for the readers instead).
@@ -94,7 +95,26 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   std::vector<char> taken(static_cast<size_t>(p), 0);
   taken[static_cast<size_t>(me)] = 1;
+  // This rank's own block (input to output) is copied while no peer's block
+  // is ready, else last, so the copy overlaps the peers still reading.
+  bool own_copied = false;
+  auto copy_own = [&] {
+    const auto& own = layout.send[static_cast<size_t>(me)];
+    std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
+                own.count * width);
+    own_copied = true;
+  };
+  auto any_ready = [&] {
+    for (int from = 0; from < p; ++from) {
+      if (!taken[static_cast<size_t>(from)] &&
+          segment.counter(from, Counter::Entered).load(std::memory_order_acquire) >= sequence) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (int left = p - 1; left > 0;) {
+    if (!own_copied && !any_ready()) copy_own();
     co_await entered.any_until(sequence, taken);
     for (int k = 1; k < p; ++k) {
       const int from = (me + k) % p;
@@ -110,10 +130,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
     }
   }
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
-  // This rank's own block last: the copy overlaps the peers still reading.
-  const auto& own = layout.send[static_cast<size_t>(me)];
-  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
-              own.count * width);
+  if (!own_copied) copy_own();
   if (input_read) {
     // This rank's input must stay readable until every peer has read it.
     CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);

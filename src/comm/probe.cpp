@@ -147,12 +147,16 @@ std::unique_ptr<SharedSegment> probe_segment(Communicator& group, const std::vec
 // Rates of one rank (bytes per second, the worst over the group) for blocks of
 // `block` bytes, every rank paired with `partner` on its node (its position
 // there `partner_position`; -1: sits out), as the one-host all-to-all moves
-// them. Before each block the sender rewrites its input (as a caller's freshly
-// computed one); staged, it copies it into its exchange area and, once all
-// have, the partner copies it out (the copy rate is the two copies' mean);
-// read, the partner reads it from the input by cross-memory attach. Blocks
-// one at a time, each timed alone, so each crosses between the cores afresh;
-// best of kRateRepeats. A rate stays 0 where it
+// them, from an input written once per run (as a caller's buffer exchanged
+// again, comm-bench's among them): staged, the sender copies it into its
+// exchange area and, once all have, the partner copies it out (the copy rate
+// is the two copies' mean); read, the partner reads it from the input by
+// cross-memory attach. Blocks one at a time, each timed alone, so each staged
+// block crosses between the cores afresh; best of kRateRepeats. (An input
+// rewritten before every block, as a freshly computed one, makes small reads
+// dearer: its lines come out of the sender's cache. On the Xeon VM 32 KiB
+// blocks then read at 5.7 GB/s, and the model staged the 2-rank 64-256 KiB
+// exchanges that comm-bench measured faster read.) A rate stays 0 where it
 // cannot be measured (no exchange area, reading refused).
 struct BlockRates {
   double copy = 0.0;
@@ -173,8 +177,8 @@ BlockRates block_rates(Communicator& group, SharedSegment* segment, int position
   int failed = 0;
   for (int repeat = 0; repeat <= kRateRepeats; ++repeat) {
     double copy_s = 0.0, read_s = 0.0;
+    std::memset(source.data(), repeat + 1, block);
     for (size_t i = 0; i < times; ++i) {
-      std::memset(source.data(), repeat + static_cast<int>(i), block);
       group.barrier();
       if (segment) {
         auto start = Clock::now();
