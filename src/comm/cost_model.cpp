@@ -678,19 +678,16 @@ bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const 
   const double cached_staged = cached_fraction(topology, static_cast<double>(p) * (2.0 * sent + outgoing));
   const double cached_read = cached_fraction(topology, static_cast<double>(p) * 2.0 * sent);
   double staged_s = 0.0, read_s = 0.0, used = 0.0;
-  bool all_fit = true;
   for (size_t peer = 0; peer < p; ++peer) {
     if (peer == me) continue;
     const double block = row[peer];
-    if (used + block > static_cast<double>(options.staging_bytes)) {
-      all_fit = false;  // read either way
-      continue;
-    }
+    if (used + block > static_cast<double>(options.staging_bytes)) continue;  // read either way
     used += block;
     staged_s += 2.0 * block * seconds_per_byte(topology.copy_Bps(block), cached_staged, cores, topology);
     read_s += block * seconds_per_byte(topology.cross_read_Bps(block), cached_read, cores, topology);
   }
-  if (all_fit) read_s += meeting_seconds(topology, p);
+  // Not weighed: the meeting at the end that staging spares this call, since
+  // the next call that rewrites the area waits for this one's readers instead.
   return staged_s <= read_s;
 }
 

@@ -186,10 +186,13 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
 // options.all_to_all_staging_limit. Otherwise the blocks that fit the area
 // (in rank order, as the runtime stages them) are staged when two copies
 // (in by the sender, out by the receiver, each at topology.copy_Bps of the
-// block) cost no more than one read (cross_read_Bps of the block) plus, when
-// every block fits, the meeting a sender of read blocks waits in for its
-// readers; both as the pairwise cost prices them (cache, memory bandwidth and
-// cores shared), as though every rank sent such a row.
+// block) cost no more than one read (cross_read_Bps of the block), both as
+// the pairwise cost prices them (cache, memory bandwidth and cores shared),
+// as though every rank sent such a row. The meeting at the end that staging
+// spares a call is not weighed: the next call that rewrites the area waits
+// for the readers instead (and the probe's latency, which would price it,
+// swung from 1.8 to 17.8 us between two probes of 4 ranks on the loaded
+// 2-core host, flipping the decision at 1 MiB per rank).
 bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
                               const ModelOptions& options);
 

@@ -201,10 +201,11 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   // Step 1 (r -> r+1): largest block 3e6 (2 -> 0); step 2 (r -> r+2): 3e6 (1 -> 0).
   double want = 2 * (2e-6 + 3e6 / 10e9);
   EXPECT_NEAR(predict_all_to_all_v(bytes, topology).total(), want, 1e-12 * want);
-  // On one host: rank 0 stages its two 1e3 blocks (at reduce_Bps) and reads
-  // 6e6 itself; the 3e6 blocks do not fit an exchange area, so the ranks meet twice.
+  // On one host: every block is read (one read at 10e9 beats two copies at
+  // 8e9; the 3e6 blocks do not fit an exchange area anyway), so the ranks
+  // meet twice and rank 0, the busiest, reads 6e6.
   TopologyDesc direct = node_of(3, true);
-  double want_direct = 2 * 2e-6 + 2e3 / 8e9 + 6e6 / 10e9;
+  double want_direct = 2 * 2e-6 + 6e6 / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(bytes, direct, one_mib_area()).total(), want_direct, 1e-12 * want_direct);
   // Uniform counts cost what all_to_all of that size costs.
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));
