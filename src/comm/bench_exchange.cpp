@@ -103,6 +103,31 @@ long long exchange_wrong(const BenchOptions& options, const void* out, const std
   return wrong;
 }
 
+namespace {
+
+// Bytes sender i sends rank j: every sender sends the same counts.
+std::vector<std::vector<double>> exchange_bytes(const BenchOptions& options, const std::vector<size_t>& counts) {
+  const double width = static_cast<double>(dtype_size(options.dtype));
+  std::vector<std::vector<double>> bytes(counts.size());
+  for (auto& row : bytes) {
+    for (size_t count : counts) row.push_back(static_cast<double>(count) * width);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string exchange_blocks(const BenchOptions& options, const std::vector<size_t>& counts, const TopologyDesc& topology,
+                            const ModelOptions& model) {
+  if (topology.nodes != 1 || !topology.cross_memory) return "";
+  const std::vector<std::vector<double>> bytes = exchange_bytes(options, counts);
+  size_t staging = 0;
+  for (size_t rank = 0; rank < bytes.size(); ++rank) {
+    staging += stages_all_to_all_blocks(bytes[rank], static_cast<int>(rank), topology, model) ? 1 : 0;
+  }
+  return staging == bytes.size() ? "staged" : staging == 0 ? "read" : "staged+read";
+}
+
 Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& counts, Algorithm algorithm,
                       const TopologyDesc& topology, const ModelOptions& model) {
   const double width = static_cast<double>(dtype_size(options.dtype));
@@ -110,11 +135,7 @@ Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& co
     CallShape shape{options.op, static_cast<double>(counts[0] * counts.size()) * width, options.dtype};
     return predict(shape, algorithm, topology, model);
   }
-  std::vector<std::vector<double>> bytes(counts.size());
-  for (auto& row : bytes) {
-    for (size_t count : counts) row.push_back(static_cast<double>(count) * width);
-  }
-  return predict_all_to_all_v(bytes, topology, model, algorithm);
+  return predict_all_to_all_v(exchange_bytes(options, counts), topology, model, algorithm);
 }
 
 }  // namespace strata::comm

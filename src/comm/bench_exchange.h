@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "comm/bench.h"
@@ -34,5 +35,11 @@ long long exchange_wrong(const BenchOptions& options, const void* out, const std
 // The model's time of the call for `algorithm` (calibrated with `model`, or not).
 Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& counts, Algorithm algorithm,
                       const TopologyDesc& topology, const ModelOptions& model);
+
+// How the one-host pairwise exchange moves the call's blocks, as the cost
+// model decides per sender (stages_all_to_all_blocks): "staged", "read", or
+// "staged+read" when senders differ; empty where it does not read directly.
+std::string exchange_blocks(const BenchOptions& options, const std::vector<size_t>& counts, const TopologyDesc& topology,
+                            const ModelOptions& model);
 
 }  // namespace strata::comm

@@ -38,12 +38,22 @@ Calibration read_calibration(const TomlReader& entry) {
   return calibration;
 }
 
+// `key = [[bytes, GB/s], ...]`, rates positive.
+RateCurve read_rates(const TomlReader& root, const std::string& key) {
+  RateCurve curve;
+  for (auto [bytes, gbps] : root.curve(key, "bytes", "GB/s")) {
+    if (!(gbps > 0)) root.fail_key(key, fmt::format("at {} bytes: GB/s must be positive, got {}", bytes, gbps));
+    curve.points.emplace_back(bytes, gbps * kGiga);
+  }
+  return curve;
+}
+
 }  // namespace
 
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
   TomlReader root = TomlReader::parse(text, source_name);
-  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "probe_key", "shared_memory", "intra",
-             "inter", "calibration"});
+  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "copy_gbps", "cross_read_gbps", "probe_key",
+             "shared_memory", "intra", "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
   topology.nodes = static_cast<int>(root.integer("nodes", 1, kMaxCount));
@@ -54,6 +64,8 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   if (root.has("shared_memory")) topology.shared_memory = topology.cross_memory = root.boolean("shared_memory");
   if (root.has("memory_gbps")) topology.memory_Bps = root.positive("memory_gbps") * kGiga;
   if (root.has("cache_mib")) topology.cache_bytes = root.positive("cache_mib") * kMebi;
+  if (root.has("copy_gbps")) topology.copy = read_rates(root, "copy_gbps");
+  if (root.has("cross_read_gbps")) topology.cross_read = read_rates(root, "cross_read_gbps");
   if (root.has("probe_key")) description.probe_key = root.string("probe_key");
   TomlReader calibration = root.table("calibration", false);
   std::set<std::string> names;
@@ -85,6 +97,17 @@ std::string format_cluster_description(const ClusterDescription& description) {
   out << "reduce_gbps = " << number(topology.reduce_Bps / kGiga) << "\n";
   if (topology.memory_Bps > 0.0) out << "memory_gbps = " << number(topology.memory_Bps / kGiga) << "\n";
   if (topology.cache_bytes > 0.0) out << "cache_mib = " << number(topology.cache_bytes / kMebi) << "\n";
+  auto rates = [&](const char* key, const RateCurve& curve) {
+    if (curve.empty()) return;
+    out << key << " = [";
+    for (size_t i = 0; i < curve.points.size(); ++i) {
+      out << (i ? ", " : "") << "[" << number(curve.points[i].first) << ", " << number(curve.points[i].second / kGiga)
+          << "]";
+    }
+    out << "]\n";
+  };
+  rates("copy_gbps", topology.copy);
+  rates("cross_read_gbps", topology.cross_read);
   if (topology.shared_memory) out << "shared_memory = true\n";
   if (!description.probe_key.empty()) {
     out << "probe_key = " << toml::value<std::string>(description.probe_key) << "\n";

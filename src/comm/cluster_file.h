@@ -7,6 +7,10 @@
 //   reduce_gbps = 12.0         # GB/s of fp32 one rank combines (one operand stream)
 //   memory_gbps = 20.0         # optional: GB/s all cores of a node copy together out of cache (memcpy)
 //   cache_mib = 32             # optional: MiB of last-level cache on a node (all its caches together)
+//   copy_gbps = [[262144, 30.0], [8388608, 12.0]]        # optional: GB/s one rank memcpys a block of that
+//                              # many bytes, all ranks of a node at once (one-host exchanges' staging)
+//   cross_read_gbps = [[262144, 13.0], [8388608, 10.0]]  # optional: likewise, reading a peer's memory
+//                              # (cross-memory attach); both decide whether the all-to-all stages its blocks
 //   probe_key = "..."          # optional: which launch layout a probe measured
 //   shared_memory = true       # optional: ranks of a node share and read each other's memory (CPU hosts)
 //   [intra]                    # rank to rank inside a node, every rank busy

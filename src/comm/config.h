@@ -16,7 +16,7 @@
 //   STRATA_COMM_STAGING_BYTES=n        a rank's exchange area: the most bytes one rank stages per one-host
 //                                      all_to_all or direct all_reduce (0: read every block and input)
 //   STRATA_COMM_ALL_TO_ALL_STAGING_BYTES=n   a one-host all_to_all rank whose outgoing blocks exceed n
-//                                      stages none (default: no limit)
+//                                      stages none (default: no limit; the cost model decides)
 //   STRATA_COMM_RANKS_PER_NODE=n       pretend consecutive ranks form nodes of n (testing)
 // Every rank must run with the same settings; the call check catches
 // disagreements about algorithms.
@@ -58,8 +58,8 @@ struct CommConfig {
   // sender's memory by cross-memory attach.
   size_t exchange_staging_bytes = kDefaultStagingBytes;
   // A one-host all_to_all rank whose outgoing blocks exceed this stages none
-  // of them (its peers read them). Unlimited by default: only the exchange
-  // area bounds staging (see ModelOptions::all_to_all_staging_limit).
+  // of them (its peers read them). Unlimited by default: below it the cost
+  // model decides from the probed rates (stages_all_to_all_blocks).
   size_t all_to_all_staging_bytes = std::numeric_limits<size_t>::max();
   int simulated_ranks_per_node = 0;
 

@@ -18,6 +18,29 @@ int TopologyDesc::node_of(int rank) const {
   return rank / ranks_per_node;
 }
 
+namespace {
+
+// Interpolated in log(bytes) between (bytes, value) points, ascending; the end points hold beyond them.
+double log_interpolated(const std::vector<std::pair<double, double>>& points, double bytes) {
+  if (bytes <= points.front().first) return points.front().second;
+  if (bytes >= points.back().first) return points.back().second;
+  auto upper = std::lower_bound(points.begin(), points.end(), bytes,
+                                [](const std::pair<double, double>& point, double b) { return point.first < b; });
+  auto lower = upper - 1;
+  double t = std::log(bytes / lower->first) / std::log(upper->first / lower->first);
+  return lower->second + t * (upper->second - lower->second);
+}
+
+}  // namespace
+
+double RateCurve::at(double bytes) const { return log_interpolated(points, bytes); }
+
+double TopologyDesc::copy_Bps(double block_bytes) const { return copy.empty() ? reduce_Bps : copy.at(block_bytes); }
+
+double TopologyDesc::cross_read_Bps(double block_bytes) const {
+  return cross_read.empty() ? intra.bandwidth_Bps : cross_read.at(block_bytes);
+}
+
 bool TopologyDesc::uniform() const {
   if (node_of_rank.empty()) return true;
   std::vector<int> per_node(static_cast<size_t>(nodes), 0);
@@ -50,6 +73,18 @@ void TopologyDesc::validate(const std::string& what) const {
   check_unknown_or_positive(cores_per_node, "cores_per_node");
   check_unknown_or_positive(memory_Bps, "memory bandwidth");
   check_unknown_or_positive(cache_bytes, "cache size");
+  auto check_curve = [&](const RateCurve& curve, const char* name) {
+    for (size_t i = 0; i < curve.points.size(); ++i) {
+      const auto& [bytes, rate] = curve.points[i];
+      if (!(bytes > 0.0) || !std::isfinite(bytes) || !(rate > 0.0) || !std::isfinite(rate) ||
+          (i > 0 && !(bytes > curve.points[i - 1].first))) {
+        fail("{}: {} rate point {} must have bytes > 0, ascending, and a finite rate > 0, got ({}, {})", what, name, i,
+             bytes, rate);
+      }
+    }
+  };
+  check_curve(copy, "copy");
+  check_curve(cross_read, "cross-memory read");
 }
 
 namespace {
@@ -198,26 +233,6 @@ void doubling_steps(Schedule& schedule, const Fold& fold, const std::vector<doub
 Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
               const ModelOptions& options);
 
-// Which blocks of the one-host pairwise all-to-all a sender stages in its
-// exchange area (as the runtime does: in rank order while they fit, none when
-// its outgoing bytes exceed the staging limit); staged[i][j] for rank i's block to j.
-std::vector<std::vector<char>> staged_blocks(const std::vector<std::vector<double>>& bytes, const ModelOptions& options) {
-  const size_t p = bytes.size();
-  std::vector<std::vector<char>> staged(p, std::vector<char>(p, 0));
-  for (size_t rank = 0; rank < p; ++rank) {
-    double outgoing = 0.0;
-    for (size_t peer = 0; peer < p; ++peer) outgoing += peer == rank ? 0.0 : bytes[rank][peer];
-    if (outgoing > static_cast<double>(options.all_to_all_staging_limit)) continue;
-    double used = 0.0;
-    for (size_t peer = 0; peer < p; ++peer) {
-      if (peer == rank || used + bytes[rank][peer] > static_cast<double>(options.staging_bytes)) continue;
-      used += bytes[rank][peer];
-      staged[rank][peer] = 1;
-    }
-  }
-  return staged;
-}
-
 // Seconds per byte of one-host copies that run at `rate` bytes/s in cache,
 // when `cached` of the bytes they touch stay in the node's cache: the rest
 // runs no faster than this core's share of the memory bandwidth, which the
@@ -228,22 +243,57 @@ double seconds_per_byte(double rate, double cached, double active, const Topolog
   return cached / rate + (1.0 - cached) * from_memory;
 }
 
+// The cores p ranks of one host run on at once.
+double host_cores(const TopologyDesc& topology, size_t p) {
+  return topology.cores_per_node > 0.0 ? std::min(topology.cores_per_node, static_cast<double>(p))
+                                       : static_cast<double>(p);
+}
+
+// The fraction of `touched` bytes that stays in the node's cache.
+double cached_fraction(const TopologyDesc& topology, double touched) {
+  return topology.cache_bytes > 0.0 && touched > topology.cache_bytes ? topology.cache_bytes / touched : 1.0;
+}
+
+// One meeting of the one-host exchange: every rank's own work (publishing,
+// polling), shared out over the cores like the copies.
+double meeting_seconds(const TopologyDesc& topology, size_t p) {
+  return topology.intra.latency_s * static_cast<double>(p) / host_cores(topology, p);
+}
+
+// Which blocks of the one-host pairwise all-to-all a sender stages in its
+// exchange area (as the runtime does: in rank order while they fit, when
+// stages_all_to_all_blocks says so); staged[i][j] for rank i's block to j.
+std::vector<std::vector<char>> staged_blocks(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
+                                             const ModelOptions& options) {
+  const size_t p = bytes.size();
+  std::vector<std::vector<char>> staged(p, std::vector<char>(p, 0));
+  for (size_t rank = 0; rank < p; ++rank) {
+    if (!stages_all_to_all_blocks(bytes[rank], static_cast<int>(rank), topology, options)) continue;
+    double used = 0.0;
+    for (size_t peer = 0; peer < p; ++peer) {
+      if (peer == rank || used + bytes[rank][peer] > static_cast<double>(options.staging_bytes)) continue;
+      used += bytes[rank][peer];
+      staged[rank][peer] = 1;
+    }
+  }
+  return staged;
+}
+
 // The one-host pairwise all-to-all with cross-memory attach: every rank copies
 // its staged blocks in, meets the others once, then copies its p - 1 blocks
 // out and its own block from input to output; a second meeting comes only
 // when some block was read from an input.
-// Copies through the exchange area run at the rank's memory speed
-// (reduce_Bps), reads of a peer's input at intra.bandwidth, both while their
-// bytes stay in cache; past the cache, at the rank's share of the node's
-// memory bandwidth where that is slower. The busiest rank's copies set the
-// pace, or, when the ranks outnumber their cores, all copies and meetings
-// spread over the cores (each rank gets cores / p of one).
+// Copies run at the block's copy rate (topology.copy_Bps), reads of a peer's
+// input at its cross-memory read rate, both while their bytes stay in cache;
+// past the cache, at the rank's share of the node's memory bandwidth where
+// that is slower. The busiest rank's copies set the pace, or, when the ranks
+// outnumber their cores, all copies and meetings spread over the cores (each
+// rank gets cores / p of one).
 Cost direct_pairwise_cost(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
                           const ModelOptions& options) {
   const size_t p = bytes.size();
-  const std::vector<std::vector<char>> staged = staged_blocks(bytes, options);
-  const double cores = topology.cores_per_node > 0.0 ? std::min(topology.cores_per_node, static_cast<double>(p))
-                                                     : static_cast<double>(p);
+  const std::vector<std::vector<char>> staged = staged_blocks(bytes, topology, options);
+  const double cores = host_cores(topology, p);
   // Bytes touched on the node: every input, output and staged block.
   double touched = 0.0;
   for (size_t rank = 0; rank < p; ++rank) {
@@ -251,26 +301,24 @@ Cost direct_pairwise_cost(const std::vector<std::vector<double>>& bytes, const T
       touched += (2.0 + (peer != rank && staged[rank][peer] ? 1.0 : 0.0)) * bytes[rank][peer];
     }
   }
-  const double cached =
-      topology.cache_bytes > 0.0 && touched > topology.cache_bytes ? topology.cache_bytes / touched : 1.0;
-  const double copy_s = seconds_per_byte(topology.reduce_Bps, cached, cores, topology);
-  const double read_s = seconds_per_byte(topology.intra.bandwidth_Bps, cached, cores, topology);
+  const double cached = cached_fraction(topology, touched);
+  auto copy_s = [&](double block) { return seconds_per_byte(topology.copy_Bps(block), cached, cores, topology); };
+  auto read_s = [&](double block) { return seconds_per_byte(topology.cross_read_Bps(block), cached, cores, topology); };
   double busiest = 0.0, total = 0.0;
   bool all_staged = true;
   for (size_t rank = 0; rank < p; ++rank) {
-    double seconds = bytes[rank][rank] * copy_s;  // its own block, input to output
+    double seconds = bytes[rank][rank] * copy_s(bytes[rank][rank]);  // its own block, input to output
     for (size_t peer = 0; peer < p; ++peer) {
       if (peer == rank) continue;
-      if (staged[rank][peer]) seconds += bytes[rank][peer] * copy_s;
+      const double out = bytes[rank][peer], in = bytes[peer][rank];
+      if (staged[rank][peer]) seconds += out * copy_s(out);
       all_staged = all_staged && staged[rank][peer];
-      seconds += bytes[peer][rank] * (staged[peer][rank] ? copy_s : read_s);
+      seconds += in * (staged[peer][rank] ? copy_s(in) : read_s(in));
     }
     busiest = std::max(busiest, seconds);
     total += seconds;
   }
-  // A meeting is every rank's own work too (publishing, polling): shared out the same way.
-  const double meeting_s = topology.intra.latency_s * static_cast<double>(p) / cores;
-  return {(all_staged ? 1.0 : 2.0) * meeting_s, std::max(busiest, total / cores)};
+  return {(all_staged ? 1.0 : 2.0) * meeting_seconds(topology, p), std::max(busiest, total / cores)};
 }
 
 // Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host
@@ -512,14 +560,7 @@ Cost calibrated(Cost raw, const Calibration& calibration, double bytes) {
 }  // namespace
 
 double Calibration::size_factor(double bytes) const {
-  if (size_factors.empty()) return 1.0;
-  if (bytes <= size_factors.front().first) return size_factors.front().second;
-  if (bytes >= size_factors.back().first) return size_factors.back().second;
-  auto upper = std::lower_bound(size_factors.begin(), size_factors.end(), bytes,
-                                [](const std::pair<double, double>& point, double b) { return point.first < b; });
-  auto lower = upper - 1;
-  double t = std::log(bytes / lower->first) / std::log(upper->first / lower->first);
-  return lower->second + t * (upper->second - lower->second);
+  return size_factors.empty() ? 1.0 : log_interpolated(size_factors, bytes);
 }
 
 bool modeled(Algorithm algorithm) { return algorithm != Algorithm::Auto && algorithm != Algorithm::Mpi; }
@@ -623,6 +664,31 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
   Cost raw = algorithm == Algorithm::Hierarchical ? hierarchical_all_to_all_v_cost(bytes, topology, busiest)
                                                   : pairwise_cost(bytes, topology, reads_directly(topology), options);
   return calibrated(raw, options.of(algorithm), busiest);
+}
+
+bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
+                              const ModelOptions& options) {
+  const size_t p = row.size(), me = static_cast<size_t>(sender);
+  double outgoing = 0.0;
+  for (size_t peer = 0; peer < p; ++peer) outgoing += peer == me ? 0.0 : row[peer];
+  if (outgoing > static_cast<double>(options.all_to_all_staging_limit)) return false;
+  const double cores = host_cores(topology, p);
+  // As though every rank sent this row: inputs and outputs touched either way, the staged blocks once more.
+  const double sent = outgoing + row[me];
+  const double cached_staged = cached_fraction(topology, static_cast<double>(p) * (2.0 * sent + outgoing));
+  const double cached_read = cached_fraction(topology, static_cast<double>(p) * 2.0 * sent);
+  double staged_s = 0.0, read_s = 0.0, used = 0.0;
+  for (size_t peer = 0; peer < p; ++peer) {
+    if (peer == me) continue;
+    const double block = row[peer];
+    if (used + block > static_cast<double>(options.staging_bytes)) continue;  // read either way
+    used += block;
+    staged_s += 2.0 * block * seconds_per_byte(topology.copy_Bps(block), cached_staged, cores, topology);
+    read_s += block * seconds_per_byte(topology.cross_read_Bps(block), cached_read, cores, topology);
+  }
+  // Not weighed: the meeting at the end that staging spares this call, since
+  // the next call that rewrites the area waits for this one's readers instead.
+  return staged_s <= read_s;
 }
 
 Choice choose_algorithm(const CallShape& shape, const TopologyDesc& topology, const ModelOptions& options) {

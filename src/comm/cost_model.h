@@ -29,6 +29,17 @@ struct LinkLevel {
   double bandwidth_Bps = 0.0;  // 1/beta: bytes per second of one flow
 };
 
+// Bytes per second one rank moves a block at, by block size, measured with
+// every rank of the node doing the same at once: (block bytes, bytes per
+// second), ascending in bytes. Between points the rate is interpolated in
+// log(bytes), beyond them the end points hold; empty: unknown.
+struct RateCurve {
+  std::vector<std::pair<double, double>> points;
+
+  bool empty() const { return points.empty(); }
+  double at(double bytes) const;
+};
+
 // A group as the model sees it. Ranks sit node-major (rank / ranks_per_node)
 // unless node_of_rank lists each rank's node (real groups may be scattered).
 struct TopologyDesc {
@@ -56,8 +67,17 @@ struct TopologyDesc {
   // ... once the bytes an exchange touches on the node outgrow its last-level
   // cache (bytes, all of its caches together; 0: unknown, treated as unbounded).
   double cache_bytes = 0.0;
+  // One-host exchanges: how fast a rank copies a block with memcpy (through
+  // the exchange area) and reads one from a peer's memory (cross-memory
+  // attach), by block size; they decide whether the all-to-all stages its
+  // blocks (two copies) or has them read (one read). Unknown (empty): copies
+  // at reduce_Bps, reads at intra.bandwidth.
+  RateCurve copy;
+  RateCurve cross_read;
 
   int ranks() const;
+  double copy_Bps(double block_bytes) const;
+  double cross_read_Bps(double block_bytes) const;
   int node_of(int rank) const;
   bool uniform() const;  // every node holds the same number of ranks
   // Throws strata::Error naming `what` when a count, latency or bandwidth is nonsense.
@@ -88,13 +108,14 @@ inline constexpr size_t kDefaultChunkBytes = 256 * 1024;
 // shared 2-core host); the point-to-point and direct algorithms take those.
 inline constexpr size_t kSharedMemorySlots = 4;
 inline constexpr size_t kSharedMemorySlotBytes = 16 * 1024;
-// The one-host all-to-all stages a rank's blocks in its exchange area while
-// they fit: a copy in and a copy out instead of a cross-memory read per block,
-// and no meeting at the end (the sender's input is free at once). Two copies
-// beat one read at every size where reading pins the sender's pages one 4 KiB
-// page at a time: on the 2-core VM here process_vm_readv moved 4.7 GB/s and
-// memcpy 13.5 GB/s (out of cache; 12.6 against 13.5 from huge pages). The
-// area holds up to CommConfig::exchange_staging_bytes (default
+// The one-host all-to-all may stage a rank's blocks in its exchange area: a
+// copy in and a copy out instead of a cross-memory read per block, and no
+// meeting at the end (the sender's input is free at once). Whether that pays
+// depends on the host: on an AMD EPYC VM process_vm_readv moved 4.7 GB/s where
+// memcpy moved 13.5 (two copies win), on a Xeon VM 10.5 against 12.5 GB/s at
+// 8 MiB (one read wins) but 13 against 31 GB/s at 256 KiB (two copies win), so
+// the cost model decides per call from the probed rates
+// (stages_all_to_all_blocks). The area holds up to CommConfig::exchange_staging_bytes (default
 // kDefaultStagingBytes) per rank; its first kPrefaultedStagingBytes are
 // touched when the group is made, the rest the first time an exchange needs
 // them (memory is only taken as far as exchanges have used it).
@@ -106,11 +127,8 @@ struct ModelOptions {
   size_t chunk_bytes = kDefaultChunkBytes;  // pipelined ring broadcast sends chunks of this size
   size_t staging_bytes = kDefaultStagingBytes;  // a rank's exchange area: the one-host algorithms stage up to this much
   // A one-host all-to-all rank whose outgoing blocks exceed this stages none of
-  // them (CommConfig::all_to_all_staging_bytes). Unlimited by default: staged
-  // through the exchange area, 4 ranks on 2 cores ran 16 and 64 MiB per rank at
-  // 0.70-0.83x and 0.68-0.76x MPI's time in three windows, reading at 0.96-1.12x
-  // (src/comm/README.md); a rank that exceeds it stages nothing, since
-  // staging part of the blocks measured in between.
+  // them (CommConfig::all_to_all_staging_bytes); below it the cost model
+  // decides (stages_all_to_all_blocks). Unlimited by default.
   size_t all_to_all_staging_limit = std::numeric_limits<size_t>::max();
   // How reducing phases work. Strata's engine (false) sends fp32 partial sums
   // and combines them in a pass of its own; device libraries such as NCCL and
@@ -161,6 +179,22 @@ inline double predict_seconds(const CallShape& shape, Algorithm algorithm, const
 // Throws strata::Error for an algorithm it does not price or that cannot run there.
 Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
                           const ModelOptions& options = {}, Algorithm algorithm = Algorithm::Pairwise);
+
+// Whether a one-host all-to-all sender (cross-memory attach) stages its blocks
+// in its exchange area; `row[j]`: the bytes it sends rank j (its own entry is
+// not sent). No, when its outgoing bytes exceed
+// options.all_to_all_staging_limit. Otherwise the blocks that fit the area
+// (in rank order, as the runtime stages them) are staged when two copies
+// (in by the sender, out by the receiver, each at topology.copy_Bps of the
+// block) cost no more than one read (cross_read_Bps of the block), both as
+// the pairwise cost prices them (cache, memory bandwidth and cores shared),
+// as though every rank sent such a row. The meeting at the end that staging
+// spares a call is not weighed: the next call that rewrites the area waits
+// for the readers instead (and the probe's latency, which would price it,
+// swung from 1.8 to 17.8 us between two probes of 4 ranks on the loaded
+// 2-core host, flipping the decision at 1 MiB per rank).
+bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
+                              const ModelOptions& options);
 
 struct Choice {
   Algorithm algorithm = Algorithm::Ring;

@@ -1,9 +1,11 @@
 // The pairwise all-to-all of one host's ranks. Each rank publishes its call
-// and a block table in the shared segment. Blocks that fit its exchange area
-// are staged there (a copy in, a copy out: cheaper than a system call for
-// small blocks); the others stay in its input, and receivers read them
+// and a block table in the shared segment. Where the cost model finds two
+// copies cheaper than one cross-memory read (stages_all_to_all_blocks, from
+// the probed copy and read rates), the blocks that fit its exchange area are
+// staged there (a copy in, a copy out); the others stay in its input, and receivers read them
 // straight from it (process_vm_readv: one copy, no message matching), starting
-// with the next rank so that readers spread over the senders. Ranks meet on
+// with the next rank so that readers spread over the senders; a rank copies
+// its own block while it waits for the first peer, or else last. Ranks meet on
 // entry; a rank whose input was read also waits at the end until nobody reads
 // it any more, while a rank that staged everything leaves at once (its next
 // call that rewrites the area waits for the readers instead).
@@ -18,14 +20,17 @@
 namespace strata::comm {
 namespace {
 
-// Fills this rank's block table, staging what fits (nothing when the outgoing
-// blocks exceed `staging_limit`); returns whether any block stays in the input.
-bool publish_blocks(SharedSegment& segment, int me, const std::byte* source, const ExchangeLayout& layout,
-                    size_t width, size_t staging_limit) {
+// Fills this rank's block table, staging what fits when the group's cost
+// model says staging pays; returns whether any block stays in the input.
+bool publish_blocks(SharedSegment& segment, const GroupState& group, int me, const std::byte* source,
+                    const ExchangeLayout& layout, size_t width) {
   SharedSegment::ExchangeBlock* table = segment.exchange_table(me);
   std::byte* staged = segment.staged_data(me);
+  std::vector<double> row(layout.send.size());
+  for (size_t to = 0; to < row.size(); ++to) row[to] = static_cast<double>(layout.send[to].count * width);
   const uint64_t outgoing = (layout.send_total() - layout.send[static_cast<size_t>(me)].count) * width;
-  const uint64_t room = outgoing <= staging_limit ? segment.staging_room(me, outgoing) : 0;
+  const uint64_t room =
+      stages_all_to_all_blocks(row, me, group.topology, group.model) ? segment.staging_room(me, outgoing) : 0;
   uint64_t used = 0;
   bool unstaged = false;
   for (size_t to = 0; to < layout.send.size(); ++to) {
@@ -82,7 +87,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   const auto* source = static_cast<const std::byte*>(in);
   auto* target = static_cast<std::byte*>(out);
   segment.write_header(me, call, in, width);
-  const bool input_read = publish_blocks(segment, me, source, layout, width, group->model.all_to_all_staging_limit);
+  const bool input_read = publish_blocks(segment, *group, me, source, layout, width);
   segment.counter(me, Counter::Entered).store(sequence, std::memory_order_release);
   // Each peer's block is taken as soon as that peer has entered (in order
   // from the next rank), not after everyone has: with more ranks than cores,
@@ -90,7 +95,26 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
   CounterWait entered(ctx.op, segment, ctx.channel, Counter::Entered);
   std::vector<char> taken(static_cast<size_t>(p), 0);
   taken[static_cast<size_t>(me)] = 1;
+  // This rank's own block (input to output) is copied while no peer's block
+  // is ready, else last, so the copy overlaps the peers still reading.
+  bool own_copied = false;
+  auto copy_own = [&] {
+    const auto& own = layout.send[static_cast<size_t>(me)];
+    std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
+                own.count * width);
+    own_copied = true;
+  };
+  auto any_ready = [&] {
+    for (int from = 0; from < p; ++from) {
+      if (!taken[static_cast<size_t>(from)] &&
+          segment.counter(from, Counter::Entered).load(std::memory_order_acquire) >= sequence) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (int left = p - 1; left > 0;) {
+    if (!own_copied && !any_ready()) copy_own();
     co_await entered.any_until(sequence, taken);
     for (int k = 1; k < p; ++k) {
       const int from = (me + k) % p;
@@ -106,10 +130,7 @@ Task direct_all_to_all(Context ctx, GroupState* group, Fingerprint call, const v
     }
   }
   segment.counter(me, Counter::Finished).store(sequence, std::memory_order_release);
-  // This rank's own block last: the copy overlaps the peers still reading.
-  const auto& own = layout.send[static_cast<size_t>(me)];
-  std::memcpy(target + layout.recv[static_cast<size_t>(me)].offset * width, source + own.offset * width,
-              own.count * width);
+  if (!own_copied) copy_own();
   if (input_read) {
     // This rank's input must stay readable until every peer has read it.
     CounterWait finished(ctx.op, segment, ctx.channel, Counter::Finished);

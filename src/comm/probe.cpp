@@ -7,8 +7,14 @@
 #include <cstring>
 #include <optional>
 
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "comm/cross_memory.h"
 #include "comm/machine.h"
 #include "comm/reduce_kernels.h"
+#include "comm/shared_segment.h"
 #include "comm/scratch.h"
 #include "core/error.h"
 
@@ -20,6 +26,16 @@ constexpr size_t kProbeBytes = 8u << 20;
 constexpr size_t kMemoryProbeBytes = 32u << 20;
 constexpr int kPingPongs = 100;
 constexpr int kRepeats = 3;
+// The block sizes the copy and cross-memory read rates are measured at: from
+// blocks where a read's system call and page pinning cost more than the bytes
+// (4 KiB) to one past a core's cache (8 MiB).
+constexpr size_t kRateBlockBytes[] = {size_t{4} << 10, size_t{32} << 10, size_t{256} << 10, size_t{8} << 20};
+// Each timing moves up to kRateTimedBytes in up to kRateBlocksTimed blocks ...
+constexpr size_t kRateTimedBytes = size_t{8} << 20;
+constexpr size_t kRateBlocksTimed = 32;
+// ... and the best of this many runs counts: the rates decide between
+// staging and reading, so they are measured a little harder than the rest.
+constexpr int kRateRepeats = 7;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -102,6 +118,102 @@ double reduce_time(float* a, float* b) {
   return best;
 }
 
+// The exchange area of this node's ranks for the rate probe: the node's first
+// rank creates a shared segment (named after its world rank and pid), the
+// others map it; null on every rank of a node where any rank fails.
+std::unique_ptr<SharedSegment> probe_segment(Communicator& group, const std::vector<int>& node, int position) {
+  constexpr size_t kName = 64;
+  char mine[kName] = {};
+  if (position == 0) std::snprintf(mine, kName, "/strata-probe-%d-%d", group.rank(), static_cast<int>(getpid()));
+  std::vector<char> names(kName * static_cast<size_t>(group.size()));
+  group.all_gather(mine, names.data(), kName / sizeof(int32_t), DType::I32);  // as 32-bit words
+  const std::string name(names.data() + kName * static_cast<size_t>(node[0]));
+  std::unique_ptr<SharedSegment> segment;
+  const int ranks = static_cast<int>(node.size());
+  if (position == 0) {
+    shm_unlink(name.c_str());  // a leftover of a crashed process with the same pid
+    segment = SharedSegment::map(name, true, ranks, kSharedMemorySlotBytes, kRateTimedBytes);
+  }
+  group.barrier();
+  if (position != 0) segment = SharedSegment::map(name, false, ranks, kSharedMemorySlotBytes, kRateTimedBytes);
+  float failed = segment && segment->staging_room(position, kRateTimedBytes) >= kRateTimedBytes ? 0.0f : 1.0f;
+  float anyone = 0.0f;
+  group.all_reduce(&failed, &anyone, 1, DType::F32, ReduceOp::Max);
+  if (position == 0) shm_unlink(name.c_str());
+  if (anyone > 0.0f) segment.reset();
+  return segment;
+}
+
+// Rates of one rank (bytes per second, the worst over the group) for blocks of
+// `block` bytes, every rank paired with `partner` on its node (its position
+// there `partner_position`; -1: sits out), as the one-host all-to-all moves
+// them, from an input written once per run (as a caller's buffer exchanged
+// again, comm-bench's among them): staged, the sender copies it into its
+// exchange area and, once all have, the partner copies it out (the copy rate
+// is the two copies' mean); read, the partner reads it from the input by
+// cross-memory attach. Blocks one at a time, each timed alone, so each staged
+// block crosses between the cores afresh; best of kRateRepeats. (An input
+// rewritten before every block, as a freshly computed one, makes small reads
+// dearer: its lines come out of the sender's cache. On the Xeon VM 32 KiB
+// blocks then read at 5.7 GB/s, and the model staged the 2-rank 64-256 KiB
+// exchanges that comm-bench measured faster read.) A rate stays 0 where it
+// cannot be measured (no exchange area, reading refused).
+struct BlockRates {
+  double copy = 0.0;
+  double cross_read = 0.0;
+};
+
+BlockRates block_rates(Communicator& group, SharedSegment* segment, int position, int partner, int partner_position,
+                       size_t block) {
+  std::vector<std::byte> source(block, std::byte{1}), target(block, std::byte{0});
+  // Under Yama's ptrace scope 1, only allowed processes may read this one.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  uint64_t mine[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(source.data())};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(group.size()));
+  group.all_gather(mine, all.data(), 2 * sizeof(uint64_t) / sizeof(int32_t), DType::I32);  // as 32-bit words
+  const bool pairs = partner >= 0;
+  const size_t times = std::clamp<size_t>(kRateTimedBytes / block, 1, kRateBlocksTimed);
+  double copy_best = 1e30, read_best = 1e30;
+  int failed = 0;
+  for (int repeat = 0; repeat <= kRateRepeats; ++repeat) {
+    double copy_s = 0.0, read_s = 0.0;
+    std::memset(source.data(), repeat + 1, block);
+    for (size_t i = 0; i < times; ++i) {
+      group.barrier();
+      if (segment) {
+        auto start = Clock::now();
+        std::memcpy(segment->staged_data(position), source.data(), block);
+        copy_s += seconds_since(start);
+        group.barrier();
+        if (pairs) {
+          start = Clock::now();
+          std::memcpy(target.data(), segment->staged_data(partner_position), block);
+          copy_s += seconds_since(start);
+        }
+      }
+      group.barrier();
+      if (pairs && failed == 0) {
+        auto start = Clock::now();
+        failed = read_remote(static_cast<pid_t>(all[2 * static_cast<size_t>(partner)]),
+                             all[2 * static_cast<size_t>(partner) + 1], target.data(), block);
+        read_s += seconds_since(start);
+      }
+      group.barrier();  // the input stays until its reader is done
+    }
+    if (repeat > 0) {  // the first run warms the path
+      copy_best = std::min(copy_best, copy_s);
+      read_best = std::min(read_best, read_s);
+    }
+  }
+  const double moved = static_cast<double>(times * block);
+  BlockRates rates;
+  const double slowest_copy = group_max(group, segment && pairs ? copy_best / 2.0 : 0.0);
+  if (segment && slowest_copy > 0.0) rates.copy = moved / slowest_copy;
+  const double slowest_read = group_max(group, pairs ? (failed != 0 ? 1e30 : read_best) : 0.0);
+  if (slowest_read > 0.0 && slowest_read < 1e29) rates.cross_read = moved / slowest_read;
+  return rates;
+}
+
 uint64_t fnv1a(const std::string& text) {
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
@@ -159,6 +271,15 @@ ClusterDescription probe_links(Communicator& group) {
     int buddy = position ^ 1;
     if (buddy < static_cast<int>(mine.size())) partner = mine[static_cast<size_t>(buddy)];
     topology.intra.bandwidth_Bps = kProbeBytes / group_max(group, exchange_time(group, partner, send.bytes(), recv.bytes()));
+    std::unique_ptr<SharedSegment> segment = probe_segment(group, mine, position);
+    for (size_t block : kRateBlockBytes) {
+      const BlockRates rates = block_rates(group, segment.get(), position, partner, buddy, block);
+      if (rates.copy > 0.0) topology.copy.points.emplace_back(static_cast<double>(block), rates.copy);
+      if (rates.cross_read > 0.0) topology.cross_read.points.emplace_back(static_cast<double>(block), rates.cross_read);
+    }
+    // A curve measured at some sizes only would mislead: unknown instead.
+    if (topology.copy.points.size() != std::size(kRateBlockBytes)) topology.copy.points.clear();
+    if (topology.cross_read.points.size() != std::size(kRateBlockBytes)) topology.cross_read.points.clear();
   }
   if (group.nodes() >= 2) {
     topology.inter.latency_s = group_max(group, ping_pong(group, members[0][0], members[1][0]));

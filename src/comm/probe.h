@@ -1,6 +1,6 @@
 #pragma once
 // The start-up probe: short measurements of this job's links, and the cache
-// that saves repeating them. A few tenths of a second.
+// that saves repeating them. Under a second (0.6-0.8 s for 2-4 ranks here).
 //   intra latency    ping-pong of 4 bytes between two ranks of one node
 //   intra bandwidth  8 MiB exchanges, all ranks of every node paired at once
 //   inter latency    ping-pong between the first ranks of nodes 0 and 1
@@ -10,6 +10,12 @@
 //   memory           32 MiB memcpy by every rank at once: the bytes per second
 //                    a node's ranks copy together (its ranks' total over the slowest)
 //   cache            the node's last-level cache, from hwloc (not measured)
+//   copy, cross read 4 KiB, 32 KiB, 256 KiB and 8 MiB blocks, freshly written,
+//                    copied through a shared exchange area to the paired rank
+//                    (copy in, copy out) and read from the paired rank's memory
+//                    (cross-memory attach), all ranks of every node at once, one
+//                    block at a time, best of seven: rates per block size
+//                    (nodes of >= 2 ranks with shared memory; reads where permitted)
 // Each figure is the worst over the ranks involved (so every rank holds the
 // same figures) and the best of three runs.
 #include <filesystem>

@@ -20,6 +20,16 @@ TopologyDesc node_of(int ranks, bool cross_memory) {
   return topology;
 }
 
+// A host whose cross-memory reads run at 3e9 B/s against copies at 8e9 (the
+// reduce rate): two copies (0.25 ns a byte) beat one read (0.33 ns), so the
+// senders stage their blocks, as on the AMD EPYC VM where process_vm_readv
+// moved 4.7 GB/s and memcpy 13.5.
+TopologyDesc slow_reads(int ranks) {
+  TopologyDesc topology = node_of(ranks, true);
+  topology.cross_read.points = {{4096.0, 3e9}};
+  return topology;
+}
+
 // A 1 MiB exchange area (CommConfig::exchange_staging_bytes), which the 4e6 and 3e6 byte blocks below overflow.
 ModelOptions one_mib_area() {
   ModelOptions options;
@@ -51,48 +61,49 @@ TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
               want_small, 1e-12 * want_small);
 }
 
-// Blocks that fit the sender's exchange area are staged: a copy in, a copy
-// out, both at the rank's memory speed (reduce_Bps, 8e9 here), as is the copy
-// of its own block, and one meeting, since no rank waits for readers of its input.
+// Where reads are slow, blocks that fit the sender's exchange area are
+// staged: a copy in, a copy out, both at the rank's memory speed (reduce_Bps,
+// 8e9 here), as is the copy of its own block, and one meeting, since no rank
+// waits for readers of its input.
 TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
   const int p = 4;
   const double n = 64e3;
   double want = 2e-6 + (2 * (p - 1) + 1) * n / p / 8e9;
-  EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, node_of(p, true)), want, 1e-12 * want);
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, slow_reads(p)), want, 1e-12 * want);
   // Rank 0 sends 0.6 of an area to each peer: the first fits its area, the
-  // others stay in its input, so everyone meets twice. Rank 0 copies one big
-  // block in and 3 x 1e3 out; rank 1 copies 3e3 in and the staged big block
-  // and 2e3 out (ranks 2 and 3 read their big block at 10e9: less).
+  // others stay in its input, so everyone meets twice. Rank 2 (as rank 3)
+  // copies 3e3 in, reads its big block at 3e9 and copies 2e3 out (rank 1
+  // copies its big block out of rank 0's area at 8e9: less).
   const double big = 0.6 * static_cast<double>(kDefaultStagingBytes);
   std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
   for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = big;
   for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
-  double want_mixed = 2 * 2e-6 + (3e3 + big + 2e3) / 8e9;
-  EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true)).total(), want_mixed, 1e-12 * want_mixed);
+  double want_mixed = 2 * 2e-6 + (3e3 + 2e3) / 8e9 + big / 3e9;
+  EXPECT_NEAR(predict_all_to_all_v(bytes, slow_reads(p)).total(), want_mixed, 1e-12 * want_mixed);
 }
 
 // A rank whose outgoing blocks exceed the staging limit stages none of them,
-// though they fit its area: its peers read them (10e9 here) and it waits for
-// them (two meetings). At the limit they are staged.
+// though they fit its area and staging would pay: its peers read them (3e9
+// here) and it waits for them (two meetings). At the limit they are staged.
 TEST(AllToAllCost, ExchangesPastTheStagingLimitReadEveryBlock) {
   const int p = 4;
   ModelOptions options;
   options.all_to_all_staging_limit = 3 << 20;  // outgoing bytes of a 4 MiB exchange
   const double at_limit = 4 << 20;
   double staged = 2e-6 + (2 * (p - 1) + 1) * at_limit / p / 8e9;
-  EXPECT_NEAR(predict({Collective::AllToAll, at_limit}, Algorithm::Pairwise, node_of(p, true), options).total(), staged,
+  EXPECT_NEAR(predict({Collective::AllToAll, at_limit}, Algorithm::Pairwise, slow_reads(p), options).total(), staged,
               1e-12 * staged);
   const double past = 8 << 20;
-  double read = 2 * 2e-6 + (p - 1) * past / p / 10e9 + past / p / 8e9;
-  EXPECT_NEAR(predict({Collective::AllToAll, past}, Algorithm::Pairwise, node_of(p, true), options).total(), read,
+  double read = 2 * 2e-6 + (p - 1) * past / p / 3e9 + past / p / 8e9;
+  EXPECT_NEAR(predict({Collective::AllToAll, past}, Algorithm::Pairwise, slow_reads(p), options).total(), read,
               1e-12 * read);
   // Uneven: rank 0 sends 2 MiB to each peer (6 MiB, past the limit), the others 1e3: rank 1 reads 2 MiB and
   // copies 1e3 out of rank 2's and 3's areas, after staging its own 3e3.
   std::vector<std::vector<double>> bytes(p, std::vector<double>(p, 1e3));
   for (int to = 1; to < p; ++to) bytes[0][static_cast<size_t>(to)] = 2 << 20;
   for (int rank = 0; rank < p; ++rank) bytes[static_cast<size_t>(rank)][static_cast<size_t>(rank)] = 0;
-  double uneven = 2 * 2e-6 + (2 << 20) / 10e9 + (3e3 + 2e3) / 8e9;
-  EXPECT_NEAR(predict_all_to_all_v(bytes, node_of(p, true), options).total(), uneven, 1e-12 * uneven);
+  double uneven = 2 * 2e-6 + (2 << 20) / 3e9 + (3e3 + 2e3) / 8e9;
+  EXPECT_NEAR(predict_all_to_all_v(bytes, slow_reads(p), options).total(), uneven, 1e-12 * uneven);
 }
 
 // More ranks than cores: the copies and meetings of all ranks share the cores,
@@ -126,27 +137,30 @@ TEST(AllToAllCost, RanksSharingCoresPayTheTotalWorkOverTheCores) {
 }
 
 // Past the node's cache the copies share its memory bandwidth. 4 ranks on 2
-// cores, 6e9 B/s of memory, an 8e6-byte cache; an 8e6-byte exchange stages
-// its 2e6-byte blocks: each rank touches its own block twice (input, output)
-// and 3 blocks three times (input, area, output), 22e6 bytes, 88e6 on the node,
-// so 1/11 of them stay in cache. The rest copy at 2 cores' share of the
-// memory, 3e9 B/s each, below the 8e9 of a core. Each rank copies its own
-// block, 3 in and 3 out: 14e6 bytes; the 4 ranks' 56e6 run on 2 cores, and the
-// one meeting is 4 ranks' work on 2 cores too.
+// cores, 6e9 B/s of memory, an 8e6-byte cache, reads at 3e9. Staged, an
+// 8e6-byte exchange would touch 88e6 bytes (each rank its own block twice,
+// 3 blocks three times: input, area, output), 1/11 of them in cache, and its
+// two copies would cost 2 (1/11 / 8e9 + 10/11 / 3e9) s a byte, the memory's
+// 3e9 B/s per core, more than one read at 3e9: so its 2e6-byte blocks are read.
+// Then the node touches 64e6 bytes, 1/8 in cache: each rank copies its own
+// block (1/8 at 8e9, the rest at 3e9) and reads 3 (at 3e9 either way); the 4
+// ranks' work runs on 2 cores, and the two meetings are 4 ranks' work on 2 cores too.
 TEST(AllToAllCost, CopiesPastTheCacheShareTheMemoryBandwidth) {
   const int p = 4;
-  TopologyDesc host = node_of(p, true);
+  TopologyDesc host = slow_reads(p);
   host.cores_per_node = 2;
   host.memory_Bps = 6e9;
   host.cache_bytes = 8e6;
   const double n = 8e6;
   const double meeting = 2e-6 * p / 2;
-  double want = meeting + 28e6 * ((1.0 / 11.0) / 8e9 + (10.0 / 11.0) / 3e9);
+  double want = 2 * meeting + 2 * (2e6 * ((1.0 / 8.0) / 8e9 + (7.0 / 8.0) / 3e9) + 6e6 / 3e9);
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, host), want, 1e-12 * want);
-  // In cache (a 64e3-byte exchange touches 176e3 bytes) the copies run at the core's speed.
+  // In cache (a 64e3-byte exchange touches 176e3 bytes staged) the copies run
+  // at the core's speed, and staging pays: 7 copies of 16e3 per rank, one meeting.
   double small = meeting + 2 * 7 * 16e3 / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, 64e3}, Algorithm::Pairwise, host), small, 1e-12 * small);
-  // Unknown memory bandwidth, or one faster than the cores copy: no memory term.
+  // Unknown memory bandwidth, or one faster than the cores copy: no memory
+  // term, and the big exchange is staged (two copies at 8e9 beat a read at 3e9).
   double unbound = meeting + 28e6 / 8e9;
   for (double memory : {0.0, 100e9}) {
     host.memory_Bps = memory;
@@ -187,10 +201,11 @@ TEST(AllToAllCost, UnevenCountsCostTheirBusiestStep) {
   // Step 1 (r -> r+1): largest block 3e6 (2 -> 0); step 2 (r -> r+2): 3e6 (1 -> 0).
   double want = 2 * (2e-6 + 3e6 / 10e9);
   EXPECT_NEAR(predict_all_to_all_v(bytes, topology).total(), want, 1e-12 * want);
-  // On one host: rank 0 stages its two 1e3 blocks (at reduce_Bps) and reads
-  // 6e6 itself; the 3e6 blocks do not fit an exchange area, so the ranks meet twice.
+  // On one host: every block is read (one read at 10e9 beats two copies at
+  // 8e9; the 3e6 blocks do not fit an exchange area anyway), so the ranks
+  // meet twice and rank 0, the busiest, reads 6e6.
   TopologyDesc direct = node_of(3, true);
-  double want_direct = 2 * 2e-6 + 2e3 / 8e9 + 6e6 / 10e9;
+  double want_direct = 2 * 2e-6 + 6e6 / 10e9;
   EXPECT_NEAR(predict_all_to_all_v(bytes, direct, one_mib_area()).total(), want_direct, 1e-12 * want_direct);
   // Uniform counts cost what all_to_all of that size costs.
   std::vector<std::vector<double>> even(3, std::vector<double>(3, 1e6));

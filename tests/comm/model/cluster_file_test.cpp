@@ -89,6 +89,23 @@ TEST(ClusterFile, MemoryBandwidthAndCacheSize) {
             description.topology.cache_bytes);
 }
 
+// The copy and cross-memory read rates by block size (the probe's, or stated):
+// optional [[bytes, GB/s], ...], bytes ascending; absent they are unknown (empty).
+TEST(ClusterFile, CopyAndCrossReadRates) {
+  std::string text = std::string("copy_gbps = [[262144, 31], [8388608, 12.5]]\ncross_read_gbps = [[262144, 13]]\n") + kValid;
+  ClusterDescription description = parse_cluster_description(text, "cluster.toml");
+  EXPECT_EQ(description.topology.copy.points, (std::vector<std::pair<double, double>>{{262144, 31e9}, {8388608, 12.5e9}}));
+  EXPECT_EQ(description.topology.cross_read.points, (std::vector<std::pair<double, double>>{{262144, 13e9}}));
+  EXPECT_TRUE(parse_cluster_description(kValid, "cluster.toml").topology.copy.empty());
+  expect_error(std::string("copy_gbps = [[262144, 0]]\n") + kValid,
+               "key 'copy_gbps' at 262144 bytes: GB/s must be positive, got 0");
+  expect_error(std::string("cross_read_gbps = [[8, 1], [4, 1]]\n") + kValid,
+               "key 'cross_read_gbps' entry 1: bytes must increase from entry to entry, got 4 after 8");
+  ClusterDescription again = parse_cluster_description(format_cluster_description(description), "again.toml");
+  EXPECT_EQ(again.topology.copy.points, description.topology.copy.points);
+  EXPECT_EQ(again.topology.cross_read.points, description.topology.cross_read.points);
+}
+
 TEST(ClusterFile, OneNodeNeedsNoInterTable) {
   std::string text = "nodes = 1\nranks_per_node = 4\nreduce_gbps = 5\n[intra]\nlatency_us = 1\nbandwidth_gbps = 3\n";
   ClusterDescription description = parse_cluster_description(text, "cluster.toml");
