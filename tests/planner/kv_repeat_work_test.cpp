@@ -14,13 +14,6 @@
 namespace strata {
 namespace {
 
-const OpWork* op_labelled(const std::vector<OpWork>& ops, const std::string& label) {
-  for (const OpWork& op : ops) {
-    if (op.label == label) return &op;
-  }
-  return nullptr;
-}
-
 TEST(PlannerKvRepeat, MovesTheExpandedKeysAndValuesEachWay) {
   const ModelConfig config = testing::small_llama_config();  // 4 heads, 2 key/value heads, head dim 8
   const double a = 2;                                         // bf16
@@ -36,14 +29,12 @@ TEST(PlannerKvRepeat, MovesTheExpandedKeysAndValuesEachWay) {
     const double forward_by_hand = rows * (q - kv) * a + rows * (kv + q) * a;
     // Backward: k's gradient read at q's width instead of kv's; v's read at q's and written at kv's.
     const double backward_by_hand = rows * (q - kv) * a + rows * (q + kv) * a;
-    const OpWork* forward = op_labelled(work.layer.forward, "self_attn.kv_repeat");
-    const OpWork* backward = op_labelled(work.layer.backward, "self_attn.kv_repeat.grad");
-    ASSERT_NE(forward, nullptr);
-    ASSERT_NE(backward, nullptr);
-    EXPECT_DOUBLE_EQ(forward->bytes, forward_by_hand) << "tp " << tp;
-    EXPECT_DOUBLE_EQ(backward->bytes, backward_by_hand) << "tp " << tp;
-    EXPECT_EQ(forward->flops, 0);
-    EXPECT_FALSE(forward->residual_stream);  // split by heads, not by sequence parallelism
+    const OpWork& forward = testing::op_labelled(work.layer.forward, "self_attn.kv_repeat");
+    const OpWork& backward = testing::op_labelled(work.layer.backward, "self_attn.kv_repeat.grad");
+    EXPECT_DOUBLE_EQ(forward.bytes, forward_by_hand) << "tp " << tp;
+    EXPECT_DOUBLE_EQ(backward.bytes, backward_by_hand) << "tp " << tp;
+    EXPECT_EQ(forward.flops, 0);
+    EXPECT_FALSE(forward.residual_stream);  // split by heads, not by sequence parallelism
   }
 }
 

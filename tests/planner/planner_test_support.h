@@ -2,6 +2,7 @@
 // Small clusters for planner tests, described in the same TOML users write, and sums over their work lists.
 #include <fmt/format.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,14 @@ inline double bytes_of(const std::vector<OpWork>& ops) {
   double total = 0;
   for (const OpWork& op : ops) total += op.bytes;
   return total;
+}
+
+// The op of a work list with this label (a test's failure, naming it, when there is none).
+inline const OpWork& op_labelled(const std::vector<OpWork>& ops, const std::string& label) {
+  for (const OpWork& op : ops) {
+    if (op.label == label) return op;
+  }
+  throw std::runtime_error("no op labelled " + label);
 }
 
 // A made-up f32 device: 10 TFLOP/s matrix on 4 units in 64 x 64 tiles, 1 TFLOP/s vector, 100 GB/s memory.

@@ -17,13 +17,6 @@
 namespace strata {
 namespace {
 
-const OpWork& op_labelled(const std::vector<OpWork>& ops, const std::string& label) {
-  for (const OpWork& op : ops) {
-    if (op.label == label) return op;
-  }
-  throw std::runtime_error("no op labelled " + label);
-}
-
 TEST(PlannerQkNorm, NormsAllOfQAndKAsRmsNormMovesThem) {
   const ModelConfig config = testing::small_llama_config();  // 4 heads, 2 key/value heads, head dim 8
   const double a = 2;                                         // bf16
@@ -36,8 +29,8 @@ TEST(PlannerQkNorm, NormsAllOfQAndKAsRmsNormMovesThem) {
     EXPECT_EQ(work.layer.backward.size(), backward_ops + 2);
     const double q = 4.0 * 8 / tp, k = 2.0 * 8 / tp;
     for (const auto& [name, width] : {std::pair<std::string, double>{"q", q}, {"k", k}}) {
-      const OpWork& forward = op_labelled(work.layer.forward, "self_attn." + name + "_norm");
-      const OpWork& backward = op_labelled(work.layer.backward, "self_attn." + name + "_norm.grad_x");
+      const OpWork& forward = testing::op_labelled(work.layer.forward, "self_attn." + name + "_norm");
+      const OpWork& backward = testing::op_labelled(work.layer.backward, "self_attn." + name + "_norm.grad_x");
       EXPECT_EQ(forward.op, "rms_norm");
       EXPECT_EQ(backward.op, "rms_norm_backward");
       EXPECT_DOUBLE_EQ(forward.bytes, rows * width * 2 * a + width * a) << name << " at tp " << tp;
@@ -54,7 +47,7 @@ TEST(PlannerQkNorm, PricedAtTheDevicesRmsNormEfficiency) {
   const ModelConfig config = testing::small_llama_config();
   Workload work = build_workload(config, 8, 16, 1, DType::BF16);
   add_qk_norm(work.layer, config, 1);
-  const OpWork& q_norm = op_labelled(work.layer.forward, "self_attn.q_norm");
+  const OpWork& q_norm = testing::op_labelled(work.layer.forward, "self_attn.q_norm");
   const double by_hand =
       (device.op_overhead_s + q_norm.bytes / (device.memory_bandwidth_Bps * device.memory_efficiency)) / efficiency;
   EXPECT_NEAR(op_seconds(q_norm, device, DType::BF16), by_hand, 1e-15);
