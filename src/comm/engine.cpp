@@ -162,8 +162,10 @@ bool Engine::advance(Operation& op, Operation::Clock::time_point now) {
   if (now - op.last_poll_ > std::chrono::duration<double>(op.timeout_s_ / 2)) op.last_progress_ = now;
   op.last_poll_ = now;
   if (!op.waiting_->poll(op.wait_all_)) {
-    if (now - op.last_progress_ > std::chrono::duration<double>(op.timeout_s_)) {
-      op.abort_with(fmt::format("no progress for {:.1f} s (the timeout); waiting for {}", op.timeout_s_,
+    const double allowed = op.waiting_->timeouts_allowed();
+    if (now - op.last_progress_ > std::chrono::duration<double>(op.timeout_s_ * allowed)) {
+      op.abort_with(fmt::format("no progress for {:.1f} s ({}); waiting for {}", op.timeout_s_ * allowed,
+                                allowed == 1 ? "the timeout" : fmt::format("{:g} times the timeout", allowed),
                                 op.waiting_->pending_peers()));
     }
     return false;

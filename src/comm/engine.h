@@ -72,6 +72,8 @@ class Waitable {
   virtual bool poll(bool all) = 0;
   // Who is missing, for the timeout message.
   virtual std::string pending_peers() const = 0;
+  // The timeout's multiple this wait is given before its call is aborted.
+  virtual double timeouts_allowed() const { return 1; }
 };
 
 class Operation {

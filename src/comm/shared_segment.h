@@ -122,6 +122,9 @@ class SegmentTurn : public Waitable {
       : op_(op), queue_(queue), sequence_(sequence) {}
   bool poll(bool) override { return queue_.front() == sequence_; }
   std::string pending_peers() const override { return "earlier shared-memory calls of this rank to finish"; }
+  // The call ahead progressed at most one timeout after this one queued, so it times out first, naming the
+  // peer it waits for; this wait is the net for a queue that stopped moving.
+  double timeouts_allowed() const override { return 2; }
   bool await_ready() { return poll(true); }
   void await_suspend(std::coroutine_handle<> resume_point) { op_.suspend_on(this, true, resume_point); }
   void await_resume() const noexcept {}
