@@ -26,6 +26,7 @@ struct BenchArgs {
   int root = 0;
   double skew = 0.0;
   bool in_place = false;
+  std::string input = "reused";
   bool check_cost = false;
   bool breakdown = false;
   std::string json;
@@ -75,6 +76,7 @@ void bench(const BenchArgs& args) {
   options.root = args.root;
   options.skew = args.skew;
   options.in_place = args.in_place;
+  options.fresh_input = args.input == "fresh";
   options.check_cost = args.check_cost;
   options.breakdown = args.breakdown;
 
@@ -108,6 +110,10 @@ void add_comm_bench_command(CLI::App& app) {
   command->add_option("--skew", args->skew,
                       "all_to_all_v: every rank sends rank j a share 1/(j+1)^skew of its buffer (0: equal shares)");
   command->add_flag("--in-place", args->in_place, "all_reduce in place");
+  command->add_option("--input", args->input,
+                      "reused: every call sends the same input (nccl-tests' way); fresh: each input is written again "
+                      "before its call (untimed), as a training step sends what it has just computed")
+      ->check(CLI::IsMember({"reused", "fresh"}));
   command->add_flag("--check-cost", args->check_cost,
                     "Also run each algorithm with the call check off (rows marked unchecked): what the check costs");
   command->add_flag("--breakdown", args->breakdown,

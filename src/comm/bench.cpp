@@ -323,7 +323,7 @@ class SizeRun {
   }
 
   // One timed round of every entry; after the last, each output is checked as well (unless in
-  // place: the inputs changed). The buffers are shared by all sizes, so the inputs are laid out again.
+  // place with reused inputs: they changed). The buffers are shared by all sizes, so the inputs are laid out again.
   // Round r starts with entry r (mod their number): the first calls after the previous size's
   // biggest ones are the likeliest to lose their core on a shared host (a 4 KiB all-to-all took
   // 0.3-0.9 ms a call in 3 of 5 rounds as the first entry, 3-8 us as the second), so that falls
@@ -333,7 +333,7 @@ class SizeRun {
     for (size_t i = 0; i < entries_.size(); ++i) {
       const size_t a = (i + static_cast<size_t>(round)) % entries_.size();
       rounds_[a].push_back(timed_call_s(a));
-      if (last && !options_.in_place) rows_[a].wrong += wrong_elements(a);
+      if (last && (!options_.in_place || options_.fresh_input)) rows_[a].wrong += wrong_elements(a);
     }
   }
 
@@ -346,13 +346,23 @@ class SizeRun {
   }
 
  private:
+  // Lays out this rank's input (the root's buffer of a broadcast); with fresh_input keeps a copy to rewrite it from.
   void prepare() {
     const int me = group_.rank();
-    if (options_.op == Collective::Broadcast) {
-      if (me == options_.root) fill(out_, options_.dtype, count_, me, 0);
-      return;
-    }
-    fill(in_, options_.dtype, options_.op == Collective::ReduceScatter || exchange_ ? count_ * ranks_ : count_, me, 0);
+    if (options_.op == Collective::Broadcast && me != options_.root) return;
+    void* input = options_.op == Collective::Broadcast ? out_ : in_;
+    const size_t elements = options_.op == Collective::ReduceScatter || exchange_ ? count_ * ranks_ : count_;
+    fill(input, options_.dtype, elements, me, 0);
+    if (!options_.fresh_input) return;
+    const auto* bytes = static_cast<const std::byte*>(input);
+    pristine_.assign(bytes, bytes + elements * dtype_size(options_.dtype));
+  }
+
+  // Writes the input again (a copy, so the writing costs the same at every size): its lines are now dirty in this
+  // rank's cache, as a just-computed input's are.
+  void rewrite_input() {
+    if (pristine_.empty()) return;
+    std::memcpy(options_.op == Collective::Broadcast ? out_ : in_, pristine_.data(), pristine_.size());
   }
 
   void run_once(size_t index) {
@@ -385,10 +395,22 @@ class SizeRun {
   // One round of `iters` calls: the slowest rank's mean seconds per call.
   double timed_call_s(size_t index) {
     if (options_.in_place) prepare();
-    group_.barrier();
-    auto start = Clock::now();
-    for (int i = 0; i < options_.iters; ++i) run_once(index);
-    float local = static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count() / options_.iters);
+    double seconds = 0.0;
+    if (options_.fresh_input) {
+      for (int i = 0; i < options_.iters; ++i) {
+        rewrite_input();
+        group_.barrier();
+        auto start = Clock::now();
+        run_once(index);
+        seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      }
+    } else {
+      group_.barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < options_.iters; ++i) run_once(index);
+      seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    float local = static_cast<float>(seconds / options_.iters);
     float slowest = 0.0f;
     group_.all_reduce(&local, &slowest, 1, DType::F32, ReduceOp::Max);
     return slowest;
@@ -450,6 +472,7 @@ class SizeRun {
   void* in_;
   std::vector<BenchRow> rows_;
   std::vector<std::vector<double>> rounds_;  // seconds per call, round by round
+  std::vector<std::byte> pristine_;          // fresh_input: the input as laid out, to write it again from
 };
 
 }  // namespace
@@ -518,9 +541,9 @@ std::string format_table(const BenchReport& report) {
     detail = fmt::format(" {}", reduce_op_name(options.reduce));
   }
   if (options.op == Collective::AllToAllV) detail = fmt::format(" skew {:g}", options.skew);
-  std::string text = fmt::format("# strata comm-bench: {} {}{}, {} ranks on {} node(s); links: {}\n",
+  std::string text = fmt::format("# strata comm-bench: {} {}{}, {} ranks on {} node(s), {} input; links: {}\n",
                                  collective_name(options.op), dtype_name(options.dtype), detail, report.ranks,
-                                 report.nodes, report.links);
+                                 report.nodes, options.fresh_input ? "fresh" : "reused", report.links);
   text += fmt::format("# memcpy bandwidth of one rank (the ceiling): {:.2f} GB/s\n", report.memcpy_GBps);
   text += fmt::format("# time: the median of {} rounds; spread: their interquartile range over the median (past {:.0f}%:"
                       " unsettled, marked *, left out of --calibrate's fit)\n",
@@ -559,6 +582,7 @@ std::string format_json(const BenchReport& report) {
   json["warmup"] = options.warmup;
   json["iters"] = options.iters;
   json["rounds"] = options.rounds;
+  json["input"] = options.fresh_input ? "fresh" : "reused";
   json["rows"] = nlohmann::json::array();
   for (const BenchRow& row : report.rows) {
     nlohmann::json entry = {{"bytes", row.bytes},         {"count", row.count},

@@ -41,6 +41,12 @@ struct BenchOptions {
   // all_to_all_v: every rank sends rank j a share 1 / (j + 1)^skew of its
   // buffer (0: equal shares), as expert loads are uneven.
   double skew = 0.0;
+  // Rewrites every rank's input before each timed call (untimed; the ranks then
+  // meet, and the call alone is timed), as a training step sends what it has
+  // just computed (MoE tokens, gradient buckets): the input's lines sit dirty in
+  // the writer's cache, not clean in the shared cache where an input exchanged
+  // again and again settles (nccl-tests' way, the default).
+  bool fresh_input = false;
   // Also times every algorithm's calls phase by phase (comm/call_phases.h):
   // where a call's latency goes, as the mean over ranks of `iters` calls.
   bool breakdown = false;

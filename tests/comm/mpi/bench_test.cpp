@@ -70,6 +70,30 @@ TEST(Bench, BlockingBaselineRunsAndIsChecked) {
   }
 }
 
+// --input fresh: every timed call gets its input written again, so even an
+// in-place all-reduce, whose output replaces its input, gives the exact sum
+// after every round (reusing it would sum the sums); every collective stays exact.
+TEST(Bench, FreshInputRewritesEveryCallsInput) {
+  Communicator& world = flat_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  BenchOptions in_place = one_size(Collective::AllReduce, 16384, {"auto", "baseline"});
+  in_place.in_place = true;
+  in_place.fresh_input = true;
+  in_place.rounds = 2;
+  for (const BenchRow& row : run_bench(world, in_place).rows) EXPECT_EQ(row.wrong, 0) << row.algorithm;
+  for (Collective op : kCollectives) {
+    BenchOptions options = one_size(op, 65536, {"auto", "baseline"});
+    options.fresh_input = true;
+    options.skew = 1.0;
+    BenchReport report = run_bench(world, options);
+    for (const BenchRow& row : report.rows) {
+      EXPECT_EQ(row.wrong, 0) << collective_name(op) << " " << row.algorithm;
+      EXPECT_GT(row.time_us, 0.0) << collective_name(op) << " " << row.algorithm;
+    }
+    EXPECT_EQ(nlohmann::json::parse(format_json(report))["input"], "fresh");
+  }
+}
+
 // --breakdown: every algorithm's calls split into the five phases; the call
 // check costs time only where it is a message of its own (ring), not where
 // the one-host algorithms carry it beside their data (shm, direct, pairwise).
