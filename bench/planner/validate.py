@@ -235,8 +235,12 @@ def plan_command(strata, row, model_path, variant):
     if (row.get("qk_norm") or "").strip() == "1":
         cmd += ["--qk-norm", "on"]
     # OLMo-core's Attention with torch.compile (use_flash=False) expands k and v to every query head with
-    # repeat_interleave before F.scaled_dot_product_attention (src/olmo_core/nn/attention.py at 41400c46f;
-    # src/planner/kv_repeat_work.h); nothing for a model without grouped-query attention.
+    # repeat_interleave before F.scaled_dot_product_attention (src/olmo_core/nn/attention.py at 41400c46f);
+    # torchtitan's Llama with repeat_kv (unsqueeze, expand, reshape: torchtitan/models/llama/model.py at 9dec370,
+    # 1ea476e9f and 3faaa1a0, models/llama3/model.py at 820504e), compiled or eager (--eager on: copies of their own);
+    # src/planner/kv_repeat_work.h; nothing for a model without grouped-query attention.
+    if row.get("framework", "").strip() == "torchtitan-fsdp2":
+        cmd += ["--kv-repeat", "on"]
     if row.get("framework", "").strip() == "olmo-core-fsdp2" and (row.get("compile") or "").strip() == "1":
         cmd += ["--kv-repeat", "on"]
         # ... and compiles each block only: the model's final RMSNorm runs op by op in fp32 (nn/layer_norm.py;

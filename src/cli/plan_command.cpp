@@ -239,8 +239,9 @@ void add_plan_command(CLI::App& app) {
                       "more RMSNorms a layer, priced as the layer's own); off (default): none, as Strata's Llama");
   command->add_option("--kv-repeat", args->kv_repeat,
                       "on: grouped-query attention runs through an SDPA without GQA, k and v expanded to every query "
-                      "head first, as OLMo-core's compiled Attention does (priced as the expansion's memory traffic); "
-                      "off (default): one grouped kernel, as Strata's graph");
+                      "head first, as OLMo-core's compiled Attention and torchtitan's Llama do (priced as the "
+                      "expansion's memory traffic, copies of their own under --eager on); off (default): one grouped "
+                      "kernel, as Strata's graph");
   command->add_option("--final-norm", args->final_norm,
                       "fused (default): the model's final norm is one kernel, as Strata's graph; olmo-eager: "
                       "OLMo-core's RMSNorm outside torch.compile, op by op in fp32 (priced as the extra memory "

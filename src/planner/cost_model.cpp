@@ -164,7 +164,9 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
     }
     if (problem_.eager) add_eager_elementwise(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
     if (problem_.qk_norm) add_qk_norm(built->layer, problem_.model, tp);
-    if (problem_.kv_repeat) add_kv_repeat(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
+    if (problem_.kv_repeat) {
+      add_kv_repeat(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype, problem_.eager);
+    }
     add_final_norm_work(built->head, problem_.final_norm, problem_.model, micro_batch, seq, problem_.dtype);
     add_loss_work(built->head, problem_.loss, problem_.model, micro_batch, seq, tp, problem_.dtype);
     add_fp8_linears(built->layer, problem_.fp8, problem_.dtype, problem_.fp8_gather);

@@ -96,7 +96,8 @@ struct PlanningProblem {
   // Strata's Llama does not: two more RMSNorms a layer, forward and backward.
   bool qk_norm = false;
   // Grouped-query attention run by an SDPA without GQA: k and v expanded to every query head first (kv_repeat_work.h,
-  // OLMo-core's compiled path), memory traffic each way that Strata's grouped kernel does not move.
+  // OLMo-core's and torchtitan's Llama; copies of their own under `eager`), memory traffic each way that Strata's
+  // grouped kernel does not move.
   bool kv_repeat = false;
   // How the run computes the model's final norm (final_norm_work.h): fused, or OLMo-core's RMSNorm in eager PyTorch.
   FinalNorm final_norm = FinalNorm::Fused;
