@@ -188,11 +188,13 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
 // (in by the sender, out by the receiver, each at topology.copy_Bps of the
 // block) cost no more than one read (cross_read_Bps of the block), both as
 // the pairwise cost prices them (cache, memory bandwidth and cores shared),
-// as though every rank sent such a row. The meeting at the end that staging
-// spares a call is not weighed: the next call that rewrites the area waits
-// for the readers instead (and the probe's latency, which would price it,
-// swung from 1.8 to 17.8 us between two probes of 4 ranks on the loaded
-// 2-core host, flipping the decision at 1 MiB per rank).
+// as though every rank sent such a row. Where the ranks outnumber the
+// host's cores, reading also costs the sender the meeting at the end that
+// staging every block spares it (its readers must get a core first); with a
+// core per rank that wait overlaps the readers and is not weighed. The
+// meeting is priced from the probe's latency, which swung from 1.8 to 17.8 us
+// between two probes of 4 ranks on the loaded 2-core host: at 17.8 us
+// staging wins up to about 256 KiB per rank instead of 64 KiB.
 bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
                               const ModelOptions& options);
 

@@ -156,7 +156,8 @@ std::unique_ptr<SharedSegment> probe_segment(Communicator& group, const std::vec
 // rewritten before every block, as a freshly computed one, makes small reads
 // dearer: its lines come out of the sender's cache. On the Xeon VM 32 KiB
 // blocks then read at 5.7 GB/s, and the model staged the 2-rank 64-256 KiB
-// exchanges that comm-bench measured faster read.) A rate stays 0 where it
+// exchanges that comm-bench measured faster read, with reused inputs and with
+// fresh ones alike: `comm-bench --input fresh`.) A rate stays 0 where it
 // cannot be measured (no exchange area, reading refused).
 struct BlockRates {
   double copy = 0.0;

@@ -90,6 +90,49 @@ TEST(AllToAllStaging, TheEpycStagesEverySizeThatFitsTheArea) {
   EXPECT_TRUE(stages_all_to_all_blocks(row(kMiB), 0, topology, options));
 }
 
+// Four ranks with the rates probed for them on the Xeon VM (copy through the
+// area and cross-memory read, GB/s at 4 KiB, 32 KiB, 256 KiB and 8 MiB
+// blocks) and a meeting of `latency_s`, on `cores` cores.
+TopologyDesc xeon_four_ranks(double cores, double latency_s) {
+  TopologyDesc topology = host({{{4 * kKiB, 10.05e9}, {32 * kKiB, 13.30e9}, {256 * kKiB, 14.41e9}, {8 * kMiB, 6.33e9}}},
+                               {{{4 * kKiB, 2.82e9}, {32 * kKiB, 10.84e9}, {256 * kKiB, 14.12e9}, {8 * kMiB, 4.83e9}}});
+  topology.ranks_per_node = 4;
+  topology.cores_per_node = cores;
+  topology.intra.latency_s = latency_s;
+  return topology;
+}
+
+// Rank 0 sends three blocks to its peers: staged, six copies (2 b / copy(b)
+// each); read, three reads (b / read(b)) and, only where the four ranks share
+// two cores, the meeting at the end, its latency times 4 ranks / 2 cores.
+// Measured with comm-bench on that host: 4 ranks on 2 cores, 64 KiB per rank
+// (16 KiB blocks) ran staged at 1.3-1.5x MPI and read at 0.9-1.2x; 1 MiB per
+// rank (256 KiB blocks) read at 0.93-1.04x and staged at 0.76-0.84x.
+TEST(AllToAllStaging, RanksOutnumberingTheirCoresWeighTheMeetingThatReadingCosts) {
+  const ModelOptions options;
+  for (double latency_s : {2.04e-6, 17.8e-6}) {
+    for (double block = 4 * kKiB; block <= 8 * kMiB; block *= 2) {
+      const std::vector<double> uniform = {block, block, block, block};
+      const TopologyDesc shared = xeon_four_ranks(2, latency_s), own = xeon_four_ranks(4, latency_s);
+      const double staged = 3 * 2 * block / shared.copy_Bps(block);
+      const double read = 3 * block / shared.cross_read_Bps(block);
+      EXPECT_EQ(stages_all_to_all_blocks(uniform, 0, own, options), staged <= read) << block;
+      EXPECT_EQ(stages_all_to_all_blocks(uniform, 0, shared, options), staged <= read + latency_s * 4 / 2) << block;
+    }
+  }
+  const std::vector<double> small(4, 16 * kKiB), large(4, 256 * kKiB);
+  EXPECT_TRUE(stages_all_to_all_blocks(small, 0, xeon_four_ranks(2, 2.04e-6), options));
+  EXPECT_FALSE(stages_all_to_all_blocks(small, 0, xeon_four_ranks(4, 2.04e-6), options));
+  EXPECT_FALSE(stages_all_to_all_blocks(large, 0, xeon_four_ranks(2, 2.04e-6), options));
+  // The loaded host's latency moves the crossing up (64 KiB blocks, 256 KiB per rank), not past it.
+  EXPECT_TRUE(stages_all_to_all_blocks(std::vector<double>(4, 64 * kKiB), 0, xeon_four_ranks(2, 17.8e-6), options));
+  EXPECT_FALSE(stages_all_to_all_blocks(large, 0, xeon_four_ranks(2, 17.8e-6), options));
+  // A block past the exchange area is read either way: the meeting happens whatever the others do.
+  ModelOptions small_area;
+  small_area.staging_bytes = static_cast<size_t>(32 * kKiB);
+  EXPECT_FALSE(stages_all_to_all_blocks({0, 16 * kKiB, 16 * kKiB, 16 * kKiB}, 0, xeon_four_ranks(2, 2.04e-6), small_area));
+}
+
 // Only the blocks that fit the exchange area count (the others are read
 // either way), and the meeting staging spares is not weighed.
 TEST(AllToAllStaging, OnlyBlocksThatFitTheAreaAreWeighed) {
