@@ -268,9 +268,16 @@ def plan_command(strata, row, model_path, variant):
     elif row.get("framework", "").strip() in ("torchtitan-fsdp2", "olmo-core-fsdp2"):
         cmd += ["--fsdp", "2"]  # both shard with fully_shard (FSDP2)
     # Without torch.compile (the source says so), PyTorch runs the Llama's RMSNorm, rotary embedding and SwiGLU
-    # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each.
+    # op by op (src/planner/eager_work.h); compiled, or not stated, they are priced as one fused kernel each
+    # (torchtitan's complex rotary embedding aside, below).
     if (row.get("compile") or "").strip() == "0":
         cmd += ["--eager", "on"]
+    # torchtitan's compiled Llama still runs its rotary embedding's complex arithmetic (view_as_complex of x.float(),
+    # times freqs_cis, view_as_real, type_as: torchtitan/models/llama/model.py 108-113 at 9dec370, llama3/model.py
+    # 155-160 at 820504e) as eager kernels: Inductor falls back for complex operators (lowering.py's
+    # fallback_node_due_to_unsupported_type; pytorch/torchtitan#15); src/planner/complex_rope_work.h.
+    if row.get("framework", "").strip() == "torchtitan-fsdp2" and (row.get("compile") or "").strip() == "1":
+        cmd += ["--rope", "complex-eager"]
     if row["dtype"].strip() == "fp8":
         recipe, gather = FP8_RUNTIMES[row["framework"].strip()]
         cmd += ["--fp8", recipe, "--fp8-gather", gather]

@@ -47,6 +47,7 @@ struct PlanArgs {
   std::string selective = "attention";
   std::string dropout = "off";
   std::string eager = "off";
+  std::string rope = "fused";
   std::string qk_norm = "off";
   std::string kv_repeat = "off";
   std::string final_norm = "fused";
@@ -110,6 +111,7 @@ void plan(const PlanArgs& args) {
   problem.selective = parse_selective_policy(args.selective, "--selective");
   problem.dropout = !second_of(args.dropout, "--dropout", "on", "off");
   problem.eager = !second_of(args.eager, "--eager", "on", "off");
+  problem.complex_rope = second_of(args.rope, "--rope", "fused", "complex-eager");
   problem.qk_norm = !second_of(args.qk_norm, "--qk-norm", "on", "off");
   problem.kv_repeat = !second_of(args.kv_repeat, "--kv-repeat", "on", "off");
   problem.final_norm =
@@ -234,6 +236,10 @@ void add_plan_command(CLI::App& app) {
                       "on: the run is eager PyTorch on torchtitan's Llama, whose RMSNorm, rotary embedding and SwiGLU "
                       "run op by op (priced as the extra memory traffic); off (default): one fused kernel each, as "
                       "Strata's graph and torch.compile");
+  command->add_option("--rope", args->rope,
+                      "complex-eager: the rotary embedding is torchtitan's complex arithmetic under torch.compile, "
+                      "which Inductor leaves to eager kernels (priced as the casts' and complex product's extra "
+                      "memory traffic; already in --eager on); fused (default): one kernel, as Strata's graph");
   command->add_option("--qk-norm", args->qk_norm,
                       "on: the model normalises all of q and all of k after their projections, as OLMo 2 does (two "
                       "more RMSNorms a layer, priced as the layer's own); off (default): none, as Strata's Llama");

@@ -13,6 +13,7 @@
 #include "parallel/parallel_dimension.h"
 #include "planner/device_time.h"
 #include "planner/dropout_work.h"
+#include "planner/complex_rope_work.h"
 #include "planner/eager_work.h"
 #include "planner/expert_work.h"
 #include "planner/fsdp_schedule.h"
@@ -163,6 +164,9 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
                   problem_.attention == AttentionKernel::Unfused, problem_.selective);
     }
     if (problem_.eager) add_eager_elementwise(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
+    if (problem_.complex_rope && !problem_.eager) {
+      add_complex_rope(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype);
+    }
     if (problem_.qk_norm) add_qk_norm(built->layer, problem_.model, tp);
     if (problem_.kv_repeat) {
       add_kv_repeat(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype, problem_.eager);

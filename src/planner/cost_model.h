@@ -81,6 +81,10 @@ struct PlanningProblem {
   // Eager PyTorch running torchtitan's Llama: RMSNorm, rotary embedding and SwiGLU as PyTorch's op by op
   // decompositions (eager_work.h) rather than the one fused kernel each that Strata's graph and torch.compile run.
   bool eager = false;
+  // torchtitan's complex rotary embedding under torch.compile: Inductor falls back to eager kernels for complex
+  // operators, so the casts and the complex product run as kernels of their own (complex_rope_work.h); under `eager`
+  // those kernels are already priced.
+  bool complex_rope = false;
   // How the runtime enters the tensor-parallel region when several linears read one value (model_comm.h).
   TensorParallelInput tp_input = TensorParallelInput::PerLinear;
   // Sequence parallelism's gathers and reduce-scatters run beside the layer's GEMMs (tp_overlap.h).
