@@ -54,13 +54,10 @@ TEST(PlannerComplexRope, AddsTheFallbacksTrafficOverTheRanksQAndK) {
 TEST(PlannerComplexRope, CostModelPricesTheTrafficOnceCompiledAndNotAgainUnderEager) {
   const ModelConfig config = testing::small_llama_config();
   auto compute = [&](bool complex_rope, bool eager) {
-    PlanningProblem problem{"llama", config, 2, 16, DType::F32, testing::test_cluster(1, 1, 16)};
-    problem.complex_rope = complex_rope;
-    problem.eager = eager;
-    CostModel model(problem);
-    ParallelPlan plan;
-    plan.micro_batch = 2;
-    return model.evaluate(plan).time.compute;
+    return testing::f32_step_compute_s(config, 2, 16, [&](PlanningProblem& problem) {
+      problem.complex_rope = complex_rope;
+      problem.eager = eager;
+    });
   };
   const double per_layer = 2.0 * 16 * (4 + 2) * 8 * (16 + 16);  // q and k elements, 4 fp32 passes each way
   EXPECT_NEAR(compute(true, false) - compute(false, false), config.n_layer * per_layer / 100e9, 1e-12);

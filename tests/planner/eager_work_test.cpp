@@ -89,12 +89,7 @@ TEST(PlannerEager, RecomputedAndSplitWithTheFusedOpItDecomposes) {
 TEST(PlannerEager, CostModelPricesTheExtraTrafficAtTheDevicesBandwidth) {
   const ModelConfig c = small_llama();
   auto compute = [&](bool eager) {
-    PlanningProblem problem{"llama", c, kBatch, kSeq, DType::F32, testing::test_cluster(1, 1, 16)};
-    problem.eager = eager;
-    CostModel model(problem);
-    ParallelPlan plan;
-    plan.micro_batch = kBatch;
-    return model.evaluate(plan).time.compute;
+    return testing::f32_step_compute_s(c, kBatch, kSeq, [&](PlanningProblem& problem) { problem.eager = eager; });
   };
   const double tokens = kBatch * kSeq, a = 4, f = 4;
   const double per_layer = 2 * tokens * 64 * ((2 * a + 7 * f) + (5 * a + 17 * f)) +  // two norms

@@ -77,13 +77,10 @@ TEST(PlannerKvRepeat, RedoneWithTheRotaryEmbeddingOrTheAttention) {
 TEST(PlannerKvRepeat, CostModelPricesTheEagerCopiesUnderEager) {
   const ModelConfig config = testing::small_llama_config();
   auto compute = [&](bool kv_repeat, bool eager) {
-    PlanningProblem problem{"llama", config, 2, 16, DType::F32, testing::test_cluster(1, 1, 16)};
-    problem.kv_repeat = kv_repeat;
-    problem.eager = eager;
-    CostModel model(problem);
-    ParallelPlan plan;
-    plan.micro_batch = 2;
-    return model.evaluate(plan).time.compute;
+    return testing::f32_step_compute_s(config, 2, 16, [&](PlanningProblem& problem) {
+      problem.kv_repeat = kv_repeat;
+      problem.eager = eager;
+    });
   };
   const double rows = 2.0 * 16, a = 4, q = 4.0 * 8, kv = 2.0 * 8;
   const double eager_by_hand = 2 * rows * 2 * (kv + q) * a;  // forward and backward

@@ -2,10 +2,13 @@
 // Small clusters for planner tests, described in the same TOML users write, and sums over their work lists.
 #include <fmt/format.h>
 
+#include <functional>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "planner/cost_model.h"
 #include "planner/hardware.h"
 #include "planner/model_spec.h"
 #include "planner/workload.h"
@@ -65,6 +68,19 @@ latency_us = {{ value = 5, source = "test" }}
 )",
                                  nodes, devices_per_node, memory_gib, intra_gbps, nic_gbps);
   return parse_cluster(text, "test.toml");
+}
+
+// The compute seconds of one step of `config` on test_cluster's device (f32, one device, one micro-batch of
+// `batch` rows of `seq` tokens), after `adjust` has set the problem's runtime options: what a runtime mechanism
+// adds is the difference of two such steps.
+inline double f32_step_compute_s(const ModelConfig& config, int64_t batch, int64_t seq,
+                                 const std::function<void(PlanningProblem&)>& adjust) {
+  PlanningProblem problem{"llama", config, batch, seq, DType::F32, test_cluster(1, 1, 16)};
+  adjust(problem);
+  CostModel model(problem);
+  ParallelPlan plan;
+  plan.micro_batch = batch;
+  return model.evaluate(plan).time.compute;
 }
 
 // A small Llama: 4 layers, width 32, 4 query and 2 key/value heads, MLP 48, 16 tokens, vocabulary 4099.
