@@ -24,17 +24,14 @@
 #include <cstdint>
 
 #include "model/model_config.h"
+#include "planner/eager_work.h"
 #include "planner/workload.h"
 
 namespace strata {
 
 // Bytes an element of q or k moves beyond the fused rotary kernel, forward and backward, with activations of
 // `activation_bytes` and the complex arithmetic in fp32.
-struct ComplexRopeBytes {
-  double forward = 0;
-  double backward = 0;
-};
-ComplexRopeBytes complex_rope_extra(double activation_bytes);
+EagerExtra complex_rope_extra(double activation_bytes);
 
 // Adds that traffic to a layer with a rotary embedding (over the q and k heads a rank holds under tensor
 // parallelism); a layer without one (GPT-2) is left as it is.
