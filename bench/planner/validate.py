@@ -262,6 +262,12 @@ def plan_command(strata, row, model_path, variant):
     # rewrite), priced on the A100 presets' flash-attn-1 engine (FlashAttention-2's at half its rate).
     if row.get("framework", "").strip() == "flash-attn-lightning" and row["attention"].strip() == "fused":
         cmd += ["--attention-library", "flash-attn-1"]
+    # A run whose launch picks its fused attention's backend says so (the `attention_library` column): NeMo's GPT-3
+    # 175B rows export NVTE_FUSED_ATTN=0 (nemo_megatron/launch.sh at dgxc-benchmarking 35a9aec), so Transformer
+    # Engine's DotProductAttention runs the flash-attn package's FlashAttention-2, priced on the presets' flash
+    # engine (FlashAttention-2 measured through PyTorch's SDPA) rather than the device's own (cuDNN's kernels).
+    if (row.get("attention_library") or "").strip() and row["attention"].strip() == "fused":
+        cmd += ["--attention-library", row["attention_library"].strip()]
     # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
     # and Lightning's FSDPStrategy (lit-gpt, TinyLlama) wrap FullyShardedDataParallel (FSDP1), torchtitan calls
     # fully_shard (FSDP2).
