@@ -206,6 +206,13 @@ def plan_command(strata, row, model_path, variant):
     if row.get("framework", "").strip().startswith("megatron"):
         dropout = "off" if (row.get("dropout") or "").strip() == "0" else "on"
         cmd += ["--accumulate", "fused", "--dropout", dropout]
+    # ... but the embedding is a lookup, in no GEMM: NeMo's distributed Adam (megatron_amp_O2, distributed_fused_adam,
+    # grad_sync_dtype bf16, every dgxc NeMo config) keeps the embeddings' gradients in fp32 buckets and adds each
+    # micro-batch's dense embedding gradient into them (megatron_gpt_model.py configure_optimizers and fwd_bwd_step's
+    # no_sync(greedy_grad_copy=True), core/optim/distributed_adam.py at NVIDIA/NeMo r2.0.0rc1; apex's
+    # DistributedFusedAdam._grad_copy at 810ffae; src/planner/embedding_grad_work.h).
+    if row.get("framework", "").strip() == "megatron-core-nemo":
+        cmd += ["--embedding-grad-add", "on"]
     # Megatron (its f/g operators before fused QKV and fc1 GEMMs) and torchtitan (PrepareModuleInput on the attention
     # and feed-forward blocks) enter the tensor-parallel region once for the linears that read one value.
     if row.get("framework", "").strip().startswith(("megatron", "torchtitan")):
@@ -255,6 +262,12 @@ def plan_command(strata, row, model_path, variant):
     # rewrite), priced on the A100 presets' flash-attn-1 engine (FlashAttention-2's at half its rate).
     if row.get("framework", "").strip() == "flash-attn-lightning" and row["attention"].strip() == "fused":
         cmd += ["--attention-library", "flash-attn-1"]
+    # A run whose launch picks its fused attention's backend says so (the `attention_library` column): NeMo's GPT-3
+    # 175B rows export NVTE_FUSED_ATTN=0 (nemo_megatron/launch.sh at dgxc-benchmarking 35a9aec), so Transformer
+    # Engine's DotProductAttention runs the flash-attn package's FlashAttention-2, priced on the presets' flash
+    # engine (FlashAttention-2 measured through PyTorch's SDPA) rather than the device's own (cuDNN's kernels).
+    if (row.get("attention_library") or "").strip() and row["attention"].strip() == "fused":
+        cmd += ["--attention-library", row["attention_library"].strip()]
     # ZeRO-3 as PyTorch's FSDP runs it, with its copies around the collectives (src/planner/fsdp_copies.h): Composer
     # and Lightning's FSDPStrategy (lit-gpt, TinyLlama) wrap FullyShardedDataParallel (FSDP1), torchtitan calls
     # fully_shard (FSDP2).

@@ -43,6 +43,7 @@ struct PlanArgs {
   std::string attention_library;
   double bucket_mb = 25;
   std::string accumulate = "separate";
+  std::string embedding_grad_add = "off";
   std::string clip = "fused";
   std::string selective = "attention";
   std::string dropout = "off";
@@ -107,6 +108,7 @@ void plan(const PlanArgs& args) {
   problem.attention_library = args.attention_library;
   problem.bucket_bytes = args.bucket_mb * 1024 * 1024;
   problem.fused_accumulation = second_of(args.accumulate, "--accumulate", "separate", "fused");
+  problem.embedding_grad_add = !second_of(args.embedding_grad_add, "--embedding-grad-add", "on", "off");
   problem.separate_clip = !second_of(args.clip, "--clip", "separate", "fused");
   problem.selective = parse_selective_policy(args.selective, "--selective");
   problem.dropout = !second_of(args.dropout, "--dropout", "on", "off");
@@ -222,6 +224,10 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--accumulate", args->accumulate,
                       "How micro-batch gradients are summed: separate (a pass after each, as Strata's trainer) or "
                       "fused (inside the weight-gradient GEMMs, as Megatron)");
+  command->add_option("--embedding-grad-add", args->embedding_grad_add,
+                      "on: with --accumulate fused, the embedding's gradient (a lookup's, in no GEMM) is still added "
+                      "into the optimizer's fp32 gradient buffer after every micro-batch, as NeMo's distributed Adam "
+                      "does (priced as that pass's memory traffic); off (default): nothing beyond the accumulation");
   command->add_option("--clip", args->clip,
                       "How clipping scales the gradients: fused (inside AdamW, as Strata's trainer) or separate (a "
                       "pass of its own, as PyTorch's clip_grad_norm_ and Megatron)");

@@ -15,6 +15,7 @@
 #include "planner/dropout_work.h"
 #include "planner/complex_rope_work.h"
 #include "planner/eager_work.h"
+#include "planner/embedding_grad_work.h"
 #include "planner/expert_work.h"
 #include "planner/fsdp_schedule.h"
 #include "planner/model_comm.h"
@@ -170,6 +171,9 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
     if (problem_.qk_norm) add_qk_norm(built->layer, problem_.model, tp);
     if (problem_.kv_repeat) {
       add_kv_repeat(built->layer, problem_.model, micro_batch, seq, tp, problem_.dtype, problem_.eager);
+    }
+    if (problem_.embedding_grad_add && problem_.fused_accumulation) {
+      add_embedding_grad_add(built->embedding, problem_.dtype);
     }
     add_final_norm_work(built->head, problem_.final_norm, problem_.model, micro_batch, seq, problem_.dtype);
     add_loss_work(built->head, problem_.loss, problem_.model, micro_batch, seq, tp, problem_.dtype);

@@ -73,6 +73,9 @@ struct PlanningProblem {
   // Gradients accumulated by the weight-gradient GEMMs themselves (Megatron's gradient-accumulation
   // fusion) rather than by a pass of their own after each micro-batch (Strata's trainer).
   bool fused_accumulation = false;
+  // With fused accumulation, the embedding's dense gradient still added into the optimizer's fp32 gradient buffer
+  // after every micro-batch (NeMo's distributed Adam: embedding_grad_work.h).
+  bool embedding_grad_add = false;
   // Clipping scales the gradients in a pass of its own (PyTorch's clip_grad_norm_, Megatron's
   // multi_tensor_scale) rather than inside AdamW as it reads them (Strata's trainer).
   bool separate_clip = false;
