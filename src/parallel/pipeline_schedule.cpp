@@ -1,8 +1,8 @@
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <map>
-#include <tuple>
+#include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -108,6 +108,8 @@ std::vector<std::vector<PipelineAction>> pipeline_actions(PipelineSchedule sched
   std::vector<std::vector<PipelineAction>> actions(static_cast<size_t>(p));
   for (int stage = 0; stage < p; ++stage) {
     std::vector<PipelineAction>& list = actions[static_cast<size_t>(stage)];
+    const PipelinePhases phases = pipeline_phases(schedule, shape, stage);
+    list.reserve(static_cast<size_t>(6) * (phases.warmup + phases.steady));  // at most 3 actions per pass
     auto forward = [&](int k) {
       auto [micro, chunk] = work_item(schedule, shape, k, /*forward=*/true);
       const int part = chunk * p + stage;
@@ -134,7 +136,6 @@ std::vector<std::vector<PipelineAction>> pipeline_actions(PipelineSchedule sched
         list.push_back({PipelineOp::SendGradient, micro, chunk, to.stage, to.chunk});
       }
     };
-    const PipelinePhases phases = pipeline_phases(schedule, shape, stage);
     for (int k = 0; k < phases.warmup; ++k) forward(k);
     for (int i = 0; i < phases.steady; ++i) {
       forward(phases.warmup + i);
@@ -145,14 +146,67 @@ std::vector<std::vector<PipelineAction>> pipeline_actions(PipelineSchedule sched
   return actions;
 }
 
+namespace {
+
+// Transfers in flight during a replay, each named by (activation?, micro-batch, receiving stage,
+// receiving chunk) and holding when its data arrives. A flat table over the names the actions use:
+// the planner replays schedules of ~10^5 actions many times per search, and a tree of transfers
+// spent most of that time allocating and rebalancing.
+class TransferArrivals {
+ public:
+  explicit TransferArrivals(const std::vector<std::vector<PipelineAction>>& actions)
+      : stages_(static_cast<int>(actions.size())) {
+    for (const std::vector<PipelineAction>& stage : actions) {
+      for (const PipelineAction& a : stage) {
+        STRATA_CHECK(a.micro_batch >= 0 && a.chunk >= 0 && a.peer_chunk >= 0,
+                     "pipeline action with a negative micro-batch or chunk");
+        micro_batches_ = std::max(micro_batches_, a.micro_batch + 1);
+        chunks_ = std::max({chunks_, a.chunk + 1, a.peer_chunk + 1});
+      }
+    }
+    arrival_.assign(size_t{2} * micro_batches_ * stages_ * chunks_, kNotSent);
+  }
+
+  // A second send of a transfer not yet received replaces the first.
+  void put(bool activation, int micro_batch, int stage, int chunk, double arrival) {
+    STRATA_CHECK(stage >= 0 && stage < stages_, "pipeline transfer to stage {} of {}", stage, stages_);
+    double& slot = arrival_[index(activation, micro_batch, stage, chunk)];
+    if (slot == kNotSent) ++pending_;
+    slot = arrival;
+  }
+
+  // When the transfer arrives, forgetting it; nothing while it has not been sent.
+  std::optional<double> take(bool activation, int micro_batch, int stage, int chunk) {
+    double& slot = arrival_[index(activation, micro_batch, stage, chunk)];
+    if (slot == kNotSent) return std::nullopt;
+    const double arrival = slot;
+    slot = kNotSent;
+    --pending_;
+    return arrival;
+  }
+
+  size_t pending() const { return pending_; }
+
+ private:
+  static constexpr double kNotSent = -std::numeric_limits<double>::infinity();
+
+  size_t index(bool activation, int micro_batch, int stage, int chunk) const {
+    return ((size_t{activation} * micro_batches_ + micro_batch) * stages_ + stage) * chunks_ + chunk;
+  }
+
+  int stages_ = 0, micro_batches_ = 0, chunks_ = 0;
+  std::vector<double> arrival_;
+  size_t pending_ = 0;
+};
+
+}  // namespace
+
 PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& actions,
                                      const PipelineTimes& times) {
   const size_t p = actions.size();
   STRATA_CHECK(times.forward.size() == p && times.backward.size() == p, "pipeline times for {} stages, {} given", p,
                times.forward.size());
-  // A transfer is named by (activation?, micro-batch, receiving stage, receiving chunk).
-  using Transfer = std::tuple<bool, int, int, int>;
-  std::map<Transfer, double> sent;  // -> when the data has arrived
+  TransferArrivals sent(actions);
   std::vector<size_t> next(p, 0);
   std::vector<double> clock(p, 0.0);
   PipelineSimulation result;
@@ -164,12 +218,12 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
         const PipelineAction& a = actions[s][next[s]];
         const int stage = static_cast<int>(s);
         if (a.op == PipelineOp::ReceiveActivation || a.op == PipelineOp::ReceiveGradient) {
-          auto found = sent.find({a.op == PipelineOp::ReceiveActivation, a.micro_batch, stage, a.chunk});
-          if (found == sent.end()) break;  // waits for the matching send
-          clock[s] = std::max(clock[s], found->second);
-          sent.erase(found);
+          const std::optional<double> arrived =
+              sent.take(a.op == PipelineOp::ReceiveActivation, a.micro_batch, stage, a.chunk);
+          if (!arrived) break;  // waits for the matching send
+          clock[s] = std::max(clock[s], *arrived);
         } else if (a.op == PipelineOp::SendActivation || a.op == PipelineOp::SendGradient) {
-          sent[{a.op == PipelineOp::SendActivation, a.micro_batch, a.peer, a.peer_chunk}] = clock[s] + times.transfer;
+          sent.put(a.op == PipelineOp::SendActivation, a.micro_batch, a.peer, a.peer_chunk, clock[s] + times.transfer);
         } else {
           const double seconds = a.op == PipelineOp::Forward ? times.forward[s] : times.backward[s];
           clock[s] += seconds;
@@ -188,7 +242,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
                          pipeline_op_name(a.op), a.micro_batch, a.chunk, a.peer);
   }
   if (!stuck.empty()) fail("pipeline schedule deadlocks: {}", stuck);
-  if (!sent.empty()) fail("pipeline schedule: {} transfer(s) sent but never received", sent.size());
+  if (sent.pending() > 0) fail("pipeline schedule: {} transfer(s) sent but never received", sent.pending());
   result.finish_s = clock;
   result.step_s = *std::max_element(clock.begin(), clock.end());
   result.bubble_s = result.step_s - *std::max_element(result.busy_s.begin(), result.busy_s.end());

@@ -124,7 +124,15 @@ void PlanningProblem::validate_fp8() const {
   }
 }
 
-CostModel::CostModel(PlanningProblem problem)
+CostModel::CostModel(PlanningProblem problem) : CostModel(std::move(problem), std::make_shared<ClusterFreeWork>()) {}
+
+CostModel CostModel::with_cluster(ClusterSpec cluster) const {
+  PlanningProblem problem = problem_;
+  problem.cluster = std::move(cluster);
+  return CostModel(std::move(problem), work_);
+}
+
+CostModel::CostModel(PlanningProblem problem, std::shared_ptr<ClusterFreeWork> work)
     : problem_(std::move(problem)),
       pricer_(problem_.cluster),
       adamw_(vector_op(
@@ -134,7 +142,8 @@ CostModel::CostModel(PlanningProblem problem)
       square_sums_(vector_op("square_sum_exact", 1)),
       scale_(vector_op("scale", 1, {{"factor", 1.0}})),
       add_(vector_op("add", 2)),
-      dimensions_(planner_dimensions()) {
+      dimensions_(planner_dimensions()),
+      work_(std::move(work)) {
   problem_.validate();
   find_roles();
   if (!problem_.attention_library.empty()) {
@@ -155,8 +164,8 @@ CostModel::CostModel(PlanningProblem problem)
 
 const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_parts) {
   auto key = std::make_tuple(micro_batch, tp, sequence_parts);
-  auto found = workloads_.find(key);
-  if (found == workloads_.end()) {
+  auto found = work_->workloads.find(key);
+  if (found == work_->workloads.end()) {
     const int64_t seq = problem_.seq / sequence_parts;  // the split's refuse_plan checks it divides
     auto built = std::make_unique<Workload>(
         build_workload(problem_.model, micro_batch, seq, tp, problem_.dtype, problem_.selective));
@@ -182,9 +191,28 @@ const Workload& CostModel::workload(int64_t micro_batch, int tp, int sequence_pa
       run_attention_over_ring(*built, sequence_parts);
       add_ring_merge(built->layer, problem_.ring_merge, problem_.model, sequence_parts, problem_.dtype);
     }
-    found = workloads_.emplace(key, std::move(built)).first;
+    found = work_->workloads.emplace(key, std::move(built)).first;
   }
   return *found->second;
+}
+
+const ModelComm& CostModel::comm_of(int64_t micro_batch, int64_t seq, int tp, bool sp) {
+  const auto key = std::make_tuple(micro_batch, seq, tp, sp);
+  auto found = work_->comm.find(key);
+  if (found == work_->comm.end()) {
+    found =
+        work_->comm.emplace(key, model_comm(problem_.model, micro_batch, seq, tp, sp, problem_.dtype, problem_.tp_input))
+            .first;
+  }
+  return found->second;
+}
+
+const std::vector<std::vector<PipelineAction>>& CostModel::schedule_of(PipelineSchedule schedule,
+                                                                        const PipelineShape& shape) {
+  const auto key = std::make_tuple(schedule, shape.stages, shape.micro_batches, shape.virtual_stages);
+  auto found = work_->schedules.find(key);
+  if (found == work_->schedules.end()) found = work_->schedules.emplace(key, pipeline_actions(schedule, shape)).first;
+  return found->second;
 }
 
 void CostModel::refuse_head_dim_without_kernel() const {
@@ -331,8 +359,7 @@ const CostModel::Costs& CostModel::costs(const ParallelPlan& plan) {
   result.tied_gradient_sum = op_seconds(work.tied_gradient_sum, device, problem_.dtype);
   // The collectives and the stage boundary as the runtime's graph has them (model_comm.h), priced by the
   // dimensions whose calls they are.
-  const ModelComm comm =
-      model_comm(problem_.model, micro_batch, device_seq(plan), tp, sp, problem_.dtype, problem_.tp_input);
+  const ModelComm& comm = comm_of(micro_batch, device_seq(plan), tp, sp);
   add_dimension_comm(plan, comm, work, result);
   result.boundary_bytes = comm.boundary_bytes;
   return costs_.emplace(key, result).first->second;
@@ -786,7 +813,7 @@ TimeBreakdown CostModel::pipeline_time(const PlanFigures& figures, const std::ve
     }
     const PipelineShape shape{figures.p, static_cast<int>(figures.m), figures.v,
                               static_cast<int>(figures.p * figures.v)};
-    pipeline = simulate_pipeline(pipeline_actions(figures.schedule, shape), times).step_s;
+    pipeline = simulate_pipeline(schedule_of(figures.schedule, shape), times).step_s;
   } else if (figures.schedule == PipelineSchedule::Interleaved) {
     pipeline = m * t_max + (sum - t_max) / figures.v;
   } else {
@@ -965,8 +992,8 @@ void CostModel::attribute_comm(const Prediction& prediction, const PlanFigures& 
   const ParallelPlan& plan = prediction.plan;
   const int stage = attribution.stage;
   const double layers = prediction.layers_per_stage.at(static_cast<size_t>(stage));
-  const ModelComm graph = model_comm(problem_.model, plan.micro_batch, device_seq(plan), role_degree(plan, tensor_),
-                                     sequence_split(plan) > 1, problem_.dtype, problem_.tp_input);
+  const ModelComm& graph =
+      comm_of(plan.micro_batch, device_seq(plan), role_degree(plan, tensor_), sequence_split(plan) > 1);
   int stride = 1;
   for (size_t position : innermost_) {
     const int degree = plan.degrees.at(position);

@@ -40,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "parallel/pipeline_schedule.h"
 #include "planner/comm_pricer.h"
 #include "planner/device_time.h"
 #include "planner/expert_work.h"
@@ -136,6 +137,9 @@ class CostModel {
   CostModel& operator=(const CostModel&) = delete;
 
   const PlanningProblem& problem() const { return problem_; }
+  // The same problem on other figures of its cluster (step_intervals' variations): what the model makes a device
+  // compute and send does not depend on them, so it is shared with this model instead of built again.
+  CostModel with_cluster(ClusterSpec cluster) const;
 
   // Why the plan cannot run at all (indivisible degrees and the like: each dimension's
   // PlannerDimension::refuse_plan among them), or nothing.
@@ -247,8 +251,8 @@ class CostModel {
   void rebalance_by_memory(const PlanFigures& figures, std::vector<int>& layers,
                            std::vector<MemoryBreakdown>& stages) const;
   std::vector<StageTime> stage_times(const PlanFigures& figures, const std::vector<int>& layers);
-  static TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages,
-                                     PipelineTiming timing);
+  TimeBreakdown pipeline_time(const PlanFigures& figures, const std::vector<StageTime>& stages,
+                              PipelineTiming timing);
   // A data-parallel reduction beside the last backward pass: the part it does not hide, and the
   // compute it slows down by running beside it.
   struct Overlap {
@@ -316,7 +320,20 @@ class CostModel {
   double model_flops_per_step_ = 0;
   double selective_flops_per_row_ = 0;  // one layer's recomputed forward work per row, summed over layers
   double full_flops_per_row_ = 0;
-  std::map<std::tuple<int64_t, int, int>, std::unique_ptr<Workload>> workloads_;
+  // What the problem makes a device compute and send, whatever the cluster's figures: (micro-batch, tp, sequence
+  // parts) -> work; (micro-batch, seq, tp, sp) -> the runtime graph's communication (model_comm.h); (schedule,
+  // stages, micro-batches, virtual stages) -> the actions a replay times (a few MiB for the largest pipelines;
+  // the search replays a few dozen front runners, the step intervals each of them once per figure varied).
+  struct ClusterFreeWork {
+    std::map<std::tuple<int64_t, int, int>, std::unique_ptr<Workload>> workloads;
+    std::map<std::tuple<int64_t, int64_t, int, bool>, ModelComm> comm;
+    std::map<std::tuple<PipelineSchedule, int, int, int>, std::vector<std::vector<PipelineAction>>> schedules;
+  };
+  CostModel(PlanningProblem problem, std::shared_ptr<ClusterFreeWork> work);
+  const ModelComm& comm_of(int64_t micro_batch, int64_t seq, int tp, bool sp);
+  const std::vector<std::vector<PipelineAction>>& schedule_of(PipelineSchedule schedule, const PipelineShape& shape);
+
+  std::shared_ptr<ClusterFreeWork> work_;  // shared with the models with_cluster() makes
   std::map<std::tuple<int64_t, DimensionDegrees, DimensionOptionValues>, Costs> costs_;
   // Layers per stage balanced by time: (pp, virtual stages, per-layer, first and last stage extra seconds).
   std::map<std::tuple<int, int, double, double, double>, std::vector<int>> time_splits_;

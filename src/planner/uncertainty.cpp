@@ -147,8 +147,7 @@ std::vector<Variation> assumed_variations(const PlanningProblem& problem) {
   return assumed;
 }
 
-std::vector<double> step_times(const PlanningProblem& problem, const std::vector<Prediction>& plans) {
-  CostModel model(problem);
+std::vector<double> step_times(CostModel model, const std::vector<Prediction>& plans) {
   std::vector<double> steps;
   for (const Prediction& p : plans) steps.push_back(model.evaluate(p.plan, CostModel::PipelineTiming::Replayed).step_s);
   return steps;
@@ -188,8 +187,9 @@ StepIntervals step_intervals(const CostModel& model, const std::vector<Predictio
   std::vector<double> speedup(plans.size(), 0.0);
   out.gap_closing_s.assign(plans.size(), 0.0);
   const std::vector<Variation> variations = assumed_variations(model.problem());
-  const std::vector<double> base = range > 0 && !variations.empty() ? step_times(model.problem(), plans)
-                                                                    : std::vector<double>(plans.size(), 0.0);
+  const std::vector<double> base = range > 0 && !variations.empty()
+                                        ? step_times(model.with_cluster(model.problem().cluster), plans)
+                                        : std::vector<double>(plans.size(), 0.0);
   for (const Variation& v : variations) {
     out.figures.push_back(v.uncertain);
     if (range == 0) continue;
@@ -197,9 +197,9 @@ StepIntervals step_intervals(const CostModel& model, const std::vector<Predictio
     std::vector<double> down(plans.size(), 0.0);
     std::vector<double> closing(plans.size(), 0.0);
     for (double worse : {range, -range}) {
-      PlanningProblem problem = model.problem();
-      v.vary(problem.cluster, worse);
-      const std::vector<double> steps = step_times(problem, plans);
+      ClusterSpec cluster = model.problem().cluster;
+      v.vary(cluster, worse);
+      const std::vector<double> steps = step_times(model.with_cluster(std::move(cluster)), plans);
       for (size_t i = 0; i < plans.size(); ++i) {
         up[i] = std::max(up[i], steps[i] - base[i]);
         down[i] = std::max(down[i], base[i] - steps[i]);

@@ -7,6 +7,7 @@
 
 #include "planner/model_spec.h"
 #include "planner/report.h"
+#include "planner/search.h"
 #include "planner/uncertainty.h"
 #include "planner_test_support.h"
 
@@ -107,6 +108,51 @@ TEST(PlannerUncertainty, OneAssumedFigureGivesItsSensitivityTimesTheRange) {
   EXPECT_DOUBLE_EQ(exact.plans[0].low_s, plans[0].step_s);
   EXPECT_DOUBLE_EQ(exact.plans[0].high_s, plans[0].step_s);
   EXPECT_THROW(step_intervals(model, plans, 1.0), std::exception);
+}
+
+// The variations are priced by models that share the base model's cluster-free work (with_cluster): each must
+// price every plan, pipelines replayed, exactly as a model built afresh on the varied cluster does, after the base
+// model has filled what they share.
+TEST(PlannerUncertainty, AModelOnAVariedClusterPricesAsOneBuiltAfreshOnIt) {
+  ModelSpec spec = model_preset("gpt2-medium");
+  const PlanningProblem base_problem{spec.name, spec.config, 64, spec.config.block_size, DType::F32,
+                                     testing::test_cluster(2, 4, 12)};
+  CostModel base(base_problem);
+  // Pipelines (interleaved among them) and tensor parallelism, each priced by the base model first.
+  std::vector<RejectedRegion> rejected;
+  std::vector<Prediction> plans;
+  int pipelines = 0, interleaved = 0, tensor_parallel = 0;
+  for (const ParallelPlan& plan : enumerate_plans(base, PlanLimits{}, rejected)) {
+    if (base.invalid_reason(plan)) continue;
+    const bool pipelined = plan.degree("pp") > 1, sharded = plan.degree("tp") > 1;
+    const bool interleaving = pipeline_schedule(plan) == PipelineSchedule::Interleaved;
+    if (!(pipelined && pipelines < 8) && !(interleaving && interleaved < 4) && !(sharded && tensor_parallel < 8)) {
+      continue;
+    }
+    pipelines += pipelined;
+    interleaved += interleaving;
+    tensor_parallel += sharded;
+    plans.push_back(base.evaluate(plan, CostModel::PipelineTiming::Replayed));
+  }
+  ASSERT_GE(pipelines, 8);
+  ASSERT_GE(interleaved, 4);
+  ASSERT_GE(tensor_parallel, 8);
+  ClusterSpec varied = base_problem.cluster;
+  varied.device.memory_bandwidth_Bps *= 0.5;
+  varied.device.op_overhead_s = 30e-6;
+  varied.intra_node.bandwidth_Bps *= 0.25;
+  varied.nic.latency_s *= 4;
+  PlanningProblem varied_problem = base_problem;
+  varied_problem.cluster = varied;
+  CostModel afresh(varied_problem);
+  CostModel shared = base.with_cluster(varied);
+  for (const Prediction& p : plans) {
+    const Prediction expected = afresh.evaluate(p.plan, CostModel::PipelineTiming::Replayed);
+    const Prediction got = shared.evaluate(p.plan, CostModel::PipelineTiming::Replayed);
+    EXPECT_EQ(got.step_s, expected.step_s) << p.plan.describe();
+    EXPECT_EQ(got.memory.peak, expected.memory.peak) << p.plan.describe();
+    EXPECT_GT(got.step_s, p.step_s) << p.plan.describe();  // every varied figure is worse
+  }
 }
 
 TEST(PlannerUncertainty, IntervalsOverlapWhenTheyShareAPoint) {
