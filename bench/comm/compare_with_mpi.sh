@@ -7,7 +7,8 @@
 # call), with the bus-bandwidth ratio and the cost model's error per size.
 #
 # Usage: bench/comm/compare_with_mpi.sh [--no-calibrate] [RANKS...]
-# Each rank count starts with a fresh link probe and, unless --no-calibrate, a
+# Each rank count starts with three fresh link probes (the cache holds their
+# median figures) and, unless --no-calibrate, a
 # calibration run (every one-host all_reduce algorithm and the pairwise
 # all-to-all) whose fitted scales land in the probe cache, so the measurement's
 # `auto` choices and predictions use them (on a shared host the fit reflects
@@ -35,7 +36,9 @@ run() {  # RANKS comm-bench options...
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for n in "${ranks[@]}"; do
+  # A fresh probe, then the two more that the cache's figures settle on (their median: src/comm/probe_history.h).
   STRATA_COMM_REPROBE=1 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STRATA_COMM_REPROBE "$exe" topo > /dev/null
+  for settling in 2 3; do mpirun --allow-run-as-root --oversubscribe -np "$n" "$exe" topo > /dev/null; done
   if [[ $calibrate == 1 ]]; then
     # Measured as the comparison runs: interleaved with the MPI baselines
     # (which evict each other's data from the caches), the same iterations.

@@ -13,6 +13,7 @@
 
 #include "comm/cross_memory.h"
 #include "comm/machine.h"
+#include "comm/probe_history.h"
 #include "comm/reduce_kernels.h"
 #include "comm/shared_segment.h"
 #include "comm/scratch.h"
@@ -225,7 +226,6 @@ uint64_t fnv1a(const std::string& text) {
 // cluster-file text) or the reason it failed following in a second message.
 struct Verdict {
   int32_t mode = 0;  // 0: failed (the text says why), 1: figures loaded, 2: probe now
-  int32_t text_bytes = 0;
   char kind[16] = {};
   char path[1024] = {};
 };
@@ -315,14 +315,53 @@ namespace {
 // The cached probe for `key`, or nothing when it is another layout's or this build cannot read it (written by
 // another version, or damaged): the cache is the layer's own, so such a file is stale, probed again and
 // replaced, never an error. A topology file the user names stays strict.
-std::optional<ClusterDescription> readable_cache(const std::filesystem::path& cache, const std::string& key) {
+std::optional<ClusterDescription> readable_cache(const std::filesystem::path& cache, const std::string& key,
+                                                 bool quiet = false) {
   try {
     ClusterDescription cached = load_cluster_description(cache);
     if (cached.probe_key == key) return cached;
   } catch (const Error& error) {
-    std::fprintf(stderr, "strata comm: cannot read the link probe cache (%s); probing again\n", error.what());
+    if (!quiet) std::fprintf(stderr, "strata comm: cannot read the link probe cache (%s); probing again\n", error.what());
   }
   return std::nullopt;
+}
+
+// Rank 0, after `probe`: the probes kept (this one last; only this one after a reprobe) and the figures they
+// settle on, with the calibration fitted to the cached figures kept (not after a reprobe), both written to the
+// cache. A cache that cannot be written is reported, not fatal: this launch has its figures.
+ClusterDescription settle_and_cache(const std::filesystem::path& cache, const std::string& key,
+                                    const ClusterDescription& probe, bool reprobe) {
+  std::vector<ClusterDescription> probes;
+  std::optional<ClusterDescription> previous;
+  if (!reprobe) {
+    probes = kept_probes(cache, key);
+    if (std::filesystem::exists(cache)) previous = readable_cache(cache, key, /*quiet=*/true);
+  }
+  probes.push_back(probe);
+  if (probes.size() > kSettlingProbes) probes.erase(probes.begin());
+  ClusterDescription settled = settled_figures(probes);
+  if (previous) settled.calibration = previous->calibration;
+  try {
+    std::filesystem::create_directories(cache.parent_path());
+    keep_probes(cache, probes);
+    save_cluster_description(cache, settled);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "strata comm: could not cache the link probe in %s: %s\n", cache.string().c_str(),
+                 error.what());
+  }
+  return settled;
+}
+
+// Rank 0's `text` on every rank.
+std::string broadcast_text(Communicator& world, std::string text) {
+  int32_t bytes = static_cast<int32_t>(text.size());
+  world.broadcast(&bytes, 1, DType::I32, 0);
+  text.resize(static_cast<size_t>(bytes));
+  std::vector<int32_t> words((text.size() + 3) / 4);
+  std::memcpy(words.data(), text.data(), text.size());
+  world.broadcast(words.data(), words.size(), DType::I32, 0);
+  std::memcpy(text.data(), words.data(), text.size());
+  return text;
 }
 
 }  // namespace
@@ -342,6 +381,7 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
         path = config.topology_file;
       } else if (!config.reprobe && std::filesystem::exists(cache)) {
         loaded = readable_cache(cache, key);
+        if (loaded && kept_probes(cache, key).size() < kSettlingProbes) loaded.reset();  // still settling
         if (loaded) {
           kind = "cache";
           path = cache.string();
@@ -355,14 +395,9 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
       verdict.mode = 0;
       text = error.what();
     }
-    verdict.text_bytes = static_cast<int32_t>(text.size());
   }
   world.broadcast(&verdict, sizeof(Verdict) / sizeof(int32_t), DType::I32, 0);
-  text.resize(static_cast<size_t>(verdict.text_bytes));
-  std::vector<int32_t> words((text.size() + 3) / 4);
-  std::memcpy(words.data(), text.data(), text.size());
-  world.broadcast(words.data(), words.size(), DType::I32, 0);
-  std::memcpy(text.data(), words.data(), text.size());
+  text = broadcast_text(world, std::move(text));
   if (verdict.mode == 0) fail("{}", text);
 
   ResolvedLinks resolved;
@@ -371,18 +406,12 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
     resolved.source = {verdict.kind, verdict.path};
     return resolved;
   }
-  resolved.description = probe_links(world);
-  resolved.description.probe_key = key;
+  ClusterDescription probe = probe_links(world);
+  probe.probe_key = key;
+  std::string settled;
+  if (world.rank() == 0) settled = format_cluster_description(settle_and_cache(cache, key, probe, config.reprobe));
+  resolved.description = parse_cluster_description(broadcast_text(world, std::move(settled)), cache.string());
   resolved.source = {"probe", cache.string()};
-  if (world.rank() == 0) {
-    try {
-      std::filesystem::create_directories(cache.parent_path());
-      save_cluster_description(cache, resolved.description);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "strata comm: could not cache the link probe in %s: %s\n", cache.string().c_str(),
-                   error.what());
-    }
-  }
   return resolved;
 }
 

@@ -17,7 +17,8 @@
 //                    block at a time, best of seven: rates per block size
 //                    (nodes of >= 2 ranks with shared memory; reads where permitted)
 // Each figure is the worst over the ranks involved (so every rank holds the
-// same figures) and the best of three runs.
+// same figures) and the best of three runs. The cache holds the median over the
+// first kSettlingProbes launches' probes (probe_history.h).
 #include <filesystem>
 #include <string>
 
@@ -39,8 +40,10 @@ struct ResolvedLinks {
 };
 
 // World start-up (collective): rank 0 reads config.topology_file, or a cached
-// probe whose key matches, or the group probes and rank 0 writes the cache;
-// every rank gets rank 0's figures. A broken file fails on every rank.
+// probe whose key matches and whose layout has settled (kSettlingProbes probes
+// kept), or the group probes and rank 0 writes the figures the layout's kept
+// probes settle on to the cache; every rank gets rank 0's figures. A broken
+// file fails on every rank.
 ResolvedLinks resolve_links(Communicator& world, const std::string& key);
 
 }  // namespace strata::comm

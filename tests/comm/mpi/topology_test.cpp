@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/cluster_file.h"
 #include "comm/machine.h"
+#include "comm/probe_history.h"
 #include "mpi/comm_test_support.h"
 
 namespace strata::comm::testing {
@@ -56,18 +58,34 @@ TEST(Topology, ProbeMeasuresCachesAndReuses) {
   std::memcpy(figures.data(), values, sizeof(values));
   EXPECT_TRUE(identical_on_all_ranks(probed, figures));
 
+  // The next launches probe too until the layout has kSettlingProbes probes; the cache then holds the figures
+  // they settle on (probe_history.h), and later launches read it.
+  for (size_t launch = 1; launch < kSettlingProbes; ++launch) {
+    Communicator settling = Communicator::world(config);
+    EXPECT_EQ(settling.link_source().kind, "probe") << "launch " << launch;
+  }
   Communicator cached = Communicator::world(config);
   EXPECT_EQ(cached.link_source().kind, "cache");
   EXPECT_EQ(cached.link_source().path, probed.link_source().path);
-  EXPECT_DOUBLE_EQ(cached.topology().intra.bandwidth_Bps, measured.intra.bandwidth_Bps);
-  EXPECT_DOUBLE_EQ(cached.topology().reduce_Bps, measured.reduce_Bps);
+  const std::filesystem::path cache = cached.link_source().path;
+  const std::vector<ClusterDescription> kept = kept_probes(cache, load_cluster_description(cache).probe_key);
+  ASSERT_EQ(kept.size(), kSettlingProbes);
+  const ClusterDescription settled = settled_figures(kept);
+  EXPECT_DOUBLE_EQ(cached.topology().intra.bandwidth_Bps, settled.topology.intra.bandwidth_Bps);
+  EXPECT_DOUBLE_EQ(cached.topology().reduce_Bps, settled.topology.reduce_Bps);
 
+  // A reprobe starts the layout's probes again from itself.
   config.reprobe = true;
   Communicator reprobed = Communicator::world(config);
   EXPECT_EQ(reprobed.link_source().kind, "probe");
+  config.reprobe = false;
+  EXPECT_EQ(kept_probes(cache, load_cluster_description(cache).probe_key).size(), 1u);
+  for (size_t launch = 1; launch < kSettlingProbes; ++launch) {
+    Communicator settling = Communicator::world(config);
+    EXPECT_EQ(settling.link_source().kind, "probe") << "launch " << launch << " after the reprobe";
+  }
 
   // A cache this build cannot read (another version's keys, or a damaged file) is probed again and replaced.
-  config.reprobe = false;
   if (world.rank() == 0) {
     std::ofstream(probed.link_source().path, std::ios::app) << "\n[calibration.a_future_algorithm]\nlatency_scale = 1.0\n";
   }
