@@ -52,8 +52,8 @@ RateCurve read_rates(const TomlReader& root, const std::string& key) {
 
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
   TomlReader root = TomlReader::parse(text, source_name);
-  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "copy_gbps", "cross_read_gbps", "probe_key",
-             "shared_memory", "intra", "inter", "calibration"});
+  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "copy_gbps", "cross_read_gbps",
+             "intra_message_us", "probe_key", "shared_memory", "intra", "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
   topology.nodes = static_cast<int>(root.integer("nodes", 1, kMaxCount));
@@ -66,6 +66,12 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   if (root.has("cache_mib")) topology.cache_bytes = root.positive("cache_mib") * kMebi;
   if (root.has("copy_gbps")) topology.copy = read_rates(root, "copy_gbps");
   if (root.has("cross_read_gbps")) topology.cross_read = read_rates(root, "cross_read_gbps");
+  if (root.has("intra_message_us")) {
+    for (auto [bytes, us] : root.curve("intra_message_us", "bytes", "us")) {
+      if (!(us > 0)) root.fail_key("intra_message_us", fmt::format("at {} bytes: us must be positive, got {}", bytes, us));
+      topology.intra_message.emplace_back(bytes, us * kMicro);
+    }
+  }
   if (root.has("probe_key")) description.probe_key = root.string("probe_key");
   TomlReader calibration = root.table("calibration", false);
   std::set<std::string> names;
@@ -108,6 +114,14 @@ std::string format_cluster_description(const ClusterDescription& description) {
   };
   rates("copy_gbps", topology.copy);
   rates("cross_read_gbps", topology.cross_read);
+  if (!topology.intra_message.empty()) {
+    out << "intra_message_us = [";
+    for (size_t i = 0; i < topology.intra_message.size(); ++i) {
+      out << (i ? ", " : "") << "[" << number(topology.intra_message[i].first) << ", "
+          << number(topology.intra_message[i].second / kMicro) << "]";
+    }
+    out << "]\n";
+  }
   if (topology.shared_memory) out << "shared_memory = true\n";
   if (!description.probe_key.empty()) {
     out << "probe_key = " << toml::value<std::string>(description.probe_key) << "\n";

@@ -11,6 +11,8 @@
 //                              # many bytes, all ranks of a node at once (one-host exchanges' staging)
 //   cross_read_gbps = [[262144, 13.0], [8388608, 10.0]]  # optional: likewise, reading a peer's memory
 //                              # (cross-memory attach); both decide whether the all-to-all stages its blocks
+//   intra_message_us = [[4, 0.7], [4096, 3.0]]  # optional: microseconds one MPI message of that many
+//                              # bytes takes between two ranks of a node, one way (MPI-based algorithms' steps)
 //   probe_key = "..."          # optional: which launch layout a probe measured
 //   shared_memory = true       # optional: ranks of a node share and read each other's memory (CPU hosts)
 //   [intra]                    # rank to rank inside a node, every rank busy

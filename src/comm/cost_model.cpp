@@ -35,6 +35,19 @@ double log_interpolated(const std::vector<std::pair<double, double>>& points, do
 
 double RateCurve::at(double bytes) const { return log_interpolated(points, bytes); }
 
+double TopologyDesc::intra_message_s(double bytes) const {
+  if (intra_message.empty()) return intra.latency_s + bytes / intra.bandwidth_Bps;
+  const auto& first = intra_message.front();
+  const auto& last = intra_message.back();
+  if (bytes <= first.first) return first.second;
+  if (bytes >= last.first) return last.second + (bytes - last.first) / intra.bandwidth_Bps;
+  auto upper = std::lower_bound(intra_message.begin(), intra_message.end(), bytes,
+                                [](const std::pair<double, double>& point, double b) { return point.first < b; });
+  auto lower = upper - 1;
+  const double t = (bytes - lower->first) / (upper->first - lower->first);
+  return lower->second + t * (upper->second - lower->second);
+}
+
 double TopologyDesc::copy_Bps(double block_bytes) const { return copy.empty() ? reduce_Bps : copy.at(block_bytes); }
 
 double TopologyDesc::cross_read_Bps(double block_bytes) const {
@@ -84,6 +97,14 @@ void TopologyDesc::validate(const std::string& what) const {
     }
   };
   check_curve(copy, "copy");
+  for (size_t i = 0; i < intra_message.size(); ++i) {
+    const auto& [bytes, seconds] = intra_message[i];
+    if (!(bytes > 0.0) || !std::isfinite(bytes) || !(seconds > 0.0) || !std::isfinite(seconds) ||
+        (i > 0 && !(bytes > intra_message[i - 1].first))) {
+      fail("{}: intra message point {} must have bytes > 0, ascending, and a finite time > 0, got ({}, {} s)", what,
+           i, bytes, seconds);
+    }
+  }
   check_curve(cross_read, "cross-memory read");
 }
 
@@ -116,7 +137,7 @@ class Schedule {
     double latency = 0.0, transfer = 0.0;
     if (inside_node) {
       latency = topology_.intra.latency_s;
-      transfer = bytes / topology_.intra.bandwidth_Bps;
+      transfer = topology_.intra_message_s(bytes) - latency;
     }
     if (sharing > 0) {
       double inter_transfer = bytes * sharing / topology_.inter.bandwidth_Bps;

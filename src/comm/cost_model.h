@@ -74,8 +74,16 @@ struct TopologyDesc {
   // at reduce_Bps, reads at intra.bandwidth.
   RateCurve copy;
   RateCurve cross_read;
+  // One message between two ranks of a node through the MPI library, one way (half a ping-pong), by size:
+  // (bytes, seconds), ascending, linear between the points. The library sends small messages eagerly through
+  // its own buffers and larger ones after a handshake (Open MPI's shared-memory transport: a 4 KiB payload
+  // with its header is already past the 4 KiB eager limit, and then costs a round trip and a cross-memory
+  // read more), so a message of these sizes is not latency + bytes / bandwidth. Past the last point the
+  // bandwidth adds the rest. Empty: unknown, latency + bytes / intra.bandwidth.
+  std::vector<std::pair<double, double>> intra_message;
 
   int ranks() const;
+  double intra_message_s(double bytes) const;
   double copy_Bps(double block_bytes) const;
   double cross_read_Bps(double block_bytes) const;
   int node_of(int rank) const;

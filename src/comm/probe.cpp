@@ -25,7 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kProbeBytes = 8u << 20;
 constexpr size_t kMemoryProbeBytes = 32u << 20;
-constexpr int kPingPongs = 100;
+constexpr size_t kPingPongs = 100;
 constexpr int kRepeats = 3;
 // The block sizes the copy and cross-memory read rates are measured at: from
 // blocks where a read's system call and page pinning cost more than the bytes
@@ -49,25 +49,32 @@ double group_max(Communicator& group, double value) {
   return result;
 }
 
-// Half the round trip of a 4-byte message between ranks a and b; 0 elsewhere.
-double ping_pong(Communicator& group, int a, int b) {
+// The message sizes the intra-node message times are measured at: the latency's 4 bytes, both sides of the
+// usual eager limits (Open MPI's shared-memory transport: a 4 KiB payload with its header is past its 4 KiB),
+// and up to sizes where the bandwidth of the 8 MiB exchange takes over.
+constexpr size_t kMessageBytes[] = {4, 1024, 2048, 4096, 16384, 65536, 262144};
+
+// Half the round trip of a message of `bytes` (a multiple of 4) between ranks a and b, best of kRepeats runs of
+// up to kPingPongs round trips; 0 elsewhere.
+double ping_pong(Communicator& group, int a, int b, size_t bytes, std::byte* buffer) {
   int me = group.rank();
   if (me != a && me != b) return 0.0;
   int peer = me == a ? b : a;
-  float token = 0.0f;
+  const size_t count = bytes / sizeof(float);
+  const int trips = static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / bytes, 8, kPingPongs));
   double best = 1e30;
   for (int repeat = 0; repeat < kRepeats; ++repeat) {
     auto start = Clock::now();
-    for (int i = 0; i < kPingPongs; ++i) {
+    for (int i = 0; i < trips; ++i) {
       if (me == a) {
-        group.send(&token, 1, DType::F32, peer);
-        group.recv(&token, 1, DType::F32, peer);
+        group.send(buffer, count, DType::F32, peer);
+        group.recv(buffer, count, DType::F32, peer);
       } else {
-        group.recv(&token, 1, DType::F32, peer);
-        group.send(&token, 1, DType::F32, peer);
+        group.recv(buffer, count, DType::F32, peer);
+        group.send(buffer, count, DType::F32, peer);
       }
     }
-    best = std::min(best, seconds_since(start) / (2.0 * kPingPongs));
+    best = std::min(best, seconds_since(start) / (2.0 * trips));
   }
   return best;
 }
@@ -267,7 +274,12 @@ ClusterDescription probe_links(Communicator& group) {
   auto node_with_pair = std::find_if(members.begin(), members.end(), [](const auto& m) { return m.size() >= 2; });
   bool measurable_intra = node_with_pair != members.end();
   if (measurable_intra) {
-    topology.intra.latency_s = group_max(group, ping_pong(group, (*node_with_pair)[0], (*node_with_pair)[1]));
+    for (size_t bytes : kMessageBytes) {
+      const double seconds =
+          group_max(group, ping_pong(group, (*node_with_pair)[0], (*node_with_pair)[1], bytes, send.bytes()));
+      topology.intra_message.emplace_back(static_cast<double>(bytes), seconds);
+    }
+    topology.intra.latency_s = topology.intra_message.front().second;
     int partner = -1;
     int buddy = position ^ 1;
     if (buddy < static_cast<int>(mine.size())) partner = mine[static_cast<size_t>(buddy)];
@@ -283,7 +295,7 @@ ClusterDescription probe_links(Communicator& group) {
     if (topology.cross_read.points.size() != std::size(kRateBlockBytes)) topology.cross_read.points.clear();
   }
   if (group.nodes() >= 2) {
-    topology.inter.latency_s = group_max(group, ping_pong(group, members[0][0], members[1][0]));
+    topology.inter.latency_s = group_max(group, ping_pong(group, members[0][0], members[1][0], 4, send.bytes()));
     int pairs = static_cast<int>(std::min(members[0].size(), members[1].size()));
     int partner = -1;
     int node = group.node_of(me);

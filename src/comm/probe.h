@@ -1,7 +1,9 @@
 #pragma once
 // The start-up probe: short measurements of this job's links, and the cache
 // that saves repeating them. Under a second (0.6-0.8 s for 2-4 ranks here).
-//   intra latency    ping-pong of 4 bytes between two ranks of one node
+//   intra latency    ping-pong of 4 bytes between two ranks of one node, and of
+//                    1 KiB to 256 KiB messages (the message times MPI-based
+//                    algorithms' steps are priced with)
 //   intra bandwidth  8 MiB exchanges, all ranks of every node paired at once
 //   inter latency    ping-pong between the first ranks of nodes 0 and 1
 //   inter bandwidth  8 MiB exchanges between every rank of node 0 and its

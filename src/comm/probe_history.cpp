@@ -24,18 +24,23 @@ double median_of(const std::vector<ClusterDescription>& probes,
   return median(values);
 }
 
-RateCurve settled_curve(const std::vector<ClusterDescription>& probes, RateCurve TopologyDesc::*curve) {
-  const RateCurve& newest = probes.back().topology.*curve;
+using Points = std::vector<std::pair<double, double>>;
+
+// A curve's points, each value the median over the probes, where every probe measured the same sizes; else the
+// newest probe's points.
+Points settled_points(const std::vector<ClusterDescription>& probes,
+                      const std::function<const Points&(const TopologyDesc&)>& curve) {
+  const Points& newest = curve(probes.back().topology);
   for (const ClusterDescription& probe : probes) {
-    const RateCurve& other = probe.topology.*curve;
-    const bool same_sizes = other.points.size() == newest.points.size() &&
-                            std::equal(other.points.begin(), other.points.end(), newest.points.begin(),
+    const Points& other = curve(probe.topology);
+    const bool same_sizes = other.size() == newest.size() &&
+                            std::equal(other.begin(), other.end(), newest.begin(),
                                        [](const auto& a, const auto& b) { return a.first == b.first; });
     if (!same_sizes) return newest;
   }
-  RateCurve settled = newest;
-  for (size_t i = 0; i < settled.points.size(); ++i) {
-    settled.points[i].second = median_of(probes, [&](const TopologyDesc& t) { return (t.*curve).points[i].second; });
+  Points settled = newest;
+  for (size_t i = 0; i < settled.size(); ++i) {
+    settled[i].second = median_of(probes, [&](const TopologyDesc& t) { return curve(t)[i].second; });
   }
   return settled;
 }
@@ -85,8 +90,11 @@ ClusterDescription settled_figures(const std::vector<ClusterDescription>& probes
   topology.intra.bandwidth_Bps = median_of(probes, [](const TopologyDesc& t) { return t.intra.bandwidth_Bps; });
   topology.inter.latency_s = median_of(probes, [](const TopologyDesc& t) { return t.inter.latency_s; });
   topology.inter.bandwidth_Bps = median_of(probes, [](const TopologyDesc& t) { return t.inter.bandwidth_Bps; });
-  topology.copy = settled_curve(probes, &TopologyDesc::copy);
-  topology.cross_read = settled_curve(probes, &TopologyDesc::cross_read);
+  topology.copy.points = settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.copy.points; });
+  topology.cross_read.points =
+      settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.cross_read.points; });
+  topology.intra_message =
+      settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.intra_message; });
   return settled;
 }
 

@@ -28,8 +28,8 @@ std::vector<ClusterDescription> kept_probes(const std::filesystem::path& cache, 
 void keep_probes(const std::filesystem::path& cache, const std::vector<ClusterDescription>& probes);
 
 // The figures `probes` (oldest first, at least one) settle on: each measured figure the median over them (the mean
-// of the middle two for an even count), a rate curve point by point where every probe measured the same block sizes
-// (else the newest's curve); what is not measured (counts, the cache size, flags, the key) is the newest's. No
+// of the middle two for an even count), a curve (rates, message times) point by point where every probe measured the
+// same sizes (else the newest's curve); what is not measured (counts, the cache size, flags, the key) is the newest's. No
 // calibration: one is fitted to figures, and the caller decides whether it still holds.
 ClusterDescription settled_figures(const std::vector<ClusterDescription>& probes);
 

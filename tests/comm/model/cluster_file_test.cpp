@@ -106,6 +106,21 @@ TEST(ClusterFile, CopyAndCrossReadRates) {
   EXPECT_EQ(again.topology.cross_read.points, description.topology.cross_read.points);
 }
 
+TEST(ClusterFile, IntraNodeMessageTimes) {
+  std::string text = std::string("intra_message_us = [[4, 0.7], [4096, 3.5]]\n") + kValid;
+  ClusterDescription description = parse_cluster_description(text, "cluster.toml");
+  ASSERT_EQ(description.topology.intra_message.size(), 2u);
+  EXPECT_EQ(description.topology.intra_message[0].first, 4);
+  EXPECT_DOUBLE_EQ(description.topology.intra_message[1].second, 3.5e-6);
+  EXPECT_TRUE(parse_cluster_description(kValid, "cluster.toml").topology.intra_message.empty());
+  expect_error(std::string("intra_message_us = [[4096, -1]]\n") + kValid,
+               "key 'intra_message_us' at 4096 bytes: us must be positive, got -1");
+  expect_error(std::string("intra_message_us = [[8, 1], [4, 1]]\n") + kValid,
+               "key 'intra_message_us' entry 1: bytes must increase from entry to entry, got 4 after 8");
+  ClusterDescription again = parse_cluster_description(format_cluster_description(description), "again.toml");
+  EXPECT_EQ(again.topology.intra_message, description.topology.intra_message);
+}
+
 TEST(ClusterFile, OneNodeNeedsNoInterTable) {
   std::string text = "nodes = 1\nranks_per_node = 4\nreduce_gbps = 5\n[intra]\nlatency_us = 1\nbandwidth_gbps = 3\n";
   ClusterDescription description = parse_cluster_description(text, "cluster.toml");

@@ -67,6 +67,31 @@ TEST(CostModel, OneNodeMatchesTheTextbookForPowersOfTwo) {
   }
 }
 
+// Measured message times replace latency + bytes / bandwidth in the MPI-based algorithms' steps: exact at the
+// points, linear between them, the bandwidth beyond the last; a step up between 2 and 4 KiB (a library's eager
+// limit) makes a 4 KiB recursive-doubling all-reduce dearer by exactly that step.
+TEST(CostModel, MeasuredMessageTimesPriceTheStepsInsideANode) {
+  TopologyDesc topology = one_node(2);
+  const double c = 1.0 / kReduce;
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(4096), kAlpha + 4096 / kBandwidth);  // unknown: the straight line
+  const double plain = predict_seconds({Collective::AllReduce, 4096}, Algorithm::RecursiveDoubling, topology);
+  expect_near_relative(plain, kAlpha + 4096 / kBandwidth + 4096 * c, "recursive doubling without message times");
+  topology.intra_message = {{4, kAlpha}, {2048, 2.5e-6}, {4096, 6e-6}, {16384, 8e-6}};
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(1), kAlpha);
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(4096), 6e-6);
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(3072), (2.5e-6 + 6e-6) / 2);
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(16384 + 1e6), 8e-6 + 1e6 / kBandwidth);
+  expect_near_relative(predict_seconds({Collective::AllReduce, 4096}, Algorithm::RecursiveDoubling, topology),
+                       6e-6 + 4096 * c, "recursive doubling with message times");
+  expect_near_relative(predict_seconds({Collective::AllReduce, 2048}, Algorithm::RecursiveDoubling, topology),
+                       2.5e-6 + 2048 * c, "recursive doubling below the step");
+  // The latency stays the message's fixed part, which a calibration scales apart from the rest.
+  const Cost cost = predict({Collective::AllReduce, 4096}, Algorithm::RecursiveDoubling, topology);
+  EXPECT_DOUBLE_EQ(cost.latency_s, kAlpha);
+  topology.intra_message = {{4096, 6e-6}, {2048, 2.5e-6}};
+  EXPECT_THROW(topology.validate("test"), Error);
+}
+
 TEST(CostModel, NonPowersOfTwoFoldTheExtraRanks) {
   const double n = 3e6, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
   for (int p : {3, 5, 6, 7, 12}) {

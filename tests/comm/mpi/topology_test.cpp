@@ -52,6 +52,15 @@ TEST(Topology, ProbeMeasuresCachesAndReuses) {
   EXPECT_GT(measured.intra.bandwidth_Bps, 0.0);
   EXPECT_GT(measured.reduce_Bps, 0.0);
   EXPECT_GE(measured.intra.latency_s, 0.0);
+  // Message times between two ranks, from 4 bytes (the latency) up to larger messages, which take longer.
+  if (world.size() >= 2) {
+    ASSERT_FALSE(measured.intra_message.empty());
+    EXPECT_EQ(measured.intra_message.front().first, 4.0);
+    EXPECT_EQ(measured.intra_message.front().second, measured.intra.latency_s);
+    EXPECT_GT(measured.intra_message.back().second, measured.intra_message.front().second);
+  } else {
+    EXPECT_TRUE(measured.intra_message.empty());
+  }
   // Every rank holds the same figures, so all choose alike.
   std::vector<std::byte> figures(sizeof(double) * 3);
   double values[3] = {measured.intra.latency_s, measured.intra.bandwidth_Bps, measured.reduce_Bps};
