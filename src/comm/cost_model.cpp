@@ -36,16 +36,23 @@ double log_interpolated(const std::vector<std::pair<double, double>>& points, do
 double RateCurve::at(double bytes) const { return log_interpolated(points, bytes); }
 
 double TopologyDesc::intra_message_s(double bytes) const {
-  if (intra_message.empty()) return intra.latency_s + bytes / intra.bandwidth_Bps;
+  const double straight = intra.latency_s + bytes / intra.bandwidth_Bps;
+  if (intra_message.empty()) return straight;
   const auto& first = intra_message.front();
   const auto& last = intra_message.back();
-  if (bytes <= first.first) return first.second;
-  if (bytes >= last.first) return last.second + (bytes - last.first) / intra.bandwidth_Bps;
-  auto upper = std::lower_bound(intra_message.begin(), intra_message.end(), bytes,
-                                [](const std::pair<double, double>& point, double b) { return point.first < b; });
-  auto lower = upper - 1;
-  const double t = (bytes - lower->first) / (upper->first - lower->first);
-  return lower->second + t * (upper->second - lower->second);
+  double measured = 0.0;
+  if (bytes <= first.first) {
+    measured = first.second;
+  } else if (bytes >= last.first) {
+    measured = last.second + (bytes - last.first) / intra.bandwidth_Bps;
+  } else {
+    auto upper = std::lower_bound(intra_message.begin(), intra_message.end(), bytes,
+                                  [](const std::pair<double, double>& point, double b) { return point.first < b; });
+    auto lower = upper - 1;
+    const double t = (bytes - lower->first) / (upper->first - lower->first);
+    measured = lower->second + t * (upper->second - lower->second);
+  }
+  return std::max(measured, straight);
 }
 
 double TopologyDesc::copy_Bps(double block_bytes) const { return copy.empty() ? reduce_Bps : copy.at(block_bytes); }

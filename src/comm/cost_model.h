@@ -79,7 +79,9 @@ struct TopologyDesc {
   // its own buffers and larger ones after a handshake (Open MPI's shared-memory transport: a 4 KiB payload
   // with its header is already past the 4 KiB eager limit, and then costs a round trip and a cross-memory
   // read more), so a message of these sizes is not latency + bytes / bandwidth. Past the last point the
-  // bandwidth adds the rest. Empty: unknown, latency + bytes / intra.bandwidth.
+  // bandwidth adds the rest. The times are measured with one pair talking and the bandwidth with every rank
+  // exchanging at once (with more ranks than cores, several times slower), so a step's message takes the
+  // larger of the two. Empty: unknown, latency + bytes / intra.bandwidth.
   std::vector<std::pair<double, double>> intra_message;
 
   int ranks() const;

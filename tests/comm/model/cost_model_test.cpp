@@ -68,8 +68,8 @@ TEST(CostModel, OneNodeMatchesTheTextbookForPowersOfTwo) {
 }
 
 // Measured message times replace latency + bytes / bandwidth in the MPI-based algorithms' steps: exact at the
-// points, linear between them, the bandwidth beyond the last; a step up between 2 and 4 KiB (a library's eager
-// limit) makes a 4 KiB recursive-doubling all-reduce dearer by exactly that step.
+// points, linear between them, the bandwidth beyond the last, never below the straight line; a step up between
+// 2 and 4 KiB (a library's eager limit) makes a 4 KiB recursive-doubling all-reduce dearer by exactly that step.
 TEST(CostModel, MeasuredMessageTimesPriceTheStepsInsideANode) {
   TopologyDesc topology = one_node(2);
   const double c = 1.0 / kReduce;
@@ -77,7 +77,7 @@ TEST(CostModel, MeasuredMessageTimesPriceTheStepsInsideANode) {
   const double plain = predict_seconds({Collective::AllReduce, 4096}, Algorithm::RecursiveDoubling, topology);
   expect_near_relative(plain, kAlpha + 4096 / kBandwidth + 4096 * c, "recursive doubling without message times");
   topology.intra_message = {{4, kAlpha}, {2048, 2.5e-6}, {4096, 6e-6}, {16384, 8e-6}};
-  EXPECT_DOUBLE_EQ(topology.intra_message_s(1), kAlpha);
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(1), kAlpha + 1 / kBandwidth);  // the line: above the first point
   EXPECT_DOUBLE_EQ(topology.intra_message_s(4096), 6e-6);
   EXPECT_DOUBLE_EQ(topology.intra_message_s(3072), (2.5e-6 + 6e-6) / 2);
   EXPECT_DOUBLE_EQ(topology.intra_message_s(16384 + 1e6), 8e-6 + 1e6 / kBandwidth);
@@ -88,6 +88,10 @@ TEST(CostModel, MeasuredMessageTimesPriceTheStepsInsideANode) {
   // The latency stays the message's fixed part, which a calibration scales apart from the rest.
   const Cost cost = predict({Collective::AllReduce, 4096}, Algorithm::RecursiveDoubling, topology);
   EXPECT_DOUBLE_EQ(cost.latency_s, kAlpha);
+  // Measured with one pair talking: where every rank exchanging at once is slower, the bandwidth's line holds.
+  topology.intra.bandwidth_Bps = 0.1e9;
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(16384), kAlpha + 16384 / 0.1e9);
+  EXPECT_DOUBLE_EQ(topology.intra_message_s(4), kAlpha + 4 / 0.1e9);
   topology.intra_message = {{4096, 6e-6}, {2048, 2.5e-6}};
   EXPECT_THROW(topology.validate("test"), Error);
 }
