@@ -38,14 +38,15 @@ Calibration read_calibration(const TomlReader& entry) {
   return calibration;
 }
 
-// `key = [[bytes, GB/s], ...]`, rates positive.
-RateCurve read_rates(const TomlReader& root, const std::string& key) {
-  RateCurve curve;
-  for (auto [bytes, gbps] : root.curve(key, "bytes", "GB/s")) {
-    if (!(gbps > 0)) root.fail_key(key, fmt::format("at {} bytes: GB/s must be positive, got {}", bytes, gbps));
-    curve.points.emplace_back(bytes, gbps * kGiga);
+// `key = [[bytes, value], ...]`, values positive, in `unit` (named in errors) times `scale` each.
+std::vector<std::pair<double, double>> read_points(const TomlReader& root, const std::string& key, const char* unit,
+                                                   double scale) {
+  std::vector<std::pair<double, double>> points;
+  for (auto [bytes, value] : root.curve(key, "bytes", unit)) {
+    if (!(value > 0)) root.fail_key(key, fmt::format("at {} bytes: {} must be positive, got {}", bytes, unit, value));
+    points.emplace_back(bytes, value * scale);
   }
-  return curve;
+  return points;
 }
 
 }  // namespace
@@ -64,14 +65,9 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   if (root.has("shared_memory")) topology.shared_memory = topology.cross_memory = root.boolean("shared_memory");
   if (root.has("memory_gbps")) topology.memory_Bps = root.positive("memory_gbps") * kGiga;
   if (root.has("cache_mib")) topology.cache_bytes = root.positive("cache_mib") * kMebi;
-  if (root.has("copy_gbps")) topology.copy = read_rates(root, "copy_gbps");
-  if (root.has("cross_read_gbps")) topology.cross_read = read_rates(root, "cross_read_gbps");
-  if (root.has("intra_message_us")) {
-    for (auto [bytes, us] : root.curve("intra_message_us", "bytes", "us")) {
-      if (!(us > 0)) root.fail_key("intra_message_us", fmt::format("at {} bytes: us must be positive, got {}", bytes, us));
-      topology.intra_message.emplace_back(bytes, us * kMicro);
-    }
-  }
+  if (root.has("copy_gbps")) topology.copy.points = read_points(root, "copy_gbps", "GB/s", kGiga);
+  if (root.has("cross_read_gbps")) topology.cross_read.points = read_points(root, "cross_read_gbps", "GB/s", kGiga);
+  if (root.has("intra_message_us")) topology.intra_message = read_points(root, "intra_message_us", "us", kMicro);
   if (root.has("probe_key")) description.probe_key = root.string("probe_key");
   TomlReader calibration = root.table("calibration", false);
   std::set<std::string> names;
@@ -103,25 +99,18 @@ std::string format_cluster_description(const ClusterDescription& description) {
   out << "reduce_gbps = " << number(topology.reduce_Bps / kGiga) << "\n";
   if (topology.memory_Bps > 0.0) out << "memory_gbps = " << number(topology.memory_Bps / kGiga) << "\n";
   if (topology.cache_bytes > 0.0) out << "cache_mib = " << number(topology.cache_bytes / kMebi) << "\n";
-  auto rates = [&](const char* key, const RateCurve& curve) {
-    if (curve.empty()) return;
+  // `key = [[bytes, value / scale], ...]`, nothing when there are no points.
+  auto points = [&](const char* key, const std::vector<std::pair<double, double>>& list, double scale) {
+    if (list.empty()) return;
     out << key << " = [";
-    for (size_t i = 0; i < curve.points.size(); ++i) {
-      out << (i ? ", " : "") << "[" << number(curve.points[i].first) << ", " << number(curve.points[i].second / kGiga)
-          << "]";
+    for (size_t i = 0; i < list.size(); ++i) {
+      out << (i ? ", " : "") << "[" << number(list[i].first) << ", " << number(list[i].second / scale) << "]";
     }
     out << "]\n";
   };
-  rates("copy_gbps", topology.copy);
-  rates("cross_read_gbps", topology.cross_read);
-  if (!topology.intra_message.empty()) {
-    out << "intra_message_us = [";
-    for (size_t i = 0; i < topology.intra_message.size(); ++i) {
-      out << (i ? ", " : "") << "[" << number(topology.intra_message[i].first) << ", "
-          << number(topology.intra_message[i].second / kMicro) << "]";
-    }
-    out << "]\n";
-  }
+  points("copy_gbps", topology.copy.points, kGiga);
+  points("cross_read_gbps", topology.cross_read.points, kGiga);
+  points("intra_message_us", topology.intra_message, kMicro);
   if (topology.shared_memory) out << "shared_memory = true\n";
   if (!description.probe_key.empty()) {
     out << "probe_key = " << toml::value<std::string>(description.probe_key) << "\n";
@@ -139,14 +128,7 @@ std::string format_cluster_description(const ClusterDescription& description) {
     out << "\n[calibration." << algorithm_name(algorithm) << "]\n";
     out << "latency_scale = " << number(calibration.latency_scale) << "\n";
     out << "bandwidth_scale = " << number(calibration.bandwidth_scale) << "\n";
-    if (!calibration.size_factors.empty()) {
-      out << "size_factors = [";
-      for (size_t i = 0; i < calibration.size_factors.size(); ++i) {
-        out << (i ? ", " : "") << "[" << number(calibration.size_factors[i].first) << ", "
-            << number(calibration.size_factors[i].second) << "]";
-      }
-      out << "]\n";
-    }
+    points("size_factors", calibration.size_factors, 1.0);
   }
   return out.str();
 }

@@ -93,26 +93,20 @@ void TopologyDesc::validate(const std::string& what) const {
   check_unknown_or_positive(cores_per_node, "cores_per_node");
   check_unknown_or_positive(memory_Bps, "memory bandwidth");
   check_unknown_or_positive(cache_bytes, "cache size");
-  auto check_curve = [&](const RateCurve& curve, const char* name) {
-    for (size_t i = 0; i < curve.points.size(); ++i) {
-      const auto& [bytes, rate] = curve.points[i];
-      if (!(bytes > 0.0) || !std::isfinite(bytes) || !(rate > 0.0) || !std::isfinite(rate) ||
-          (i > 0 && !(bytes > curve.points[i - 1].first))) {
-        fail("{}: {} rate point {} must have bytes > 0, ascending, and a finite rate > 0, got ({}, {})", what, name, i,
-             bytes, rate);
+  // (bytes, value) points: bytes ascending, both finite and positive; `value` names the second ("rate", "time").
+  auto check_curve = [&](const std::vector<std::pair<double, double>>& points, const char* name, const char* value) {
+    for (size_t i = 0; i < points.size(); ++i) {
+      const auto& [bytes, figure] = points[i];
+      if (!(bytes > 0.0) || !std::isfinite(bytes) || !(figure > 0.0) || !std::isfinite(figure) ||
+          (i > 0 && !(bytes > points[i - 1].first))) {
+        fail("{}: {} {} point {} must have bytes > 0, ascending, and a finite {} > 0, got ({}, {})", what, name, value,
+             i, value, bytes, figure);
       }
     }
   };
-  check_curve(copy, "copy");
-  for (size_t i = 0; i < intra_message.size(); ++i) {
-    const auto& [bytes, seconds] = intra_message[i];
-    if (!(bytes > 0.0) || !std::isfinite(bytes) || !(seconds > 0.0) || !std::isfinite(seconds) ||
-        (i > 0 && !(bytes > intra_message[i - 1].first))) {
-      fail("{}: intra message point {} must have bytes > 0, ascending, and a finite time > 0, got ({}, {} s)", what,
-           i, bytes, seconds);
-    }
-  }
-  check_curve(cross_read, "cross-memory read");
+  check_curve(copy.points, "copy", "rate");
+  check_curve(intra_message, "intra message", "time");
+  check_curve(cross_read.points, "cross-memory read", "rate");
 }
 
 namespace {

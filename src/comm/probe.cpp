@@ -327,32 +327,25 @@ namespace {
 // The cached probe for `key`, or nothing when it is another layout's or this build cannot read it (written by
 // another version, or damaged): the cache is the layer's own, so such a file is stale, probed again and
 // replaced, never an error. A topology file the user names stays strict.
-std::optional<ClusterDescription> readable_cache(const std::filesystem::path& cache, const std::string& key,
-                                                 bool quiet = false) {
+std::optional<ClusterDescription> readable_cache(const std::filesystem::path& cache, const std::string& key) {
   try {
     ClusterDescription cached = load_cluster_description(cache);
     if (cached.probe_key == key) return cached;
   } catch (const Error& error) {
-    if (!quiet) std::fprintf(stderr, "strata comm: cannot read the link probe cache (%s); probing again\n", error.what());
+    std::fprintf(stderr, "strata comm: cannot read the link probe cache (%s); probing again\n", error.what());
   }
   return std::nullopt;
 }
 
-// Rank 0, after `probe`: the probes kept (this one last; only this one after a reprobe) and the figures they
-// settle on, with the calibration fitted to the cached figures kept (not after a reprobe), both written to the
-// cache. A cache that cannot be written is reported, not fatal: this launch has its figures.
-ClusterDescription settle_and_cache(const std::filesystem::path& cache, const std::string& key,
-                                    const ClusterDescription& probe, bool reprobe) {
-  std::vector<ClusterDescription> probes;
-  std::optional<ClusterDescription> previous;
-  if (!reprobe) {
-    probes = kept_probes(cache, key);
-    if (std::filesystem::exists(cache)) previous = readable_cache(cache, key, /*quiet=*/true);
-  }
+// Rank 0, after `probe`: the layout's `probes` so far (none after a reprobe) with this one last, and the figures
+// they settle on with the calibration of the `cached` figures kept, both written to the cache. A cache that cannot
+// be written is reported, not fatal: this launch has its figures.
+ClusterDescription settle_and_cache(const std::filesystem::path& cache, std::vector<ClusterDescription> probes,
+                                    const ClusterDescription& probe, const std::optional<ClusterDescription>& cached) {
   probes.push_back(probe);
   if (probes.size() > kSettlingProbes) probes.erase(probes.begin());
   ClusterDescription settled = settled_figures(probes);
-  if (previous) settled.calibration = previous->calibration;
+  if (cached) settled.calibration = cached->calibration;
   try {
     std::filesystem::create_directories(cache.parent_path());
     keep_probes(cache, probes);
@@ -383,6 +376,10 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
   Verdict verdict;
   std::string text;
   std::filesystem::path cache = probe_cache_path(config, key);
+  // Rank 0, without a named file or a reprobe: the layout's probes so far and its cache, read once for both the
+  // verdict and a settling probe (which keeps the cache's calibration).
+  std::vector<ClusterDescription> kept;
+  std::optional<ClusterDescription> cached;
   if (world.rank() == 0) {
     try {
       std::optional<ClusterDescription> loaded;
@@ -391,10 +388,11 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
         loaded = load_cluster_description(config.topology_file);
         kind = "file";
         path = config.topology_file;
-      } else if (!config.reprobe && std::filesystem::exists(cache)) {
-        loaded = readable_cache(cache, key);
-        if (loaded && kept_probes(cache, key).size() < kSettlingProbes) loaded.reset();  // still settling
-        if (loaded) {
+      } else if (!config.reprobe) {
+        kept = kept_probes(cache, key);
+        if (std::filesystem::exists(cache)) cached = readable_cache(cache, key);
+        if (cached && kept.size() >= kSettlingProbes) {  // settled; until then every launch probes
+          loaded = cached;
           kind = "cache";
           path = cache.string();
         }
@@ -421,7 +419,7 @@ ResolvedLinks resolve_links(Communicator& world, const std::string& key) {
   ClusterDescription probe = probe_links(world);
   probe.probe_key = key;
   std::string settled;
-  if (world.rank() == 0) settled = format_cluster_description(settle_and_cache(cache, key, probe, config.reprobe));
+  if (world.rank() == 0) settled = format_cluster_description(settle_and_cache(cache, std::move(kept), probe, cached));
   resolved.description = parse_cluster_description(broadcast_text(world, std::move(settled)), cache.string());
   resolved.source = {"probe", cache.string()};
   return resolved;

@@ -70,9 +70,7 @@ std::vector<ClusterDescription> kept_probes(const std::filesystem::path& cache, 
 void keep_probes(const std::filesystem::path& cache, const std::vector<ClusterDescription>& probes) {
   STRATA_CHECK(probes.size() <= kSettlingProbes, "{} probes kept, at most {}", probes.size(), kSettlingProbes);
   for (size_t index = 0; index < probes.size(); ++index) {
-    ClusterDescription raw = probes[index];
-    raw.calibration = {};
-    save_cluster_description(raw_probe_path(cache, index), raw);
+    save_cluster_description(raw_probe_path(cache, index), probes[index]);
   }
   for (size_t index = probes.size(); index < kSettlingProbes; ++index) {
     std::filesystem::remove(raw_probe_path(cache, index));
