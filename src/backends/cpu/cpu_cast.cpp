@@ -7,9 +7,12 @@
 // speed, and this way the result is bit-identical to the ref backend. f16
 // uses the F16C instructions where the CPU has them (vcvtps2ph rounds to
 // nearest even, keeps subnormals and NaN), else core/dtype.h's scalar code.
+// Large bf16 -> f32 outputs are written with streaming stores (see
+// kStreamedBytes).
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/convert.h"
@@ -83,6 +86,36 @@ void f32_to_f16(const float* x, fp16* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) y[i] = float_to_fp16(x[i]);
 }
 
+// A widened output of 1 MiB or more is written with streaming stores, which
+// skip reading each line before writing it. Such outputs are mostly weight
+// gradients, which the optimizer reads at the step's end, from memory anyway.
+// Measured on a SmolLM bf16 step here: 2x faster on the 1.3-3.5 MB weight
+// gradients, 1.9x on the 113 MB LM head's, the optimizer's reads no slower,
+// and the one activation (2.4 MB, read by the next node) 1.6x faster too;
+// a 1 MB output read straight back was 1.5x slower in isolation, hence no lower.
+constexpr int64_t kStreamedBytes = int64_t{1} << 20;
+const bool kHasAvx512bw = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+
+// widen_bf16 with streaming stores from y's first 64-byte boundary on; a
+// fence at the end orders them before whatever the thread does next.
+__attribute__((target("avx512f,avx512bw"))) void widen_bf16_streamed(const bf16* x, float* y, int64_t count) {
+  constexpr int64_t kLanes = 16;
+  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) % 64);
+  int64_t i = std::min(count, misalignment == 0 ? 0 : (64 - misalignment) / int64_t{sizeof(float)});
+  if (misalignment % sizeof(float) != 0) i = count;  // never 64-byte aligned: plain stores throughout
+  widen_bf16(x, y, i);
+  using Narrow = uint16_t __attribute__((vector_size(2 * kLanes)));
+  using Wide = uint32_t __attribute__((vector_size(4 * kLanes)));
+  for (; i + kLanes <= count; i += kLanes) {
+    Narrow narrow;
+    std::memcpy(&narrow, x + i, sizeof(narrow));
+    const Wide wide = __builtin_convertvector(narrow, Wide) << 16;
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), reinterpret_cast<const __m512i&>(wide));
+  }
+  widen_bf16(x + i, y + i, count - i);
+  _mm_sfence();
+}
+
 // Elements [begin, begin + count) of `tensor` as f32 into `y`.
 void decode(const Tensor& tensor, int64_t begin, int64_t count, float* y) {
   switch (tensor.dtype()) {
@@ -113,10 +146,16 @@ void cast(const Tensors& in, const Tensors& out, const Attrs&) {
     });
     return;
   }
+  const bool streamed = kHasAvx512bw && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
   parallel_chunks(x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     int64_t count = end - begin;
     if (x.dtype() == DType::F32) return encode(x.data<float>() + begin, begin, count, y);
-    if (y.dtype() == DType::F32) return decode(x, begin, count, y.data<float>() + begin);
+    if (y.dtype() == DType::F32) {
+      if (x.dtype() == DType::BF16 && streamed) {
+        return widen_bf16_streamed(x.data<bf16>() + begin, y.data<float>() + begin, count);
+      }
+      return decode(x, begin, count, y.data<float>() + begin);
+    }
     float* staged = thread_scratch<float>(0, static_cast<size_t>(kGrain));
     decode(x, begin, count, staged);
     encode(staged, begin, count, y);
