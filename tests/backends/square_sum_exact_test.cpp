@@ -82,6 +82,33 @@ TEST(SquareSumExact, CpuGivesRefsBinsForBlocksSpanningSixteenBinadesAndSeventeen
   }
 }
 
+// bf16 values (8-bit mantissas, odd) in f32 and as bf16: two words hold their squares up to 32 binades.
+// A block with one full-mantissa value among them spans too far for two words.
+TEST(SquareSumExact, CpuGivesRefsBinsForBlocksOfBf16ValuesSpanningThirtyTwoBinadesAndThirtyThree) {
+  for (int span : {31, 32, 33}) {
+    for (int top : {-90, 0, 100}) {
+      for (bool one_full_mantissa : {false, true}) {
+        Tensor x = random_f32({3 * 4096 + 5}, 61 + static_cast<uint64_t>(span));
+        float* values = x.data<float>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          const float mantissa = static_cast<float>((i * 2654435761u) % (1u << 7) | 1u | (1u << 7)) * 0x1p-7f;
+          const int binade = i % 4096 == 0 ? top : i % 4096 == 1 ? top - span : top - static_cast<int>(i % (span + 1));
+          values[i] = std::copysign(std::ldexp(mantissa, binade), values[i]);
+        }
+        if (one_full_mantissa) values[4096 + 7] = std::nextafter(values[4096 + 7], 0.0f);
+        const std::string what = "span " + std::to_string(span) + " below 2^" + std::to_string(top + 1) +
+                                 (one_full_mantissa ? ", one full mantissa" : "");
+        for (DType dtype : {DType::F32, DType::BF16}) {
+          if (dtype == DType::BF16 && one_full_mantissa) continue;
+          Tensor input = x.to(dtype);
+          Tensor ref = run_on("ref", "square_sum_exact", {input})[0];
+          expect_identical(run_on("cpu", "square_sum_exact", {input})[0], ref, what + " in " + std::string(dtype_name(dtype)));
+        }
+      }
+    }
+  }
+}
+
 TEST(SquareSumExact, CpuCountsInfinitiesAndNansAndKeepsTheFiniteBlocksExact) {
   Tensor x = wide_ranging(3 * 4096, 41);
   x.data<float>()[5] = std::numeric_limits<float>::infinity();

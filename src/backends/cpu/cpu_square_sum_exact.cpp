@@ -9,7 +9,9 @@
 // the third word (a value more than 2^36 times smaller than its block's
 // largest, or a subnormal) goes to ExactSquareSum::add, as does a block
 // holding an infinity or NaN. The result is exact, so threads merge in any
-// order and the canonical words are the ones ref's scalar bins give.
+// order and the canonical words are the ones ref's scalar bins give. Blocks
+// of bf16 values (bf16 inputs, and f32 ones that came from bf16) take two
+// words up to 32 binades.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -70,29 +72,36 @@ inline void add_kept(f64x8& sum, const f64x8& words, const i64x8& exact) {
   sum = exact ? sum + words : sum;  // a masked add
 }
 
-// The largest exponent field of a block's values, and the smallest of its
-// nonzero ones (kNanOrInfinity when all are zero).
+// The largest exponent field of a block's values, the smallest of its
+// nonzero ones (kNanOrInfinity when all are zero), and whether every value
+// is a bf16 one (its low 16 bits zero).
 struct ExponentRange {
   int top, bottom;
+  bool narrow;
 };
 
 STRATA_CPU_CLONES ExponentRange exponent_range(const float* x, int64_t count) {
-  uint32_t top = 0, bottom = kNanOrInfinity;
-#pragma omp simd reduction(max : top) reduction(min : bottom)
+  uint32_t top = 0, bottom = kNanOrInfinity, low_bits = 0;
+#pragma omp simd reduction(max : top) reduction(min : bottom) reduction(| : low_bits)
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
     const uint32_t exponent = (bits >> 23) & 0xFFu;
     const uint32_t nonzero_exponent = (bits & 0x7FFFFFFFu) != 0 ? exponent : kNanOrInfinity;
     top = exponent > top ? exponent : top;
     bottom = nonzero_exponent < bottom ? nonzero_exponent : bottom;
+    low_bits |= bits;
   }
-  return {static_cast<int>(top), static_cast<int>(bottom)};
+  return {static_cast<int>(top), static_cast<int>(bottom), (low_bits & 0xFFFFu) == 0};
 }
 
 // A block whose nonzero values are normal and span at most this many binades
 // scales to squares that are integers below 2^80 (48 significant bits moved
-// at most 2 * 16 places): two words hold each exactly.
+// at most 2 * 16 places): two words hold each exactly. A bf16 value's square
+// has 16 significant bits, 32 fewer, so a block of them may span 16 binades
+// more (the weight gradients of bf16 training, whose blocks span 13 to 22
+// binades, with no three-word block left).
 constexpr int kTwoWordSpan = 16;
+constexpr int kTwoWordSpanOfBf16 = kTwoWordSpan + 16;
 
 // Sums of the two words of a block's squares (count a multiple of 16), as
 // sum_words gives them: sums[0] in units of 2^80, sums[1] of 2^40 (`scale` is
@@ -163,7 +172,7 @@ void add_left_out(const float* x, int64_t count, double scale, ExactSquareSum& s
 
 // A block of at most kBlock values, zero-padded to a multiple of 16.
 void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
-  const auto [top, bottom] = exponent_range(x, count);
+  const auto [top, bottom, narrow] = exponent_range(x, count);
   if (top == kNanOrInfinity) {
     sum.add(x, count);
     return;
@@ -173,7 +182,7 @@ void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
   // with two words, 2^40 further (below 2^80), whose unit is then the fraction word's.
   const int64_t padded = round_up(count, 2 * kLanes);
   double sums[3];
-  if (bottom > 0 && top - bottom <= kTwoWordSpan) {
+  if (bottom > 0 && top - bottom <= (narrow ? kTwoWordSpanOfBf16 : kTwoWordSpan)) {
     sum_two_words(x, padded, std::ldexp(1.0, 292 + kWordBits - 2 * top), sums);
   } else {
     const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * top);
