@@ -105,6 +105,14 @@ Tensor Tensor::narrow(int64_t axis, int64_t start, int64_t length) const {
   return view;
 }
 
+Tensor Tensor::reinterpreted(DType dtype) const {
+  STRATA_CHECK(is_contiguous() && dtype_size(dtype) <= dtype_size(dtype_), "a {} tensor {} viewed as {}",
+               dtype_name(dtype_), shape_str(shape_), dtype_name(dtype));
+  Tensor view = *this;
+  view.dtype_ = dtype;
+  return view;
+}
+
 namespace {
 
 // Visits every element of a possibly strided tensor in row-major order,

@@ -85,6 +85,9 @@ class Tensor {
   // Views sharing this tensor's buffer.
   Tensor reshape(const Shape& shape) const;  // requires contiguity
   Tensor narrow(int64_t axis, int64_t start, int64_t length) const;
+  // Its shape as `dtype`, in its own first bytes (`dtype` no wider; contiguous): storage kept for one
+  // dtype holding another.
+  Tensor reinterpreted(DType dtype) const;
 
   Tensor clone() const;               // contiguous deep copy on the same device
   // Same shape and dtype, from any device: between devices through their copies (both contiguous).

@@ -39,6 +39,15 @@ void GraphRewriter::set_resized(int source_value, int target_value) {
   map_.at(static_cast<size_t>(source_value)) = target_value;
 }
 
+void GraphRewriter::set_retyped(int source_value, int target_value) {
+  STRATA_CHECK(target_.value(target_value).meta.shape == source_.value(source_value).meta.shape,
+               "graph rewrite: '{}' replaced by a value of another shape", source_.value(source_value).name);
+  map_.at(static_cast<size_t>(source_value)) = target_value;
+  if (target_.value(target_value).kind == ValueKind::Intermediate) {
+    target_.rename_value(target_value, source_.value(source_value).name);
+  }
+}
+
 std::vector<int> GraphRewriter::copy_node(int node_id) {
   const Node& node = source_.node(node_id);
   std::vector<int> inputs;

@@ -29,6 +29,9 @@ class GraphRewriter {
   // The same for a value of another shape: passes that change shapes (a
   // tensor-parallel rank holds a shard of each split value).
   void set_resized(int source_value, int target_value);
+  // The same for a value of another dtype (the shape is the same), taking its name too: a
+  // gradient kept narrow (narrow_gradients.h).
+  void set_retyped(int source_value, int target_value);
 
   // Copies source node `node_id` with mapped inputs (and its label and attrs)
   // and maps its outputs; returns the new outputs.

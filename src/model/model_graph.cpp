@@ -5,6 +5,7 @@
 #include <set>
 
 #include "graph/fusion.h"
+#include "graph/narrow_gradients.h"
 #include "model/graph_emitter.h"
 
 namespace strata {
@@ -228,6 +229,13 @@ ModelGraph build_model_graph(const ModelConfig& config, int64_t batch, int64_t s
     }
   }
   if (options.fuse) adopt(model, fuse_all(model.graph, read_after_run(model)));
+  if (training && options.narrow_gradients) {
+    std::set<int> gradients;
+    for (auto [param, grad] : model.grads.of) {
+      if (param != model.head_copy) gradients.insert(grad);
+    }
+    adopt(model, keep_gradients_narrow(model.graph, gradients));
+  }
   if (training) {
     // Passes renumber nodes: the backward pass starts at the first node reading a seed.
     const std::vector<Node>& nodes = model.graph.nodes();

@@ -105,6 +105,10 @@ struct ModelBuildOptions {
   // added once, every layout (one process, or the first and last pipeline
   // stage) adds the same terms in the same order.
   bool separate_head_copy = false;
+  // Training graphs: parameter gradients made in bf16 (or f16) stay in it, without the cast to f32
+  // (graph/narrow_gradients.h): for a step that sums no gradients (one micro-batch on one rank).
+  // The head copy's keeps its cast: it is added to the embedding's f32 gradient.
+  bool narrow_gradients = false;
 };
 
 // The LM head's copy of the tied embedding: "<embedding>@lm_head".

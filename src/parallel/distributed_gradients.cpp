@@ -154,6 +154,29 @@ const Tensor* DistributedGradients::collected_into(size_t entry) const {
   fail("gradient entry {} is in no reduction group", entry);
 }
 
+void DistributedGradients::narrow(size_t entry, DType dtype) {
+  const bool tied = entries_.head_copy && (entry == *entries_.head_copy || entry == entries_.head_copy_of);
+  STRATA_CHECK(settings_.micro_batches_per_rank == 1 && !tied,
+               "gradient entry {} narrowed, but it is summed (micro-batches per rank {}, tied {})", entry,
+               settings_.micro_batches_per_rank, tied);
+  for (Reduction& r : reductions_) {
+    const auto found = std::find(r.group.entries.begin(), r.group.entries.end(), entry);
+    if (found == r.group.entries.end()) continue;
+    STRATA_CHECK(r.group.parallel.degree() == 1 && !r.zero && r.buckets->whole(),
+                 "gradient entry {} narrowed, but it is reduced over {} ranks", entry, r.group.parallel.degree());
+    Tensor& collected = r.buckets->grads()[static_cast<size_t>(found - r.group.entries.begin())];
+    collected = collected.reinterpreted(dtype);
+    for (size_t g = 0; g < ranges_.size(); ++g) {
+      if (ranges_[g].parameter != entry) continue;
+      STRATA_CHECK(ranges_[g].begin == 0 && ranges_[g].length == collected.numel(),
+                   "gradient entry {} narrowed, but the optimizer updates a part of it", entry);
+      range_grads_[g] = collected.reshape({collected.numel()});
+    }
+    return;
+  }
+  fail("gradient entry {} is in no reduction group", entry);
+}
+
 double DistributedGradients::finish(Dispatcher& dispatcher) {
   double waited = 0;
   for (Reduction& r : reductions_) waited += r.sync->finish();

@@ -62,6 +62,9 @@ class DistributedGradients {
   void after_node(int node, bool first_micro_batch, bool last_micro_batch, const GradientSync::Collect& collect);
   // Where entry e's gradient is collected on every micro-batch, or nullptr where buckets are staged.
   const Tensor* collected_into(size_t entry) const;
+  // Entry e's gradient is collected and updated in `dtype` (bf16 or f16, in its bucket's bytes), as the
+  // graph makes it: only where nothing sums it (one micro-batch, one rank, not the tied embedding's).
+  void narrow(size_t entry, DType dtype);
 
   // The parameter ranges this rank's optimizer updates, and their summed gradients (after finish()).
   const std::vector<ParameterRange>& ranges() const { return ranges_; }

@@ -91,9 +91,11 @@ std::vector<T> held_of(const std::vector<T>& all, const std::vector<size_t>& hel
 }  // namespace
 
 // Builds the model's graph as this rank runs it: whole, or its tensor-parallel and pipeline part.
-ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout) {
+ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout,
+                            bool narrow_gradients) {
   ModelBuildOptions options = model_build_options(config, training);
   options.separate_head_copy = true;
+  options.narrow_gradients = narrow_gradients;
   if (layout.splits_model()) {
     const ModelFamily& family = model_family(config.model);
     options.parallelize = [layout, plan = family.sharding_plan(),
@@ -178,9 +180,17 @@ void Trainer::build_model_chunks() {
   const DimensionOptions options = dimension_options();
   for (int chunk = 0; chunk < chunks_per_stage(); ++chunk) {
     const RankLayout layout = rank_layout(mesh_, coordinates_, options, chunk);
-    chunks_.push_back({build_rank_model(config_, /*training=*/true, layout),
+    chunks_.push_back({build_rank_model(config_, /*training=*/true, layout, sums_no_gradients()),
                        build_rank_model(config_, /*training=*/false, layout)});
   }
+}
+
+// One micro-batch on one rank of one stage, unscaled: each gradient is the graph's as it is made, so
+// bf16 ones need no f32 copy to be summed in.
+bool Trainer::sums_no_gradients() const {
+  return config_.precision_policy().low != DType::F32 && parallel_.degree() == 1 &&
+         config_.accumulation_steps() == 1 && !pipelined() && config_.zero == 0 && !scaler_.dynamic() &&
+         scaler_.scale() == 1.0;
 }
 
 DimensionOptions Trainer::dimension_options() const {
@@ -290,9 +300,12 @@ void Trainer::compile_graphs() {
   bind_inputs();
   keep_weight_copies();
   std::vector<int> ready_after;
-  for (const GradientEntry& entry : entries_) {
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    const GradientEntry& entry = entries_[e];
     const ModelChunk& chunk = chunks_[static_cast<size_t>(entry.chunk)];
-    ready_after.push_back(chunk.node_offset + chunk.train_model.graph.value(chunk.train_model.grads.of.at(entry.value)).producer);
+    const Value& grad = chunk.train_model.graph.value(chunk.train_model.grads.of.at(entry.value));
+    ready_after.push_back(chunk.node_offset + grad.producer);
+    if (grad.meta.dtype != chunk.train_model.graph.value(entry.value).meta.dtype) gradients_->narrow(e, grad.meta.dtype);
   }
   gradients_->start_overlap(ready_after, nodes);
 }

@@ -33,7 +33,9 @@ namespace strata {
 // The model's graph as the trainer builds it for a rank of `layout` (the default: one process
 // running the whole model): precision policy, recomputation, fusion, the LM head's own copy
 // of a tied embedding.
-ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout = {});
+// `narrow_gradients`: ModelBuildOptions's, for a trainer whose steps sum no gradients.
+ModelGraph build_rank_model(const TrainConfig& config, bool training, const RankLayout& layout = {},
+                            bool narrow_gradients = false);
 
 class Trainer {
  public:
@@ -110,6 +112,7 @@ class Trainer {
   // Held by several coordinates of a dimension, apart (the tied embedding on a pipeline's first and last stage).
   bool held_apart(size_t parameter) const;
   DimensionOptions dimension_options() const;  // the configured choices the dimensions read
+  bool sums_no_gradients() const;
   ExactSquareSum gradient_square_sum();  // over the whole model, exactly
   // The pipeline's part of the step (pipeline_step.cpp).
   bool pipelined() const { return pipeline_.degree() > 1; }

@@ -53,26 +53,30 @@ TEST(CpuBf16, CastRoundsLikeRefOnSpecialValues) { expect_casts_of_special_values
 
 TEST(CpuBf16, CastMatchesRefOnRandomValuesAcrossChunks) { expect_casts_of_random_values_match_ref("cpu", 1); }
 
-// Outputs of 1 MiB and more take streaming stores from their first 64-byte
-// boundary on: an output starting 12 bytes past one, and one 2 bytes past
-// (never aligned: plain stores), each of an odd length, get ref's bits
-// everywhere, and the bytes around them are left alone.
-TEST(CpuBf16, CastWidensLargeOutputsAtAnyAlignmentAsRefDoes) {
-  const int64_t count = (int64_t{1} << 18) + 37;  // just over 1 MiB of f32
+// Outputs of 1 MiB and more, widened to f32 or copied in bf16, take streaming
+// stores from their first 64-byte boundary on: an output starting 12 bytes
+// past one, and one 2 bytes past (for f32 never aligned: plain stores), each
+// of an odd length, get ref's bits everywhere, and the bytes around them are
+// left alone.
+TEST(CpuBf16, CastWritesLargeOutputsAtAnyAlignmentAsRefDoes) {
+  const int64_t count = (int64_t{1} << 19) + 37;  // just over 1 MiB of bf16
   const Tensor x = random_f32({count}, 7, 3.0f).to(DType::BF16);
-  const Attrs to_f32{{"dtype", std::string("f32")}};
-  const Tensor ref = run_on("ref", "cast", {x}, to_f32)[0];
   const Tensor words = Tensor::empty({count + 32}, DType::F32);
-  for (int64_t offset_bytes : {12, 2}) {
-    std::fill_n(static_cast<unsigned char*>(words.raw()), words.nbytes(), 0xAB);
-    auto* start = static_cast<unsigned char*>(words.raw()) + offset_bytes;
-    const Tensor view = Tensor::borrow(start, {count}, DType::F32);
-    dispatcher("cpu").run("cast", {x}, {view}, to_f32);
-    const std::string what = "widened " + std::to_string(offset_bytes) + " bytes past an aligned start";
-    EXPECT_EQ(std::memcmp(view.raw(), ref.raw(), ref.nbytes()), 0) << what;
-    for (int64_t i = 0; i < offset_bytes; ++i) EXPECT_EQ(static_cast<unsigned char*>(words.raw())[i], 0xAB) << what;
-    const unsigned char* after = start + ref.nbytes();
-    for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(after[i], 0xAB) << what << ": byte " << i << " after the output";
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Attrs to{{"dtype", std::string(dtype_name(dtype))}};
+    const Tensor ref = run_on("ref", "cast", {x}, to)[0];
+    for (int64_t offset_bytes : {12, 2}) {
+      std::fill_n(static_cast<unsigned char*>(words.raw()), words.nbytes(), 0xAB);
+      auto* start = static_cast<unsigned char*>(words.raw()) + offset_bytes;
+      const Tensor view = Tensor::borrow(start, {count}, dtype);
+      dispatcher("cpu").run("cast", {x}, {view}, to);
+      const std::string what =
+          std::string(dtype_name(dtype)) + " output " + std::to_string(offset_bytes) + " bytes past an aligned start";
+      EXPECT_EQ(std::memcmp(view.raw(), ref.raw(), ref.nbytes()), 0) << what;
+      for (int64_t i = 0; i < offset_bytes; ++i) EXPECT_EQ(static_cast<unsigned char*>(words.raw())[i], 0xAB) << what;
+      const unsigned char* after = start + ref.nbytes();
+      for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(after[i], 0xAB) << what << ": byte " << i << " after the output";
+    }
   }
 }
 

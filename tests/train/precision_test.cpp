@@ -3,6 +3,8 @@
 // and recomputing activations leaves every loss bit-identical.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "support/error_text.h"
 #include "tiny_training_test.h"
 #include "train/trainer.h"
@@ -131,6 +133,39 @@ TEST_F(PrecisionTest, RecomputationGivesBitIdenticalLossesAndASmallerArena) {
     EXPECT_LT(selective.arena_bytes(), none.arena_bytes()) << precision;
     EXPECT_LT(full.arena_bytes(), selective.arena_bytes()) << precision;
   }
+}
+
+// bf16 with one micro-batch on one rank: nothing sums the gradients, so those made in bf16 stay
+// bf16 (no cast to f32) and the norm and the optimizer read them so. The same job with ZeRO-1 on its
+// one rank (the same arithmetic on f32 gradients) gives every loss, norm and parameter bit for bit,
+// on the first micro-batch observed (the graph keeps its gradients, copied) and on later ones
+// (the graph writes them in place).
+TEST_F(PrecisionTest, Bf16GradientsThatNothingSumsStayBf16AndTrainBitForBit) {
+  const std::vector<std::string> one_micro_batch{"precision.compute=bf16", "train.global_batch=2"};
+  std::vector<std::string> sharded = one_micro_batch;
+  sharded.push_back("parallel.zero=1");
+  Trainer narrow(config("narrow", one_micro_batch));
+  Trainer wide(config("wide", sharded));
+  auto gradient_dtypes = [](std::map<DType, int>& counts) {
+    return [&counts](const Trainer::ObservedNode& observed) {
+      if (observed.node != 0) return;
+      for (auto [param, grad] : observed.model.grads.of) ++counts[observed.model.graph.value(grad).meta.dtype];
+    };
+  };
+  std::map<DType, int> narrow_dtypes, wide_dtypes;
+  narrow.observe_first_micro_batch(gradient_dtypes(narrow_dtypes));
+  wide.observe_first_micro_batch(gradient_dtypes(wide_dtypes));
+  for (int step = 0; step < 3; ++step) {
+    const StepMetrics expected = wide.step();
+    const StepMetrics metrics = narrow.step();
+    EXPECT_EQ(metrics.loss, expected.loss) << "step " << step;
+    EXPECT_EQ(metrics.grad_norm, expected.grad_norm) << "step " << step;
+  }
+  EXPECT_EQ(snapshot(narrow), snapshot(wide));
+  // The linears' weights are bf16; the norms', the embedding's (and the head copy's, added to it) f32.
+  EXPECT_GE(narrow_dtypes[DType::BF16], 8);
+  EXPECT_GE(narrow_dtypes[DType::F32], 3);
+  EXPECT_EQ(wide_dtypes.count(DType::BF16), 0);
 }
 
 TEST_F(PrecisionTest, FusionChangesOnlyRounding) {

@@ -7,8 +7,8 @@
 // speed, and this way the result is bit-identical to the ref backend. f16
 // uses the F16C instructions where the CPU has them (vcvtps2ph rounds to
 // nearest even, keeps subnormals and NaN), else core/dtype.h's scalar code.
-// Large bf16 -> f32 outputs are written with streaming stores (see
-// kStreamedBytes).
+// Large bf16 -> f32 outputs and same-dtype copies are written with streaming
+// stores (see kStreamedBytes).
 #include <cpuid.h>
 #include <immintrin.h>
 
@@ -116,6 +116,19 @@ __attribute__((target("avx512f,avx512bw"))) void widen_bf16_streamed(const bf16*
   _mm_sfence();
 }
 
+// memcpy with streaming stores from y's first 64-byte boundary on (a narrow
+// gradient copied into its storage, graph/narrow_gradients.h).
+__attribute__((target("avx512f"))) void copy_streamed(const std::byte* x, std::byte* y, int64_t bytes) {
+  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) % 64);
+  int64_t i = std::min(bytes, misalignment == 0 ? 0 : 64 - misalignment);
+  std::memcpy(y, x, static_cast<size_t>(i));
+  for (; i + 64 <= bytes; i += 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), _mm512_loadu_si512(x + i));
+  }
+  std::memcpy(y + i, x + i, static_cast<size_t>(bytes - i));
+  _mm_sfence();
+}
+
 // Elements [begin, begin + count) of `tensor` as f32 into `y`.
 void decode(const Tensor& tensor, int64_t begin, int64_t count, float* y) {
   switch (tensor.dtype()) {
@@ -137,16 +150,18 @@ void encode(const float* x, int64_t begin, int64_t count, const Tensor& tensor) 
 void cast(const Tensors& in, const Tensors& out, const Attrs&) {
   const Tensor& x = in[0];
   const Tensor& y = out[0];
+  const bool streamed = kHasAvx512bw && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
   if (x.dtype() == y.dtype()) {
     auto* source = static_cast<const std::byte*>(x.raw());
     auto* target = static_cast<std::byte*>(y.raw());
     size_t size = dtype_size(x.dtype());
     parallel_chunks(x.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      std::memcpy(target + begin * size, source + begin * size, static_cast<size_t>(end - begin) * size);
+      const auto bytes = static_cast<int64_t>(end - begin) * static_cast<int64_t>(size);
+      if (streamed) return copy_streamed(source + begin * size, target + begin * size, bytes);
+      std::memcpy(target + begin * size, source + begin * size, static_cast<size_t>(bytes));
     });
     return;
   }
-  const bool streamed = kHasAvx512bw && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
   parallel_chunks(x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     int64_t count = end - begin;
     if (x.dtype() == DType::F32) return encode(x.data<float>() + begin, begin, count, y);
