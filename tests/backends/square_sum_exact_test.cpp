@@ -63,18 +63,25 @@ TEST(SquareSumExact, CpuGivesRefsBinsWhereSquaresFallBelowTheBlocksFixedPointWor
   }
 }
 
+// Odd mantissas of `bits` bits after the point (every square has its lowest bit set) in binades
+// top - span .. top, each 4096-value block holding both ends.
+Tensor spanning_binades(int bits, int span, int top, uint64_t seed) {
+  Tensor x = random_f32({3 * 4096 + 5}, seed);
+  float* values = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const auto fraction = static_cast<uint32_t>((i * 2654435761u) % (1u << bits)) | 1u | (1u << bits);
+    const float mantissa = std::ldexp(static_cast<float>(fraction), -bits);
+    const int binade = i % 4096 == 0 ? top : i % 4096 == 1 ? top - span : top - static_cast<int>(i % (span + 1));
+    values[i] = std::copysign(std::ldexp(mantissa, binade), values[i]);
+  }
+  return x;
+}
+
 TEST(SquareSumExact, CpuGivesRefsBinsForBlocksSpanningSixteenBinadesAndSeventeen) {
-  // Full 24-bit mantissas (odd: every square has its lowest bit set) in binades top - span .. top, each
-  // block holding both ends, at magnitudes from near the smallest normal to near the largest.
+  // Full 24-bit mantissas, at magnitudes from near the smallest normal to near the largest.
   for (int span : {15, 16, 17}) {
     for (int top : {-100, 0, 100}) {
-      Tensor x = random_f32({3 * 4096 + 5}, 51 + static_cast<uint64_t>(span));
-      float* values = x.data<float>();
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const float mantissa = static_cast<float>((i * 2654435761u) % (1u << 23) | 1u | (1u << 23)) * 0x1p-23f;
-        const int binade = i % 4096 == 0 ? top : i % 4096 == 1 ? top - span : top - static_cast<int>(i % (span + 1));
-        values[i] = std::copysign(std::ldexp(mantissa, binade), values[i]);
-      }
+      Tensor x = spanning_binades(23, span, top, 51 + static_cast<uint64_t>(span));
       Tensor ref = run_on("ref", "square_sum_exact", {x})[0];
       expect_identical(run_on("cpu", "square_sum_exact", {x})[0], ref,
                        "span " + std::to_string(span) + " below 2^" + std::to_string(top + 1));
@@ -82,27 +89,22 @@ TEST(SquareSumExact, CpuGivesRefsBinsForBlocksSpanningSixteenBinadesAndSeventeen
   }
 }
 
-// bf16 values (8-bit mantissas, odd) in f32 and as bf16: two words hold their squares up to 32 binades.
+// bf16 values (8-bit mantissas) in f32 and as bf16: two words hold their squares up to 32 binades.
 // A block with one full-mantissa value among them spans too far for two words.
 TEST(SquareSumExact, CpuGivesRefsBinsForBlocksOfBf16ValuesSpanningThirtyTwoBinadesAndThirtyThree) {
   for (int span : {31, 32, 33}) {
     for (int top : {-90, 0, 100}) {
       for (bool one_full_mantissa : {false, true}) {
-        Tensor x = random_f32({3 * 4096 + 5}, 61 + static_cast<uint64_t>(span));
-        float* values = x.data<float>();
-        for (int64_t i = 0; i < x.numel(); ++i) {
-          const float mantissa = static_cast<float>((i * 2654435761u) % (1u << 7) | 1u | (1u << 7)) * 0x1p-7f;
-          const int binade = i % 4096 == 0 ? top : i % 4096 == 1 ? top - span : top - static_cast<int>(i % (span + 1));
-          values[i] = std::copysign(std::ldexp(mantissa, binade), values[i]);
-        }
-        if (one_full_mantissa) values[4096 + 7] = std::nextafter(values[4096 + 7], 0.0f);
+        Tensor x = spanning_binades(7, span, top, 61 + static_cast<uint64_t>(span));
+        if (one_full_mantissa) x.data<float>()[4096 + 7] = std::nextafter(x.data<float>()[4096 + 7], 0.0f);
         const std::string what = "span " + std::to_string(span) + " below 2^" + std::to_string(top + 1) +
                                  (one_full_mantissa ? ", one full mantissa" : "");
         for (DType dtype : {DType::F32, DType::BF16}) {
           if (dtype == DType::BF16 && one_full_mantissa) continue;
           Tensor input = x.to(dtype);
           Tensor ref = run_on("ref", "square_sum_exact", {input})[0];
-          expect_identical(run_on("cpu", "square_sum_exact", {input})[0], ref, what + " in " + std::string(dtype_name(dtype)));
+          expect_identical(run_on("cpu", "square_sum_exact", {input})[0], ref,
+                           what + " in " + std::string(dtype_name(dtype)));
         }
       }
     }
