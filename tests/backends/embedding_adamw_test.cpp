@@ -3,6 +3,9 @@
 // element: measured up to 5e-7, allowed 2e-6.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "cpu_test_util.h"
 
 namespace strata::testing {
@@ -24,6 +27,22 @@ TEST(CpuEmbedding, BackwardSumsRepeatedIdsAndZeroesUnusedRows) {
     check_against_ref("embedding_backward", {random_f32({4, 250, 24}, 5), ids}, {{"num_embeddings", vocab}}, 2e-6,
                       "embedding_backward V=" + std::to_string(vocab));
   }
+}
+
+// A gradient of 1 MiB and more writes its unused rows with streaming stores: 12007 rows of 37 channels
+// (rows off every 64-byte boundary), 300 positions leaving long runs of unused rows between used ones,
+// into an output holding NaNs beforehand.
+TEST(CpuEmbedding, BackwardOfALargeVocabularyZeroesEveryUnusedRow) {
+  const int64_t vocab = 12007;
+  Tensor ids = random_indices({3, 100}, 11, vocab, DType::I64);
+  ids.data<int64_t>()[0] = 0;
+  ids.data<int64_t>()[1] = vocab - 1;
+  const Tensor dout = random_f32({3, 100, 37}, 12);
+  const Attrs attrs{{"num_embeddings", vocab}};
+  Tensor dweight = Tensor::empty({vocab, 37}, DType::F32);
+  std::fill_n(dweight.data<float>(), dweight.numel(), std::numeric_limits<float>::quiet_NaN());
+  dispatcher("cpu").run("embedding_backward", {dout, ids}, {dweight}, attrs);
+  expect_close(dweight, run_on("ref", "embedding_backward", {dout, ids}, attrs)[0], 2e-6, "embedding_backward V=12007");
 }
 
 TEST(CpuEmbedding, RejectsIdsOutsideTheTable) {

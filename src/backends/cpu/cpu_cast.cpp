@@ -8,11 +8,10 @@
 // uses the F16C instructions where the CPU has them (vcvtps2ph rounds to
 // nearest even, keeps subnormals and NaN), else core/dtype.h's scalar code.
 // Large bf16 -> f32 outputs and same-dtype copies are written with streaming
-// stores (see kStreamedBytes).
+// stores (streamed_stores.h).
 #include <cpuid.h>
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/convert.h"
@@ -20,6 +19,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
+#include "backends/cpu/streamed_stores.h"
 
 namespace strata::cpu {
 
@@ -86,49 +86,6 @@ void f32_to_f16(const float* x, fp16* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) y[i] = float_to_fp16(x[i]);
 }
 
-// A widened output of 1 MiB or more is written with streaming stores, which
-// skip reading each line before writing it. Such outputs are mostly weight
-// gradients, which the optimizer reads at the step's end, from memory anyway.
-// Measured on a SmolLM bf16 step here: 2x faster on the 1.3-3.5 MB weight
-// gradients, 1.9x on the 113 MB LM head's, the optimizer's reads no slower,
-// and the one activation (2.4 MB, read by the next node) 1.6x faster too;
-// a 1 MB output read straight back was 1.5x slower in isolation, hence no lower.
-constexpr int64_t kStreamedBytes = int64_t{1} << 20;
-const bool kHasAvx512bw = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-
-// widen_bf16 with streaming stores from y's first 64-byte boundary on; a
-// fence at the end orders them before whatever the thread does next.
-__attribute__((target("avx512f,avx512bw"))) void widen_bf16_streamed(const bf16* x, float* y, int64_t count) {
-  constexpr int64_t kLanes = 16;
-  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) % 64);
-  int64_t i = std::min(count, misalignment == 0 ? 0 : (64 - misalignment) / int64_t{sizeof(float)});
-  if (misalignment % sizeof(float) != 0) i = count;  // never 64-byte aligned: plain stores throughout
-  widen_bf16(x, y, i);
-  using Narrow = uint16_t __attribute__((vector_size(2 * kLanes)));
-  using Wide = uint32_t __attribute__((vector_size(4 * kLanes)));
-  for (; i + kLanes <= count; i += kLanes) {
-    Narrow narrow;
-    std::memcpy(&narrow, x + i, sizeof(narrow));
-    const Wide wide = __builtin_convertvector(narrow, Wide) << 16;
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), reinterpret_cast<const __m512i&>(wide));
-  }
-  widen_bf16(x + i, y + i, count - i);
-  _mm_sfence();
-}
-
-// memcpy with streaming stores from y's first 64-byte boundary on (a narrow
-// gradient copied into its storage, graph/narrow_gradients.h).
-__attribute__((target("avx512f"))) void copy_streamed(const std::byte* x, std::byte* y, int64_t bytes) {
-  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) % 64);
-  int64_t i = std::min(bytes, misalignment == 0 ? 0 : 64 - misalignment);
-  std::memcpy(y, x, static_cast<size_t>(i));
-  for (; i + 64 <= bytes; i += 64) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), _mm512_loadu_si512(x + i));
-  }
-  std::memcpy(y + i, x + i, static_cast<size_t>(bytes - i));
-  _mm_sfence();
-}
-
 // Elements [begin, begin + count) of `tensor` as f32 into `y`.
 void decode(const Tensor& tensor, int64_t begin, int64_t count, float* y) {
   switch (tensor.dtype()) {
@@ -150,7 +107,7 @@ void encode(const float* x, int64_t begin, int64_t count, const Tensor& tensor) 
 void cast(const Tensors& in, const Tensors& out, const Attrs&) {
   const Tensor& x = in[0];
   const Tensor& y = out[0];
-  const bool streamed = kHasAvx512bw && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
+  const bool streamed = has_streamed_stores() && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
   if (x.dtype() == y.dtype()) {
     auto* source = static_cast<const std::byte*>(x.raw());
     auto* target = static_cast<std::byte*>(y.raw());

@@ -9,6 +9,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
+#include "backends/cpu/streamed_stores.h"
 #include "ops/vocab_shard.h"
 
 namespace strata::cpu {
@@ -39,17 +40,19 @@ void embedding(const Tensors& in, const Tensors& out, const Attrs& attrs) {
 }
 
 // dweight rows [row_begin, row_end): row v sums dout at positions
-// order[starts[v]..starts[v+1]), in that order.
+// order[starts[v]..starts[v+1]), in that order; rows no position reads are
+// zero (`zero_rows` writes them).
+template <typename ZeroRows>
 STRATA_CPU_CLONES void sum_embedding_rows(const float* dout, int64_t channels, const int64_t* starts,
                                           const int64_t* order, int64_t row_begin, int64_t row_end,
-                                          float* dweight) {
+                                          float* dweight, const ZeroRows& zero_rows) {
+  int64_t zeros_from = row_begin;  // the run of rows no position reads, written when it ends
   for (int64_t v = row_begin; v < row_end; ++v) {
     float* row = dweight + v * channels;
     int64_t first = starts[v], last = starts[v + 1];
-    if (first == last) {
-      for (int64_t c = 0; c < channels; ++c) row[c] = 0.0f;
-      continue;
-    }
+    if (first == last) continue;
+    if (v > zeros_from) zero_rows(dweight + zeros_from * channels, (v - zeros_from) * channels);
+    zeros_from = v + 1;
     const float* source = dout + order[first] * channels;
     for (int64_t c = 0; c < channels; ++c) row[c] = source[c];
     for (int64_t i = first + 1; i < last; ++i) {
@@ -58,6 +61,7 @@ STRATA_CPU_CLONES void sum_embedding_rows(const float* dout, int64_t channels, c
       for (int64_t c = 0; c < channels; ++c) row[c] += source[c];
     }
   }
+  if (row_end > zeros_from) zero_rows(dweight + zeros_from * channels, (row_end - zeros_from) * channels);
 }
 
 void embedding_backward(const Tensors& in, const Tensors& out, const Attrs& attrs) {
@@ -84,8 +88,14 @@ void embedding_backward(const Tensors& in, const Tensors& out, const Attrs& attr
     starts[0] = 0;
   });
   float* dweight = out[0].data<float>();
+  // Most of a vocabulary's rows are zero: a large gradient's go out with streaming stores, since it leaves
+  // the cache before the optimizer (or the LM head copy's add) reads it (streamed_stores.h).
+  const bool streamed = has_streamed_stores() && static_cast<int64_t>(out[0].nbytes()) >= kStreamedBytes;
   parallel_chunks(vocab, kVocabGrain, [&](int64_t begin, int64_t end) {
-    sum_embedding_rows(dout, channels, starts, order, begin, end, dweight);
+    sum_embedding_rows(dout, channels, starts, order, begin, end, dweight, [&](float* rows, int64_t count) {
+      if (streamed) return zero_streamed(rows, count);
+      std::memset(rows, 0, static_cast<size_t>(count) * sizeof(float));
+    });
   });
 }
 
