@@ -52,6 +52,20 @@ TEST(OpenCLSquareSumExact, GivesRefsAndCpusWords) {
   expect_exact_words(Tensor::zeros({0}, DType::F32), "no values");
 }
 
+// bf16 values (the weight gradients of bf16 training, kept narrow), whole and read at an offset.
+TEST(OpenCLSquareSumExact, GivesRefsAndCpusWordsForBf16) {
+  expect_exact_words(random_f32({5, 70001}, 57, 3.0f).to(DType::BF16), "random bf16 values");
+  for (int64_t count : {int64_t{7}, int64_t{4097}, int64_t{200003}}) {
+    expect_exact_words(wide_ranging(count, 58 + static_cast<uint64_t>(count)).to(DType::BF16),
+                       std::to_string(count) + " bf16 values");
+  }
+  const Tensor x = wide_ranging(100000, 59).to(DType::BF16);
+  const Tensor on_device = x.to_device(get_backend("opencl").device());
+  const Tensor words = dispatcher("opencl").call("square_sum_exact", {on_device.narrow(0, 40003, 59996)})[0];
+  expect_identical(words.to_host(), run_on("ref", "square_sum_exact", {x.narrow(0, 40003, 59996).clone()})[0],
+                   "59996 bf16 values from element 40003");
+}
+
 TEST(OpenCLSquareSumExact, CountsInfinitiesAndNansAndKeepsTheFiniteValuesExact) {
   Tensor x = wide_ranging(3 * 4096, 54);
   x.data<float>()[5] = std::numeric_limits<float>::infinity();

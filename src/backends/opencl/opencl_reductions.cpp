@@ -2,7 +2,8 @@
 // work-item sums a fixed slice in a fixed order, and a second kernel adds the slices' results in
 // slice order. sum_to and sum_squares sum in f32 with Neumaier's compensation, which keeps them
 // within an ulp or two of the cpu's f64 sums on any device (fp64 is optional in OpenCL and slow on
-// most GPUs). square_sum_exact adds integers, so its words are the cpu's and ref's exactly.
+// most GPUs). square_sum_exact adds integers, so its words are the cpu's and ref's exactly; it reads f32
+// or bf16.
 #include <algorithm>
 
 #include "backends/opencl/launch.h"
@@ -80,15 +81,16 @@ __kernel void sum_squares_slices(__global const float* x, ulong x_off, __global 
 #define GROUP 64
 
 // partials[group] = the group's digits (each below GROUP * 2^32, not carried), infinities and NaNs.
+// x holds f32 values, or bf16 ones (`bf16`: each the top half of its f32, read as such).
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1)))
-void square_sum_partials(__global const float* x, ulong x_off, __global ulong* partials, ulong partials_off,
-                         ulong n) {
+void square_sum_partials(__global const uchar* x, ulong x_off, __global ulong* partials, ulong partials_off,
+                         ulong n, uint bf16) {
   __local ulong records[GROUP * RECORD];
   ulong digits[DIGITS];
   for (int k = 0; k < DIGITS; ++k) digits[k] = 0;
   ulong infinities = 0, nans = 0;
   for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
-    uint word = as_uint(x[x_off + i]);
+    uint word = bf16 ? (uint)(((__global const ushort*)x)[x_off + i]) << 16 : ((__global const uint*)x)[x_off + i];
     uint exponent = (word >> 23) & 0xffu;
     uint mantissa = word & 0x7fffffu;
     if (exponent == 0xffu) {
@@ -216,6 +218,7 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
       .tensor(x)
       .tensor(partials)
       .value<cl_ulong>(static_cast<cl_ulong>(x.numel()))
+      .value<cl_uint>(x.dtype() == DType::BF16 ? 1u : 0u)
       .run(static_cast<size_t>(groups) * kGroup, kGroup);
   Launch(out[0], kSource, "square_sum_words")
       .tensor(partials)
@@ -230,6 +233,7 @@ void register_reductions(Backend& backend) {
   backend.add_kernel("sum_to", DType::F32, sum_to);
   backend.add_kernel("sum_squares", DType::F32, sum_squares);
   backend.add_kernel("square_sum_exact", DType::F32, square_sum_exact);
+  backend.add_kernel("square_sum_exact", DType::BF16, square_sum_exact);  // bf16 gradients, kept narrow
 }
 
 }  // namespace strata::opencl
