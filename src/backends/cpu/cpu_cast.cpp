@@ -107,7 +107,7 @@ void encode(const float* x, int64_t begin, int64_t count, const Tensor& tensor) 
 void cast(const Tensors& in, const Tensors& out, const Attrs&) {
   const Tensor& x = in[0];
   const Tensor& y = out[0];
-  const bool streamed = has_streamed_stores() && static_cast<int64_t>(y.nbytes()) >= kStreamedBytes;
+  const bool streamed = streams(y.nbytes());
   if (x.dtype() == y.dtype()) {
     auto* source = static_cast<const std::byte*>(x.raw());
     auto* target = static_cast<std::byte*>(y.raw());

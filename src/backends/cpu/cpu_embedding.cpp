@@ -90,7 +90,7 @@ void embedding_backward(const Tensors& in, const Tensors& out, const Attrs& attr
   float* dweight = out[0].data<float>();
   // Most of a vocabulary's rows are zero: a large gradient's go out with streaming stores, since it leaves
   // the cache before the optimizer (or the LM head copy's add) reads it (streamed_stores.h).
-  const bool streamed = has_streamed_stores() && static_cast<int64_t>(out[0].nbytes()) >= kStreamedBytes;
+  const bool streamed = streams(out[0].nbytes());
   parallel_chunks(vocab, kVocabGrain, [&](int64_t begin, int64_t end) {
     sum_embedding_rows(dout, channels, starts, order, begin, end, dweight, [&](float* rows, int64_t count) {
       if (streamed) return zero_streamed(rows, count);

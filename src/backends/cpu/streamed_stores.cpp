@@ -19,9 +19,9 @@ int64_t unaligned_head(const void* target, int64_t bytes) {
 
 }  // namespace
 
-bool has_streamed_stores() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return has;
+bool streams(size_t bytes) {
+  static const bool has_stores = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has_stores && bytes >= size_t{1} << 20;
 }
 
 __attribute__((target("avx512f"))) void copy_streamed(const void* source, void* target, int64_t bytes) {

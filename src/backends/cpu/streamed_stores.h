@@ -13,14 +13,12 @@
 
 namespace strata::cpu {
 
-// Outputs of at least this many bytes are streamed. Measured on a SmolLM bf16
-// step: weight gradients of 1.3-3.5 MB written 2x faster, the optimizer's
-// reads of them no slower; a 1 MB output read straight back was 1.5x slower
-// in isolation, hence no lower.
-constexpr int64_t kStreamedBytes = int64_t{1} << 20;
-// Whether this CPU has the AVX-512 streaming stores the functions below use;
-// without them the callers write as usual.
-bool has_streamed_stores();
+// Whether an output of `bytes` is written with the functions below: 1 MiB
+// and more, on a CPU with their AVX-512 stores (else callers write as usual).
+// Measured on a SmolLM bf16 step: weight gradients of 1.3-3.5 MB written 2x
+// faster, the optimizer's reads of them no slower; a 1 MB output read straight
+// back was 1.5x slower in isolation, hence no lower.
+bool streams(size_t bytes);
 
 void copy_streamed(const void* source, void* target, int64_t bytes);
 void zero_streamed(float* target, int64_t count);
