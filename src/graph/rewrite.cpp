@@ -25,6 +25,10 @@ bool GraphRewriter::is_mapped(int source_value) const { return map_.at(static_ca
 void GraphRewriter::set(int source_value, int target_value) {
   STRATA_CHECK(target_.value(target_value).meta == source_.value(source_value).meta,
                "graph rewrite: '{}' replaced by a value of another shape or dtype", source_.value(source_value).name);
+  stand_for(source_value, target_value);
+}
+
+void GraphRewriter::stand_for(int source_value, int target_value) {
   map_.at(static_cast<size_t>(source_value)) = target_value;
   // A value a pass made to stand for another (a fused op's output) takes its name, so a value keeps
   // its identity through every pass (strata compare matches tensors by it).
@@ -42,10 +46,7 @@ void GraphRewriter::set_resized(int source_value, int target_value) {
 void GraphRewriter::set_retyped(int source_value, int target_value) {
   STRATA_CHECK(target_.value(target_value).meta.shape == source_.value(source_value).meta.shape,
                "graph rewrite: '{}' replaced by a value of another shape", source_.value(source_value).name);
-  map_.at(static_cast<size_t>(source_value)) = target_value;
-  if (target_.value(target_value).kind == ValueKind::Intermediate) {
-    target_.rename_value(target_value, source_.value(source_value).name);
-  }
+  stand_for(source_value, target_value);
 }
 
 std::vector<int> GraphRewriter::copy_node(int node_id) {

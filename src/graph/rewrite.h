@@ -43,6 +43,8 @@ class GraphRewriter {
   Result finish() &&;
 
  private:
+  void stand_for(int source_value, int target_value);  // maps it, and an intermediate takes its name
+
   const Graph& source_;
   Graph target_;
   std::vector<int> map_;
