@@ -20,15 +20,23 @@ int TopologyDesc::node_of(int rank) const {
 
 namespace {
 
-// Interpolated in log(bytes) between (bytes, value) points, ascending; the end points hold beyond them.
-double log_interpolated(const std::vector<std::pair<double, double>>& points, double bytes) {
+// Interpolated between (bytes, value) points, ascending, at the fraction `place(lower, upper, bytes)` of the
+// way between the points either side; the end points hold beyond them.
+template <typename Place>
+double interpolated(const std::vector<std::pair<double, double>>& points, double bytes, const Place& place) {
   if (bytes <= points.front().first) return points.front().second;
   if (bytes >= points.back().first) return points.back().second;
   auto upper = std::lower_bound(points.begin(), points.end(), bytes,
                                 [](const std::pair<double, double>& point, double b) { return point.first < b; });
   auto lower = upper - 1;
-  double t = std::log(bytes / lower->first) / std::log(upper->first / lower->first);
-  return lower->second + t * (upper->second - lower->second);
+  return lower->second + place(lower->first, upper->first, bytes) * (upper->second - lower->second);
+}
+
+// In log(bytes).
+double log_interpolated(const std::vector<std::pair<double, double>>& points, double bytes) {
+  return interpolated(points, bytes, [](double lower, double upper, double b) {
+    return std::log(b / lower) / std::log(upper / lower);
+  });
 }
 
 }  // namespace
@@ -38,20 +46,12 @@ double RateCurve::at(double bytes) const { return log_interpolated(points, bytes
 double TopologyDesc::intra_message_s(double bytes) const {
   const double straight = intra.latency_s + bytes / intra.bandwidth_Bps;
   if (intra_message.empty()) return straight;
-  const auto& first = intra_message.front();
-  const auto& last = intra_message.back();
-  double measured = 0.0;
-  if (bytes <= first.first) {
-    measured = first.second;
-  } else if (bytes >= last.first) {
-    measured = last.second + (bytes - last.first) / intra.bandwidth_Bps;
-  } else {
-    auto upper = std::lower_bound(intra_message.begin(), intra_message.end(), bytes,
-                                  [](const std::pair<double, double>& point, double b) { return point.first < b; });
-    auto lower = upper - 1;
-    const double t = (bytes - lower->first) / (upper->first - lower->first);
-    measured = lower->second + t * (upper->second - lower->second);
-  }
+  const auto& [last_bytes, last_seconds] = intra_message.back();
+  const double measured =
+      bytes >= last_bytes ? last_seconds + (bytes - last_bytes) / intra.bandwidth_Bps
+                          : interpolated(intra_message, bytes, [](double lower, double upper, double b) {
+                              return (b - lower) / (upper - lower);
+                            });
   return std::max(measured, straight);
 }
 
