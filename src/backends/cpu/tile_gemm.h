@@ -50,6 +50,7 @@ __attribute__((always_inline)) inline void tile_block(int64_t depth, TileA a, co
 __attribute__((always_inline)) inline void tile_strip(int64_t cols, int64_t depth, TileA a, const float* b,
                                                       int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   int64_t col = 0;
+  for (; col + 64 <= cols; col += 64) tile_block<4>(depth, a, b + col, ldb, c + col, ldc, accumulate);
   for (; col + 32 <= cols; col += 32) tile_block<2>(depth, a, b + col, ldb, c + col, ldc, accumulate);
   if (col < cols) tile_block<1>(depth, a, b + col, ldb, c + col, ldc, accumulate);
 }
