@@ -50,6 +50,33 @@ struct HeadSlices {
   float scale;
 };
 
+// q_t[d * kTile + i] = q[i * stride + d] * scale for the tile's rows i, 0 for
+// its padding columns up to cols (a multiple of 16): 16 x 16 blocks
+// transposed in registers where dim is whole blocks, element by element
+// otherwise.
+__attribute__((always_inline)) inline void transpose_scaled_queries(const float* q, int64_t stride, int64_t rows,
+                                                                    int64_t cols, int64_t dim, float scale,
+                                                                    float* q_t) {
+  if (dim % 16 != 0) {
+    for (int64_t d = 0; d < dim; ++d) {
+      for (int64_t i = 0; i < cols; ++i) q_t[d * kTile + i] = i < rows ? q[i * stride + d] * scale : 0.0f;
+    }
+    return;
+  }
+  for (int64_t i0 = 0; i0 < cols; i0 += 16) {
+    for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+      f32x16 block[16];
+      for (int64_t r = 0; r < 16; ++r) {
+        block[r] = f32x16{};
+        if (i0 + r < rows) load16(&block[r], q + (i0 + r) * stride + d0);
+        block[r] *= scale;
+      }
+      transpose16(block);
+      for (int64_t c = 0; c < 16; ++c) store16(q_t + (d0 + c) * kTile + i0, &block[c]);
+    }
+  }
+}
+
 // The online softmax of one key tile's scores S^T [nk][kTile] (query columns,
 // `cols` of them): each column's maximum over the tile and its running
 // maximum (tile_max), the factor alpha that rescales what the column has
@@ -133,11 +160,7 @@ STRATA_CPU_CLONES void attend_tile(const HeadSlices<T>& s, int64_t first, int64_
   float* tile_max = stats + 2 * kTile;
   float* alpha = stats + 3 * kTile;
 
-  for (int64_t d = 0; d < dim; ++d) {
-    for (int64_t i = 0; i < cols; ++i) {
-      q_t[d * kTile + i] = i < rows ? s.q[(first + i) * s.q_stride + d] * s.scale : 0.0f;
-    }
-  }
+  transpose_scaled_queries(s.q + first * s.q_stride, s.q_stride, rows, cols, dim, s.scale, q_t);
   for (int64_t i = 0; i < rows4 * padded_dim; ++i) acc[i] = 0.0f;
   for (int64_t i = 0; i < cols; ++i) {
     row_max[i] = kNoScore;

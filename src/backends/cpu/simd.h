@@ -28,6 +28,33 @@ using f32x16 = float __attribute__((vector_size(64)));
 inline void load16(f32x16* v, const float* p) { std::memcpy(v, p, sizeof(*v)); }
 inline void store16(float* p, const f32x16* v) { std::memcpy(p, v, sizeof(*v)); }
 
+// Sixteen rows of sixteen floats transposed in registers: v[r][c] becomes
+// v[c][r]. Four stages, each exchanging the halves of blocks of 2s elements
+// between rows s apart (s = 8, 4, 2, 1); two-source shuffles, one
+// instruction each on AVX-512.
+using i32x16 = int32_t __attribute__((vector_size(64)));
+
+template <int kStep>
+__attribute__((always_inline)) inline void transpose16_stage(f32x16* v, const i32x16& low, const i32x16& high) {
+  for (int r = 0; r < 16; ++r) {
+    if ((r & kStep) != 0) continue;
+    const f32x16 a = v[r], b = v[r + kStep];
+    v[r] = __builtin_shuffle(a, b, low);
+    v[r + kStep] = __builtin_shuffle(a, b, high);
+  }
+}
+
+__attribute__((always_inline)) inline void transpose16(f32x16* v) {
+  transpose16_stage<8>(v, i32x16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                       i32x16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+  transpose16_stage<4>(v, i32x16{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                       i32x16{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31});
+  transpose16_stage<2>(v, i32x16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                       i32x16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+  transpose16_stage<1>(v, i32x16{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+                       i32x16{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31});
+}
+
 // e^c for c in [-87, 88] (Cephes' minimax polynomial after reducing by
 // ln 2, 2^n built in the exponent bits), or 0 where x, which c clamps, is
 // below -87 (the normal range ends there); vectorises.
