@@ -6,7 +6,7 @@
 //   ranks_per_node = 8         # integer >= 1
 //   reduce_gbps = 12.0         # GB/s of fp32 one rank combines (one operand stream)
 //   memory_gbps = 20.0         # optional: GB/s all cores of a node copy together out of cache (memcpy)
-//   cache_mib = 32             # optional: MiB of last-level cache on a node (all its caches together)
+//   cache_mib = 32             # optional: MiB of a node's cache as copies see it (the probe fits it)
 //   copy_gbps = [[262144, 30.0], [8388608, 12.0]]        # optional: GB/s one rank memcpys a block of that
 //                              # many bytes, all ranks of a node at once (one-host exchanges' staging)
 //   cross_read_gbps = [[262144, 13.0], [8388608, 10.0]]  # optional: likewise, reading a peer's memory

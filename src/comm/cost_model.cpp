@@ -688,6 +688,29 @@ Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const T
   return calibrated(raw, options.of(algorithm), busiest);
 }
 
+double effective_cache_bytes(const std::vector<CacheProbePoint>& points, double memory_Bps, double limit) {
+  STRATA_CHECK(!points.empty() && memory_Bps > 0.0, "the cache fit needs copy rates and a memory rate");
+  auto by_size = points;
+  std::sort(by_size.begin(), by_size.end(),
+            [](const CacheProbePoint& a, const CacheProbePoint& b) { return a.touched < b.touched; });
+  const double cached_Bps = by_size.front().Bps;
+  const auto capped = [&](double bytes) { return limit > 0.0 ? std::min(bytes, limit) : bytes; };
+  if (cached_Bps <= memory_Bps) return capped(by_size.front().touched);
+  // A point at rate r touching T bytes: 1/r = c/cached + (1 - c)/memory with c = cache / T.
+  double cache = 0.0;
+  for (const CacheProbePoint& point : by_size) {
+    const double share = (1.0 / memory_Bps - 1.0 / point.Bps) / (1.0 / memory_Bps - 1.0 / cached_Bps);
+    if (share >= 1.0) {
+      cache = std::max(cache, point.touched);
+      continue;
+    }
+    cache = std::max(cache, std::max(share, 0.0) * point.touched);
+  }
+  // Every point ran as fast as in cache: nothing measured bounds it below what the machine reports.
+  if (cache >= by_size.back().touched && limit > 0.0) return limit;
+  return capped(cache);
+}
+
 bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
                               const ModelOptions& options) {
   const size_t p = row.size(), me = static_cast<size_t>(sender);

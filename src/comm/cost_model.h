@@ -64,8 +64,9 @@ struct TopologyDesc {
   // (memcpy, out of cache); 0: unknown, copies run at reduce_Bps at any size.
   // The cores copying at once share it, ...
   double memory_Bps = 0.0;
-  // ... once the bytes an exchange touches on the node outgrow its last-level
-  // cache (bytes, all of its caches together; 0: unknown, treated as unbounded).
+  // ... once the bytes an exchange touches on the node outgrow its cache as
+  // copies see it (bytes; the probe fits it, effective_cache_bytes; 0:
+  // unknown, treated as unbounded).
   double cache_bytes = 0.0;
   // One-host exchanges: how fast a rank copies a block with memcpy (through
   // the exchange area) and reads one from a peer's memory (cross-memory
@@ -189,6 +190,21 @@ inline double predict_seconds(const CallShape& shape, Algorithm algorithm, const
 // Throws strata::Error for an algorithm it does not price or that cannot run there.
 Cost predict_all_to_all_v(const std::vector<std::vector<double>>& bytes, const TopologyDesc& topology,
                           const ModelOptions& options = {}, Algorithm algorithm = Algorithm::Pairwise);
+
+// One measurement of the node's cache: every rank of the node copied at once, touching `touched`
+// bytes on the node together (sources and targets), at `Bps` bytes per second for the node.
+struct CacheProbePoint {
+  double touched = 0.0;
+  double Bps = 0.0;
+};
+
+// The node's cache as the one-host copies see it: the size under which cached_fraction's mix of
+// the in-cache rate (the smallest point's) and memory_Bps reproduces each point's measured rate,
+// the largest over the points, at most `limit` (the caches the machine reports; 0: none). A cache
+// that holds every point's bytes is `limit`; one that speeds up no copy is the smallest point's
+// bytes (the model then prices copies alike either side of it). What the machine reports can be
+// far from this: on the Xeon VM here, 300 MiB of L3 copy no faster than memory past 4 MiB.
+double effective_cache_bytes(const std::vector<CacheProbePoint>& points, double memory_Bps, double limit);
 
 // Whether a one-host all-to-all sender (cross-memory attach) stages its blocks
 // in its exchange area; `row[j]`: the bytes it sends rank j (its own entry is

@@ -25,6 +25,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kProbeBytes = 8u << 20;
 constexpr size_t kMemoryProbeBytes = 32u << 20;
+// The blocks every rank copies at once to find the node's cache as copies see it
+// (effective_cache_bytes), each copied again and again up to kCacheProbeTimedBytes a timing,
+// so that the small ones run long enough to time.
+constexpr size_t kCacheProbeBytes[] = {size_t{256} << 10, size_t{1} << 20, size_t{4} << 20, size_t{16} << 20};
+constexpr size_t kCacheProbeTimedBytes = size_t{32} << 20;
 constexpr size_t kPingPongs = 100;
 constexpr int kRepeats = 3;
 // The block sizes the copy and cross-memory read rates are measured at: from
@@ -101,13 +106,15 @@ double exchange_time(Communicator& group, int partner, std::byte* send, std::byt
 // rank's clock runs until the last one is done (so a rank that starts late,
 // because ranks outnumber the cores, still counts), and the slowest clock is
 // the figure.
-double concurrent_copy_time(Communicator& group, size_t bytes) {
+// Seconds of the slowest rank's `times` copies of one block of `bytes`, every rank at once, best of
+// kRepeats.
+double concurrent_copy_time(Communicator& group, size_t bytes, size_t times = 1) {
   std::vector<std::byte> source(bytes, std::byte{1}), target(bytes, std::byte{0});
   double best = 1e30;
   for (int repeat = 0; repeat <= kRepeats; ++repeat) {
     group.barrier();
     auto start = Clock::now();
-    std::memcpy(target.data(), source.data(), bytes);
+    for (size_t copy = 0; copy < times; ++copy) std::memcpy(target.data(), source.data(), bytes);
     group.barrier();
     double slowest = group_max(group, seconds_since(start));
     if (repeat > 0) best = std::min(best, slowest);  // the first run warms the path
@@ -269,7 +276,15 @@ ClusterDescription probe_links(Communicator& group) {
   // Each rank copies 32 MiB (64 MiB touched), so the node's copies outgrow its cache.
   const double copy_seconds = concurrent_copy_time(group, kMemoryProbeBytes);
   topology.memory_Bps = static_cast<double>(kMemoryProbeBytes) * static_cast<double>(mine.size()) / copy_seconds;
-  topology.cache_bytes = static_cast<double>(last_level_cache_bytes(discover_machine()));
+  std::vector<CacheProbePoint> cache_points;
+  for (size_t bytes : kCacheProbeBytes) {
+    const size_t times = std::max<size_t>(1, kCacheProbeTimedBytes / bytes);
+    const double node_bytes = static_cast<double>(bytes) * static_cast<double>(mine.size());
+    const double seconds = concurrent_copy_time(group, bytes, times);
+    cache_points.push_back({.touched = 2.0 * node_bytes, .Bps = node_bytes * static_cast<double>(times) / seconds});
+  }
+  topology.cache_bytes = effective_cache_bytes(cache_points, topology.memory_Bps,
+                                               static_cast<double>(last_level_cache_bytes(discover_machine())));
 
   auto node_with_pair = std::find_if(members.begin(), members.end(), [](const auto& m) { return m.size() >= 2; });
   bool measurable_intra = node_with_pair != members.end();

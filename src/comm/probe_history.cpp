@@ -84,6 +84,7 @@ ClusterDescription settled_figures(const std::vector<ClusterDescription>& probes
   TopologyDesc& topology = settled.topology;
   topology.reduce_Bps = median_of(probes, [](const TopologyDesc& t) { return t.reduce_Bps; });
   topology.memory_Bps = median_of(probes, [](const TopologyDesc& t) { return t.memory_Bps; });
+  topology.cache_bytes = median_of(probes, [](const TopologyDesc& t) { return t.cache_bytes; });
   topology.intra.latency_s = median_of(probes, [](const TopologyDesc& t) { return t.intra.latency_s; });
   topology.intra.bandwidth_Bps = median_of(probes, [](const TopologyDesc& t) { return t.intra.bandwidth_Bps; });
   topology.inter.latency_s = median_of(probes, [](const TopologyDesc& t) { return t.inter.latency_s; });

@@ -89,10 +89,10 @@ std::vector<int> gather_nodes(Communicator& world, MPI_Comm comm, int simulated_
 
 // Names the launch layout, so a cached probe is reused only for the same one. The version names the
 // cached file's contents (v2: the direct_split calibration; v3: the memory bandwidth and cache size; v4: the
-// copy and cross-memory read rates; v5: the intra-node message times):
+// copy and cross-memory read rates; v5: the intra-node message times; v6: the cache as copies see it):
 // builds that write other contents use other files, so neither finds the other's keys.
 std::string layout_key(const std::vector<std::string>& hostnames, const std::vector<int>& nodes, int simulated) {
-  std::string key = fmt::format("strata comm links v5: {} ranks", hostnames.size());
+  std::string key = fmt::format("strata comm links v6: {} ranks", hostnames.size());
   std::vector<int> seen;
   for (size_t rank = 0; rank < nodes.size(); ++rank) {
     if (std::find(seen.begin(), seen.end(), nodes[rank]) != seen.end()) continue;
