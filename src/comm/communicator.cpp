@@ -135,8 +135,12 @@ const Decision& Communicator::last_decision() const { return state().last_decisi
 
 namespace {
 
+// Decisions a group keeps (its call shapes and pinned predictions); past this, it starts afresh.
+constexpr size_t kKeptDecisions = 4096;
+
 // The algorithm for one call: the caller's or the configuration's pin when it
 // applies, else the cost model's cheapest (cached per shape).
+
 Decision decide(const GroupState& group, Collective op, size_t count, DType dtype, Algorithm requested,
                 bool with_candidates) {
   Decision decision;
@@ -153,14 +157,23 @@ Decision decide(const GroupState& group, Collective op, size_t count, DType dtyp
   std::string why;
   if (pinned != Algorithm::Auto && applicable(pinned, shape, group.topology, &why)) {
     decision.algorithm = pinned;
-    decision.predicted_s = modeled(pinned) ? predict_seconds(shape, pinned, group.topology, group.model) : NAN;
+    decision.predicted_s = NAN;
+    if (modeled(pinned)) {
+      auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype), static_cast<int>(pinned));
+      auto cached = group.pinned_predictions.find(key);
+      if (cached == group.pinned_predictions.end()) {
+        if (group.pinned_predictions.size() > kKeptDecisions) group.pinned_predictions.clear();
+        cached = group.pinned_predictions.emplace(key, predict_seconds(shape, pinned, group.topology, group.model)).first;
+      }
+      decision.predicted_s = cached->second;
+    }
     decision.reason = std::move(source);
     return decision;
   }
   auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype));
   auto cached = group.choices.find(key);
   if (cached == group.choices.end()) {
-    if (group.choices.size() > 4096) group.choices.clear();
+    if (group.choices.size() > kKeptDecisions) group.choices.clear();
     cached = group.choices.emplace(key, choose_algorithm(shape, group.topology, group.model)).first;
   }
   const Choice& choice = cached->second;

@@ -163,7 +163,8 @@ void attach_shared_memory(Communicator& group, GroupState& state) {
   state.topology.cross_memory = check_cross_memory(group);
   state.topology.cores_per_node = Engine::instance().cores_for(state.size());
   state.model.all_to_all_staging_limit = state.config.all_to_all_staging_bytes;
-  state.choices.clear();  // choices made during start-up did not know about the segment
+  state.choices.clear();  // choices and predictions made during start-up did not know about the segment
+  state.pinned_predictions.clear();
 }
 
 Communicator Communicator::world(const CommConfig& config) {
