@@ -254,6 +254,11 @@ void doubling_steps(Schedule& schedule, const Fold& fold, const std::vector<doub
 
 Cost raw_cost(const CallShape& shape, Algorithm algorithm, const TopologyDesc& topology,
               const ModelOptions& options);
+// The bytes of one cross-memory read of the direct all-reduces, which read a
+// peer's input a chunk at a time (options.chunk_bytes of fp32), at most `bytes`.
+double chunk_read_bytes(const ModelOptions& options, double bytes) {
+  return options.chunk_bytes > 0 ? std::min(bytes, static_cast<double>(options.chunk_bytes)) : bytes;
+}
 
 // Seconds per byte of one-host copies that run at `rate` bytes/s in cache,
 // when `cached` of the bytes they touch stay in the node's cache: the rest
@@ -480,10 +485,11 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       // Each rank reads the p - 1 other inputs (in their dtype) and sums them
       // with its own; ranks meet twice (enter, done reading). Where the input
       // fits the exchange area each rank copies it in first, and the reads are
-      // copies from shared memory, at the rank's own memory speed (reduce_Bps).
+      // copies from shared memory, at the rank's own memory speed (reduce_Bps);
+      // otherwise cross-memory reads of a chunk at a time.
       const double bytes = count * width;
       const bool staged = bytes <= static_cast<double>(options.staging_bytes);
-      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
+      const double read_Bps = staged ? topology.reduce_Bps : topology.cross_read_Bps(chunk_read_bytes(options, bytes));
       Cost cost;
       cost.latency_s = 2.0 * topology.intra.latency_s;
       cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
@@ -495,14 +501,19 @@ Cost all_reduce_cost(double count, double width, Algorithm algorithm, const Topo
       // slices, then reads the p - 1 other reduced slices (outputs, in the
       // dtype); ranks meet three times (enter, slices reduced, done reading).
       // Staged (the input and a slice fit the exchange area), a rank copies
-      // both in, and the reads are copies from shared memory, as for direct.
+      // both in, and the reads are copies from shared memory, as for direct;
+      // otherwise cross-memory reads: the inputs' slices a chunk at a time,
+      // the reduced slices whole.
       const double bytes = count * width * (1.0 + 1.0 / p);
       const bool staged = bytes <= static_cast<double>(options.staging_bytes);
-      const double read_Bps = staged ? topology.reduce_Bps : topology.intra.bandwidth_Bps;
+      const double slice = count * width / p;
+      const double per_element =
+          staged ? 2.0 * width / topology.reduce_Bps
+                 : width / topology.cross_read_Bps(chunk_read_bytes(options, slice)) + width / topology.cross_read_Bps(slice);
       Cost cost;
       cost.latency_s = 3.0 * topology.intra.latency_s;
       cost.transfer_s = (staged ? bytes / topology.reduce_Bps : 0.0) +
-                        (p - 1.0) / p * count * (2.0 * width / read_Bps + kWireFloat / topology.reduce_Bps);  // likewise
+                        (p - 1.0) / p * count * (per_element + kWireFloat / topology.reduce_Bps);  // likewise
       return cost;
     }
     case Algorithm::Hierarchical: {

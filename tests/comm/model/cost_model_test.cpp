@@ -267,6 +267,21 @@ TEST(CostModel, DirectSplitReadsTwoSlicesPerPeerAndSumsItsOwn) {
   EXPECT_FALSE(applicable(Algorithm::DirectSplit, {Collective::ReduceScatter, n}, topology));
 }
 
+// Unstaged, with the probe's cross-memory read rates known, the reads run at them: the inputs' slices a
+// chunk at a time, the reduced slices (n / p bytes each) whole; direct reads whole inputs a chunk at a time.
+TEST(CostModel, UnstagedDirectReadsRunAtTheCrossMemoryRateOfTheirSize) {
+  TopologyDesc topology = one_node(4);
+  topology.shared_memory = topology.cross_memory = true;
+  topology.cross_read.points = {{256 << 10, 6e9}, {1 << 20, 4e9}, {8 << 20, 3e9}};
+  ModelOptions options = unstaged();
+  options.chunk_bytes = 256 << 10;
+  const double n = 4 << 20, a = kAlpha, c = 1.0 / kReduce;
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectSplit, topology, options),
+                       3 * a + 0.75 * (n / 6e9 + n / 4e9 + n * c), "direct_split: chunks at 6e9, slices at 4e9");
+  expect_near_relative(predict_seconds({Collective::AllReduce, n}, Algorithm::DirectRead, topology, options),
+                       2 * a + 3 * (n / 6e9 + n * c), "direct: chunks at 6e9");
+}
+
 TEST(CostModel, SharedMemoryAlgorithmsNeedAHostThatAllowsThem) {
   TopologyDesc topology = one_node(4);
   const double n = 48 * 1024, a = kAlpha, b = 1.0 / kBandwidth, c = 1.0 / kReduce;
