@@ -80,62 +80,36 @@ __attribute__((always_inline)) inline void transpose_scaled_queries(const float*
 // The online softmax of one key tile's scores S^T [nk][kTile] (query columns,
 // `cols` of them): each column's maximum over the tile and its running
 // maximum (tile_max), the factor alpha that rescales what the column has
-// accumulated, and P^T over S^T. A tile every column sees whole (off the
-// diagonal, no padding columns) needs no mask.
-__attribute__((always_inline)) inline void online_softmax_unmasked(float* scores, int64_t nk, int64_t cols,
-                                                                   float* row_max, float* row_sum, float* tile_max,
-                                                                   float* alpha) {
-  for (int64_t i = 0; i < cols; ++i) tile_max[i] = row_max[i];
-  for (int64_t j = 0; j < nk; ++j) {
-    const float* column = scores + j * kTile;
-#pragma omp simd
-    for (int64_t i = 0; i < cols; ++i) tile_max[i] = column[i] > tile_max[i] ? column[i] : tile_max[i];
-  }
-#pragma omp simd
-  for (int64_t i = 0; i < cols; ++i) {
-    alpha[i] = exp_nonpositive(row_max[i] - tile_max[i]);
-    row_sum[i] *= alpha[i];
-    row_max[i] = tile_max[i];
-  }
-  for (int64_t j = 0; j < nk; ++j) {
-    float* column = scores + j * kTile;
-#pragma omp simd
-    for (int64_t i = 0; i < cols; ++i) {
-      const float p = exp_nonpositive(column[i] - tile_max[i]);
-      column[i] = p;
-      row_sum[i] += p;
-    }
-  }
-}
-
-// The same where some columns see only part of the tile: column i (of
+// accumulated, and P^T over S^T, masked scores 0. kMasked: column i (of
 // `rows` real ones) sees key j when j <= i + lag, lag being the first query's
-// position less the tile's first key. 32-bit lanes: masks of 16.
-__attribute__((always_inline)) inline void online_softmax_masked(float* scores, int64_t nk, int64_t cols, int32_t rows,
-                                                                 int32_t lag, float* row_max, float* row_sum,
-                                                                 float* tile_max, float* alpha) {
-  const auto columns = static_cast<int32_t>(cols);
-  for (int64_t i = 0; i < cols; ++i) tile_max[i] = row_max[i];
-  for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
+// position less the tile's first key; a tile every column sees whole (off the
+// diagonal, no padding columns) runs without the mask. 32-bit lanes: masks of 16.
+template <bool kMasked>
+__attribute__((always_inline)) inline void online_softmax(float* scores, int64_t nk, int64_t cols, int32_t rows,
+                                                          int32_t lag, float* row_max, float* row_sum,
+                                                          float* tile_max, float* alpha) {
+  const auto columns = static_cast<int32_t>(cols), keys = static_cast<int32_t>(nk);
+  auto visible = [&](int32_t i, int32_t j) { return !kMasked || (i < rows && j <= lag + i); };
+  for (int32_t i = 0; i < columns; ++i) tile_max[i] = row_max[i];
+  for (int32_t j = 0; j < keys; ++j) {
     const float* column = scores + j * kTile;
 #pragma omp simd
     for (int32_t i = 0; i < columns; ++i) {
-      const bool visible = i < rows && j <= lag + i;
-      tile_max[i] = visible && column[i] > tile_max[i] ? column[i] : tile_max[i];
+      tile_max[i] = visible(i, j) && column[i] > tile_max[i] ? column[i] : tile_max[i];
     }
   }
+  // Every exponent is at most 0: a score less a maximum at least as large.
 #pragma omp simd
-  for (int64_t i = 0; i < cols; ++i) {
+  for (int32_t i = 0; i < columns; ++i) {
     alpha[i] = exp_nonpositive(row_max[i] - tile_max[i]);
     row_sum[i] *= alpha[i];
     row_max[i] = tile_max[i];
   }
-  for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
+  for (int32_t j = 0; j < keys; ++j) {
     float* column = scores + j * kTile;
 #pragma omp simd
     for (int32_t i = 0; i < columns; ++i) {
-      const bool visible = i < rows && j <= lag + i;
-      const float p = visible ? exp_nonpositive(column[i] - tile_max[i]) : 0.0f;
+      const float p = visible(i, j) ? exp_nonpositive(column[i] - tile_max[i]) : 0.0f;
       column[i] = p;
       row_sum[i] += p;
     }
@@ -189,13 +163,12 @@ STRATA_CPU_CLONES void attend_tile(const HeadSlices<T>& s, int64_t first, int64_
                  q_t + first_col, kTile, scores + j0 * kTile + first_col, kTile, false);
     }
 
-    // Online softmax down each query column; masked scores become 0. Every
-    // exponent is at most 0 (a score less a maximum at least as large).
+    // Online softmax down each query column; masked scores become 0.
+    const auto real = static_cast<int32_t>(rows), lag = static_cast<int32_t>(limit - k0);
     if (k0 + nk - 1 <= limit && rows == cols) {
-      online_softmax_unmasked(scores, nk, cols, row_max, row_sum, tile_max, alpha);
+      online_softmax<false>(scores, nk, cols, real, lag, row_max, row_sum, tile_max, alpha);
     } else {
-      online_softmax_masked(scores, nk, cols, static_cast<int32_t>(rows), static_cast<int32_t>(limit - k0), row_max,
-                            row_sum, tile_max, alpha);
+      online_softmax<true>(scores, nk, cols, real, lag, row_max, row_sum, tile_max, alpha);
     }
     for (int64_t i = 0; i < rows4; ++i) {
       if (alpha[i] == 1.0f) continue;
