@@ -138,6 +138,17 @@ namespace {
 // Decisions a group keeps (its call shapes and pinned predictions); past this, it starts afresh.
 constexpr size_t kKeptDecisions = 4096;
 
+// map[key], made by `make` the first time it is asked for.
+template <typename Map, typename Make>
+const typename Map::mapped_type& remembered(Map& map, const typename Map::key_type& key, const Make& make) {
+  auto found = map.find(key);
+  if (found == map.end()) {
+    if (map.size() > kKeptDecisions) map.clear();
+    found = map.emplace(key, make()).first;
+  }
+  return found->second;
+}
+
 // The algorithm for one call: the caller's or the configuration's pin when it
 // applies, else the cost model's cheapest (cached per shape).
 
@@ -159,24 +170,18 @@ Decision decide(const GroupState& group, Collective op, size_t count, DType dtyp
     decision.algorithm = pinned;
     decision.predicted_s = NAN;
     if (modeled(pinned)) {
-      auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype), static_cast<int>(pinned));
-      auto cached = group.pinned_predictions.find(key);
-      if (cached == group.pinned_predictions.end()) {
-        if (group.pinned_predictions.size() > kKeptDecisions) group.pinned_predictions.clear();
-        cached = group.pinned_predictions.emplace(key, predict_seconds(shape, pinned, group.topology, group.model)).first;
-      }
-      decision.predicted_s = cached->second;
+      const auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype),
+                                       static_cast<int>(pinned));
+      decision.predicted_s = remembered(group.pinned_predictions, key, [&] {
+        return predict_seconds(shape, pinned, group.topology, group.model);
+      });
     }
     decision.reason = std::move(source);
     return decision;
   }
-  auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype));
-  auto cached = group.choices.find(key);
-  if (cached == group.choices.end()) {
-    if (group.choices.size() > kKeptDecisions) group.choices.clear();
-    cached = group.choices.emplace(key, choose_algorithm(shape, group.topology, group.model)).first;
-  }
-  const Choice& choice = cached->second;
+  const auto key = std::make_tuple(static_cast<int>(op), decision.bytes, static_cast<int>(dtype));
+  const Choice& choice =
+      remembered(group.choices, key, [&] { return choose_algorithm(shape, group.topology, group.model); });
   decision.algorithm = choice.algorithm;
   decision.predicted_s = choice.predicted_s;
   if (with_candidates) decision.candidates = choice.candidates;
