@@ -4,8 +4,9 @@
 // collective: `baseline`, non-blocking and polled with the timeout, and
 // `baseline-blocking`, the plain blocking call) runs warm-up iterations; then
 // `rounds` rounds each run `iters` timed iterations of every size and algorithm
-// in turn, so a slow minute of a shared host hurts all of them alike instead of
-// a few sizes; the reported time is the median round (slowest rank), and the
+// in turn (after one untimed call of it, so the timed ones do not start in the
+// caches the previous entry emptied), so a slow minute of a shared host hurts
+// all of them alike instead of a few sizes; the reported time is the median round (slowest rank), and the
 // rounds' spread says how far it can be trusted. Inputs are small integers, so every result is exact
 // and checked element by element before and after timing (#wrong, summed
 // over ranks). With check_cost each algorithm also runs with the call check

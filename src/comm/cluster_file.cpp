@@ -53,7 +53,8 @@ std::vector<std::pair<double, double>> read_points(const TomlReader& root, const
 
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
   TomlReader root = TomlReader::parse(text, source_name);
-  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "copy_gbps", "cross_read_gbps",
+  root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "local_copy_gbps", "copy_gbps",
+             "cross_read_gbps",
              "intra_message_us", "probe_key", "shared_memory", "intra", "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
@@ -65,6 +66,7 @@ ClusterDescription parse_cluster_description(std::string_view text, const std::s
   if (root.has("shared_memory")) topology.shared_memory = topology.cross_memory = root.boolean("shared_memory");
   if (root.has("memory_gbps")) topology.memory_Bps = root.positive("memory_gbps") * kGiga;
   if (root.has("cache_mib")) topology.cache_bytes = root.positive("cache_mib") * kMebi;
+  if (root.has("local_copy_gbps")) topology.local_copy.points = read_points(root, "local_copy_gbps", "GB/s", kGiga);
   if (root.has("copy_gbps")) topology.copy.points = read_points(root, "copy_gbps", "GB/s", kGiga);
   if (root.has("cross_read_gbps")) topology.cross_read.points = read_points(root, "cross_read_gbps", "GB/s", kGiga);
   if (root.has("intra_message_us")) topology.intra_message = read_points(root, "intra_message_us", "us", kMicro);
@@ -110,6 +112,7 @@ std::string format_cluster_description(const ClusterDescription& description) {
   };
   points("copy_gbps", topology.copy.points, kGiga);
   points("cross_read_gbps", topology.cross_read.points, kGiga);
+  points("local_copy_gbps", topology.local_copy.points, kGiga);
   points("intra_message_us", topology.intra_message, kMicro);
   if (topology.shared_memory) out << "shared_memory = true\n";
   if (!description.probe_key.empty()) {

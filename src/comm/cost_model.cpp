@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "comm/block_layout.h"
 #include "core/error.h"
@@ -57,6 +58,10 @@ double TopologyDesc::intra_message_s(double bytes) const {
 
 double TopologyDesc::copy_Bps(double block_bytes) const { return copy.empty() ? reduce_Bps : copy.at(block_bytes); }
 
+double TopologyDesc::local_copy_Bps(double block_bytes) const {
+  return local_copy.empty() ? copy_Bps(block_bytes) : local_copy.at(block_bytes);
+}
+
 double TopologyDesc::cross_read_Bps(double block_bytes) const {
   return cross_read.empty() ? intra.bandwidth_Bps : cross_read.at(block_bytes);
 }
@@ -107,6 +112,7 @@ void TopologyDesc::validate(const std::string& what) const {
   check_curve(copy.points, "copy", "rate");
   check_curve(intra_message, "intra message", "time");
   check_curve(cross_read.points, "cross-memory read", "rate");
+  check_curve(local_copy.points, "local copy", "rate");
 }
 
 namespace {
@@ -308,10 +314,15 @@ std::vector<std::vector<char>> staged_blocks(const std::vector<std::vector<doubl
 
 // The one-host pairwise all-to-all with cross-memory attach: every rank copies
 // its staged blocks in, meets the others once, then copies its p - 1 blocks
-// out and its own block from input to output; a second meeting comes only
-// when some block was read from an input.
-// Copies run at the block's copy rate (topology.copy_Bps), reads of a peer's
-// input at its cross-memory read rate, both while their bytes stay in cache;
+// out and its own block from input to output. Every call meets twice: a call
+// whose blocks were read waits at its end until its readers are done, and one
+// that staged them all leaves at once but waits at the start of the group's
+// next exchange until its peers have taken them out of the area
+// (take_segment_for_header), which calls back to back, as a benchmark's or a
+// layer's forward and backward exchanges are, pay in full.
+// Copies through the area run at the block's copy rate (topology.copy_Bps),
+// the own block's at the local copy rate, reads of a peer's input at its
+// cross-memory read rate, both while their bytes stay in cache;
 // past the cache, at the rank's share of the node's memory bandwidth where
 // that is slower. The busiest rank's copies set the pace, or, when the ranks
 // outnumber their cores, all copies and meetings spread over the cores (each
@@ -332,20 +343,21 @@ Cost direct_pairwise_cost(const std::vector<std::vector<double>>& bytes, const T
   auto copy_s = [&](double block) { return seconds_per_byte(topology.copy_Bps(block), cached, cores, topology); };
   auto read_s = [&](double block) { return seconds_per_byte(topology.cross_read_Bps(block), cached, cores, topology); };
   double busiest = 0.0, total = 0.0;
-  bool all_staged = true;
   for (size_t rank = 0; rank < p; ++rank) {
-    double seconds = bytes[rank][rank] * copy_s(bytes[rank][rank]);  // its own block, input to output
+    // Its own block, input to output, at the local rate of a copy that touches as much as the rank's input and
+    // output (the curve's blocks b touch 2 b a rank): whether they still fit a core's cache decides it.
+    const double input = std::accumulate(bytes[rank].begin(), bytes[rank].end(), 0.0);
+    double seconds = bytes[rank][rank] * seconds_per_byte(topology.local_copy_Bps(input), cached, cores, topology);
     for (size_t peer = 0; peer < p; ++peer) {
       if (peer == rank) continue;
       const double out = bytes[rank][peer], in = bytes[peer][rank];
       if (staged[rank][peer]) seconds += out * copy_s(out);
-      all_staged = all_staged && staged[rank][peer];
       seconds += in * (staged[peer][rank] ? copy_s(in) : read_s(in));
     }
     busiest = std::max(busiest, seconds);
     total += seconds;
   }
-  return {(all_staged ? 1.0 : 2.0) * meeting_seconds(topology, p), std::max(busiest, total / cores)};
+  return {2.0 * meeting_seconds(topology, p), std::max(busiest, total / cores)};
 }
 
 // Pairwise all-to-all; bytes[i][j] goes from rank i to rank j. On one host

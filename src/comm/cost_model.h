@@ -75,6 +75,12 @@ struct TopologyDesc {
   // at reduce_Bps, reads at intra.bandwidth.
   RateCurve copy;
   RateCurve cross_read;
+  // How fast a rank copies a block between buffers of its own (memcpy, every
+  // rank of the node copying at once, a core each), by block size: the
+  // one-host all-to-all's own block, input to output, which crosses no core
+  // (a copy through the area moves lines the peer's core holds: 2-3x slower
+  // in a core's cache on the Xeon VM). Unknown (empty): at the copy rate.
+  RateCurve local_copy;
   // One message between two ranks of a node through the MPI library, one way (half a ping-pong), by size:
   // (bytes, seconds), ascending, linear between the points. The library sends small messages eagerly through
   // its own buffers and larger ones after a handshake (Open MPI's shared-memory transport: a 4 KiB payload
@@ -88,6 +94,7 @@ struct TopologyDesc {
   int ranks() const;
   double intra_message_s(double bytes) const;
   double copy_Bps(double block_bytes) const;
+  double local_copy_Bps(double block_bytes) const;
   double cross_read_Bps(double block_bytes) const;
   int node_of(int rank) const;
   bool uniform() const;  // every node holds the same number of ranks

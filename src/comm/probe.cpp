@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm/cross_memory.h"
+#include "comm/engine.h"
 #include "comm/machine.h"
 #include "comm/probe_history.h"
 #include "comm/reduce_kernels.h"
@@ -34,8 +35,9 @@ constexpr size_t kPingPongs = 100;
 constexpr int kRepeats = 3;
 // The block sizes the copy and cross-memory read rates are measured at: from
 // blocks where a read's system call and page pinning cost more than the bytes
-// (4 KiB) to one past a core's cache (8 MiB).
-constexpr size_t kRateBlockBytes[] = {size_t{4} << 10, size_t{32} << 10, size_t{256} << 10, size_t{8} << 20};
+// (4 KiB) to one past a core's cache (8 MiB), with 1 MiB where a block and its copy outgrow a core's 2 MiB L2.
+constexpr size_t kRateBlockBytes[] = {size_t{4} << 10, size_t{32} << 10, size_t{256} << 10, size_t{1} << 20,
+                                      size_t{8} << 20};
 // Each timing moves up to kRateTimedBytes in up to kRateBlocksTimed blocks ...
 constexpr size_t kRateTimedBytes = size_t{8} << 20;
 constexpr size_t kRateBlocksTimed = 32;
@@ -277,14 +279,18 @@ ClusterDescription probe_links(Communicator& group) {
   const double copy_seconds = concurrent_copy_time(group, kMemoryProbeBytes);
   topology.memory_Bps = static_cast<double>(kMemoryProbeBytes) * static_cast<double>(mine.size()) / copy_seconds;
   std::vector<CacheProbePoint> cache_points;
+  const double copying_cores = Engine::instance().cores_for(static_cast<int>(mine.size()));
   for (size_t bytes : kCacheProbeBytes) {
     const size_t times = std::max<size_t>(1, kCacheProbeTimedBytes / bytes);
     const double node_bytes = static_cast<double>(bytes) * static_cast<double>(mine.size());
     const double seconds = concurrent_copy_time(group, bytes, times);
     cache_points.push_back({.touched = 2.0 * node_bytes, .Bps = node_bytes * static_cast<double>(times) / seconds});
+    // One rank's rate: the node's over the cores its ranks copy on.
+    topology.local_copy.points.emplace_back(static_cast<double>(bytes), cache_points.back().Bps / copying_cores);
   }
   topology.cache_bytes = effective_cache_bytes(cache_points, topology.memory_Bps,
                                                static_cast<double>(last_level_cache_bytes(discover_machine())));
+
 
   auto node_with_pair = std::find_if(members.begin(), members.end(), [](const auto& m) { return m.size() >= 2; });
   bool measurable_intra = node_with_pair != members.end();

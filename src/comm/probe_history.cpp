@@ -92,6 +92,8 @@ ClusterDescription settled_figures(const std::vector<ClusterDescription>& probes
   topology.copy.points = settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.copy.points; });
   topology.cross_read.points =
       settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.cross_read.points; });
+  topology.local_copy.points =
+      settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.local_copy.points; });
   topology.intra_message =
       settled_points(probes, [](const TopologyDesc& t) -> const Points& { return t.intra_message; });
   return settled;

@@ -89,10 +89,10 @@ std::vector<int> gather_nodes(Communicator& world, MPI_Comm comm, int simulated_
 
 // Names the launch layout, so a cached probe is reused only for the same one. The version names the
 // cached file's contents (v2: the direct_split calibration; v3: the memory bandwidth and cache size; v4: the
-// copy and cross-memory read rates; v5: the intra-node message times; v6: the cache as copies see it):
+// copy and cross-memory read rates; v5: the intra-node message times; v6: the cache as copies see it; v7: the local copy rate):
 // builds that write other contents use other files, so neither finds the other's keys.
 std::string layout_key(const std::vector<std::string>& hostnames, const std::vector<int>& nodes, int simulated) {
-  std::string key = fmt::format("strata comm links v6: {} ranks", hostnames.size());
+  std::string key = fmt::format("strata comm links v7: {} ranks", hostnames.size());
   std::vector<int> seen;
   for (size_t rank = 0; rank < nodes.size(); ++rank) {
     if (std::find(seen.begin(), seen.end(), nodes[rank]) != seen.end()) continue;
@@ -200,6 +200,7 @@ Communicator Communicator::world(const CommConfig& config) {
   state->topology.reduce_Bps = figures.reduce_Bps;
   state->topology.memory_Bps = figures.memory_Bps;
   state->topology.cache_bytes = figures.cache_bytes;
+  state->topology.local_copy = figures.local_copy;
   state->topology.copy = figures.copy;
   state->topology.cross_read = figures.cross_read;
   state->topology.intra_message = figures.intra_message;

@@ -61,17 +61,38 @@ TEST(AllToAllCost, DirectReadsMeetTwiceAndReadTheirShare) {
               want_small, 1e-12 * want_small);
 }
 
+// With a local copy rate measured (the probe's local_copy curve), a rank's own
+// block is copied at that rate, taken at the size of the rank's input (the
+// curve's block b touches 2 b a rank, as the input and output do): 2 ranks of
+// 2e6 bytes, the peer's 1e6 read at 10e9 and the own 1e6 copied at 25e9, the
+// rate at 2e6 between the curve's 1e6 (40e9) and 4e6 (10e9) points, linear in
+// log(bytes). Staged blocks still cross at the copy rate (8e9 here).
+TEST(AllToAllCost, TheOwnBlockCopiesAtTheLocalRateOfTheRanksInput) {
+  TopologyDesc topology = node_of(2, true);
+  topology.local_copy.points = {{1e6, 40e9}, {4e6, 10e9}};
+  const double n = 2e6;
+  double want = 2 * 2e-6 + 1e6 / 10e9 + 1e6 / 25e9;
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, topology), want, 1e-12 * want);
+  TopologyDesc slow = slow_reads(2);
+  slow.local_copy.points = {{1e3, 40e9}};
+  const double small = 64e3;  // staged: the peer's 32e3 in and out at 8e9, the own 32e3 at 40e9
+  double want_small = 2 * 2e-6 + 2 * 32e3 / 8e9 + 32e3 / 40e9;
+  EXPECT_NEAR(predict_seconds({Collective::AllToAll, small}, Algorithm::Pairwise, slow), want_small,
+              1e-12 * want_small);
+}
+
 // Where reads are slow, blocks that fit the sender's exchange area are
 // staged: a copy in, a copy out, both at the rank's memory speed (reduce_Bps,
-// 8e9 here), as is the copy of its own block, and one meeting, since no rank
-// waits for readers of its input.
-TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
+// 8e9 here), as is the copy of its own block, and two meetings: the call's,
+// and at the next call the wait until the peers have taken the blocks out of
+// the area.
+TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetTwice) {
   const int p = 4;
   const double n = 64e3;
-  double want = 2e-6 + (2 * (p - 1) + 1) * n / p / 8e9;
+  double want = 2 * 2e-6 + (2 * (p - 1) + 1) * n / p / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, slow_reads(p)), want, 1e-12 * want);
   // Rank 0 sends 0.6 of an area to each peer: the first fits its area, the
-  // others stay in its input, so everyone meets twice. Rank 2 (as rank 3)
+  // others stay in its input. Rank 2 (as rank 3)
   // copies 3e3 in, reads its big block at 3e9 and copies 2e3 out (rank 1
   // copies its big block out of rank 0's area at 8e9: less).
   const double big = 0.6 * static_cast<double>(kDefaultStagingBytes);
@@ -84,13 +105,13 @@ TEST(AllToAllCost, SmallExchangesStageTheirBlocksAndMeetOnce) {
 
 // A rank whose outgoing blocks exceed the staging limit stages none of them,
 // though they fit its area and staging would pay: its peers read them (3e9
-// here) and it waits for them (two meetings). At the limit they are staged.
+// here) and it waits for them. At the limit they are staged (two meetings either way).
 TEST(AllToAllCost, ExchangesPastTheStagingLimitReadEveryBlock) {
   const int p = 4;
   ModelOptions options;
   options.all_to_all_staging_limit = 3 << 20;  // outgoing bytes of a 4 MiB exchange
   const double at_limit = 4 << 20;
-  double staged = 2e-6 + (2 * (p - 1) + 1) * at_limit / p / 8e9;
+  double staged = 2 * 2e-6 + (2 * (p - 1) + 1) * at_limit / p / 8e9;
   EXPECT_NEAR(predict({Collective::AllToAll, at_limit}, Algorithm::Pairwise, slow_reads(p), options).total(), staged,
               1e-12 * staged);
   const double past = 8 << 20;
@@ -156,12 +177,12 @@ TEST(AllToAllCost, CopiesPastTheCacheShareTheMemoryBandwidth) {
   double want = 2 * meeting + 2 * (2e6 * ((1.0 / 8.0) / 8e9 + (7.0 / 8.0) / 3e9) + 6e6 / 3e9);
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, host), want, 1e-12 * want);
   // In cache (a 64e3-byte exchange touches 176e3 bytes staged) the copies run
-  // at the core's speed, and staging pays: 7 copies of 16e3 per rank, one meeting.
-  double small = meeting + 2 * 7 * 16e3 / 8e9;
+  // at the core's speed, and staging pays: 7 copies of 16e3 per rank, two meetings.
+  double small = 2 * meeting + 2 * 7 * 16e3 / 8e9;
   EXPECT_NEAR(predict_seconds({Collective::AllToAll, 64e3}, Algorithm::Pairwise, host), small, 1e-12 * small);
   // Unknown memory bandwidth, or one faster than the cores copy: no memory
   // term, and the big exchange is staged (two copies at 8e9 beat a read at 3e9).
-  double unbound = meeting + 28e6 / 8e9;
+  double unbound = 2 * meeting + 28e6 / 8e9;
   for (double memory : {0.0, 100e9}) {
     host.memory_Bps = memory;
     EXPECT_NEAR(predict_seconds({Collective::AllToAll, n}, Algorithm::Pairwise, host), unbound, 1e-12 * unbound) << memory;

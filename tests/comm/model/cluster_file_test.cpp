@@ -89,21 +89,29 @@ TEST(ClusterFile, MemoryBandwidthAndCacheSize) {
             description.topology.cache_bytes);
 }
 
-// The copy and cross-memory read rates by block size (the probe's, or stated):
+// The copy, cross-memory read and local copy rates by block size (the probe's, or stated):
 // optional [[bytes, GB/s], ...], bytes ascending; absent they are unknown (empty).
 TEST(ClusterFile, CopyAndCrossReadRates) {
-  std::string text = std::string("copy_gbps = [[262144, 31], [8388608, 12.5]]\ncross_read_gbps = [[262144, 13]]\n") + kValid;
+  std::string text = std::string("copy_gbps = [[262144, 31], [8388608, 12.5]]\ncross_read_gbps = [[262144, 13]]\n"
+                                 "local_copy_gbps = [[262144, 35], [1048576, 20]]\n") +
+                     kValid;
   ClusterDescription description = parse_cluster_description(text, "cluster.toml");
   EXPECT_EQ(description.topology.copy.points, (std::vector<std::pair<double, double>>{{262144, 31e9}, {8388608, 12.5e9}}));
   EXPECT_EQ(description.topology.cross_read.points, (std::vector<std::pair<double, double>>{{262144, 13e9}}));
+  EXPECT_EQ(description.topology.local_copy.points,
+            (std::vector<std::pair<double, double>>{{262144, 35e9}, {1048576, 20e9}}));
   EXPECT_TRUE(parse_cluster_description(kValid, "cluster.toml").topology.copy.empty());
+  EXPECT_TRUE(parse_cluster_description(kValid, "cluster.toml").topology.local_copy.empty());
   expect_error(std::string("copy_gbps = [[262144, 0]]\n") + kValid,
                "key 'copy_gbps' at 262144 bytes: GB/s must be positive, got 0");
   expect_error(std::string("cross_read_gbps = [[8, 1], [4, 1]]\n") + kValid,
                "key 'cross_read_gbps' entry 1: bytes must increase from entry to entry, got 4 after 8");
+  expect_error(std::string("local_copy_gbps = [[4096, -2]]\n") + kValid,
+               "key 'local_copy_gbps' at 4096 bytes: GB/s must be positive, got -2");
   ClusterDescription again = parse_cluster_description(format_cluster_description(description), "again.toml");
   EXPECT_EQ(again.topology.copy.points, description.topology.copy.points);
   EXPECT_EQ(again.topology.cross_read.points, description.topology.cross_read.points);
+  EXPECT_EQ(again.topology.local_copy.points, description.topology.local_copy.points);
 }
 
 TEST(ClusterFile, IntraNodeMessageTimes) {

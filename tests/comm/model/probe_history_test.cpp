@@ -22,6 +22,7 @@ ClusterDescription probe(double scale, const std::string& key = "2 ranks") {
   t.inter = t.intra;
   t.copy.points = {{4096, 8e9 * scale}, {8388608, 9e9 * scale}};
   t.cross_read.points = {{4096, 3e9 * scale}, {8388608, 10e9 * scale}};
+  t.local_copy.points = {{262144, 30e9 * scale}, {16777216, 11e9 * scale}};
   t.intra_message = {{4, 1e-6 * scale}, {4096, 3e-6 * scale}};
   return d;
 }
@@ -37,10 +38,12 @@ void expect_scaled(const ClusterDescription& settled, double scale) {
   EXPECT_DOUBLE_EQ(t.inter.bandwidth_Bps, e.inter.bandwidth_Bps);
   ASSERT_EQ(t.copy.points.size(), 2u);
   ASSERT_EQ(t.cross_read.points.size(), 2u);
+  ASSERT_EQ(t.local_copy.points.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(t.copy.points[i].first, e.copy.points[i].first);
     EXPECT_DOUBLE_EQ(t.copy.points[i].second, e.copy.points[i].second);
     EXPECT_DOUBLE_EQ(t.cross_read.points[i].second, e.cross_read.points[i].second);
+    EXPECT_DOUBLE_EQ(t.local_copy.points[i].second, e.local_copy.points[i].second);
     EXPECT_DOUBLE_EQ(t.intra_message[i].second, e.intra_message[i].second);
   }
 }
