@@ -122,13 +122,18 @@ TEST(SquareSumExact, CpuCountsInfinitiesAndNansAndKeepsTheFiniteBlocksExact) {
   EXPECT_EQ(ref.data<int64_t>()[ExactSquareSum::kWords - 1], 1);
 }
 
+// Also about 2^-88 and 2^-87, where blocks leave the two words' path (its scale, an f32 power of two, would
+// pass f32's range below), in f32 and bf16.
 TEST(SquareSumExact, CpuHandlesBlocksOfOnlyTinyOrOnlyHugeValues) {
   for (float magnitude : {std::numeric_limits<float>::denorm_min() * 3.0f, std::numeric_limits<float>::min(),
-                          1e-30f, 1e30f, std::numeric_limits<float>::max()}) {
-    Tensor x = random_f32({5000}, 43);
+                          0x1p-88f, 0x1p-87f, 1e-30f, 1e30f, std::numeric_limits<float>::max()}) {
+    Tensor x = random_f32({5008}, 43);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::fabs(x.data<float>()[i]) < 3.0f ? x.data<float>()[i] * magnitude / 3.0f : magnitude;
-    Tensor ref = run_on("ref", "square_sum_exact", {x})[0];
-    expect_identical(run_on("cpu", "square_sum_exact", {x})[0], ref, "values near " + std::to_string(magnitude));
+    for (const Tensor& values : {x, x.to(DType::BF16)}) {
+      Tensor ref = run_on("ref", "square_sum_exact", {values})[0];
+      expect_identical(run_on("cpu", "square_sum_exact", {values})[0], ref,
+                       std::string(dtype_name(values.dtype())) + " values near " + std::to_string(magnitude));
+    }
   }
 }
 

@@ -11,7 +11,8 @@
 // holding an infinity or NaN. The result is exact, so threads merge in any
 // order and the canonical words are the ones ref's scalar bins give. Blocks
 // of bf16 values (bf16 inputs, and f32 ones that came from bf16) take two
-// words up to 32 binades.
+// words up to 32 binades; bf16 inputs are read as they are on that path
+// (no widened copy, their exponents found on the 16-bit words).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -94,6 +95,20 @@ STRATA_CPU_CLONES ExponentRange exponent_range(const float* x, int64_t count) {
   return {static_cast<int>(top), static_cast<int>(bottom), (low_bits & 0xFFFFu) == 0};
 }
 
+// The same for bf16 values, read as their 16-bit words (twice the lanes).
+STRATA_CPU_CLONES ExponentRange exponent_range(const bf16* x, int64_t count) {
+  const auto* words = reinterpret_cast<const uint16_t*>(x);
+  uint16_t top = 0, bottom = kNanOrInfinity;
+#pragma omp simd reduction(max : top) reduction(min : bottom)
+  for (int64_t i = 0; i < count; ++i) {
+    const auto exponent = static_cast<uint16_t>((words[i] >> 7) & 0xFFu);
+    const auto nonzero_exponent = static_cast<uint16_t>((words[i] & 0x7FFFu) != 0 ? exponent : kNanOrInfinity);
+    top = exponent > top ? exponent : top;
+    bottom = nonzero_exponent < bottom ? nonzero_exponent : bottom;
+  }
+  return {top, bottom, true};
+}
+
 // A block whose nonzero values are normal and span at most this many binades
 // scales to squares that are integers below 2^80 (48 significant bits moved
 // at most 2 * 16 places): two words hold each exactly. A bf16 value's square
@@ -102,27 +117,43 @@ STRATA_CPU_CLONES ExponentRange exponent_range(const float* x, int64_t count) {
 // binades, with no three-word block left).
 constexpr int kTwoWordSpan = 16;
 constexpr int kTwoWordSpanOfBf16 = kTwoWordSpan + 16;
+// sum_two_words scales the values by the square root of 2^(292 + kWordBits -
+// 2 top), an f32 power of two only for tops from this one up (values below
+// 2^-87 take the three words' path, which scales in double).
+constexpr int kTwoWordRootScaleOfTopZero = (292 + kWordBits) / 2;
+constexpr int kTwoWordLowestTop = kTwoWordRootScaleOfTopZero - 127;
 
 // Sums of the two words of a block's squares (count a multiple of 16), as
-// sum_words gives them: sums[0] in units of 2^80, sums[1] of 2^40 (`scale` is
-// 2^40 times smaller than sum_words's). Two sets of accumulators keep the
+// sum_words gives them: sums[0] in units of 2^80, sums[1] of 2^40 (the
+// squares are scaled by root_scale^2, 2^40 times less than sum_words's).
+// The values are scaled in f32 (by a power of two that keeps them normal and
+// below 2^40: exact) and squared in double (48 bits: exact). Each square
+// joins an accumulator biased into [2^92, 2^93), whose ulp is 2^40: the add
+// rounds it to the high word's grid, the accumulator's change is that word
+// (exact: a difference of multiples of 2^40) and the square minus it the low
+// word (an integer below 2^39 in magnitude). No square lies halfway between
+// two multiples of 2^40 (its lowest bit is an even power of two), so the words
+// are the ones rounding each square gives. Two sets of accumulators keep the
 // adds' latency off the loop's path.
-STRATA_CPU_CLONES void sum_two_words(const float* x, int64_t count, double scale, double* sums) {
-  f64x8 high[2]{}, low[2]{};
+constexpr double kHighBias = 0x1.8p92;  // ulp 2^40 while the sum of the high words stays below 2^91
+
+template <typename T>
+STRATA_CPU_CLONES void sum_two_words(const T* x, int64_t count, float root_scale, double* sums) {
+  f64x8 high[2], low[2]{};
+  for (auto& biased : high) biased = f64x8{} + kHighBias;
   for (int64_t i = 0; i < count; i += 2 * kLanes) {
     for (int half = 0; half < 2; ++half) {
       f64x8 wide;
-      for (int lane = 0; lane < kLanes; ++lane) wide[lane] = x[i + half * kLanes + lane];
-      const f64x8 scaled = wide * wide * scale;  // an integer below 2^80: exact
-      f64x8 rounded;
-      round_to_unit(scaled, kFractionMagic, rounded);
-      high[half] += rounded;
-      low[half] += scaled - rounded;
+      for (int lane = 0; lane < kLanes; ++lane) wide[lane] = to_f32(x[i + half * kLanes + lane]) * root_scale;
+      const f64x8 square = wide * wide;  // an integer below 2^80: exact
+      const f64x8 before = high[half];
+      high[half] += square;
+      low[half] += square - (high[half] - before);
     }
   }
   sums[0] = sums[1] = sums[2] = 0.0;
   for (int lane = 0; lane < kLanes; ++lane) {
-    sums[0] += high[0][lane] + high[1][lane];
+    sums[0] += (high[0][lane] - kHighBias) + (high[1][lane] - kHighBias);
     sums[1] += low[0][lane] + low[1][lane];
   }
   sums[0] /= kWordScale;  // exact: back to the word's own unit
@@ -170,25 +201,15 @@ void add_left_out(const float* x, int64_t count, double scale, ExactSquareSum& s
   sum.add(left_out, left);
 }
 
-// A block of at most kBlock values, zero-padded to a multiple of 16.
-void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
-  const auto [top, bottom, narrow] = exponent_range(x, count);
-  if (top == kNanOrInfinity) {
-    sum.add(x, count);
-    return;
-  }
-  // |x| < 2^(top - 126), so x^2 * 2^(292 - 2 top) < 2^40; the unit 2^(2 top - 292) is bin top + 4's.
-  // The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly);
-  // with two words, 2^40 further (below 2^80), whose unit is then the fraction word's.
-  const int64_t padded = round_up(count, 2 * kLanes);
-  double sums[3];
-  if (bottom > 0 && top - bottom <= (narrow ? kTwoWordSpanOfBf16 : kTwoWordSpan)) {
-    sum_two_words(x, padded, std::ldexp(1.0, 292 + kWordBits - 2 * top), sums);
-  } else {
-    const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * top);
-    if (sum_words(x, padded, scale, sums) > 0) add_left_out(x, padded, scale, sum);
-  }
-  // The signed words carried into non-negative ones (the block's sum is not negative).
+// Whether a block of values from `range` takes the two words' path.
+bool takes_two_words(const ExponentRange& range) {
+  return range.bottom > 0 && range.top != kNanOrInfinity && range.top >= kTwoWordLowestTop &&
+         range.top - range.bottom <= (range.narrow ? kTwoWordSpanOfBf16 : kTwoWordSpan);
+}
+
+// The block's word sums (sums[2] the tail's, 0 with two words), carried into
+// non-negative words (the block's sum is not negative) and added to the bins.
+void add_words(int top, const double* sums, ExactSquareSum& sum) {
   const auto tail = static_cast<int64_t>(sums[2]);
   const int64_t fraction = static_cast<int64_t>(sums[1]) + (tail >> kWordBits);
   const int64_t integer = static_cast<int64_t>(sums[0]) + (fraction >> kWordBits);
@@ -197,6 +218,40 @@ void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
   sum.add_bin(integer_bin, static_cast<uint64_t>(integer));
   sum.add_bin(integer_bin - kWordBits / 2, static_cast<uint64_t>(fraction & kWordMask));
   sum.add_bin(integer_bin - kWordBits, static_cast<uint64_t>(tail & kWordMask));
+}
+
+// A block of at most kBlock values, zero-padded to a multiple of 16.
+// |x| < 2^(top - 126), so x^2 * 2^(292 - 2 top) < 2^40; the unit 2^(2 top - 292) is bin top + 4's.
+// The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly);
+// with two words, 2^40 further (below 2^80), whose unit is then the fraction word's.
+void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
+  const ExponentRange range = exponent_range(x, count);
+  if (range.top == kNanOrInfinity) {
+    sum.add(x, count);
+    return;
+  }
+  const int64_t padded = round_up(count, 2 * kLanes);
+  double sums[3];
+  if (takes_two_words(range)) {
+    sum_two_words(x, padded, std::ldexp(1.0f, kTwoWordRootScaleOfTopZero - range.top), sums);
+  } else {
+    const double scale = std::ldexp(1.0, 292 + 2 * kWordBits - 2 * range.top);
+    if (sum_words(x, padded, scale, sums) > 0) add_left_out(x, padded, scale, sum);
+  }
+  add_words(range.top, sums, sum);
+}
+
+// A block of bf16 values (count a multiple of 16): the two words' path reads
+// them as they are; any other widens them into `widened` first.
+void add_block(const bf16* x, int64_t count, ExactSquareSum& sum, float* widened) {
+  const ExponentRange range = exponent_range(x, count);
+  if (!takes_two_words(range)) {
+    widen_bf16(x, widened, count);
+    return add_block(widened, count, sum);
+  }
+  double sums[3];
+  sum_two_words(x, count, std::ldexp(1.0f, kTwoWordRootScaleOfTopZero - range.top), sums);
+  add_words(range.top, sums, sum);
 }
 
 template <typename T>
@@ -213,11 +268,15 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
       const int64_t range_end = std::min(count, range + kThreadRange);
       for (int64_t begin = range; begin < range_end; begin += kBlock) {
         const int64_t n = std::min(kBlock, range_end - begin);
-        if constexpr (std::is_same_v<T, float>) {
-          if (n % (2 * kLanes) == 0) {
+        if (n % (2 * kLanes) == 0) {
+          if constexpr (std::is_same_v<T, float>) {
             add_block(x + begin, n, mine);
-            continue;
+          } else {
+            add_block(x + begin, n, mine, block);
           }
+          continue;
+        }
+        if constexpr (std::is_same_v<T, float>) {
           std::copy(x + begin, x + begin + n, block);
         } else {
           widen_bf16(x + begin, block, n);
