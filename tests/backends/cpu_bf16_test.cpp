@@ -53,6 +53,28 @@ TEST(CpuBf16, CastRoundsLikeRefOnSpecialValues) { expect_casts_of_special_values
 
 TEST(CpuBf16, CastMatchesRefOnRandomValuesAcrossChunks) { expect_casts_of_random_values_match_ref("cpu", 1); }
 
+// The narrowing to bf16 runs on the CPU's conversion instruction where it has
+// one, which flushes subnormal inputs: every bit pattern, subnormals alone or
+// among normal values in a vector of 16, ties to even, NaNs with payloads and
+// infinities, narrows to ref's bits (a NaN to a NaN).
+TEST(CpuBf16, CastNarrowsEveryKindOfF32AsRefDoes) {
+  std::vector<uint32_t> words;
+  uint64_t state = 88172645463325252ull;
+  auto next = [&] {  // xorshift64: bit patterns of every kind
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<uint32_t>(state >> 16);
+  };
+  for (int i = 0; i < 4000; ++i) words.push_back(next());
+  for (uint32_t special : {0x00000001u, 0x80000001u, 0x007FFFFFu, 0x00008000u, 0x00018000u, 0x807F8000u, 0x3F808000u,
+                           0x3F818000u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00001u, 0x7F800001u, 0xFFA12345u}) {
+    words.push_back(special);
+  }
+  for (int i = 0; i < 48; ++i) words.push_back(i % 16 == 5 ? 0x00012345u : 0x3F800000u + static_cast<uint32_t>(i));
+  expect_same_cast("cpu", f32_from_bits(words), DType::BF16, "bit patterns");
+}
+
 // Outputs of 1 MiB and more, widened to f32 or copied in bf16, take streaming
 // stores from their first 64-byte boundary on: an output starting 12 bytes
 // past one, and one 2 bytes past (for f32 never aligned: plain stores), each

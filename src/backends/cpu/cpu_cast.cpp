@@ -27,11 +27,6 @@ namespace {
 
 constexpr int64_t kGrain = 16384;
 
-STRATA_CPU_CLONES void f32_to_bf16(const float* x, bf16* y, int64_t count) {
-#pragma omp simd
-  for (int64_t i = 0; i < count; ++i) y[i] = from_f32<bf16>(x[i]);
-}
-
 STRATA_CPU_CLONES void f32_to_f64(const float* x, double* y, int64_t count) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) y[i] = static_cast<double>(x[i]);
@@ -97,7 +92,7 @@ void decode(const Tensor& tensor, int64_t begin, int64_t count, float* y) {
 
 void encode(const float* x, int64_t begin, int64_t count, const Tensor& tensor) {
   switch (tensor.dtype()) {
-    case DType::BF16: return f32_to_bf16(x, tensor.data<bf16>() + begin, count);
+    case DType::BF16: return narrow_to_bf16(x, tensor.data<bf16>() + begin, count);
     case DType::F16: return f32_to_f16(x, tensor.data<fp16>() + begin, count);
     case DType::F64: return f32_to_f64(x, tensor.data<double>() + begin, count);
     default: STRATA_CHECK(false, "cpu cast cannot write {}", dtype_name(tensor.dtype()));

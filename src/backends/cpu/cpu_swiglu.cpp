@@ -2,6 +2,8 @@
 // bf16 storage (computed in f32, rounded once per output; see convert.h).
 // Outputs may alias inputs element for element: each element's inputs are all
 // read before its outputs are written.
+#include <algorithm>
+
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/parallel.h"
@@ -13,14 +15,23 @@ namespace {
 
 constexpr int64_t kGrain = 16384;
 
+// Outputs are computed a chunk at a time in f32 (convert.h's chunk_output).
+constexpr int64_t kChunk = 512;
+
 // silu(g) = g s with s = 1 / (1 + e^-g); e^-g saturates (s -> 0) rather than overflowing.
 template <typename T>
 STRATA_CPU_CLONES void swiglu_range(const T* gate, const T* up, T* y, int64_t begin, int64_t end) {
+  alignas(64) float buffer[kChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t count = std::min(kChunk, end - chunk);
+    float* out = chunk_output(y + chunk, buffer);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    float g = to_f32(gate[i]);
-    float s = 1.0f / (1.0f + exp_approx(-g));
-    y[i] = from_f32<T>(g * s * to_f32(up[i]));
+    for (int64_t j = 0; j < count; ++j) {
+      float g = to_f32(gate[chunk + j]);
+      float s = 1.0f / (1.0f + exp_approx(-g));
+      out[j] = g * s * to_f32(up[chunk + j]);
+    }
+    store_chunk(buffer, y + chunk, count);
   }
 }
 
@@ -28,13 +39,22 @@ STRATA_CPU_CLONES void swiglu_range(const T* gate, const T* up, T* y, int64_t be
 template <typename T>
 STRATA_CPU_CLONES void swiglu_backward_range(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t begin,
                                              int64_t end) {
+  alignas(64) float gate_buffer[kChunk];
+  alignas(64) float up_buffer[kChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t count = std::min(kChunk, end - chunk);
+    float* gate_out = chunk_output(dgate + chunk, gate_buffer);
+    float* up_out = chunk_output(dup + chunk, up_buffer);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    float d = to_f32(dy[i]), g = to_f32(gate[i]), u = to_f32(up[i]);
-    float e = exp_approx(-g);
-    float s = 1.0f / (1.0f + e);
-    dgate[i] = from_f32<T>(d * u * s * (1.0f + g * (e * s)));
-    dup[i] = from_f32<T>(d * g * s);
+    for (int64_t j = 0; j < count; ++j) {
+      float d = to_f32(dy[chunk + j]), g = to_f32(gate[chunk + j]), u = to_f32(up[chunk + j]);
+      float e = exp_approx(-g);
+      float s = 1.0f / (1.0f + e);
+      gate_out[j] = d * u * s * (1.0f + g * (e * s));
+      up_out[j] = d * g * s;
+    }
+    store_chunk(gate_buffer, dgate + chunk, count);
+    store_chunk(up_buffer, dup + chunk, count);
   }
 }
 
