@@ -51,6 +51,7 @@ void narrow_to_bf16(const float* x, bf16* y, int64_t count);
 // vector of 16).
 template <typename T>
 float* chunk_output(T* y, float* buffer) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "chunked outputs are f32 or bf16");
   if constexpr (std::is_same_v<T, float>) {
     return y;
   } else {

@@ -2,6 +2,7 @@
 // f32 and bf16 storage (computed in f32, rounded once per output; see
 // convert.h). Outputs may alias inputs element for element (each element is
 // read before it is written), which `omp simd` tells the vectoriser.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/convert.h"
@@ -16,56 +17,78 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kGrain = 16384;
+constexpr int64_t kChunk = 512;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
 // out[e] = a[e] + b[e mod b_count] over [begin, end), one contiguous run of b
-// at a time.
+// (at most a chunk) at a time. (Outputs a chunk at a time in f32: convert.h's chunk_output.)
 template <typename T>
 STRATA_CPU_CLONES void add_range(const T* a, const T* b, int64_t b_count, T* out, int64_t begin, int64_t end) {
+  alignas(64) float buffer[kChunk];
   int64_t column = begin % b_count;
   for (int64_t e = begin; e < end;) {
-    int64_t run = std::min(end - e, b_count - column);
+    int64_t run = std::min({end - e, b_count - column, kChunk});
     const T* a_run = a + e;
     const T* b_run = b + column;
-    T* out_run = out + e;
+    float* out_run = chunk_output(out + e, buffer);
 #pragma omp simd
-    for (int64_t i = 0; i < run; ++i) out_run[i] = from_f32<T>(to_f32(a_run[i]) + to_f32(b_run[i]));
+    for (int64_t i = 0; i < run; ++i) out_run[i] = to_f32(a_run[i]) + to_f32(b_run[i]);
+    store_chunk(buffer, out + e, run);
     e += run;
-    column = 0;
+    column = (column + run) % b_count;
   }
 }
 
 template <typename T>
 STRATA_CPU_CLONES void scale_range(const T* x, float factor, T* out, int64_t begin, int64_t end) {
+  alignas(64) float buffer[kChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t count = std::min(kChunk, end - chunk);
+    float* values = chunk_output(out + chunk, buffer);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) out[i] = from_f32<T>(to_f32(x[i]) * factor);
+    for (int64_t i = 0; i < count; ++i) values[i] = to_f32(x[chunk + i]) * factor;
+    store_chunk(buffer, out + chunk, count);
+  }
 }
 
 // With u = sqrt(2/pi) (x + 0.044715 x^3), E = e^(-2u) and s = 1 / (1 + E):
 // 1 + tanh(u) = 2s and 1 - tanh(u)^2 = 4 s (1 - s) = 4 s E s. Written this
 // way nothing cancels in either tail, so the relative error stays a few ulps
 // where gelu and its derivative approach 0.
+// (Outputs a chunk at a time in f32: convert.h's chunk_output.)
 template <typename T>
 STRATA_CPU_CLONES void gelu_range(const T* x, T* y, int64_t begin, int64_t end) {
+  alignas(64) float buffer[kChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t count = std::min(kChunk, end - chunk);
+    float* out = chunk_output(y + chunk, buffer);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    float v = to_f32(x[i]);
-    float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
-    y[i] = from_f32<T>(v / (1.0f + e));
+    for (int64_t i = 0; i < count; ++i) {
+      float v = to_f32(x[chunk + i]);
+      float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
+      out[i] = v / (1.0f + e);
+    }
+    store_chunk(buffer, y + chunk, count);
   }
 }
 
 template <typename T>
 STRATA_CPU_CLONES void gelu_backward_range(const T* dy, const T* x, T* dx, int64_t begin, int64_t end) {
+  alignas(64) float buffer[kChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t count = std::min(kChunk, end - chunk);
+    float* out = chunk_output(dx + chunk, buffer);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    float v = to_f32(x[i]);
-    float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
-    float s = 1.0f / (1.0f + e);
-    float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    float one_minus_s = e * s;  // in (0, 1]: e saturates below the float range
-    dx[i] = from_f32<T>(to_f32(dy[i]) * s * (1.0f + 2.0f * v * du_dx * one_minus_s));
+    for (int64_t i = 0; i < count; ++i) {
+      float v = to_f32(x[chunk + i]);
+      float e = exp_approx(-2.0f * kGeluScale * (v + kGeluCubic * v * v * v));
+      float s = 1.0f / (1.0f + e);
+      float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+      float one_minus_s = e * s;  // in (0, 1]: e saturates below the float range
+      out[i] = to_f32(dy[chunk + i]) * s * (1.0f + 2.0f * v * du_dx * one_minus_s);
+    }
+    store_chunk(buffer, dx + chunk, count);
   }
 }
 

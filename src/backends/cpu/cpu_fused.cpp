@@ -204,6 +204,11 @@ STRATA_CPU_CLONES void store_block(const float* values, int64_t n, T* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = from_f32<T>(values[i]);
 }
 
+template <>
+void store_block(const float* values, int64_t n, bf16* out) {
+  narrow_to_bf16(values, out, n);
+}
+
 void store_output(const float* values, int64_t n, const Tensor& out, int64_t begin) {
   switch (out.dtype()) {
     case DType::F32: return store_block(values, n, out.data<float>() + begin);
