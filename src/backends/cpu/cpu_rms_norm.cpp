@@ -7,6 +7,7 @@
 // dx starting from dres. The backward recomputes rstd and runs fixed blocks
 // of kRowGrain rows; dweight is summed per block, then over blocks in block
 // order (f64), so results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -22,6 +23,7 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kRowGrain = 16;
+constexpr int64_t kChunk = 512;  // dx columns computed in f32 at a time
 
 // 1 / sqrt(mean(row^2) + eps). Inlined into the calling clone so it vectorises for its ISA.
 template <typename V>
@@ -37,14 +39,30 @@ __attribute__((always_inline)) inline float row_rstd(const V* row, int64_t width
 
 // y = weight * round_X(row * rstd), rounded to X, then to Y (add_rms_norm's
 // y_dtype; rounding to f32 is none, so an f32 X rounds once).
+// In bf16 (y then bf16 too) both roundings narrow a chunk at a time (convert.h).
 template <typename V, typename X, typename Y = X>
 __attribute__((always_inline)) inline void normalize_row(const V* row, const X* weight, int64_t width, float eps,
                                                          Y* y_row) {
   float rstd = row_rstd(row, width, eps);
+  if constexpr (std::is_same_v<X, bf16>) {
+    static_assert(std::is_same_v<Y, bf16>, "y is no wider than x");
+    alignas(64) float values[kChunk];
+    alignas(64) bf16 h[kChunk];
+    for (int64_t chunk = 0; chunk < width; chunk += kChunk) {
+      const int64_t count = std::min(kChunk, width - chunk);
 #pragma omp simd
-  for (int64_t c = 0; c < width; ++c) {
-    const X y = from_f32<X>(to_f32(weight[c]) * to_f32(from_f32<X>(to_f32(row[c]) * rstd)));
-    y_row[c] = from_f32<Y>(to_f32(y));
+      for (int64_t j = 0; j < count; ++j) values[j] = to_f32(row[chunk + j]) * rstd;
+      narrow_to_bf16(values, h, count);
+#pragma omp simd
+      for (int64_t j = 0; j < count; ++j) values[j] = to_f32(weight[chunk + j]) * to_f32(h[j]);
+      narrow_to_bf16(values, y_row + chunk, count);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      const X y = from_f32<X>(to_f32(weight[c]) * to_f32(from_f32<X>(to_f32(row[c]) * rstd)));
+      y_row[c] = from_f32<Y>(to_f32(y));
+    }
   }
 }
 
@@ -64,11 +82,18 @@ STRATA_CPU_CLONES void add_rms_norm_rows(const X* x, const R* r, int64_t r_rows,
     const X* x_row = x + row * width;
     const R* r_row = r + (row % r_rows) * width;
     X* sum_row = sum + row * width;
+    if constexpr (std::is_same_v<X, bf16>) {  // narrowed at once (convert.h), then read back as stored
 #pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      X stored = from_f32<X>(to_f32(x_row[c]) + to_f32(r_row[c]));
-      sum_row[c] = stored;
-      rounded[c] = to_f32(stored);
+      for (int64_t c = 0; c < width; ++c) rounded[c] = to_f32(x_row[c]) + to_f32(r_row[c]);
+      narrow_to_bf16(rounded, sum_row, width);
+      widen_bf16(sum_row, rounded, width);
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) {
+        X stored = from_f32<X>(to_f32(x_row[c]) + to_f32(r_row[c]));
+        sum_row[c] = stored;
+        rounded[c] = to_f32(stored);
+      }
     }
     normalize_row(rounded, weight, width, eps, y + row * width);
   }
@@ -82,6 +107,7 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
                                               float eps, int64_t row_begin, int64_t row_end, X* dx, float* partial,
                                               float* dy_scratch) {
   constexpr bool kDyInPlace = std::is_same_v<DY, float>;
+  alignas(64) float buffer[kChunk];
   for (int64_t c = 0; c < width; ++c) partial[c] = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const DY* dy_source = dy + r * width;
@@ -103,15 +129,21 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
     }
     mean_gh /= static_cast<float>(width);
     X* dx_row = dx + r * width;
+    for (int64_t chunk = 0; chunk < width; chunk += kChunk) {  // convert.h's chunk_output
+      const int64_t count = std::min(kChunk, width - chunk);
+      float* out = chunk_output(dx_row + chunk, buffer);
 #pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      float h = to_f32(x_row[c]) * rstd;
-      float local = rstd * (to_f32(weight[c]) * dy_row[c] - h * mean_gh);
-      if constexpr (kAddResidual) {
-        dx_row[c] = from_f32<X>(to_f32(dres[r * width + c]) + local);
-      } else {
-        dx_row[c] = from_f32<X>(local);
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t c = chunk + j;
+        float h = to_f32(x_row[c]) * rstd;
+        float local = rstd * (to_f32(weight[c]) * dy_row[c] - h * mean_gh);
+        if constexpr (kAddResidual) {
+          out[j] = to_f32(dres[r * width + c]) + local;
+        } else {
+          out[j] = local;
+        }
       }
+      store_chunk(buffer, dx_row + chunk, count);
     }
   }
 }
