@@ -9,8 +9,9 @@ struct RopeShape {
   int64_t batch, seq, heads, head_dim;
 };
 
-// D = 64 and 80 (D/2 = 40: a partial vector), up to 7 rows per batch row, 2 and 3 heads.
-inline const RopeShape kRopeShapes[] = {{2, 7, 3, 64}, {1, 5, 3, 80}, {3, 1, 2, 80}};
+// D = 64 and 80 (D/2 = 40: a partial vector), up to 7 rows per batch row, 2 and 3 heads; 20 heads of 64 (the
+// cpu's bf16 rows take 16 heads at a time: a group and a part) and D = 1040 (a head wider than such a group).
+inline const RopeShape kRopeShapes[] = {{2, 7, 3, 64}, {1, 5, 3, 80}, {3, 1, 2, 80}, {1, 3, 20, 64}, {1, 2, 2, 1040}};
 
 // LLaMA 3's rope: theta 5e5 and its long-context frequency scaling.
 inline Attrs llama3_rope(int64_t head_dim, bool inverse) {

@@ -10,6 +10,7 @@
 // times: results equal ref's bit for bit. y may alias x: each pair is read
 // before it is written.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/convert.h"
@@ -51,6 +52,56 @@ STRATA_CPU_CLONES void rope_rows(const T* x, const float* cos, const float* sin,
         y1[i] = from_f32<T>(first);
         y2[i] = from_f32<T>(second);
       }
+    }
+  }
+}
+
+// The same for bf16, whose six roundings a pair would each take the formula's
+// ten instructions a vector: heads are taken a group at a time (up to kPairs
+// pairs), their four products computed in f32, narrowed and widened back at
+// once, then the sums narrowed at once into the output, which lies as the
+// input does (convert.h's narrow_to_bf16). Heads wider than kPairs pairs take
+// rope_rows.
+constexpr int64_t kPairs = 512;
+
+STRATA_CPU_CLONES void rope_rows_grouped(const bf16* x, const float* cos, const float* sin, int64_t seq,
+                                         int64_t heads, int64_t dim, int64_t row_begin, int64_t row_end, bf16* y) {
+  const int64_t half = dim / 2;
+  const int64_t group = std::max<int64_t>(1, kPairs / half);
+  alignas(64) float products[4 * kPairs];  // a cos, b sin, b cos, a sin: each n of the group's pairs
+  alignas(64) bf16 narrowed[4 * kPairs];
+  alignas(64) float sums[2 * kPairs];  // as the output lies: per head, its first halves then its second
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const float* c = cos + (row % seq) * half;
+    const float* s = sin + (row % seq) * half;
+    for (int64_t h0 = 0; h0 < heads; h0 += group) {
+      const int64_t count = std::min(group, heads - h0), n = count * half;
+      const bf16* x_group = x + (row * heads + h0) * dim;
+      for (int64_t k = 0; k < count; ++k) {
+        const bf16* x1 = x_group + k * dim;
+        const bf16* x2 = x1 + half;
+        float* p = products + k * half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          float a = to_f32(x1[i]), b = to_f32(x2[i]);
+          p[i] = a * c[i];
+          p[n + i] = b * s[i];
+          p[2 * n + i] = b * c[i];
+          p[3 * n + i] = a * s[i];
+        }
+      }
+      narrow_to_bf16(products, narrowed, 4 * n);
+      widen_bf16(narrowed, products, 4 * n);
+      for (int64_t k = 0; k < count; ++k) {
+        const float* p = products + k * half;
+        float* out = sums + k * dim;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          out[i] = p[i] - p[n + i];
+          out[half + i] = p[2 * n + i] + p[3 * n + i];
+        }
+      }
+      narrow_to_bf16(sums, y + (row * heads + h0) * dim, 2 * n);
     }
   }
 }
@@ -119,6 +170,12 @@ void rope(const Tensors& in, const Tensors& out, const Attrs& attrs) {
   T* y = out[0].data<T>();
   parallel_chunks(leading_rows(in[0]), std::max<int64_t>(1, kGrain / std::max<int64_t>(1, width)),
                   [&](int64_t begin, int64_t end) {
+                    if constexpr (std::is_same_v<T, bf16>) {
+                      if (params.head_dim / 2 <= kPairs) {
+                        return rope_rows_grouped(x, table.cos.data(), table.sin.data(), seq, heads, params.head_dim,
+                                                 begin, end, y);
+                      }
+                    }
                     rope_rows(x, table.cos.data(), table.sin.data(), seq, heads, params.head_dim, begin, end, y);
                   });
 }
