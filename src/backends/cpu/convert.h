@@ -44,11 +44,15 @@ void widen_bf16(const bf16* x, float* y, int64_t count);
 // conversion instruction where it has one (bf16_narrow.cpp).
 void narrow_to_bf16(const float* x, bf16* y, int64_t count);
 
-// Kernels that compute a chunk of outputs in f32 write them where
-// chunk_output says (f32 storage itself, else `buffer`) and then call
-// store_chunk, which narrows a buffer into bf16 storage: one vectorised
-// conversion instead of the formula on every store (about 10 instructions a
-// vector of 16).
+// Kernels that compute a chunk of outputs in f32 (kOutputChunk at a time)
+// write them where chunk_output says (f32 storage itself, else `buffer`) and
+// then call store_chunk, which narrows a buffer into bf16 storage: one
+// vectorised conversion instead of the formula on every store (about 10
+// instructions a vector of 16). Each kernel writes its own chunk loop: a loop
+// body passed as a lambda would not be compiled for its STRATA_CPU_CLONES
+// caller's instruction set.
+constexpr int64_t kOutputChunk = 512;
+
 template <typename T>
 float* chunk_output(T* y, float* buffer) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "chunked outputs are f32 or bf16");

@@ -41,16 +41,14 @@ STRATA_CPU_CLONES void logsumexp_rows(const T* logits, int64_t vocab, int64_t ro
 
 // dlogits = weight * (softmax - onehot) over a shard of the vocabulary
 // (targets outside it have no onehot here); may overwrite the logits in place.
-// The target's entry is computed in f32 before its one rounding.
-// A row's gradients are computed kChunk at a time in f32 (convert.h's chunk_output).
-constexpr int64_t kChunk = 512;
-
+// The target's entry is computed in f32 before its one rounding; the rest of
+// the row a chunk at a time in f32 (convert.h's chunk_output).
 template <typename T, typename Index>
 STRATA_CPU_CLONES void softmax_grad_rows(const T* logits, const float* lse, const Index* targets,
                                          const VocabShard& shard, float weight, int64_t row_begin, int64_t row_end,
                                          T* dlogits) {
   const int64_t vocab = shard.rows;
-  alignas(64) float buffer[kChunk];
+  alignas(64) float buffer[kOutputChunk];
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* row = logits + r * vocab;
     T* grad = dlogits + r * vocab;
@@ -58,8 +56,8 @@ STRATA_CPU_CLONES void softmax_grad_rows(const T* logits, const float* lse, cons
     const bool holds_target = shard.holds(targets[r]);
     const int64_t target = targets[r] - shard.start;
     float target_grad = holds_target ? weight * (exp_approx(to_f32(row[target]) - row_lse) - 1.0f) : 0.0f;
-    for (int64_t chunk = 0; chunk < vocab; chunk += kChunk) {
-      const int64_t count = std::min(kChunk, vocab - chunk);
+    for (int64_t chunk = 0; chunk < vocab; chunk += kOutputChunk) {
+      const int64_t count = std::min(kOutputChunk, vocab - chunk);
       float* out = chunk_output(grad + chunk, buffer);
 #pragma omp simd
       for (int64_t c = 0; c < count; ++c) out[c] = weight * exp_approx(to_f32(row[chunk + c]) - row_lse);

@@ -17,7 +17,6 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kGrain = 16384;
-constexpr int64_t kChunk = 512;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
@@ -25,10 +24,10 @@ constexpr float kGeluCubic = 0.044715f;
 // (at most a chunk) at a time. (Outputs a chunk at a time in f32: convert.h's chunk_output.)
 template <typename T>
 STRATA_CPU_CLONES void add_range(const T* a, const T* b, int64_t b_count, T* out, int64_t begin, int64_t end) {
-  alignas(64) float buffer[kChunk];
+  alignas(64) float buffer[kOutputChunk];
   int64_t column = begin % b_count;
   for (int64_t e = begin; e < end;) {
-    int64_t run = std::min({end - e, b_count - column, kChunk});
+    int64_t run = std::min({end - e, b_count - column, kOutputChunk});
     const T* a_run = a + e;
     const T* b_run = b + column;
     float* out_run = chunk_output(out + e, buffer);
@@ -42,9 +41,9 @@ STRATA_CPU_CLONES void add_range(const T* a, const T* b, int64_t b_count, T* out
 
 template <typename T>
 STRATA_CPU_CLONES void scale_range(const T* x, float factor, T* out, int64_t begin, int64_t end) {
-  alignas(64) float buffer[kChunk];
-  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
-    const int64_t count = std::min(kChunk, end - chunk);
+  alignas(64) float buffer[kOutputChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kOutputChunk) {
+    const int64_t count = std::min(kOutputChunk, end - chunk);
     float* values = chunk_output(out + chunk, buffer);
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) values[i] = to_f32(x[chunk + i]) * factor;
@@ -59,9 +58,9 @@ STRATA_CPU_CLONES void scale_range(const T* x, float factor, T* out, int64_t beg
 // (Outputs a chunk at a time in f32: convert.h's chunk_output.)
 template <typename T>
 STRATA_CPU_CLONES void gelu_range(const T* x, T* y, int64_t begin, int64_t end) {
-  alignas(64) float buffer[kChunk];
-  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
-    const int64_t count = std::min(kChunk, end - chunk);
+  alignas(64) float buffer[kOutputChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kOutputChunk) {
+    const int64_t count = std::min(kOutputChunk, end - chunk);
     float* out = chunk_output(y + chunk, buffer);
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) {
@@ -75,9 +74,9 @@ STRATA_CPU_CLONES void gelu_range(const T* x, T* y, int64_t begin, int64_t end) 
 
 template <typename T>
 STRATA_CPU_CLONES void gelu_backward_range(const T* dy, const T* x, T* dx, int64_t begin, int64_t end) {
-  alignas(64) float buffer[kChunk];
-  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
-    const int64_t count = std::min(kChunk, end - chunk);
+  alignas(64) float buffer[kOutputChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kOutputChunk) {
+    const int64_t count = std::min(kOutputChunk, end - chunk);
     float* out = chunk_output(dx + chunk, buffer);
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) {

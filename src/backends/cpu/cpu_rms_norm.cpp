@@ -23,7 +23,6 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kRowGrain = 16;
-constexpr int64_t kChunk = 512;  // dx columns computed in f32 at a time
 
 // 1 / sqrt(mean(row^2) + eps). Inlined into the calling clone so it vectorises for its ISA.
 template <typename V>
@@ -46,10 +45,10 @@ __attribute__((always_inline)) inline void normalize_row(const V* row, const X* 
   float rstd = row_rstd(row, width, eps);
   if constexpr (std::is_same_v<X, bf16>) {
     static_assert(std::is_same_v<Y, bf16>, "y is no wider than x");
-    alignas(64) float values[kChunk];
-    alignas(64) bf16 h[kChunk];
-    for (int64_t chunk = 0; chunk < width; chunk += kChunk) {
-      const int64_t count = std::min(kChunk, width - chunk);
+    alignas(64) float values[kOutputChunk];
+    alignas(64) bf16 h[kOutputChunk];
+    for (int64_t chunk = 0; chunk < width; chunk += kOutputChunk) {
+      const int64_t count = std::min(kOutputChunk, width - chunk);
 #pragma omp simd
       for (int64_t j = 0; j < count; ++j) values[j] = to_f32(row[chunk + j]) * rstd;
       narrow_to_bf16(values, h, count);
@@ -107,7 +106,7 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
                                               float eps, int64_t row_begin, int64_t row_end, X* dx, float* partial,
                                               float* dy_scratch) {
   constexpr bool kDyInPlace = std::is_same_v<DY, float>;
-  alignas(64) float buffer[kChunk];
+  alignas(64) float buffer[kOutputChunk];
   for (int64_t c = 0; c < width; ++c) partial[c] = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const DY* dy_source = dy + r * width;
@@ -129,8 +128,8 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
     }
     mean_gh /= static_cast<float>(width);
     X* dx_row = dx + r * width;
-    for (int64_t chunk = 0; chunk < width; chunk += kChunk) {  // convert.h's chunk_output
-      const int64_t count = std::min(kChunk, width - chunk);
+    for (int64_t chunk = 0; chunk < width; chunk += kOutputChunk) {  // convert.h's chunk_output
+      const int64_t count = std::min(kOutputChunk, width - chunk);
       float* out = chunk_output(dx_row + chunk, buffer);
 #pragma omp simd
       for (int64_t j = 0; j < count; ++j) {

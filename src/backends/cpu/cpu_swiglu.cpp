@@ -16,14 +16,12 @@ namespace {
 constexpr int64_t kGrain = 16384;
 
 // Outputs are computed a chunk at a time in f32 (convert.h's chunk_output).
-constexpr int64_t kChunk = 512;
-
 // silu(g) = g s with s = 1 / (1 + e^-g); e^-g saturates (s -> 0) rather than overflowing.
 template <typename T>
 STRATA_CPU_CLONES void swiglu_range(const T* gate, const T* up, T* y, int64_t begin, int64_t end) {
-  alignas(64) float buffer[kChunk];
-  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
-    const int64_t count = std::min(kChunk, end - chunk);
+  alignas(64) float buffer[kOutputChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kOutputChunk) {
+    const int64_t count = std::min(kOutputChunk, end - chunk);
     float* out = chunk_output(y + chunk, buffer);
 #pragma omp simd
     for (int64_t j = 0; j < count; ++j) {
@@ -39,10 +37,10 @@ STRATA_CPU_CLONES void swiglu_range(const T* gate, const T* up, T* y, int64_t be
 template <typename T>
 STRATA_CPU_CLONES void swiglu_backward_range(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t begin,
                                              int64_t end) {
-  alignas(64) float gate_buffer[kChunk];
-  alignas(64) float up_buffer[kChunk];
-  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
-    const int64_t count = std::min(kChunk, end - chunk);
+  alignas(64) float gate_buffer[kOutputChunk];
+  alignas(64) float up_buffer[kOutputChunk];
+  for (int64_t chunk = begin; chunk < end; chunk += kOutputChunk) {
+    const int64_t count = std::min(kOutputChunk, end - chunk);
     float* gate_out = chunk_output(dgate + chunk, gate_buffer);
     float* up_out = chunk_output(dup + chunk, up_buffer);
 #pragma omp simd
