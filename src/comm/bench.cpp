@@ -394,9 +394,8 @@ class SizeRun {
 
   // One round of `iters` calls: the slowest rank's mean seconds per call.
   double timed_call_s(size_t index) {
-    if (options_.in_place && !options_.fresh_input) prepare();  // fresh inputs are rewritten before every call
     run_once(index);  // untimed, as the first call after another entry's, in cold caches, would not be steady state
-    if (options_.in_place && !options_.fresh_input) prepare();
+    if (options_.in_place && !options_.fresh_input) prepare();  // fresh inputs are rewritten before every call
     double seconds = 0.0;
     if (options_.fresh_input) {
       for (int i = 0; i < options_.iters; ++i) {

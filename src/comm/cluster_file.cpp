@@ -54,8 +54,7 @@ std::vector<std::pair<double, double>> read_points(const TomlReader& root, const
 ClusterDescription parse_cluster_description(std::string_view text, const std::string& source_name) {
   TomlReader root = TomlReader::parse(text, source_name);
   root.only({"nodes", "ranks_per_node", "reduce_gbps", "memory_gbps", "cache_mib", "local_copy_gbps", "copy_gbps",
-             "cross_read_gbps",
-             "intra_message_us", "probe_key", "shared_memory", "intra", "inter", "calibration"});
+             "cross_read_gbps", "intra_message_us", "probe_key", "shared_memory", "intra", "inter", "calibration"});
   ClusterDescription description;
   TopologyDesc& topology = description.topology;
   topology.nodes = static_cast<int>(root.integer("nodes", 1, kMaxCount));

@@ -291,7 +291,6 @@ ClusterDescription probe_links(Communicator& group) {
   topology.cache_bytes = effective_cache_bytes(cache_points, topology.memory_Bps,
                                                static_cast<double>(last_level_cache_bytes(discover_machine())));
 
-
   auto node_with_pair = std::find_if(members.begin(), members.end(), [](const auto& m) { return m.size() >= 2; });
   bool measurable_intra = node_with_pair != members.end();
   if (measurable_intra) {
