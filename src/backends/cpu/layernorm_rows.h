@@ -2,7 +2,8 @@
 // The row routines of layernorm and its backward, shared by cpu_layernorm.cpp
 // and the fused add_layernorm / layernorm_backward_add of cpu_fused.cpp so the
 // fused kernels compute and sum exactly as the unfused ones. Values are f32
-// in registers, rounded to the storage type X once on store. The backward runs
+// in registers, rounded to the storage type X once on store (bf16 a chunk at a
+// time: convert.h's chunk_output). The backward runs
 // fixed blocks of kLayernormRowGrain rows; dgamma and dbeta are summed per
 // block, then over blocks in block order (f64), so results do not depend on
 // the thread count.
@@ -35,9 +36,16 @@ __attribute__((always_inline)) inline void normalize_row(const float* values, fl
 #pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < width; ++c) squares += (values[c] - mean) * (values[c] - mean);
   float rstd = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
+  alignas(64) float buffer[kOutputChunk];
+  for (int64_t chunk = 0; chunk < width; chunk += kOutputChunk) {  // convert.h's chunk_output
+    const int64_t count = std::min(kOutputChunk, width - chunk);
+    float* out = chunk_output(y_row + chunk, buffer);
 #pragma omp simd
-  for (int64_t c = 0; c < width; ++c) {
-    y_row[c] = from_f32<X>((values[c] - mean) * rstd * to_f32(gamma[c]) + to_f32(beta[c]));
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t c = chunk + j;
+      out[j] = (values[c] - mean) * rstd * to_f32(gamma[c]) + to_f32(beta[c]);
+    }
+    store_chunk(buffer, y_row + chunk, count);
   }
   *mean_out = mean;
   *rstd_out = rstd;
@@ -54,6 +62,7 @@ STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X
   constexpr bool kDyInPlace = std::is_same_v<DY, float>;
   float* dgamma = partial;
   float* dbeta = partial + width;
+  alignas(64) float buffer[kOutputChunk];
   for (int64_t c = 0; c < 2 * width; ++c) partial[c] = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const DY* dy_source = dy + r * width;
@@ -79,15 +88,21 @@ STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X
     mean_g /= static_cast<float>(width);
     mean_g_xhat /= static_cast<float>(width);
     X* dx_row = dx + r * width;
+    for (int64_t chunk = 0; chunk < width; chunk += kOutputChunk) {  // convert.h's chunk_output
+      const int64_t count = std::min(kOutputChunk, width - chunk);
+      float* out = chunk_output(dx_row + chunk, buffer);
 #pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      float xhat = (to_f32(x_row[c]) - row_mean) * row_rstd;
-      float local = row_rstd * (to_f32(gamma[c]) * dy_row[c] - mean_g - xhat * mean_g_xhat);
-      if constexpr (kAddResidual) {
-        dx_row[c] = from_f32<X>(to_f32(dres[r * width + c]) + local);
-      } else {
-        dx_row[c] = from_f32<X>(local);
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t c = chunk + j;
+        float xhat = (to_f32(x_row[c]) - row_mean) * row_rstd;
+        float local = row_rstd * (to_f32(gamma[c]) * dy_row[c] - mean_g - xhat * mean_g_xhat);
+        if constexpr (kAddResidual) {
+          out[j] = to_f32(dres[r * width + c]) + local;
+        } else {
+          out[j] = local;
+        }
       }
+      store_chunk(buffer, dx_row + chunk, count);
     }
   }
 }
