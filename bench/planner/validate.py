@@ -197,9 +197,11 @@ def plan_command(strata, row, model_path, variant):
         else:
             cmd += ["--schedule", "1f1b"]
     cmd += ["--attention", row["attention"].strip()]
-    # Every source's framework clips in a pass of its own over the gradients: Megatron-LM's clip_grad_norm_fp32
-    # (multi_tensor_scale), PyTorch's clip_grad_norm_ (torch._foreach_mul_), which torchtitan and Composer call.
-    cmd += ["--clip", "separate"]
+    # The PyTorch and Megatron frameworks clip in a pass of its own over the gradients: Megatron-LM's
+    # clip_grad_norm_fp32 (multi_tensor_scale), PyTorch's clip_grad_norm_ (torch._foreach_mul_), which torchtitan and
+    # Composer call. llm.c passes the clipping factor to its AdamW kernel (gpt2_update's grad_scale, train_gpt2.cu at
+    # a0d5dbb..c6efd90), after a kernel of its own for the norm, as Strata's trainer does.
+    cmd += ["--clip", "fused" if row.get("framework", "").strip() == "llm-c" else "separate"]
     # Megatron adds each micro-batch's weight gradient inside its GEMM (gradient-accumulation fusion)
     # and drops out attention probabilities and residual branches (its defaults, 0.1 each), unless the run's
     # config sets its dropouts to 0 (the `dropout` column 0: NeMo's Llama 3.1 configs).
