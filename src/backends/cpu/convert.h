@@ -68,6 +68,27 @@ void store_chunk(const float* buffer, T* y, int64_t count) {
   if constexpr (std::is_same_v<T, bf16>) narrow_to_bf16(buffer, y, count);
 }
 
+// A fused norm's residual sum: x + r rounded to X into `stored`, and as
+// stored into f32 `rounded` for the norm to read (bf16: narrowed at once, then
+// read back). Inlined into the calling clone so it vectorises for its ISA.
+template <typename X, typename R>
+__attribute__((always_inline)) inline void store_residual_sum(const X* x, const R* r, int64_t width, X* stored,
+                                                              float* rounded) {
+  if constexpr (std::is_same_v<X, bf16>) {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) rounded[c] = to_f32(x[c]) + to_f32(r[c]);
+    narrow_to_bf16(rounded, stored, width);
+    widen_bf16(stored, rounded, width);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      const X sum = from_f32<X>(to_f32(x[c]) + to_f32(r[c]));
+      stored[c] = sum;
+      rounded[c] = to_f32(sum);
+    }
+  }
+}
+
 // Whole bf16 or f16 tensors to and from f32, in parallel, rounding to
 // nearest even (cpu_cast.cpp).
 void widen_to_f32(const Tensor& x, float* y);

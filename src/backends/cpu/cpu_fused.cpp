@@ -40,14 +40,11 @@ STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows
     const R* r_row = r + (row % r_rows) * width;
     X* sum_row = sum + row * width;
     float total = 0.0f;
-    if constexpr (std::is_same_v<X, bf16>) {  // narrowed at once (convert.h), then read back as stored
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) rounded[c] = to_f32(x_row[c]) + to_f32(r_row[c]);
-      narrow_to_bf16(rounded, sum_row, width);
-      widen_bf16(sum_row, rounded, width);
+    if constexpr (std::is_same_v<X, bf16>) {
+      store_residual_sum(x_row, r_row, width, sum_row, rounded);
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) total += rounded[c];
-    } else {
+    } else {  // the f32 sum adds up in the loop that stores it (its summation order, which the bits depend on)
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) {
         X stored = from_f32<X>(to_f32(x_row[c]) + to_f32(r_row[c]));

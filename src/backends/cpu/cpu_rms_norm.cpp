@@ -80,20 +80,7 @@ STRATA_CPU_CLONES void add_rms_norm_rows(const X* x, const R* r, int64_t r_rows,
   for (int64_t row = row_begin; row < row_end; ++row) {
     const X* x_row = x + row * width;
     const R* r_row = r + (row % r_rows) * width;
-    X* sum_row = sum + row * width;
-    if constexpr (std::is_same_v<X, bf16>) {  // narrowed at once (convert.h), then read back as stored
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) rounded[c] = to_f32(x_row[c]) + to_f32(r_row[c]);
-      narrow_to_bf16(rounded, sum_row, width);
-      widen_bf16(sum_row, rounded, width);
-    } else {
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) {
-        X stored = from_f32<X>(to_f32(x_row[c]) + to_f32(r_row[c]));
-        sum_row[c] = stored;
-        rounded[c] = to_f32(stored);
-      }
-    }
+    store_residual_sum(x_row, r_row, width, sum + row * width, rounded);
     normalize_row(rounded, weight, width, eps, y + row * width);
   }
 }
