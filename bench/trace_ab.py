@@ -49,9 +49,6 @@ CLASSES = {
     "embedding": ["embedding", "embedding_backward"],
 }
 CLASS_OF = {op: name for name, ops in CLASSES.items() for op in ops}
-# Trace events that are not kernels: the step and its phases, which contain the kernels.
-SPANS = {"step", "micro-batch", "train graph", "optimizer", "gradient sync", "load batch", "agree on stop",
-         "gather losses", "collect_gradient"}
 
 
 def run_once(strata, args, trace_path, work_dir):
@@ -71,9 +68,11 @@ def run_once(strata, args, trace_path, work_dir):
     steps = sum(1 for e in spans if e["name"] == "step")
     if steps == 0:
         sys.exit(f"{trace_path}: no traced step (--trace-steps {args.trace_steps} within {args.steps} steps?)")
+    # Kernels (category "kernel") and the step; the phases between (micro-batch, graph, optimizer, ...) contain them.
     per_op = collections.defaultdict(float)
     for e in spans:
-        per_op[e["name"]] += e["dur"] / 1000.0 / steps  # ms a step
+        if e.get("cat") == "kernel" or e["name"] == "step":
+            per_op[e["name"]] += e["dur"] / 1000.0 / steps  # ms a step
     return per_op
 
 
@@ -83,7 +82,7 @@ def summarise(per_op, extra_ops):
     for op, ms in per_op.items():
         if op == "step":
             rows["the step"] += ms
-        elif op not in SPANS:
+        else:
             rows[CLASS_OF.get(op, op)] += ms
             if op in extra_ops:
                 rows[op] += ms
