@@ -9,6 +9,9 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <spdlog/spdlog.h>
+
+#include "backends/cpu/bf16_gemm_f32.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
@@ -115,6 +118,24 @@ const GemmPlan& plan_for(const GemmKey& key) {
   return found->second;
 }
 
+// Whether oneDNN makes bf16 matmuls on this CPU (2.6 makes them only with AVX-512), asked once by making a small
+// one; where it does not, the products run through f32 (bf16_gemm_f32.h), said once in the log.
+bool onednn_makes_bf16_matmul() {
+  static const bool makes = [] {
+    try {
+      make_plan(GemmKey{.m = 16, .n = 16, .k = 16, .trans_a = false, .trans_b = false, .lda = 16, .ldb = 16,
+                        .ldc = 16, .bias = false, .f32_out = false, .accumulate = false, .threads = 1});
+      return true;
+    } catch (const dnnl::error& error) {
+      spdlog::info("cpu backend: oneDNN makes no bf16 matmul on this CPU ({}); bf16 products run on the f32 "
+                   "sgemm with their operands widened (exact products, f32 sums, one rounding, as natively)",
+                   error.what());
+      return false;
+    }
+  }();
+  return makes;
+}
+
 // `m` and `k`: the sizes of this execution (the key's, but for a runtime dimension).
 void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, void* c, int64_t m, int64_t k) {
   try {
@@ -199,6 +220,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   GemmKey key{.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b,
               .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
               .bias = bias != nullptr, .f32_out = false, .accumulate = false, .threads = omp_get_max_threads()};
+  if (!onednn_makes_bf16_matmul()) {
+    float* sums = call_scratch<float>(kSumsSlot, static_cast<size_t>(m * n));
+    gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, sums, WideningScratch::Call);
+    parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
+    });
+    return;
+  }
   if (k >= 4 * kChunkK && k >= kLongKRatio * std::max(m, n)) return gemm_long_k(key, a, b, bias, c);
   if (trans_a && m >= kTallRows) return gemm_tall_transposed_a(key, a, b, bias, c);
   run(key, a, b, bias, c);
@@ -221,7 +250,11 @@ void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64
               .bias = false, .f32_out = true, .accumulate = false, .threads = omp_get_max_threads(),
               .runtime = runtime};
   float* sums = thread_scratch<float>(kRuntimeSumsSlot, static_cast<size_t>(m * n));
-  run(key, a, b, nullptr, sums, m, k);
+  if (onednn_makes_bf16_matmul()) {
+    run(key, a, b, nullptr, sums, m, k);
+  } else {
+    gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, sums, WideningScratch::Thread);
+  }
   for (int64_t row = 0; row < m; ++row) round_row(sums + row * n, nullptr, c + row * n, n);
 }
 

@@ -8,7 +8,8 @@
 // given thread count. Two shapes of the LM head run in fixed pieces (see
 // bf16_gemm.cpp): k at least 16384 and 8 times m and n is summed in chunks of
 // 4096 into f32 before the one rounding, and a^T with m at least 16384 runs in
-// blocks of 2048 output rows.
+// blocks of 2048 output rows. Where oneDNN makes no bf16 matmul (CPUs without
+// AVX-512), both functions run through f32 (bf16_gemm_f32.h).
 #include <cstdint>
 
 #include "core/dtype.h"
