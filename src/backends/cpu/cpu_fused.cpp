@@ -30,11 +30,12 @@ constexpr float kGeluCubic = 0.044715f;
 // ---- add_layernorm -------------------------------------------------------------
 
 // Rows [row_begin, row_end); r row `row mod r_rows` pairs with x row `row`.
-// `rounded` (width floats) holds the stored sum of the current row.
+// `rounded` (width floats) holds the stored sum of the current row, and
+// `r_wide` (width floats) a narrow r row widened for f32 x.
 template <typename X, typename R>
 STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows, const X* gamma, const X* beta,
                                           int64_t width, float eps, int64_t row_begin, int64_t row_end, X* sum,
-                                          X* y, float* mean_out, float* rstd_out, float* rounded) {
+                                          X* y, float* mean_out, float* rstd_out, float* rounded, float* r_wide) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const X* x_row = x + row * width;
     const R* r_row = r + (row % r_rows) * width;
@@ -45,9 +46,19 @@ STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) total += rounded[c];
     } else {  // the f32 sum adds up in the loop that stores it (its summation order, which the bits depend on)
+      // A narrow r is widened first, so that this loop is the f32 r's, whose order an AVX2 clone otherwise changed
+      // for bf16 r (other bits than the unfused cast and f32 kernel, as a recomputed block's norm is).
+      const float* r_values = nullptr;
+      if constexpr (std::is_same_v<R, float>) {
+        r_values = r_row;
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) r_wide[c] = to_f32(r_row[c]);
+        r_values = r_wide;
+      }
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) {
-        X stored = from_f32<X>(to_f32(x_row[c]) + to_f32(r_row[c]));
+        X stored = from_f32<X>(to_f32(x_row[c]) + r_values[c]);
         sum_row[c] = stored;
         rounded[c] = to_f32(stored);
         total += rounded[c];
@@ -73,7 +84,8 @@ void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& att
   float* rstd = out[3].data<float>();
   parallel_chunks(rows, kLayernormRowGrain, [&](int64_t begin, int64_t end) {
     float* rounded = thread_scratch<float>(0, static_cast<size_t>(width));
-    add_layernorm_rows(x, r, r_rows, gamma, beta, width, eps, begin, end, sum, y, mean, rstd, rounded);
+    float* r_wide = thread_scratch<float>(1, static_cast<size_t>(width));
+    add_layernorm_rows(x, r, r_rows, gamma, beta, width, eps, begin, end, sum, y, mean, rstd, rounded, r_wide);
   });
 }
 

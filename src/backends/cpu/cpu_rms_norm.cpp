@@ -101,6 +101,9 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
     if constexpr (kDyInPlace) {
       dy_row = dy_source;
     } else {
+      // Widened in a pass of its own, so the sum below is the f32 instantiation's loop (layernorm_rows.h says why).
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) dy_scratch[c] = to_f32(dy_source[c]);
       dy_row = dy_scratch;
     }
     const X* x_row = x + r * width;
@@ -108,7 +111,6 @@ STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X*
     float mean_gh = 0.0f;  // of weight * dy * h
 #pragma omp simd reduction(+ : mean_gh)
     for (int64_t c = 0; c < width; ++c) {
-      if constexpr (!kDyInPlace) dy_scratch[c] = to_f32(dy_source[c]);
       float h = to_f32(x_row[c]) * rstd;
       mean_gh += to_f32(weight[c]) * dy_row[c] * h;
       partial[c] += dy_row[c] * to_f32(from_f32<X>(h));

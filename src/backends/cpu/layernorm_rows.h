@@ -70,6 +70,10 @@ STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X
     if constexpr (kDyInPlace) {
       dy_row = dy_source;
     } else {
+      // Widened in a pass of its own, so the sums below are the f32 instantiation's loop, which an AVX2 clone
+      // otherwise vectorised another way for bf16 dy (other bits than the unfused cast and f32 kernel).
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) dy_scratch[c] = to_f32(dy_source[c]);
       dy_row = dy_scratch;
     }
     const X* x_row = x + r * width;
@@ -77,7 +81,6 @@ STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X
     float mean_g = 0.0f, mean_g_xhat = 0.0f;  // of gamma * dy and gamma * dy * xhat
 #pragma omp simd reduction(+ : mean_g, mean_g_xhat)
     for (int64_t c = 0; c < width; ++c) {
-      if constexpr (!kDyInPlace) dy_scratch[c] = to_f32(dy_source[c]);
       float xhat = (to_f32(x_row[c]) - row_mean) * row_rstd;
       float g = to_f32(gamma[c]) * dy_row[c];
       mean_g += g;
