@@ -177,6 +177,13 @@ STRATA_CPU_CLONES void round_row(const float* sums, const bf16* bias, bf16* c, i
   }
 }
 
+// c = bf16(sums + bias), row by row over the team.
+void round_rows(const float* sums, const bf16* bias, bf16* c, int64_t m, int64_t n) {
+  parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
+  });
+}
+
 // k in fixed chunks (the same for any thread count, so the bits are too):
 // the first chunk's product is written to f32 sums, the others added to
 // them, and the sums rounded to bf16 once at the end.
@@ -194,9 +201,7 @@ void gemm_long_k(GemmKey key, const bf16* a, const bf16* b, const bf16* bias, bf
     const bf16* b_chunk = b + (key.trans_b ? start : start * key.ldb);
     run(chunk, a_chunk, b_chunk, nullptr, sums);
   }
-  parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
-  });
+  round_rows(sums, bias, c, m, n);
 }
 
 // Output rows in blocks: each block reads its own columns of the stored A^T.
@@ -217,17 +222,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     for (int64_t i = 0; i < m * n; ++i) c[i] = bias == nullptr ? bf16{} : bias[i % n];
     return;
   }
-  GemmKey key{.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b,
-              .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
-              .bias = bias != nullptr, .f32_out = false, .accumulate = false, .threads = omp_get_max_threads()};
   if (!onednn_makes_bf16_matmul()) {
     float* sums = call_scratch<float>(kSumsSlot, static_cast<size_t>(m * n));
     gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, sums, WideningScratch::Call);
-    parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
-    });
-    return;
+    return round_rows(sums, bias, c, m, n);
   }
+  GemmKey key{.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b,
+              .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
+              .bias = bias != nullptr, .f32_out = false, .accumulate = false, .threads = omp_get_max_threads()};
   if (k >= 4 * kChunkK && k >= kLongKRatio * std::max(m, n)) return gemm_long_k(key, a, b, bias, c);
   if (trans_a && m >= kTallRows) return gemm_tall_transposed_a(key, a, b, bias, c);
   run(key, a, b, bias, c);

@@ -68,6 +68,23 @@ void store_chunk(const float* buffer, T* y, int64_t count) {
   if constexpr (std::is_same_v<T, bf16>) narrow_to_bf16(buffer, y, count);
 }
 
+// A row as f32: f32 storage read in place, any other dtype widened into
+// `scratch` (width floats) in a pass of its own. A kernel that reduces over the
+// row then runs one loop for every input dtype, so a narrow input gives the
+// bits of a cast followed by the f32 kernel (an AVX2 clone had vectorised a
+// reducing loop that also widened in another order). Inlined into the calling
+// clone so it vectorises for its ISA.
+template <typename T>
+__attribute__((always_inline)) inline const float* f32_row(const T* row, int64_t width, float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return row;
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) scratch[c] = to_f32(row[c]);
+    return scratch;
+  }
+}
+
 // A fused norm's residual sum: x + r rounded to X into `stored`, and as
 // stored into f32 `rounded` for the norm to read (bf16: narrowed at once, then
 // read back). Inlined into the calling clone so it vectorises for its ISA.

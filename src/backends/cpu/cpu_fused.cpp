@@ -46,16 +46,7 @@ STRATA_CPU_CLONES void add_layernorm_rows(const X* x, const R* r, int64_t r_rows
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) total += rounded[c];
     } else {  // the f32 sum adds up in the loop that stores it (its summation order, which the bits depend on)
-      // A narrow r is widened first, so that this loop is the f32 r's, whose order an AVX2 clone otherwise changed
-      // for bf16 r (other bits than the unfused cast and f32 kernel, as a recomputed block's norm is).
-      const float* r_values = nullptr;
-      if constexpr (std::is_same_v<R, float>) {
-        r_values = r_row;
-      } else {
-#pragma omp simd
-        for (int64_t c = 0; c < width; ++c) r_wide[c] = to_f32(r_row[c]);
-        r_values = r_wide;
-      }
+      const float* r_values = f32_row(r_row, width, r_wide);  // a narrow r widened first (convert.h says why)
 #pragma omp simd reduction(+ : total)
       for (int64_t c = 0; c < width; ++c) {
         X stored = from_f32<X>(to_f32(x_row[c]) + r_values[c]);
@@ -84,7 +75,7 @@ void add_layernorm_typed(const Tensors& in, const Tensors& out, const Attrs& att
   float* rstd = out[3].data<float>();
   parallel_chunks(rows, kLayernormRowGrain, [&](int64_t begin, int64_t end) {
     float* rounded = thread_scratch<float>(0, static_cast<size_t>(width));
-    float* r_wide = thread_scratch<float>(1, static_cast<size_t>(width));
+    float* r_wide = std::is_same_v<R, float> ? nullptr : thread_scratch<float>(1, static_cast<size_t>(width));
     add_layernorm_rows(x, r, r_rows, gamma, beta, width, eps, begin, end, sum, y, mean, rstd, rounded, r_wide);
   });
 }

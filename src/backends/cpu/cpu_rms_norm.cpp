@@ -87,25 +87,16 @@ STRATA_CPU_CLONES void add_rms_norm_rows(const X* x, const R* r, int64_t r_rows,
 
 // dx for rows [row_begin, row_end) (plus dres when kAddResidual), and that
 // block's sums of dy * round_X(h) into partial[0..width). f32 dy is read in
-// place; other dtypes are widened once per row into `dy_scratch` (width floats).
+// place; other dtypes are widened once per row into `dy_scratch` (width
+// floats; convert.h's f32_row).
 template <typename DY, typename X, bool kAddResidual>
 STRATA_CPU_CLONES void rms_norm_backward_rows(const DY* dy, const X* x, const X* weight, const X* dres, int64_t width,
                                               float eps, int64_t row_begin, int64_t row_end, X* dx, float* partial,
                                               float* dy_scratch) {
-  constexpr bool kDyInPlace = std::is_same_v<DY, float>;
   alignas(64) float buffer[kOutputChunk];
   for (int64_t c = 0; c < width; ++c) partial[c] = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const DY* dy_source = dy + r * width;
-    const float* dy_row;
-    if constexpr (kDyInPlace) {
-      dy_row = dy_source;
-    } else {
-      // Widened in a pass of its own, so the sum below is the f32 instantiation's loop (layernorm_rows.h says why).
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) dy_scratch[c] = to_f32(dy_source[c]);
-      dy_row = dy_scratch;
-    }
+    const float* dy_row = f32_row(dy + r * width, width, dy_scratch);
     const X* x_row = x + r * width;
     float rstd = row_rstd(x_row, width, eps);
     float mean_gh = 0.0f;  // of weight * dy * h

@@ -54,28 +54,17 @@ __attribute__((always_inline)) inline void normalize_row(const float* values, fl
 // dx for rows [row_begin, row_end) (plus dres when kAddResidual), and that
 // block's sums of dy * xhat and dy into partial[0..width) and
 // partial[width..2 width). f32 dy is read in place; other dtypes are widened
-// once per row into `dy_scratch` (width floats).
+// once per row into `dy_scratch` (width floats; convert.h's f32_row).
 template <typename DY, typename X, bool kAddResidual>
 STRATA_CPU_CLONES void layernorm_backward_rows(const DY* dy, const X* x, const X* gamma, const float* mean,
                                                const float* rstd, const X* dres, int64_t width, int64_t row_begin,
                                                int64_t row_end, X* dx, float* partial, float* dy_scratch) {
-  constexpr bool kDyInPlace = std::is_same_v<DY, float>;
   float* dgamma = partial;
   float* dbeta = partial + width;
   alignas(64) float buffer[kOutputChunk];
   for (int64_t c = 0; c < 2 * width; ++c) partial[c] = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const DY* dy_source = dy + r * width;
-    const float* dy_row;
-    if constexpr (kDyInPlace) {
-      dy_row = dy_source;
-    } else {
-      // Widened in a pass of its own, so the sums below are the f32 instantiation's loop, which an AVX2 clone
-      // otherwise vectorised another way for bf16 dy (other bits than the unfused cast and f32 kernel).
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) dy_scratch[c] = to_f32(dy_source[c]);
-      dy_row = dy_scratch;
-    }
+    const float* dy_row = f32_row(dy + r * width, width, dy_scratch);
     const X* x_row = x + r * width;
     float row_mean = mean[r], row_rstd = rstd[r];
     float mean_g = 0.0f, mean_g_xhat = 0.0f;  // of gamma * dy and gamma * dy * xhat
