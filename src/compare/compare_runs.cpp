@@ -1,6 +1,8 @@
 #include "compare/compare_runs.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -68,17 +70,24 @@ CaptureOptions side_options(const CompareRequest& request, Comparator& comparato
           }};
 }
 
-// Side a's steps again with every sum in another order (another thread count splits the kernels' reductions
-// differently): how far its loss and gradient norm move, the spread correct runs show.
-// `figures`: side a's own, by name.
+// Side a's steps again with its sums in another order (the other ops.sum_order, which permutes every GEMM's
+// sums, and another thread count, which splits some reductions differently): how far its loss and gradient
+// norm move, the spread correct runs show. One reordering is one draw of the rounding, which can land far
+// below its usual size, and no two runs agree on an f32 figure below its last bit: a spread that is not
+// zero counts as at least one f32 ulp of the figure. `figures`: side a's own, by name.
 std::map<std::string, double> step_spread(const CompareRequest& request, const TrainConfig& config_a,
                                           const std::map<std::string, double>& figures) {
   if (request.steps == 0 || request.rerun == Rerun::None) return {};
   std::vector<std::string> reordered = joined(request.common, request.a);
+  reordered.push_back(fmt::format("ops.sum_order={}", config_a.sum_order == "permuted" ? "natural" : "permuted"));
   reordered.push_back(fmt::format("ops.threads={}", config_a.threads == 1 ? 2 : 1));
   std::map<std::string, double> spread;
   capture_run(load_train_config(request.config, reordered), {.steps = request.steps}, [&](CapturedTensor&& t) {
-    if (auto found = figures.find(t.name); found != figures.end()) spread[t.name] = std::abs(t.tensor.item() - found->second);
+    auto found = figures.find(t.name);
+    if (found == figures.end()) return;
+    const double moved = std::abs(t.tensor.item() - found->second);
+    const double ulp = std::numeric_limits<float>::epsilon() * std::abs(found->second);
+    spread[t.name] = moved > 0 ? std::max(moved, ulp) : 0.0;
   });
   return spread;
 }

@@ -17,6 +17,7 @@
 #include "core/key_checks.h"
 #include "core/toml_reader.h"
 #include "model/hf_model_dir.h"
+#include "ops/sum_order.h"
 
 namespace strata {
 
@@ -45,6 +46,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"ops.emulate", &c.emulate},
       {"ops.threads", &c.threads},
       {"ops.fuse", &c.fuse},
+      {"ops.sum_order", &c.sum_order},
       {"train.seed", &c.seed},
       {"train.batch_size", &c.batch_size},
       {"train.global_batch", &c.global_batch},
@@ -207,6 +209,7 @@ void TrainConfig::validate_precision_and_ops() const {
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
+  parse_sum_order(sum_order, "ops.sum_order");
 }
 
 ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {

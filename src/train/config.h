@@ -32,6 +32,7 @@ struct TrainConfig : ParallelSettings {
   std::string fallback = "warn";  // ops.fallback
   int64_t threads = 0;            // 0: every core
   bool fuse = true;               // ops.fuse: fusion passes (residual+LayerNorm, element-wise chains)
+  std::string sum_order = "natural";  // ops.sum_order (ops/sum_order.h): "permuted" is a diagnostic
 
   int64_t seed = 1337;
   int64_t batch_size = 8;     // rows per micro-batch; columns = model.block_size

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu_test_util.h"
+#include "ops/sum_order.h"
 
 namespace strata::testing {
 namespace {
@@ -46,6 +47,42 @@ TEST(CpuLinear, MatchesRefWithBias) {
                     1e-5, "linear [2,33,96] x [96,70]");
   check_against_ref("linear", {random_f32({1, 5}, 22), random_f32({5, 3}, 23), random_f32({3}, 24)}, {}, 1e-5,
                     "linear one row");
+}
+
+// ops.sum_order = "permuted": every product sums the later part of k first. The sums are the same, so
+// every form still matches ref within the same bound, and their order is not: the bits move.
+TEST(CpuMatmul, PermutedSumOrderMatchesRefAndMovesTheBits) {
+  struct Case {
+    std::string op;
+    Tensors inputs;
+    Attrs attrs;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {"matmul", {random_f32({130, 1537}, 5), random_f32({1537, 70}, 6)}, gemm_attrs(false, false), "plain, K = 1537"},
+      {"matmul", {random_f32({2, 33, 480}, 7), random_f32({101, 480}, 8)}, gemm_attrs(false, true), "trans_b"},
+      {"matmul", {random_f32({2000, 17}, 15), random_f32({2000, 31}, 16)}, gemm_attrs(true, false),
+       "trans_a, 2000 rows"},
+      {"linear", {random_f32({2, 33, 960}, 19), random_f32({960, 70}, 20), random_f32({70}, 21)}, {}, "linear, bias"}};
+  for (const Case& c : cases) {
+    const std::string& op = c.op;
+    const Tensor natural = run_on("cpu", op, c.inputs, c.attrs)[0];
+    set_sum_order(SumOrder::Permuted);
+    const Tensor permuted = check_against_ref(op, c.inputs, c.attrs, 1e-5, c.what)[0];
+    set_sum_order(SumOrder::Natural);
+    int64_t moved = 0;
+    for (int64_t i = 0; i < natural.numel(); ++i) moved += natural.data<float>()[i] != permuted.data<float>()[i];
+    EXPECT_GT(moved, natural.numel() / 10) << c.what;
+  }
+}
+
+TEST(CpuMatmul, OneTermPermutesToItself) {
+  const Tensors inputs = {random_f32({3, 1}, 22), random_f32({1, 4}, 23)};
+  const Tensor natural = run_on("cpu", "matmul", inputs, gemm_attrs(false, false))[0];
+  set_sum_order(SumOrder::Permuted);
+  const Tensor permuted = run_on("cpu", "matmul", inputs, gemm_attrs(false, false))[0];
+  set_sum_order(SumOrder::Natural);
+  expect_close(permuted, natural, 0.0, "K = 1");
 }
 
 }  // namespace

@@ -71,6 +71,8 @@ TEST(TrainConfig, ImpossibleValuesNameTheKey) {
   EXPECT_THAT(error_of(kValid, {"train.lr_min=1"}), HasSubstr("train.lr_min"));
   EXPECT_THAT(error_of(kValid, {"train.beta2=1.0"}), HasSubstr("train.beta2"));
   EXPECT_THAT(error_of(kValid, {"ops.fallback=maybe"}), HasSubstr("ops.fallback"));
+  EXPECT_THAT(error_of(kValid, {"ops.sum_order=reversed"}),
+              HasSubstr("key 'ops.sum_order' must be \"natural\" or \"permuted\", got \"reversed\""));
   EXPECT_THAT(error_of(kValid, {"model.n_layer=0"}), HasSubstr("model.n_layer"));
   EXPECT_THAT(error_of(kValid, {"train.global_batch=-8"}), HasSubstr("train.global_batch"));
 }

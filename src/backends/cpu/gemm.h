@@ -6,7 +6,8 @@
 // where A is a as stored [m, k], or a^T when trans_a (a stored [k, m]), and B
 // is b as stored [k, n], or b^T when trans_b (b stored [n, k]). All three
 // matrices are dense; threads come from OpenMP, results are bit-identical for
-// a given thread count.
+// a given thread count. Under SumOrder::Permuted (ops/sum_order.h) every sum
+// adds its terms from an odd point near the middle of k first, then the rest.
 #include <cstdint>
 
 namespace strata::cpu {

@@ -1,0 +1,18 @@
+#pragma once
+// The order kernels add their long sums in. `Permuted` is a diagnostic: a kernel that honours it computes
+// the same sums in another order, so a correct run moves by rounding alone; `strata compare` re-runs a
+// side with it to measure how far correct runs spread. Process-wide, like the thread count, and set by
+// each run from its config (`ops.sum_order`).
+#include <string_view>
+
+namespace strata {
+
+enum class SumOrder { Natural, Permuted };
+
+void set_sum_order(SumOrder order);
+SumOrder sum_order();
+
+// "natural" or "permuted"; anything else fails naming `key`.
+SumOrder parse_sum_order(std::string_view text, std::string_view key);
+
+}  // namespace strata
