@@ -52,12 +52,16 @@ TEST(Topology, ProbeMeasuresCachesAndReuses) {
   EXPECT_GT(measured.intra.bandwidth_Bps, 0.0);
   EXPECT_GT(measured.reduce_Bps, 0.0);
   EXPECT_GE(measured.intra.latency_s, 0.0);
-  // Message times between two ranks, from 4 bytes (the latency) up to larger messages, which take longer.
+  // Message times between two ranks, from 4 bytes (the latency) up to larger messages. Their times are not
+  // compared with each other: on oversubscribed cores a 4-byte exchange can wait longer than a large one.
   if (world.size() >= 2) {
-    ASSERT_FALSE(measured.intra_message.empty());
+    ASSERT_GE(measured.intra_message.size(), 2u);
     EXPECT_EQ(measured.intra_message.front().first, 4.0);
     EXPECT_EQ(measured.intra_message.front().second, measured.intra.latency_s);
-    EXPECT_GT(measured.intra_message.back().second, measured.intra_message.front().second);
+    for (size_t i = 1; i < measured.intra_message.size(); ++i) {
+      EXPECT_GT(measured.intra_message[i].first, measured.intra_message[i - 1].first) << "point " << i;
+      EXPECT_GT(measured.intra_message[i].second, 0.0) << "point " << i;
+    }
   } else {
     EXPECT_TRUE(measured.intra_message.empty());
   }
