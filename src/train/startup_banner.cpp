@@ -39,8 +39,9 @@ std::string Trainer::startup_banner() const {
                         static_cast<double>(gradients_->buffer_bytes()) / (1 << 20),
                         static_cast<double>(optimizer_->state_bytes()) / (1 << 20));
   }
-  text += fmt::format("backend: {} ({} threads{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
+  text += fmt::format("backend: {} ({} threads{}{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
                       omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",
+                      config_.sum_order == "natural" ? "" : ", GEMM sums permuted by ops.sum_order, a diagnostic",
                       static_cast<double>(arena_bytes()) / (1 << 20),
                       static_cast<double>(chunks_.front().train_graph->memory_plan().unshared_bytes) / (1 << 20));
   text += precision_summary();

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/amx_tiles.h"
 #include "core/rng.h"
+#include "ops/sum_order.h"
 
 namespace strata::testing {
 
@@ -94,6 +95,18 @@ Tensors check_backend_against_ref(const std::string& backend, const std::string&
     expect_identical(cpu[i], again[i], label);
   }
   return cpu;
+}
+
+void check_permuted_sums_against_ref(const std::string& backend, const std::string& op, const Tensors& inputs,
+                                     const Attrs& attrs, double tol, const std::string& what) {
+  const Tensor natural = run_on(backend, op, inputs, attrs)[0];
+  set_sum_order(SumOrder::Permuted);
+  const Tensor permuted = check_backend_against_ref(backend, op, inputs, attrs, tol, what + ", permuted sums")[0];
+  set_sum_order(SumOrder::Natural);
+  int64_t moved = 0;
+  for (int64_t i = 0; i < natural.numel(); ++i) moved += natural.data<float>()[i] != permuted.data<float>()[i];
+  EXPECT_GT(moved, natural.numel() / 10) << what << ": the permuted order moved " << moved << " of "
+                                         << natural.numel() << " outputs";
 }
 
 void expect_add_and_scale_in_place(const Tensor& a, const Tensor& b, double factor, const std::string& what) {

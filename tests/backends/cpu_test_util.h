@@ -41,6 +41,10 @@ Tensors check_against_ref(const std::string& op, const Tensors& inputs, const At
 // The same for any backend (opencl: on its first device).
 Tensors check_backend_against_ref(const std::string& backend, const std::string& op, const Tensors& inputs,
                                   const Attrs& attrs, double tol, const std::string& what);
+// The same under ops.sum_order = "permuted" (the same sums in another order), which must also move more than
+// a tenth of the first output's bits from the natural order's.
+void check_permuted_sums_against_ref(const std::string& backend, const std::string& op, const Tensors& inputs,
+                                     const Attrs& attrs, double tol, const std::string& what);
 
 // Runs `check` once per path of the bf16 attention kernels this CPU offers:
 // AMX tiles where it has them, then the AVX-512 BF16 dot products (forced);

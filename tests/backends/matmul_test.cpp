@@ -52,28 +52,15 @@ TEST(CpuLinear, MatchesRefWithBias) {
 // ops.sum_order = "permuted": every product sums the later part of k first. The sums are the same, so
 // every form still matches ref within the same bound, and their order is not: the bits move.
 TEST(CpuMatmul, PermutedSumOrderMatchesRefAndMovesTheBits) {
-  struct Case {
-    std::string op;
-    Tensors inputs;
-    Attrs attrs;
-    const char* what;
-  };
-  const std::vector<Case> cases = {
-      {"matmul", {random_f32({130, 1537}, 5), random_f32({1537, 70}, 6)}, gemm_attrs(false, false), "plain, K = 1537"},
-      {"matmul", {random_f32({2, 33, 480}, 7), random_f32({101, 480}, 8)}, gemm_attrs(false, true), "trans_b"},
-      {"matmul", {random_f32({2000, 17}, 15), random_f32({2000, 31}, 16)}, gemm_attrs(true, false),
-       "trans_a, 2000 rows"},
-      {"linear", {random_f32({2, 33, 960}, 19), random_f32({960, 70}, 20), random_f32({70}, 21)}, {}, "linear, bias"}};
-  for (const Case& c : cases) {
-    const std::string& op = c.op;
-    const Tensor natural = run_on("cpu", op, c.inputs, c.attrs)[0];
-    set_sum_order(SumOrder::Permuted);
-    const Tensor permuted = check_against_ref(op, c.inputs, c.attrs, 1e-5, c.what)[0];
-    set_sum_order(SumOrder::Natural);
-    int64_t moved = 0;
-    for (int64_t i = 0; i < natural.numel(); ++i) moved += natural.data<float>()[i] != permuted.data<float>()[i];
-    EXPECT_GT(moved, natural.numel() / 10) << c.what;
-  }
+  check_permuted_sums_against_ref("cpu", "matmul", {random_f32({130, 1537}, 5), random_f32({1537, 70}, 6)},
+                                  gemm_attrs(false, false), 1e-5, "plain, K = 1537");
+  check_permuted_sums_against_ref("cpu", "matmul", {random_f32({2, 33, 480}, 7), random_f32({101, 480}, 8)},
+                                  gemm_attrs(false, true), 1e-5, "trans_b, K = 480");
+  check_permuted_sums_against_ref("cpu", "matmul", {random_f32({2000, 17}, 15), random_f32({2000, 31}, 16)},
+                                  gemm_attrs(true, false), 1e-5, "trans_a over 2000 rows");
+  check_permuted_sums_against_ref("cpu", "linear",
+                                  {random_f32({2, 33, 960}, 19), random_f32({960, 70}, 20), random_f32({70}, 21)}, {},
+                                  1e-5, "linear with bias");
 }
 
 TEST(CpuMatmul, OneTermPermutesToItself) {

@@ -36,5 +36,26 @@ TEST(OpenCLMatmul, BatchedGemmMatchesRefForEveryTranspose) {
   }
 }
 
+// ops.sum_order = "permuted" splits CLBlast's sums as the cpu backend splits sgemm's: the same sums, other bits.
+TEST(OpenCLMatmul, PermutedSumOrderMatchesRefAndMovesTheBits) {
+  const Tensor a = random_f32({3, 37, 481}, 10);
+  check_permuted_sums_against_ref("opencl", "matmul", {a, random_f32({481, 29}, 11)},
+                                  {{"trans_a", false}, {"trans_b", false}}, kGemmTol, "a b");
+  check_permuted_sums_against_ref("opencl", "matmul", {a, random_f32({29, 481}, 12)},
+                                  {{"trans_a", false}, {"trans_b", true}}, kGemmTol, "a b^T");
+  check_permuted_sums_against_ref("opencl", "matmul", {random_f32({4, 200, 17}, 13), random_f32({4, 200, 23}, 14)},
+                                  {{"trans_a", true}, {"trans_b", false}}, kGemmTol, "a^T b over rows");
+  check_permuted_sums_against_ref("opencl", "linear", {a, random_f32({481, 45}, 15), random_f32({45}, 16)}, {},
+                                  kGemmTol, "linear");
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      const Tensor left = random_f32(trans_a ? Shape{2, 3, 301, 23} : Shape{2, 3, 23, 301}, 17);
+      const Tensor right = random_f32(trans_b ? Shape{2, 3, 31, 301} : Shape{2, 3, 301, 31}, 18);
+      check_permuted_sums_against_ref("opencl", "bmm", {left, right}, {{"trans_a", trans_a}, {"trans_b", trans_b}},
+                                      kGemmTol, fmt::format("bmm trans_a={} trans_b={}", trans_a, trans_b));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::testing

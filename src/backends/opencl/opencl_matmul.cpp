@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "backends/opencl/launch.h"
 #include "backends/opencl/opencl_ops.h"
+#include "ops/sum_order.h"
 
 namespace strata::opencl {
 
@@ -16,17 +19,38 @@ void check_blast(CLBlastStatusCode status, const char* call) {
 
 size_t elements_before(const Tensor& tensor) { return tensor.offset_bytes() / dtype_size(tensor.dtype()); }
 
-// Row-major C [m, n] = alpha op(A) op(B) + beta C, each operand at its tensor's offset.
+// The terms [first, first + count) of every sum: where they start in a and b (k runs along a's rows when
+// a is transposed, along b's when b is not).
+struct Terms {
+  size_t first, count;
+  size_t a_offset(bool trans_a, size_t lda) const { return trans_a ? first * lda : first; }
+  size_t b_offset(bool trans_b, size_t ldb) const { return trans_b ? first : first * ldb; }
+};
+
+// The terms of k in the order ops.sum_order asks: all of them, or (permuted) those from an odd point near the
+// middle on first, then those before it, as the cpu backend's sgemm does.
+std::vector<Terms> term_order(size_t k) {
+  if (sum_order() != SumOrder::Permuted || k < 2) return {{0, k}};
+  const size_t split = (k / 2) | 1;
+  return {{split, k - split}, {0, split}};
+}
+
+// Row-major C [m, n] = op(A) op(B) + beta C, each operand at its tensor's offset, its sums in ops.sum_order.
 void gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, const Tensor& a, size_t lda, const Tensor& b,
           size_t ldb, float beta, const Tensor& c) {
   const OpenCLDevice& device = device_of(c);
   cl_command_queue queue = device.queue();
   std::lock_guard lock(device.launch_mutex());
-  check_blast(CLBlastSgemm(CLBlastLayoutRowMajor, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-                           trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, memory_of(a.buffer()),
-                           elements_before(a), lda, memory_of(b.buffer()), elements_before(b), ldb, beta,
-                           memory_of(c.buffer()), elements_before(c), n, &queue, nullptr),
-              "Sgemm");
+  float terms_beta = beta;  // the first call scales c, the later ones add to it
+  for (const Terms& terms : term_order(k)) {
+    check_blast(CLBlastSgemm(CLBlastLayoutRowMajor, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
+                             trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, terms.count, 1.0f,
+                             memory_of(a.buffer()), elements_before(a) + terms.a_offset(trans_a, lda), lda,
+                             memory_of(b.buffer()), elements_before(b) + terms.b_offset(trans_b, ldb), ldb,
+                             terms_beta, memory_of(c.buffer()), elements_before(c), n, &queue, nullptr),
+                "Sgemm");
+    terms_beta = 1.0f;
+  }
 }
 
 void matmul(const Tensors& in, const Tensors& out, const Attrs& attrs) {
@@ -88,13 +112,18 @@ void bmm(const Tensors& in, const Tensors& out, const Attrs& attrs) {
           "clEnqueueFillBuffer");
     return;
   }
-  check_blast(CLBlastSgemmStridedBatched(
-                  CLBlastLayoutRowMajor, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-                  trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, p, k, 1.0f, memory_of(a.buffer()),
-                  elements_before(a), a_cols, a_rows * a_cols, memory_of(b.buffer()), elements_before(b), b_cols,
-                  b_rows * b_cols, 0.0f, memory_of(out[0].buffer()), elements_before(out[0]), p, m * p, batch, &queue,
-                  nullptr),
-              "SgemmStridedBatched");
+  float terms_beta = 0.0f;
+  for (const Terms& terms : term_order(k)) {
+    check_blast(CLBlastSgemmStridedBatched(
+                    CLBlastLayoutRowMajor, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
+                    trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, p, terms.count, 1.0f, memory_of(a.buffer()),
+                    elements_before(a) + terms.a_offset(trans_a, a_cols), a_cols, a_rows * a_cols,
+                    memory_of(b.buffer()), elements_before(b) + terms.b_offset(trans_b, b_cols), b_cols,
+                    b_rows * b_cols, terms_beta, memory_of(out[0].buffer()), elements_before(out[0]), p, m * p, batch,
+                    &queue, nullptr),
+                "SgemmStridedBatched");
+    terms_beta = 1.0f;
+  }
 }
 
 }  // namespace
