@@ -30,11 +30,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const fl
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  // Permuted: the terms from an odd point near the middle on first, then those before it. An odd point
-  // shifts every term's SIMD lane and block; halves of an even k could match sgemm's own k blocks, and
-  // adding two blocks' sums the other way round gives the same bits.
-  if (sum_order() == SumOrder::Permuted && k > 1) {
-    const int64_t split = (k / 2) | 1;
+  if (sum_order() == SumOrder::Permuted && k > 1) {  // the later terms first (ops/sum_order.h)
+    const int64_t split = permuted_sum_start(k);
     sgemm_terms(trans_a, trans_b, m, n, k, split, k - split, a, b, beta, c);
     sgemm_terms(trans_a, trans_b, m, n, k, 0, split, a, b, 1.0f, c);
     return;

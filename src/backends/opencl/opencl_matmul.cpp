@@ -27,11 +27,11 @@ struct Terms {
   size_t b_offset(bool trans_b, size_t ldb) const { return trans_b ? first : first * ldb; }
 };
 
-// The terms of k in the order ops.sum_order asks: all of them, or (permuted) those from an odd point near the
-// middle on first, then those before it, as the cpu backend's sgemm does.
+// The terms of k in the order ops.sum_order asks: all of them, or (permuted) those from
+// permuted_sum_start(k) on first, then those before it, as the cpu backend's sgemm does.
 std::vector<Terms> term_order(size_t k) {
   if (sum_order() != SumOrder::Permuted || k < 2) return {{0, k}};
-  const size_t split = (k / 2) | 1;
+  const auto split = static_cast<size_t>(permuted_sum_start(static_cast<int64_t>(k)));
   return {{split, k - split}, {0, split}};
 }
 
