@@ -242,10 +242,13 @@ def busy_host_warning(gemm, threads):
 
 
 def best_peak(measurements, dtype):
-    """The highest GFLOP/s of `dtype` over every run and shape, with where it came from."""
+    """The highest GFLOP/s of `dtype` over every run and shape, with where it came from; None where oneDNN made
+    no GEMM of that dtype (bf16 on a CPU without AVX-512)."""
     key = f"{dtype}_gflops"
-    best = max(((shape[key], run, shape) for run, m in measurements.items() for shape in m["shapes"]),
-               key=lambda entry: entry[0])
+    best = max(((shape[key], run, shape) for run, m in measurements.items() for shape in m["shapes"]
+                if shape[key] is not None), key=lambda entry: entry[0], default=None)
+    if best is None:
+        return None
     gflops, run, shape = best
     return {"gflops": gflops, "run": run, "m": shape["m"], "n": shape["n"], "k": shape["k"]}
 
@@ -312,7 +315,7 @@ def summarise(model, runs, peaks):
                "torch_engine": {},
                "mfu_fp32_peak": {engine: rate * flops / (peaks["fp32"]["gflops"] * 1e9) for engine, rate in median.items()},
                "mfu_bf16_peak": {engine: rate * flops / (peaks["bf16"]["gflops"] * 1e9)
-                                 for engine, rate in median.items() if engine.endswith("bf16")},
+                                 for engine, rate in median.items() if engine.endswith("bf16") and peaks["bf16"]},
                "strata_bf16_over_fp32": None}
     for precision in ("fp32", "bf16"):
         strata = median.get(f"strata {precision}")
@@ -351,6 +354,9 @@ def print_summary(args, models, summaries, peaks, gemm):
     print(f"\nGEMM peak ({args.threads} threads, best of the runs before and after training, oneDNN):")
     for dtype in ("fp32", "bf16"):
         p = peaks[dtype]
+        if p is None:
+            print(f"  {dtype}: none (oneDNN made no {dtype} GEMM on this CPU; no MFU against it)")
+            continue
         print(f"  {dtype}: {p['gflops']:.1f} GFLOP/s (M,N,K = {p['m']},{p['n']},{p['k']}; run at the {p['run']})")
     if warning := busy_host_warning(gemm, args.threads):
         print(f"  {warning}")
@@ -449,7 +455,8 @@ def main():
     shapes = peak_shapes(models)
     gemm = {"start": measure_gemm_peak(args, shapes)}
     print("GEMM peak at the start: " + ", ".join(
-        f"{s['m']}x{s['n']}x{s['k']} fp32 {s['fp32_gflops']:.0f} / bf16 {s['bf16_gflops']:.0f} GFLOP/s"
+        f"{s['m']}x{s['n']}x{s['k']} fp32 {s['fp32_gflops']:.0f} / bf16 "
+        f"{'none' if s['bf16_gflops'] is None else format(s['bf16_gflops'], '.0f')} GFLOP/s"
         for s in gemm["start"]["shapes"]), flush=True)
     for model in models.values():
         model["runs"] = {engine: [] for engine, _ in engines_for(args, model)}

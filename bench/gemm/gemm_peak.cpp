@@ -1,7 +1,9 @@
 // GEMM peak of this machine through oneDNN, the reference that MFU figures
 // are quoted against: fp32 (dnnl_sgemm, what Strata's cpu backend calls) and
 // bf16 (oneDNN matmul with fp32 accumulation), on square sizes and on the
-// training shapes of a model given as --shapes M,N,K;...
+// training shapes of a model given as --shapes M,N,K;... On a CPU where oneDNN
+// makes no bf16 matmul (oneDNN 2.6 without AVX-512) the bf16 column is null in
+// the JSON and "-" in the table, and stderr says why.
 //
 // Usage: strata-gemm-peak [--threads N] [--seconds S] [--shapes "2048,1152,384;..."] [--json]
 #include <dnnl.h>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,14 +52,21 @@ double sgemm_gflops(Shape3 s, double budget) {
   });
 }
 
-double bf16_gflops(Shape3 s, double budget) {
+// nullopt where oneDNN makes no bf16 matmul on this CPU.
+std::optional<double> bf16_gflops(Shape3 s, double budget) {
   using namespace dnnl;
   engine cpu(engine::kind::cpu, 0);
   stream strm(cpu);
   memory::desc a_md({s.m, s.k}, memory::data_type::bf16, memory::format_tag::ab);
   memory::desc b_md({s.k, s.n}, memory::data_type::bf16, memory::format_tag::ab);
   memory::desc c_md({s.m, s.n}, memory::data_type::bf16, memory::format_tag::ab);
-  matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), cpu);
+  matmul::primitive_desc pd;
+  try {
+    pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), cpu);
+  } catch (const dnnl::error& e) {
+    std::fprintf(stderr, "bf16 %ldx%ldx%ld: oneDNN makes no bf16 matmul on this CPU (%s)\n", s.m, s.n, s.k, e.what());
+    return std::nullopt;
+  }
   memory a(a_md, cpu), b(b_md, cpu), c(c_md, cpu);
   std::memset(a.get_data_handle(), 0x3f, a_md.get_size());
   std::memset(b.get_data_handle(), 0x3e, b_md.get_size());
@@ -112,14 +122,18 @@ int main(int argc, char** argv) {
   std::string rows;
   for (const Shape3& s : shapes) {
     double f32 = sgemm_gflops(s, budget);
-    double bf16 = bf16_gflops(s, budget);
+    std::optional<double> bf16 = bf16_gflops(s, budget);
+    char bf16_text[32] = "null";
+    if (bf16) std::snprintf(bf16_text, sizeof bf16_text, "%.1f", *bf16);
     if (json) {
       char row[200];
-      std::snprintf(row, sizeof row, "%s{\"m\":%ld,\"n\":%ld,\"k\":%ld,\"fp32_gflops\":%.1f,\"bf16_gflops\":%.1f}",
-                    rows.empty() ? "" : ",", s.m, s.n, s.k, f32, bf16);
+      std::snprintf(row, sizeof row, "%s{\"m\":%ld,\"n\":%ld,\"k\":%ld,\"fp32_gflops\":%.1f,\"bf16_gflops\":%s}",
+                    rows.empty() ? "" : ",", s.m, s.n, s.k, f32, bf16_text);
       rows += row;
+    } else if (bf16) {
+      std::printf("%8ld %8ld %8ld %14.1f %14.1f %6.2f\n", s.m, s.n, s.k, f32, *bf16, *bf16 / f32);
     } else {
-      std::printf("%8ld %8ld %8ld %14.1f %14.1f %6.2f\n", s.m, s.n, s.k, f32, bf16, bf16 / f32);
+      std::printf("%8ld %8ld %8ld %14.1f %14s %6s\n", s.m, s.n, s.k, f32, "-", "-");
     }
   }
   if (json) std::printf("{\"threads\":%d,\"shapes\":[%s]}\n", omp_get_max_threads(), rows.c_str());

@@ -20,8 +20,16 @@
 namespace strata::cpu {
 
 // Sixteen floats, the unit of the register-blocked tile kernels (one AVX-512
-// register, two AVX2 registers).
+// register, two AVX2 registers), and eight (one AVX2 register).
 using f32x16 = float __attribute__((vector_size(64)));
+using f32x8 = float __attribute__((vector_size(32)));
+
+// Whether this CPU runs AVX-512 (asked once): kernels whose register blocking fits only AVX-512's 32 registers
+// choose a narrower one otherwise.
+inline bool has_avx512() {
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported;
+}
 
 // Unaligned loads and stores; passed by pointer, since a 64-byte vector by
 // value has a different ABI in the baseline clone.
