@@ -79,7 +79,7 @@ std::map<std::string, double> step_spread(const CompareRequest& request, const T
                                           const std::map<std::string, double>& figures) {
   if (request.steps == 0 || request.rerun == Rerun::None) return {};
   std::vector<std::string> reordered = joined(request.common, request.a);
-  reordered.push_back(fmt::format("ops.sum_order={}", config_a.sum_order == "permuted" ? "natural" : "permuted"));
+  reordered.push_back(fmt::format("ops.sum_order={}", config_a.summation_order() == SumOrder::Permuted ? "natural" : "permuted"));
   reordered.push_back(fmt::format("ops.threads={}", config_a.threads == 1 ? 2 : 1));
   std::map<std::string, double> spread;
   capture_run(load_train_config(request.config, reordered), {.steps = request.steps}, [&](CapturedTensor&& t) {

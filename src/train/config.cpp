@@ -17,7 +17,6 @@
 #include "core/key_checks.h"
 #include "core/toml_reader.h"
 #include "model/hf_model_dir.h"
-#include "ops/sum_order.h"
 
 namespace strata {
 
@@ -209,7 +208,7 @@ void TrainConfig::validate_precision_and_ops() const {
   if (fallback != "allow" && fallback != "warn" && fallback != "error") {
     fail("key 'ops.fallback' must be \"allow\", \"warn\" or \"error\", got \"{}\"", fallback);
   }
-  parse_sum_order(sum_order, "ops.sum_order");
+  summation_order();  // validates ops.sum_order
 }
 
 ModelBuildOptions model_build_options(const TrainConfig& config, bool training) {
@@ -221,6 +220,8 @@ ModelBuildOptions model_build_options(const TrainConfig& config, bool training) 
 PrecisionPolicy TrainConfig::precision_policy() const {
   return PrecisionPolicy::parse(precision, fp32_ops, "precision.fp32_ops");
 }
+
+SumOrder TrainConfig::summation_order() const { return parse_sum_order(sum_order, "ops.sum_order"); }
 
 TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
                                const std::vector<std::string>& overrides) {

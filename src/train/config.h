@@ -8,6 +8,7 @@
 
 #include "graph/autocast.h"
 #include "model/model_graph.h"
+#include "ops/sum_order.h"
 #include "parallel/parallel_settings.h"
 
 namespace strata {
@@ -85,6 +86,7 @@ struct TrainConfig : ParallelSettings {
   int64_t accumulation_steps() const { return global_batch / batch_size; }
   void validate() const;  // throws naming the key
   PrecisionPolicy precision_policy() const;
+  SumOrder summation_order() const;  // ops.sum_order
 
  private:
   void validate_training() const;           // train.*, data.*, checkpoint.*

@@ -41,7 +41,7 @@ std::string Trainer::startup_banner() const {
   }
   text += fmt::format("backend: {} ({} threads{}{}); arena {:.1f} MiB (unshared {:.1f} MiB)\n", config_.backend,
                       omp_get_max_threads(), parallel_.degree() > 1 ? " per rank" : "",
-                      config_.sum_order == "natural" ? "" : ", GEMM sums permuted by ops.sum_order, a diagnostic",
+                      config_.summation_order() == SumOrder::Natural ? "" : ", GEMM sums permuted by ops.sum_order, a diagnostic",
                       static_cast<double>(arena_bytes()) / (1 << 20),
                       static_cast<double>(chunks_.front().train_graph->memory_plan().unshared_bytes) / (1 << 20));
   text += precision_summary();

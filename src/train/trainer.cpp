@@ -19,7 +19,6 @@
 #include "data/token_shard.h"
 #include "graph/profile_report.h"
 #include "model/family.h"
-#include "ops/sum_order.h"
 #include "parallel/parameter_placement.h"
 #include "train/op_coverage.h"
 #include "train/stop_signals.h"
@@ -162,7 +161,7 @@ void Trainer::apply_plan() {
   const int ranks = mesh_.size();
   plan_threads_ = config_.threads > 0 || ranks > 1 ? threads_per_rank(config_, world_.ranks_on_this_host()) : 0;
   if (plan_threads_ > 0) omp_set_num_threads(plan_threads_);
-  set_sum_order(parse_sum_order(config_.sum_order, "ops.sum_order"));
+  set_sum_order(config_.summation_order());
   AppliedPlan applied;
   if (config_.plan == "auto") applied = apply_auto_plan(config_, mesh_, plan_threads_);
   if (config_.accumulation_steps() % parallel_.degree() != 0) {
