@@ -5,7 +5,8 @@
 //
 // Bits are a property of the kernels a CPU runs (oneDNN picks them by instruction set), so the
 // file keeps one recording per CPU signature; on a CPU with none the test is skipped, saying so.
-// (The AMX Xeon's, recorded later, has the AMD EPYC's fp32 bits; only its bf16 runs differ.)
+// (The AVX-512 CPUs' recordings were dropped when the backends began compiling with
+// -fno-trapping-math, which moved the bits of some scalar loop tails there: record them again on such a CPU.)
 // To record this CPU's (replacing only its own entry; only when a change is meant to move bits, or
 // for a CPU not yet recorded, said in the commit):
 //   STRATA_RECORD_FINGERPRINTS=tests/parallel/layout_fingerprints.json ctest -R LayoutFingerprint
