@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/convert.h"
@@ -35,41 +36,56 @@ constexpr double kWordScale = 0x1p40;           // 2^kWordBits: one word's unit 
 static_assert(kWordScale == static_cast<double>(int64_t{1} << kWordBits));
 constexpr int kNanOrInfinity = 255;
 
-// Eight lanes: GCC does not vectorise the split written per element.
-constexpr int64_t kLanes = 8;
-using f64x8 = double __attribute__((vector_size(64)));
-using i64x8 = int64_t __attribute__((vector_size(64)));
+// Four lanes, one AVX2 register: GCC does not vectorise the split written per
+// element, and lowers 64-byte vectors' compares and lane loads to scalar code
+// on AVX2 (4x slower there). The sums are exact, so the width moves no bits.
+constexpr int64_t kLanes = 4;
+constexpr int64_t kBlockUnit = 2 * kLanes;  // blocks are padded to this many values
+using f64x4 = double __attribute__((vector_size(32)));
+using i64x4 = int64_t __attribute__((vector_size(32)));
+using f32x4 = float __attribute__((vector_size(16)));
+using u16x4 = uint16_t __attribute__((vector_size(8)));
+using u32x4 = uint32_t __attribute__((vector_size(16)));
+
+// Four values from x, as f32.
+inline void load_lanes(const float* x, f32x4& values) { std::memcpy(&values, x, sizeof values); }
+inline void load_lanes(const bf16* x, f32x4& values) {
+  u16x4 words;
+  std::memcpy(&words, x, sizeof words);
+  values = std::bit_cast<f32x4>(__builtin_convertvector(words, u32x4) << 16);
+}
 
 struct SquareWords {
-  f64x8 integer, fraction, tail;  // multiples of 2^80, 2^40 and 1: the words in units 1, 2^-40, 2^-80, times 2^80
+  f64x4 integer, fraction, tail;  // multiples of 2^80, 2^40 and 1: the words in units 1, 2^-40, 2^-80, times 2^80
 };
 
-// Vectors travel by reference: a 64-byte vector by value has another ABI in the baseline clone.
+// Vectors travel by reference: a 32-byte vector by value has another ABI in the baseline clone.
 
 // y rounded to the nearest multiple of 2^k, for |y| < 2^(k+51): adding 1.5 * 2^(k+52), whose ulp is
 // 2^k, leaves no bits below it (ties to even, as the round-to-nearest mode does everything here).
-inline void round_to_unit(const f64x8& y, double magic, f64x8& rounded) { rounded = (y + magic) - magic; }
+inline void round_to_unit(const f64x4& y, double magic, f64x4& rounded) { rounded = (y + magic) - magic; }
 constexpr double kTailMagic = 0x1.8p52;                                 // rounds to integers
 constexpr double kFractionMagic = kTailMagic * kWordScale;               // to multiples of 2^40
 constexpr double kIntegerMagic = kFractionMagic * kWordScale;            // to multiples of 2^80
 
-// Splits eight squares into words; `exact` is -1 in the lanes whose square
+// Splits four squares into words; `exact` is -1 in the lanes whose square
 // the three words hold exactly, 0 where it has bits below them. The squares
 // are scaled straight to the tail's unit (`scale` is 2^80 times the block's),
 // so each word is one rounding and one exact subtraction: no rescaling.
-inline void split_squares(const float* x, double scale, SquareWords& words, i64x8& exact) {
-  f64x8 wide;
-  for (int lane = 0; lane < kLanes; ++lane) wide[lane] = x[lane];
-  const f64x8 scaled = wide * wide * scale;  // a 48-bit square times a power of two: exact
+inline void split_squares(const float* x, double scale, SquareWords& words, i64x4& exact) {
+  f32x4 values;
+  load_lanes(x, values);
+  const f64x4 wide = __builtin_convertvector(values, f64x4);
+  const f64x4 scaled = wide * wide * scale;  // a 48-bit square times a power of two: exact
   round_to_unit(scaled, kIntegerMagic, words.integer);
-  const f64x8 rest = scaled - words.integer;
+  const f64x4 rest = scaled - words.integer;
   round_to_unit(rest, kFractionMagic, words.fraction);
-  const f64x8 tail = rest - words.fraction;
+  const f64x4 tail = rest - words.fraction;
   round_to_unit(tail, kTailMagic, words.tail);
   exact = tail == words.tail;
 }
 
-inline void add_kept(f64x8& sum, const f64x8& words, const i64x8& exact) {
+inline void add_kept(f64x4& sum, const f64x4& words, const i64x4& exact) {
   sum = exact ? sum + words : sum;  // a masked add
 }
 
@@ -123,7 +139,7 @@ constexpr int kTwoWordSpanOfBf16 = kTwoWordSpan + 16;
 constexpr int kTwoWordRootScaleOfTopZero = (292 + kWordBits) / 2;
 constexpr int kTwoWordLowestTop = kTwoWordRootScaleOfTopZero - 127;
 
-// Sums of the two words of a block's squares (count a multiple of 16), as
+// Sums of the two words of a block's squares (count a multiple of kBlockUnit), as
 // sum_words gives them: sums[0] in units of 2^80, sums[1] of 2^40 (the
 // squares are scaled by root_scale^2, 2^40 times less than sum_words's).
 // The values are scaled in f32 (by a power of two that keeps them normal and
@@ -139,14 +155,15 @@ constexpr double kHighBias = 0x1.8p92;  // ulp 2^40 while the sum of the high wo
 
 template <typename T>
 STRATA_CPU_CLONES void sum_two_words(const T* x, int64_t count, float root_scale, double* sums) {
-  f64x8 high[2], low[2]{};
-  for (auto& biased : high) biased = f64x8{} + kHighBias;
-  for (int64_t i = 0; i < count; i += 2 * kLanes) {
+  f64x4 high[2], low[2]{};
+  for (auto& biased : high) biased = f64x4{} + kHighBias;
+  for (int64_t i = 0; i < count; i += kBlockUnit) {
     for (int half = 0; half < 2; ++half) {
-      f64x8 wide;
-      for (int lane = 0; lane < kLanes; ++lane) wide[lane] = to_f32(x[i + half * kLanes + lane]) * root_scale;
-      const f64x8 square = wide * wide;  // an integer below 2^80: exact
-      const f64x8 before = high[half];
+      f32x4 values;
+      load_lanes(x + i + half * kLanes, values);
+      const f64x4 wide = __builtin_convertvector(values * root_scale, f64x4);
+      const f64x4 square = wide * wide;  // an integer below 2^80: exact
+      const f64x4 before = high[half];
       high[half] += square;
       low[half] += square - (high[half] - before);
     }
@@ -159,14 +176,14 @@ STRATA_CPU_CLONES void sum_two_words(const T* x, int64_t count, float root_scale
   sums[0] /= kWordScale;  // exact: back to the word's own unit
 }
 
-// Sums the words of the squares that split exactly (count a multiple of 8);
+// Sums the words of the squares that split exactly (count a multiple of kLanes);
 // returns how many did not.
 STRATA_CPU_CLONES int64_t sum_words(const float* x, int64_t count, double scale, double* sums) {
-  f64x8 integer{}, fraction{}, tail{};
-  i64x8 kept{};
+  f64x4 integer{}, fraction{}, tail{};
+  i64x4 kept{};
   for (int64_t i = 0; i < count; i += kLanes) {
     SquareWords words;
-    i64x8 exact;
+    i64x4 exact;
     split_squares(x + i, scale, words, exact);
     add_kept(integer, words.integer, exact);
     add_kept(fraction, words.fraction, exact);
@@ -192,7 +209,7 @@ void add_left_out(const float* x, int64_t count, double scale, ExactSquareSum& s
   int64_t left = 0;
   for (int64_t i = 0; i < count; i += kLanes) {
     SquareWords words;
-    i64x8 exact;
+    i64x4 exact;
     split_squares(x + i, scale, words, exact);
     for (int lane = 0; lane < kLanes; ++lane) {
       if (!exact[lane]) left_out[left++] = x[i + lane];
@@ -220,7 +237,7 @@ void add_words(int top, const double* sums, ExactSquareSum& sum) {
   sum.add_bin(integer_bin - kWordBits, static_cast<uint64_t>(tail & kWordMask));
 }
 
-// A block of at most kBlock values, zero-padded to a multiple of 16.
+// A block of at most kBlock values, zero-padded to a multiple of kBlockUnit.
 // |x| < 2^(top - 126), so x^2 * 2^(292 - 2 top) < 2^40; the unit 2^(2 top - 292) is bin top + 4's.
 // The squares are scaled 2^80 further, to the tail word's unit (below 2^120: 4096 of them sum exactly);
 // with two words, 2^40 further (below 2^80), whose unit is then the fraction word's.
@@ -230,7 +247,7 @@ void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
     sum.add(x, count);
     return;
   }
-  const int64_t padded = round_up(count, 2 * kLanes);
+  const int64_t padded = round_up(count, kBlockUnit);
   double sums[3];
   if (takes_two_words(range)) {
     sum_two_words(x, padded, std::ldexp(1.0f, kTwoWordRootScaleOfTopZero - range.top), sums);
@@ -241,7 +258,7 @@ void add_block(const float* x, int64_t count, ExactSquareSum& sum) {
   add_words(range.top, sums, sum);
 }
 
-// A block of bf16 values (count a multiple of 16): the two words' path reads
+// A block of bf16 values (count a multiple of kBlockUnit): the two words' path reads
 // them as they are; any other widens them into `widened` first.
 void add_block(const bf16* x, int64_t count, ExactSquareSum& sum, float* widened) {
   const ExponentRange range = exponent_range(x, count);
@@ -268,7 +285,7 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
       const int64_t range_end = std::min(count, range + kThreadRange);
       for (int64_t begin = range; begin < range_end; begin += kBlock) {
         const int64_t n = std::min(kBlock, range_end - begin);
-        if (n % (2 * kLanes) == 0) {
+        if (n % kBlockUnit == 0) {
           if constexpr (std::is_same_v<T, float>) {
             add_block(x + begin, n, mine);
           } else {
@@ -281,7 +298,7 @@ void square_sum_exact(const Tensors& in, const Tensors& out, const Attrs&) {
         } else {
           widen_bf16(x + begin, block, n);
         }
-        std::fill(block + n, block + round_up(n, 2 * kLanes), 0.0f);
+        std::fill(block + n, block + round_up(n, kBlockUnit), 0.0f);
         add_block(block, n, mine);
       }
     }
