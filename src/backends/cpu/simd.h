@@ -5,7 +5,10 @@
 // machine runs. Loops inside are plain C++ that GCC vectorises (`omp simd`
 // where a reduction or possible aliasing would otherwise stop it); clones are
 // never inlined, so keep them at row or tile granularity, outside OpenMP
-// regions.
+// regions. Loops holding a select vectorise for AVX2 only because the
+// backends compile with -fno-trapping-math (src/backends/CMakeLists.txt), and
+// 64-byte vector types lower to scalar code there: use 32-byte ones, or pick
+// by has_avx512() as tile_gemm.h does.
 #include <bit>
 #include <cstdint>
 #include <cstring>
