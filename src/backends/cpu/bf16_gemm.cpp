@@ -15,7 +15,6 @@
 #include "backends/cpu/convert.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
-#include "backends/cpu/simd.h"
 #include "core/error.h"
 
 namespace strata::cpu {
@@ -166,24 +165,6 @@ void run(const GemmKey& key, const bf16* a, const bf16* b, const bf16* bias, voi
   run(key, a, b, bias, c, key.m, key.k);
 }
 
-// c[row, :] = bf16(sums[row, :] + bias), rounded once as oneDNN rounds its sum.
-STRATA_CPU_CLONES void round_row(const float* sums, const bf16* bias, bf16* c, int64_t n) {
-  if (bias == nullptr) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) c[j] = from_f32<bf16>(sums[j]);
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) c[j] = from_f32<bf16>(sums[j] + to_f32(bias[j]));
-  }
-}
-
-// c = bf16(sums + bias), row by row over the team.
-void round_rows(const float* sums, const bf16* bias, bf16* c, int64_t m, int64_t n) {
-  parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
-  });
-}
-
 // k in fixed chunks (the same for any thread count, so the bits are too):
 // the first chunk's product is written to f32 sums, the others added to
 // them, and the sums rounded to bf16 once at the end.
@@ -201,7 +182,7 @@ void gemm_long_k(GemmKey key, const bf16* a, const bf16* b, const bf16* bias, bf
     const bf16* b_chunk = b + (key.trans_b ? start : start * key.ldb);
     run(chunk, a_chunk, b_chunk, nullptr, sums);
   }
-  round_rows(sums, bias, c, m, n);
+  round_rows(sums, n, bias, c, n, m, n);
 }
 
 // Output rows in blocks: each block reads its own columns of the stored A^T.
@@ -223,9 +204,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     return;
   }
   if (!onednn_makes_bf16_matmul()) {
-    float* sums = call_scratch<float>(kSumsSlot, static_cast<size_t>(m * n));
-    gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, sums, WideningScratch::Call);
-    return round_rows(sums, bias, c, m, n);
+    return gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, bias, c, WideningScratch::Call);
   }
   GemmKey key{.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b,
               .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
@@ -244,6 +223,9 @@ void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64
                runtime == GemmRuntimeDim::M ? "m" : "k", trans_a, trans_b);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_bf16(trans_a, trans_b, m, n, k, a, b, nullptr, c);
+  if (!onednn_makes_bf16_matmul()) {
+    return gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, nullptr, c, WideningScratch::Thread);
+  }
   // f32 sums in the calling thread's scratch, rounded here: with a bf16 output, oneDNN 2.6's jit gemm
   // behind a runtime dimension keeps its f32 sums in a buffer that concurrent executions of the one
   // primitive share (measured: wrong sums whenever two threads run it at once).
@@ -252,11 +234,7 @@ void gemm_bf16_runtime(GemmRuntimeDim runtime, bool trans_a, bool trans_b, int64
               .bias = false, .f32_out = true, .accumulate = false, .threads = omp_get_max_threads(),
               .runtime = runtime};
   float* sums = thread_scratch<float>(kRuntimeSumsSlot, static_cast<size_t>(m * n));
-  if (onednn_makes_bf16_matmul()) {
-    run(key, a, b, nullptr, sums, m, k);
-  } else {
-    gemm_bf16_through_f32(trans_a, trans_b, m, n, k, a, b, sums, WideningScratch::Thread);
-  }
+  run(key, a, b, nullptr, sums, m, k);
   for (int64_t row = 0; row < m; ++row) round_row(sums + row * n, nullptr, c + row * n, n);
 }
 

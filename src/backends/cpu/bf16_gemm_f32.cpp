@@ -6,6 +6,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/scratch.h"
+#include "backends/cpu/simd.h"
 
 namespace strata::cpu {
 
@@ -15,7 +16,14 @@ namespace {
 // (a [m, k] panel and a [k, n] one of at most kBlockK) instead of twice their
 // size; fixed, so the bits do not depend on the thread count.
 constexpr int64_t kBlockK = 1024;
-constexpr int kAPanelSlot = 4, kBPanelSlot = 5;
+// The output a block of rows and columns at a time where all of it would need more f32 sums, or B's widened
+// panel more room, than this (32 MiB each): a wide product (an LM head's logits, its weight gradient) otherwise
+// held sums and panels as large as its f32 result, so bf16 training took more memory than f32 on CPUs without bf16
+// GEMMs (SmolLM-135M: 4935 MiB against 4442). Blocks keep at least kMinBlock rows and columns, where sgemm would
+// lose speed.
+constexpr int64_t kBudget = int64_t{8} << 20;
+constexpr int64_t kMinBlock = 256;
+constexpr int kAPanelSlot = 4, kBPanelSlot = 5, kSumsSlot = 6;
 
 float* panel(WideningScratch scratch, int slot, int64_t count) {
   return scratch == WideningScratch::Call ? call_scratch<float>(slot, static_cast<size_t>(count))
@@ -33,27 +41,83 @@ void widen_rows(const bf16* source, int64_t stride, int64_t rows, int64_t width,
   parallel_chunks(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(width, 1)), body);
 }
 
+// Rows [first, first + rows) and k [start, start + depth) of A, widened keeping its orientation: [rows, depth],
+// or [depth, rows] for the stored transpose [k, m].
+void widen_a(bool trans_a, int64_t m, int64_t k, const bf16* a, int64_t first, int64_t rows, int64_t start,
+             int64_t depth, float* target, WideningScratch scratch) {
+  if (trans_a) {
+    widen_rows(a + start * m + first, m, depth, rows, target, scratch);
+  } else {
+    widen_rows(a + first * k + start, k, rows, depth, target, scratch);
+  }
+}
+
+// Columns [first, first + cols) and k [start, start + depth) of B, widened keeping its orientation: [depth, cols],
+// or [cols, depth] for the stored transpose [n, k].
+void widen_b(bool trans_b, int64_t n, int64_t k, const bf16* b, int64_t first, int64_t cols, int64_t start,
+             int64_t depth, float* target, WideningScratch scratch) {
+  if (trans_b) {
+    widen_rows(b + first * k + start, k, cols, depth, target, scratch);
+  } else {
+    widen_rows(b + start * n + first, n, depth, cols, target, scratch);
+  }
+}
+
+// A block size: all of `extent` when `extent * other` fits the budget, else what fits, but not under kMinBlock.
+int64_t block_within_budget(int64_t extent, int64_t other) {
+  if (extent * other <= kBudget) return extent;
+  return std::min(extent, std::max(kMinBlock, kBudget / other));
+}
+
 }  // namespace
 
+STRATA_CPU_CLONES void round_row(const float* sums, const bf16* bias, bf16* c, int64_t n) {
+  if (bias == nullptr) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) c[j] = from_f32<bf16>(sums[j]);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) c[j] = from_f32<bf16>(sums[j] + to_f32(bias[j]));
+  }
+}
+
+void round_rows(const float* sums, int64_t sums_stride, const bf16* bias, bf16* c, int64_t c_stride, int64_t rows,
+                int64_t cols) {
+  parallel_chunks(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) round_row(sums + row * sums_stride, bias, c + row * c_stride, cols);
+  });
+}
+
 void gemm_bf16_through_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a, const bf16* b,
-                           float* sums, WideningScratch scratch) {
-  const int64_t block = std::min(k, kBlockK);
-  float* a_wide = panel(scratch, kAPanelSlot, m * block);
-  float* b_wide = panel(scratch, kBPanelSlot, block * n);
-  for (int64_t start = 0; start < k; start += kBlockK) {
-    const int64_t depth = std::min(kBlockK, k - start);
-    // Each block keeps its operand's orientation: a's columns start..start+depth of [m, k], or those rows of [k, m].
-    if (trans_a) {
-      widen_rows(a + start * m, m, depth, m, a_wide, scratch);
-    } else {
-      widen_rows(a + start, k, m, depth, a_wide, scratch);
+                           const bf16* bias, bf16* c, WideningScratch scratch) {
+  const int64_t block_k = std::min(k, kBlockK);
+  // Columns such that B's panel and the sums of the fewest rows fit; then rows such that the sums and A's panel do.
+  const int64_t block_cols = block_within_budget(n, std::max(block_k, kMinBlock));
+  const int64_t block_rows = block_within_budget(m, std::max(block_cols, block_k));
+  float* a_wide = panel(scratch, kAPanelSlot, block_rows * block_k);
+  float* b_wide = panel(scratch, kBPanelSlot, block_k * block_cols);
+  float* sums = panel(scratch, kSumsSlot, block_rows * block_cols);
+  // With one block of k, B's panel serves every block of rows; with several, it is widened again for each.
+  const bool one_k_block = k <= kBlockK;
+  for (int64_t col = 0; col < n; col += block_cols) {
+    const int64_t cols = std::min(block_cols, n - col);
+    if (one_k_block) widen_b(trans_b, n, k, b, col, cols, 0, k, b_wide, scratch);
+    for (int64_t row = 0; row < m; row += block_rows) {
+      const int64_t rows = std::min(block_rows, m - row);
+      for (int64_t start = 0; start < k; start += kBlockK) {
+        const int64_t depth = std::min(kBlockK, k - start);
+        widen_a(trans_a, m, k, a, row, rows, start, depth, a_wide, scratch);
+        if (!one_k_block) widen_b(trans_b, n, k, b, col, cols, start, depth, b_wide, scratch);
+        sgemm(trans_a, trans_b, rows, cols, depth, a_wide, b_wide, start == 0 ? 0.0f : 1.0f, sums);
+      }
+      bf16* out = c + row * n + col;
+      const bf16* bias_part = bias == nullptr ? nullptr : bias + col;
+      if (scratch == WideningScratch::Thread) {
+        for (int64_t r = 0; r < rows; ++r) round_row(sums + r * cols, bias_part, out + r * n, cols);
+      } else {
+        round_rows(sums, cols, bias_part, out, n, rows, cols);
+      }
     }
-    if (trans_b) {
-      widen_rows(b + start, k, n, depth, b_wide, scratch);
-    } else {
-      widen_rows(b + start * n, n, depth, n, b_wide, scratch);
-    }
-    sgemm(trans_a, trans_b, m, n, depth, a_wide, b_wide, start == 0 ? 0.0f : 1.0f, sums);
   }
 }
 
