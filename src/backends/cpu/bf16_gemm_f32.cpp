@@ -41,25 +41,15 @@ void widen_rows(const bf16* source, int64_t stride, int64_t rows, int64_t width,
   parallel_chunks(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(width, 1)), body);
 }
 
-// Rows [first, first + rows) and k [start, start + depth) of A, widened keeping its orientation: [rows, depth],
-// or [depth, rows] for the stored transpose [k, m].
-void widen_a(bool trans_a, int64_t m, int64_t k, const bf16* a, int64_t first, int64_t rows, int64_t start,
-             int64_t depth, float* target, WideningScratch scratch) {
-  if (trans_a) {
-    widen_rows(a + start * m + first, m, depth, rows, target, scratch);
+// Indices [first, first + count) of an operand's outer dimension (m for A, n for B) and [start, start + depth) of
+// k, widened keeping the stored orientation: [count, depth] from [outer, k] (k_inner), else [depth, count] from
+// [k, outer].
+void widen_block(const bf16* x, bool k_inner, int64_t outer, int64_t k, int64_t first, int64_t count, int64_t start,
+                 int64_t depth, float* target, WideningScratch scratch) {
+  if (k_inner) {
+    widen_rows(x + first * k + start, k, count, depth, target, scratch);
   } else {
-    widen_rows(a + first * k + start, k, rows, depth, target, scratch);
-  }
-}
-
-// Columns [first, first + cols) and k [start, start + depth) of B, widened keeping its orientation: [depth, cols],
-// or [cols, depth] for the stored transpose [n, k].
-void widen_b(bool trans_b, int64_t n, int64_t k, const bf16* b, int64_t first, int64_t cols, int64_t start,
-             int64_t depth, float* target, WideningScratch scratch) {
-  if (trans_b) {
-    widen_rows(b + first * k + start, k, cols, depth, target, scratch);
-  } else {
-    widen_rows(b + start * n + first, n, depth, cols, target, scratch);
+    widen_rows(x + start * outer + first, outer, depth, count, target, scratch);
   }
 }
 
@@ -101,13 +91,13 @@ void gemm_bf16_through_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   const bool one_k_block = k <= kBlockK;
   for (int64_t col = 0; col < n; col += block_cols) {
     const int64_t cols = std::min(block_cols, n - col);
-    if (one_k_block) widen_b(trans_b, n, k, b, col, cols, 0, k, b_wide, scratch);
+    if (one_k_block) widen_block(b, trans_b, n, k, col, cols, 0, k, b_wide, scratch);
     for (int64_t row = 0; row < m; row += block_rows) {
       const int64_t rows = std::min(block_rows, m - row);
       for (int64_t start = 0; start < k; start += kBlockK) {
         const int64_t depth = std::min(kBlockK, k - start);
-        widen_a(trans_a, m, k, a, row, rows, start, depth, a_wide, scratch);
-        if (!one_k_block) widen_b(trans_b, n, k, b, col, cols, start, depth, b_wide, scratch);
+        widen_block(a, !trans_a, m, k, row, rows, start, depth, a_wide, scratch);
+        if (!one_k_block) widen_block(b, trans_b, n, k, col, cols, start, depth, b_wide, scratch);
         sgemm(trans_a, trans_b, rows, cols, depth, a_wide, b_wide, start == 0 ? 0.0f : 1.0f, sums);
       }
       bf16* out = c + row * n + col;
