@@ -6,21 +6,30 @@
 # MPI's two forms (the polled non-blocking collective and the plain blocking
 # call), with the bus-bandwidth ratio and the cost model's error per size.
 #
-# Usage: bench/comm/compare_with_mpi.sh [--no-calibrate] [RANKS...]
+# Usage: bench/comm/compare_with_mpi.sh [--no-calibrate] [--launches N] [RANKS...]
 # Each rank count starts with three fresh link probes (the cache holds their
 # median figures) and, unless --no-calibrate, a
 # calibration run (every one-host all_reduce algorithm and the pairwise
 # all-to-all) whose fitted scales land in the probe cache, so the measurement's
 # `auto` choices and predictions use them (on a shared host the fit reflects
 # the load of its moment). Targets: ratio >= 1.0 at every size; model error
-# within 25% for the all-to-alls.
+# within 25% for the all-to-alls. With --launches N (default 1) each
+# collective is measured in N launches and a cell gives the median over them
+# of each launch's ratio and model error, with the ratios' range beside it:
+# on a shared host one launch's cells move by 20% and more from the next's
+# (fresh processes, fresh shared pages), both sides alike.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 calibrate=1
-if [[ "${1:-}" == "--no-calibrate" ]]; then
-  calibrate=0
-  shift
-fi
+launches=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --no-calibrate) calibrate=0; shift ;;
+    --launches) launches=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    *) break ;;
+  esac
+done
+[[ "$launches" =~ ^[1-9][0-9]*$ ]] || { echo "--launches takes a positive whole number, not '$launches'" >&2; exit 2; }
 ranks=("$@")
 [[ ${#ranks[@]} -gt 0 ]] || ranks=(2 4)
 exe=build/bin/strata
@@ -46,32 +55,50 @@ for n in "${ranks[@]}"; do
       -a ring,rhd,recursive_doubling,binomial,shm,direct,direct_split,baseline,baseline-blocking --calibrate > /dev/null
     run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 2 -a pairwise,baseline,baseline-blocking --calibrate > /dev/null
   fi
-  run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 4 --json "$work/all_reduce-$n.json" > /dev/null
-  run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 4 --json "$work/all_to_all-$n.json" > /dev/null
-  run "$n" comm-bench -o all_to_all_v -b 4K -e 64M -f 4 --json "$work/all_to_all_v-$n.json" > /dev/null
-  run "$n" comm-bench -o all_to_all_v --skew 1 -b 4K -e 64M -f 4 --json "$work/all_to_all_v_skew-$n.json" > /dev/null
+  for ((launch = 0; launch < launches; ++launch)); do
+    run "$n" comm-bench -o all_reduce -b 4K -e 64M -f 4 --json "$work/all_reduce-$n-$launch.json" > /dev/null
+    run "$n" comm-bench -o all_to_all -b 4K -e 64M -f 4 --json "$work/all_to_all-$n-$launch.json" > /dev/null
+    run "$n" comm-bench -o all_to_all_v -b 4K -e 64M -f 4 --json "$work/all_to_all_v-$n-$launch.json" > /dev/null
+    run "$n" comm-bench -o all_to_all_v --skew 1 -b 4K -e 64M -f 4 --json "$work/all_to_all_v_skew-$n-$launch.json" \
+      > /dev/null
+  done
 done
-/usr/bin/python3 - "$work" "${ranks[@]}" <<'PY'
-import json, os, sys
-work, ranks = sys.argv[1], sys.argv[2:]
+/usr/bin/python3 - "$work" "$launches" "${ranks[@]}" <<'PY'
+import json, os, statistics, sys
+work, launches, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 ops = [("all_reduce", "all_reduce"), ("all_to_all", "all_to_all"), ("all_to_all_v", "all_to_all_v, equal shares"),
        ("all_to_all_v_skew", "all_to_all_v, skew 1")]
 missed = []
+def cells(path):
+    """Per size: auto's row, the faster MPI form's row and the wrong results of one launch."""
+    rows = {}
+    for row in json.load(open(path))["rows"]:
+        rows.setdefault(row["bytes"], {})[row["algorithm"]] = row
+    out = {}
+    for size, by_algorithm in rows.items():
+        mpi = max((by_algorithm[name] for name in ("baseline", "baseline-blocking")), key=lambda r: r["busbw_GBps"])
+        out[size] = (by_algorithm["auto"], mpi, sum(r["wrong"] for r in by_algorithm.values()))
+    return out
+
+
 for n in ranks:
     for key, title in ops:
-        report = json.load(open(os.path.join(work, f"{key}-{n}.json")))
-        rows = {}
-        for row in report["rows"]:
-            rows.setdefault(row["bytes"], {})[row["algorithm"]] = row
-        print(f"\n## {title}, {n} ranks (busbw GB/s; ratio = auto / the faster MPI form)")
+        runs = [cells(os.path.join(work, f"{key}-{n}-{launch}.json")) for launch in range(launches)]
+        what = "" if launches == 1 else f"; medians over {launches} launches, the ratio's range in brackets"
+        print(f"\n## {title}, {n} ranks (busbw GB/s; ratio = auto / the faster MPI form{what})")
         print(f"{'size':>10} {'auto ran':>10} {'auto':>8} {'MPI':>8} {'MPI form':>9} {'ratio':>6} {'model err':>10}")
-        for size in sorted(rows):
-            auto = rows[size]["auto"]
-            mpi = max((rows[size][name] for name in ("baseline", "baseline-blocking")), key=lambda r: r["busbw_GBps"])
-            form = "blocking" if mpi["algorithm"] == "baseline-blocking" else "polled"
-            ratio = auto["busbw_GBps"] / mpi["busbw_GBps"]
-            error = (auto["predicted_us"] - auto["time_us"]) / auto["time_us"] * 100 if auto["predicted_us"] else float("nan")
-            wrong = sum(r["wrong"] for r in rows[size].values())
+        for size in sorted(runs[0]):
+            launched = [run[size] for run in runs]
+            ratios = [auto["busbw_GBps"] / mpi["busbw_GBps"] for auto, mpi, _ in launched]
+            errors = [(auto["predicted_us"] - auto["time_us"]) / auto["time_us"] * 100 if auto["predicted_us"]
+                      else float("nan") for auto, _, _ in launched]
+            ratio, error = statistics.median(ratios), statistics.median(errors)
+            auto_busbw = statistics.median(auto["busbw_GBps"] for auto, _, _ in launched)
+            mpi_busbw = statistics.median(mpi["busbw_GBps"] for _, mpi, _ in launched)
+            ran = "/".join(sorted({auto["ran"] for auto, _, _ in launched}))
+            forms = "/".join(sorted({"blocking" if mpi["algorithm"] == "baseline-blocking" else "polled"
+                                     for _, mpi, _ in launched}))
+            wrong = sum(w for _, _, w in launched)
             flags = []
             if ratio < 1.0:
                 flags.append("SLOWER")
@@ -81,8 +108,9 @@ for n in ranks:
                 flags.append("WRONG RESULTS")
             if flags:
                 missed.append(f"{title} {n} ranks {size} B: {', '.join(flags)}")
-            print(f"{size:>10} {auto['ran']:>10} {auto['busbw_GBps']:>8.3f} {mpi['busbw_GBps']:>8.3f} {form:>9} "
-                  f"{ratio:>6.2f} {error:>+9.0f}%  {' '.join(flags)}")
+            spread = "" if launches == 1 else f" [{min(ratios):.2f}-{max(ratios):.2f}]"
+            print(f"{size:>10} {ran:>10} {auto_busbw:>8.3f} {mpi_busbw:>8.3f} {forms:>9} "
+                  f"{ratio:>6.2f} {error:>+9.0f}%{spread}  {' '.join(flags)}")
 print()
 print("targets met" if not missed else f"targets missed at {len(missed)} rows:\n  " + "\n  ".join(missed))
 PY
