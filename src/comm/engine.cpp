@@ -36,6 +36,18 @@ constexpr auto kIdleTimeBeforeSleep = std::chrono::milliseconds(5);
 constexpr auto kShortestSleep = std::chrono::microseconds(20);
 constexpr auto kLongestSleep = std::chrono::milliseconds(1);
 
+// One fruitless spin of a wait loop: the pause hint keeps the spinning core's loads of the peers' counters from
+// crowding the core that is about to write them. On the 2-core EPYC VM a 2-rank all_to_all of 64 KiB runs in one of
+// two modes for a whole launch, 6-11 us a call or 15-24 us; in five alternating tests with and without the hint
+// (51 launches each) the fast mode came 32 times with it and 19 times without.
+inline void relax_core() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 }  // namespace
 
 std::string mpi_error_text(int code) {
@@ -222,7 +234,11 @@ void Engine::wait(Operation& op) {
     }
     bool yield = oversubscribed() ? idle_polls > kSpinsBeforeYieldOversubscribed
                                  : now_ - idle_since > kSpinTimeBeforeYield;
-    if (yield) sched_yield();
+    if (yield) {
+      sched_yield();
+    } else {
+      relax_core();
+    }
   }
   CallPhases::stamp(CallPoint::Returned);
   finish(op);
