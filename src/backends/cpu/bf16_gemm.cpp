@@ -182,7 +182,7 @@ void gemm_long_k(GemmKey key, const bf16* a, const bf16* b, const bf16* bias, bf
     const bf16* b_chunk = b + (key.trans_b ? start : start * key.ldb);
     run(chunk, a_chunk, b_chunk, nullptr, sums);
   }
-  round_rows(sums, n, bias, c, n, m, n);
+  round_rows(sums, bias, c, m, n);
 }
 
 // Output rows in blocks: each block reads its own columns of the stored A^T.

@@ -19,7 +19,7 @@ constexpr int64_t kBlockK = 1024;
 // The output a block of rows and columns at a time where all of it would need more f32 sums, or B's widened
 // panel more room, than this (32 MiB each): a wide product (an LM head's logits, its weight gradient) otherwise
 // held sums and panels as large as its f32 result, so bf16 training took more memory than f32 on CPUs without bf16
-// GEMMs (SmolLM-135M: 4935 MiB against 4442). Blocks keep at least kMinBlock rows and columns, where sgemm would
+// GEMMs (SmolLM-135M: 4935 MiB against 4434). Blocks keep at least kMinBlock rows and columns, where sgemm would
 // lose speed.
 constexpr int64_t kBudget = int64_t{8} << 20;
 constexpr int64_t kMinBlock = 256;
@@ -30,15 +30,23 @@ float* panel(WideningScratch scratch, int slot, int64_t count) {
                                           : thread_scratch<float>(slot, static_cast<size_t>(count));
 }
 
-// Widens `rows` runs of `width` values, run r starting at source + r * stride, into a dense [rows, width] block;
-// split over the team when not already inside one.
+// body(begin, end) over rows [0, rows): split over the team in chunks of `grain` rows, or all on this thread where
+// the product already runs as one task of a team (thread scratch).
+template <typename Body>
+void over_rows(WideningScratch scratch, int64_t rows, int64_t grain, const Body& body) {
+  if (scratch == WideningScratch::Thread) return body(0, rows);
+  parallel_chunks(rows, grain, body);
+}
+
+// Widens `rows` runs of `width` values, run r starting at source + r * stride, into a dense [rows, width] block.
 void widen_rows(const bf16* source, int64_t stride, int64_t rows, int64_t width, float* target,
                 WideningScratch scratch) {
-  auto body = [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) widen_bf16(source + row * stride, target + row * width, width);
-  };
-  if (scratch == WideningScratch::Thread) return body(0, rows);
-  parallel_chunks(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(width, 1)), body);
+  over_rows(scratch, rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(width, 1)),
+            [&](int64_t begin, int64_t end) {
+              for (int64_t row = begin; row < end; ++row) {
+                widen_bf16(source + row * stride, target + row * width, width);
+              }
+            });
 }
 
 // Indices [first, first + count) of an operand's outer dimension (m for A, n for B) and [start, start + depth) of
@@ -71,10 +79,9 @@ STRATA_CPU_CLONES void round_row(const float* sums, const bf16* bias, bf16* c, i
   }
 }
 
-void round_rows(const float* sums, int64_t sums_stride, const bf16* bias, bf16* c, int64_t c_stride, int64_t rows,
-                int64_t cols) {
-  parallel_chunks(rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) round_row(sums + row * sums_stride, bias, c + row * c_stride, cols);
+void round_rows(const float* sums, const bf16* bias, bf16* c, int64_t m, int64_t n) {
+  parallel_chunks(m, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) round_row(sums + row * n, bias, c + row * n, n);
   });
 }
 
@@ -102,11 +109,9 @@ void gemm_bf16_through_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int
       }
       bf16* out = c + row * n + col;
       const bf16* bias_part = bias == nullptr ? nullptr : bias + col;
-      if (scratch == WideningScratch::Thread) {
-        for (int64_t r = 0; r < rows; ++r) round_row(sums + r * cols, bias_part, out + r * n, cols);
-      } else {
-        round_rows(sums, cols, bias_part, out, n, rows, cols);
-      }
+      over_rows(scratch, rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) round_row(sums + r * cols, bias_part, out + r * n, cols);
+      });
     }
   }
 }

@@ -25,8 +25,7 @@ void gemm_bf16_through_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 // c[row, :] = bf16(sums[row, :] + bias) for one row of n, rounded once; bias may be nullptr.
 void round_row(const float* sums, const bf16* bias, bf16* c, int64_t n);
 
-// round_row over `rows` rows of `cols`, each `sums_stride` and `c_stride` apart, split over the team.
-void round_rows(const float* sums, int64_t sums_stride, const bf16* bias, bf16* c, int64_t c_stride, int64_t rows,
-                int64_t cols);
+// round_row over the m rows of n of dense sums and c, split over the team.
+void round_rows(const float* sums, const bf16* bias, bf16* c, int64_t m, int64_t n);
 
 }  // namespace strata::cpu
