@@ -735,7 +735,7 @@ double effective_cache_bytes(const std::vector<CacheProbePoint>& points, double 
 }
 
 bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
-                              const ModelOptions& options) {
+                              const ModelOptions& options, double copy_pace) {
   const size_t p = row.size(), me = static_cast<size_t>(sender);
   double outgoing = 0.0;
   for (size_t peer = 0; peer < p; ++peer) outgoing += peer == me ? 0.0 : row[peer];
@@ -755,7 +755,7 @@ bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const 
       continue;
     }
     used += block;
-    staged_s += 2.0 * block * seconds_per_byte(topology.copy_Bps(block), cached_staged, cores, topology);
+    staged_s += 2.0 * block * seconds_per_byte(copy_pace * topology.copy_Bps(block), cached_staged, cores, topology);
     read_s += block * seconds_per_byte(topology.cross_read_Bps(block), cached_read, cores, topology);
   }
   // A sender whose blocks are read waits at the end until its readers are

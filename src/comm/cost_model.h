@@ -227,9 +227,11 @@ double effective_cache_bytes(const std::vector<CacheProbePoint>& points, double 
 // core per rank that wait overlaps the readers and is not weighed. The
 // meeting is priced from the probe's latency, which swung from 1.8 to 17.8 us
 // between two probes of 4 ranks on the loaded 2-core host: at 17.8 us
-// staging wins up to about 256 KiB per rank instead of 64 KiB.
+// staging wins up to about 256 KiB per rank instead of 64 KiB. `copy_pace`
+// scales the copy rate: the runtime's measure of its copies now against the
+// probe's (comm/copy_pace.h).
 bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const TopologyDesc& topology,
-                              const ModelOptions& options);
+                              const ModelOptions& options, double copy_pace = 1.0);
 
 struct Choice {
   Algorithm algorithm = Algorithm::Ring;

@@ -1,7 +1,8 @@
 // The pairwise all-to-all of one host's ranks. Each rank publishes its call
 // and a block table in the shared segment. Where the cost model finds two
 // copies cheaper than one cross-memory read (stages_all_to_all_blocks, from
-// the probed copy and read rates), the blocks that fit its exchange area are
+// the probed copy and read rates, the copies' at the pace they run now:
+// copy_pace.h), the blocks that fit its exchange area are
 // staged there (a copy in, a copy out); the others stay in its input, and receivers read them
 // straight from it (process_vm_readv: one copy, no message matching), starting
 // with the next rank so that readers spread over the senders; a rank copies
@@ -20,31 +21,56 @@
 namespace strata::comm {
 namespace {
 
-// Fills this rank's block table, staging what fits when the group's cost
-// model says staging pays; returns whether any block stays in the input.
-bool publish_blocks(SharedSegment& segment, const GroupState& group, int me, const std::byte* source,
+// Fills this rank's block table, staging what fits when the cost model, with
+// the copy rate at the pace this rank's copies run now, says staging pays; a
+// call that would read every block stages one now and then to time the copies
+// again (CopyPace). Returns whether any block stays in the input.
+bool publish_blocks(SharedSegment& segment, GroupState& group, int me, const std::byte* source,
                     const ExchangeLayout& layout, size_t width) {
   SharedSegment::ExchangeBlock* table = segment.exchange_table(me);
   std::byte* staged = segment.staged_data(me);
   std::vector<double> row(layout.send.size());
   for (size_t to = 0; to < row.size(); ++to) row[to] = static_cast<double>(layout.send[to].count * width);
   const uint64_t outgoing = (layout.send_total() - layout.send[static_cast<size_t>(me)].count) * width;
-  const uint64_t room =
-      stages_all_to_all_blocks(row, me, group.topology, group.model) ? segment.staging_room(me, outgoing) : 0;
+  // Paced only with a core per rank: where ranks share cores, a copy's time says whether
+  // its rank kept the core, not where the ranks sit (4 ranks on 2 cores read more, and slower).
+  CopyPace& pace = group.copy_pace;
+  const double cores = group.topology.cores_per_node;
+  const bool paced = !(cores > 0.0 && cores < static_cast<double>(row.size()));
+  const bool stage_all =
+      stages_all_to_all_blocks(row, me, group.topology, group.model, paced ? pace.factor() : 1.0);
+  // A check stages one block only where staging would pay at the fastest pace seen: past the
+  // cache, copies at memory bandwidth never beat one read, and checking would only cost.
+  const bool timed = paced && static_cast<double>(outgoing) >= CopyPace::kTimedBytes;
+  const bool check = !stage_all && timed && outgoing <= group.model.all_to_all_staging_limit &&
+                     pace.check_due(CopyPace::Clock::now()) &&
+                     stages_all_to_all_blocks(row, me, group.topology, group.model, pace.fastest());
+  const uint64_t room = stage_all || check ? segment.staging_room(me, outgoing) : 0;
+  CopyPace::Clock::time_point start{};
+  if (timed && room > 0) start = CopyPace::Clock::now();
   uint64_t used = 0;
+  size_t staged_blocks = 0;
   bool unstaged = false;
   for (size_t to = 0; to < layout.send.size(); ++to) {
     const uint64_t offset = layout.send[to].offset * width;
     const uint64_t bytes = layout.send[to].count * width;
     if (static_cast<int>(to) == me) continue;
-    if (used + bytes <= room) {
+    const bool stages = used + bytes <= room && (stage_all || (staged_blocks == 0 && bytes > 0));
+    if (stages) {
       std::memcpy(staged + used, source + offset, bytes);
       table[to] = {used, bytes, 1};
       used += bytes;
+      ++staged_blocks;
     } else {
       table[to] = {offset, bytes, 0};
       unstaged = true;
     }
+  }
+  if (timed && used > 0) {
+    const auto end = CopyPace::Clock::now();
+    const double copied = static_cast<double>(used);
+    pace.record(copied, std::chrono::duration<double>(end - start).count(),
+                group.topology.copy_Bps(copied / static_cast<double>(staged_blocks)), end);
   }
   return unstaged;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/copy_pace.h"
 #include "comm/engine.h"
 #include "comm/shared_segment.h"
 
@@ -49,6 +50,8 @@ struct GroupState {
   // The latest all-to-all whose peers may still read this rank's call header
   // and exchange area (0: none); it returned without waiting for them.
   uint64_t unread_exchange = 0;
+  // How fast this rank's copies into its exchange area run now (the one-host all-to-all's choice to stage).
+  CopyPace copy_pace;
 
   int rank() const { return data.rank; }
   int size() const { return data.size; }

@@ -151,6 +151,22 @@ TEST(AllToAllStaging, OnlyBlocksThatFitTheAreaAreWeighed) {
   EXPECT_TRUE(stages_all_to_all_blocks({5e6, 0}, 0, even, options));
 }
 
+// The runtime scales the copy rate by the pace its copies run at now
+// (comm/copy_pace.h). EPYC: 2 / 13.5 ns a byte staged against 1 / 4.7 read at
+// the probe's pace; at half of it 2 / 6.75 > 1 / 4.7: read. Copies 1.5x the
+// probe's make the Xeon stage 2 MiB blocks: 2 / (1.5 x 19.9) < 1 / 11.5
+// (the curves at 2 MiB, t = 0.6: 31 - 18.5 t and 13 - 2.5 t GB/s), 2 / 19.9 > 1 / 11.5 at its own.
+TEST(AllToAllStaging, TheCopiesPaceScalesTheirRate) {
+  const ModelOptions options;
+  EXPECT_TRUE(stages_all_to_all_blocks(row(64 * kKiB), 0, epyc(), options, 1.0));
+  EXPECT_FALSE(stages_all_to_all_blocks(row(64 * kKiB), 0, epyc(), options, 0.5));
+  // 0.69 of the probe's pace is the EPYC's break-even (2 x 4.7 / 13.5 = 0.696).
+  EXPECT_TRUE(stages_all_to_all_blocks(row(64 * kKiB), 0, epyc(), options, 0.7));
+  EXPECT_FALSE(stages_all_to_all_blocks(row(64 * kKiB), 0, epyc(), options, 0.69));
+  EXPECT_FALSE(stages_all_to_all_blocks(row(2 * kMiB), 0, xeon(), options, 1.0));
+  EXPECT_TRUE(stages_all_to_all_blocks(row(2 * kMiB), 0, xeon(), options, 1.5));
+}
+
 TEST(AllToAllStaging, NonsenseRatesAreRejected) {
   TopologyDesc topology = xeon();
   topology.copy.points = {{kMiB, 10e9}, {kKiB, 20e9}};
