@@ -17,14 +17,14 @@ namespace strata::comm {
 class CopyPace {
  public:
   using Clock = std::chrono::steady_clock;
-  // How long a rank that reads every block goes without timing a copy: the
-  // cores moved every few hundred milliseconds at the quickest on the EPYC VM,
-  // and one check (one block staged when reading is faster) costs about a
-  // call, a few per cent of 5 ms's calls at worst.
+  // How long a rank that reads every block goes without timing a copy: on the
+  // EPYC VM the cores moved after 150 ms at the quickest, and one check (one
+  // block staged where reading is faster) costs about a call, a few per cent
+  // of 5 ms's calls at worst.
   static constexpr Clock::duration kCheckInterval = std::chrono::milliseconds(5);
   // Copies shorter than this are not timed: the clock's own cost (tens of ns)
-  // and the call around them would blur their rate (2 KiB blocks timed as
-  // fast ones read 40% slow), and staging wins for them either way.
+  // blurs their rate (timing 2 KiB blocks turned 4-16 KiB exchanges to reads,
+  // which run them up to 20% slower), and staging wins for them either way.
   static constexpr double kTimedBytes = 16384.0;
 
   // The measured rate over the probed one, smoothed over the latest copies (1 before any).
