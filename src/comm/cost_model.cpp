@@ -66,6 +66,10 @@ double TopologyDesc::cross_read_Bps(double block_bytes) const {
   return cross_read.empty() ? intra.bandwidth_Bps : cross_read.at(block_bytes);
 }
 
+bool TopologyDesc::has_core_per_rank(size_t ranks) const {
+  return cores_per_node <= 0.0 || cores_per_node >= static_cast<double>(ranks);
+}
+
 bool TopologyDesc::uniform() const {
   if (node_of_rank.empty()) return true;
   std::vector<int> per_node(static_cast<size_t>(nodes), 0);
@@ -765,7 +769,7 @@ bool stages_all_to_all_blocks(const std::vector<double>& row, int sender, const 
   // Xeon VM (comm-bench, fresh and reused inputs, 3 runs each): 4 ranks on 2
   // cores ran 16-64 KiB per rank staged at 1.2-1.8x MPI against 0.85-1.23x
   // read; 2 ranks read as fast or faster from 16 KiB up.
-  if (all_fit && static_cast<double>(p) > cores) read_s += meeting_seconds(topology, p);
+  if (all_fit && !topology.has_core_per_rank(p)) read_s += meeting_seconds(topology, p);
   return staged_s <= read_s;
 }
 

@@ -97,6 +97,8 @@ struct TopologyDesc {
   double local_copy_Bps(double block_bytes) const;
   double cross_read_Bps(double block_bytes) const;
   int node_of(int rank) const;
+  // Whether `ranks` ranks of one node each run on a core of their own (cores_per_node unknown counts as yes).
+  bool has_core_per_rank(size_t ranks) const;
   bool uniform() const;  // every node holds the same number of ranks
   // Throws strata::Error naming `what` when a count, latency or bandwidth is nonsense.
   void validate(const std::string& what) const;

@@ -35,8 +35,7 @@ bool publish_blocks(SharedSegment& segment, GroupState& group, int me, const std
   // Paced only with a core per rank: where ranks share cores, a copy's time says whether
   // its rank kept the core, not where the ranks sit (4 ranks on 2 cores read more, and slower).
   CopyPace& pace = group.copy_pace;
-  const double cores = group.topology.cores_per_node;
-  const bool paced = !(cores > 0.0 && cores < static_cast<double>(row.size()));
+  const bool paced = group.topology.has_core_per_rank(row.size());
   const bool stage_all =
       stages_all_to_all_blocks(row, me, group.topology, group.model, paced ? pace.factor() : 1.0);
   // A check stages one block only where staging would pay at the fastest pace seen: past the
@@ -45,7 +44,12 @@ bool publish_blocks(SharedSegment& segment, GroupState& group, int me, const std
   const bool check = !stage_all && timed && outgoing <= group.model.all_to_all_staging_limit &&
                      pace.check_due(CopyPace::Clock::now()) &&
                      stages_all_to_all_blocks(row, me, group.topology, group.model, pace.fastest());
-  const uint64_t room = stage_all || check ? segment.staging_room(me, outgoing) : 0;
+  // A check stages the first block that is not empty: only its room is needed.
+  uint64_t wanted = stage_all ? outgoing : 0;
+  for (size_t to = 0; check && wanted == 0 && to < row.size(); ++to) {
+    if (static_cast<int>(to) != me) wanted = layout.send[to].count * width;
+  }
+  const uint64_t room = wanted > 0 ? segment.staging_room(me, wanted) : 0;
   CopyPace::Clock::time_point start{};
   if (timed && room > 0) start = CopyPace::Clock::now();
   uint64_t used = 0;
