@@ -20,6 +20,7 @@
 #include "backends/cpu/scratch.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/streamed_stores.h"
+#include "core/streamed_copy.h"
 
 namespace strata::cpu {
 
@@ -109,7 +110,7 @@ void cast(const Tensors& in, const Tensors& out, const Attrs&) {
     size_t size = dtype_size(x.dtype());
     parallel_chunks(x.numel(), kGrain, [&](int64_t begin, int64_t end) {
       const auto bytes = static_cast<int64_t>(end - begin) * static_cast<int64_t>(size);
-      if (streamed) return copy_streamed(source + begin * size, target + begin * size, bytes);
+      if (streamed) return copy_streamed(source + begin * size, target + begin * size, static_cast<size_t>(bytes));
       std::memcpy(target + begin * size, source + begin * size, static_cast<size_t>(bytes));
     });
     return;

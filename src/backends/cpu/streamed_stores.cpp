@@ -24,18 +24,6 @@ bool streams(size_t bytes) {
   return has_stores && bytes >= size_t{1} << 20;
 }
 
-__attribute__((target("avx512f"))) void copy_streamed(const void* source, void* target, int64_t bytes) {
-  const auto* x = static_cast<const std::byte*>(source);
-  auto* y = static_cast<std::byte*>(target);
-  int64_t i = unaligned_head(y, bytes);
-  std::memcpy(y, x, static_cast<size_t>(i));
-  for (; i + 64 <= bytes; i += 64) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), _mm512_loadu_si512(x + i));
-  }
-  std::memcpy(y + i, x + i, static_cast<size_t>(bytes - i));
-  _mm_sfence();
-}
-
 __attribute__((target("avx512f"))) void zero_streamed(float* target, int64_t count) {
   const auto bytes = count * static_cast<int64_t>(sizeof(float));
   auto* y = reinterpret_cast<std::byte*>(target);

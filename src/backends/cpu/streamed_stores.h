@@ -6,6 +6,7 @@
 // plain stores (glibc's memcpy and memset stream only past 3/4 of the L3,
 // 300 MB here, far beyond what a VM's share of it holds). Each call streams
 // from the destination's first 64-byte boundary on and ends with a fence.
+// Plain copies stream with core/streamed_copy.h.
 #include <cstddef>
 #include <cstdint>
 
@@ -20,7 +21,6 @@ namespace strata::cpu {
 // back was 1.5x slower in isolation, hence no lower.
 bool streams(size_t bytes);
 
-void copy_streamed(const void* source, void* target, int64_t bytes);
 void zero_streamed(float* target, int64_t count);
 // widen_bf16 (convert.h) into y, streamed.
 void widen_bf16_streamed(const bf16* x, float* y, int64_t count);

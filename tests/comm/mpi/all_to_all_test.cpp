@@ -125,6 +125,27 @@ TEST(AllToAllV, UnevenCountsMatchTheReference) {
   }
 }
 
+// A rank's own block from 4 MiB up is copied with streaming stores; here it
+// lands after the smaller blocks of lower ranks, off any 64-byte boundary,
+// and ends past the last whole 64 bytes.
+TEST(AllToAllV, OwnBlocksPastTheStreamedCopySize) {
+  Communicator& world = flat_world();
+  const int p = world.size(), me = world.rank();
+  const size_t width = dtype_size(DType::F32);
+  const size_t own = (size_t{4} << 20) / width + 3;
+  auto counts = [own](int from, int to) { return from == to ? own : size_t{5}; };
+  std::vector<size_t> send_counts, recv_counts;
+  for (int peer = 0; peer < p; ++peer) {
+    send_counts.push_back(counts(me, peer));
+    recv_counts.push_back(counts(peer, me));
+  }
+  std::vector<std::byte> in = send_buffer(me, own + static_cast<size_t>(p - 1) * 5, width);
+  std::vector<std::byte> want = expected_output(counts, p, me, width);
+  std::vector<std::byte> out(want.size(), std::byte{0xee});
+  world.all_to_all_v(in.data(), send_counts, out.data(), recv_counts, DType::F32, Algorithm::Auto);
+  EXPECT_EQ(out, want);
+}
+
 TEST(AllToAllV, CountsLearnedFromTheSenders) {
   Communicator& world = flat_world();
   const int p = world.size(), me = world.rank();
