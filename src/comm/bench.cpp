@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "comm/bench_exchange.h"
 #include "comm/bench_pattern.h"
+#include "comm/exchange_tally.h"
 #include "comm/scratch.h"
 #include "core/error.h"
 
@@ -310,7 +312,7 @@ class SizeRun {
                                    : std::vector<size_t>{}),
         out_(buffers.output()),
         in_(options.in_place && options.op == Collective::AllReduce ? out_ : buffers.input()),
-        rows_(entries.size()), rounds_(entries.size()) {}
+        rows_(entries.size()), rounds_(entries.size()), tallies_(entries.size()) {}
 
   // Every entry once, checked, then its warm-up iterations.
   void warm_up() {
@@ -332,7 +334,11 @@ class SizeRun {
     prepare();
     for (size_t i = 0; i < entries_.size(); ++i) {
       const size_t a = (i + static_cast<size_t>(round)) % entries_.size();
+      ExchangeTallies::take();
       rounds_[a].push_back(timed_call_s(a));
+      const ExchangeTally tally = ExchangeTallies::take();
+      tallies_[a].staged += tally.staged;
+      tallies_[a].read += tally.read;
       if (last && (!options_.in_place || options_.fresh_input)) rows_[a].wrong += wrong_elements(a);
     }
   }
@@ -340,6 +346,12 @@ class SizeRun {
   std::vector<BenchRow> rows() {
     for (size_t a = 0; a < entries_.size() && options_.breakdown; ++a) {
       if (entries_[a].algorithm) record_phases(group_, options_.iters, [&] { run_once(a); }, rows_[a]);
+    }
+    for (size_t a = 0; a < entries_.size() && exchange_; ++a) {
+      // Summed over ranks as floats: exact up to 2^24 blocks each.
+      std::array<float, 2> local = {static_cast<float>(tallies_[a].staged), static_cast<float>(tallies_[a].read)}, sum{};
+      group_.all_reduce(local.data(), sum.data(), local.size(), DType::F32, ReduceOp::Sum);
+      tallies_[a] = {static_cast<uint64_t>(sum[0]), static_cast<uint64_t>(sum[1])};
     }
     for (size_t a = 0; a < entries_.size(); ++a) describe(a, rounds_[a], rows_[a]);
     return rows_;
@@ -446,7 +458,7 @@ class SizeRun {
     uncalibrated.calibration = {};
     Cost raw;
     if (exchange_ && decision.algorithm == Algorithm::Pairwise) {
-      row.blocks = exchange_blocks(options_, exchange_counts_, group_.topology(), group_.model());
+      row.blocks = exchange_blocks_label(tallies_[index]);
     }
     if (exchange_) {
       // all_to_all_v's decision cannot see the counts: the row prices them.
@@ -473,6 +485,7 @@ class SizeRun {
   void* in_;
   std::vector<BenchRow> rows_;
   std::vector<std::vector<double>> rounds_;  // seconds per call, round by round
+  std::vector<ExchangeTally> tallies_;       // the timed calls' exchanged blocks (exchange_tally.h); rows(): every rank's
   std::vector<std::byte> pristine_;          // fresh_input: the input as laid out, to write it again from
 };
 

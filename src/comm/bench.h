@@ -66,7 +66,7 @@ struct BenchRow {
   double busbw_GBps = 0.0;
   long long wrong = 0;
   double predicted_us = 0.0;  // NaN when the model does not price it
-  std::string blocks;         // the one-host pairwise exchange: "staged", "read" or "staged+read" (exchange_blocks)
+  std::string blocks;         // the one-host pairwise exchange: "staged", "read" or "staged N%" (exchange_blocks_label)
   double model_latency_us = 0.0;   // uncalibrated model terms, for calibration
   double model_transfer_us = 0.0;
   // With BenchOptions::breakdown (not for the baseline): microseconds per call in

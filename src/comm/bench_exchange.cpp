@@ -1,8 +1,11 @@
 #include "comm/bench_exchange.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "comm/bench_pattern.h"
 #include "core/error.h"
@@ -117,15 +120,13 @@ std::vector<std::vector<double>> exchange_bytes(const BenchOptions& options, con
 
 }  // namespace
 
-std::string exchange_blocks(const BenchOptions& options, const std::vector<size_t>& counts, const TopologyDesc& topology,
-                            const ModelOptions& model) {
-  if (topology.nodes != 1 || !topology.cross_memory) return "";
-  const std::vector<std::vector<double>> bytes = exchange_bytes(options, counts);
-  size_t staging = 0;
-  for (size_t rank = 0; rank < bytes.size(); ++rank) {
-    staging += stages_all_to_all_blocks(bytes[rank], static_cast<int>(rank), topology, model) ? 1 : 0;
-  }
-  return staging == bytes.size() ? "staged" : staging == 0 ? "read" : "staged+read";
+std::string exchange_blocks_label(const ExchangeTally& group_total) {
+  const uint64_t blocks = group_total.staged + group_total.read;
+  if (blocks == 0) return "";
+  if (group_total.read == 0) return "staged";
+  if (group_total.staged == 0) return "read";
+  const double percent = 100.0 * static_cast<double>(group_total.staged) / static_cast<double>(blocks);
+  return fmt::format("staged {:.0f}%", std::clamp(percent, 1.0, 99.0));
 }
 
 Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& counts, Algorithm algorithm,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/bench.h"
+#include "comm/exchange_tally.h"
 
 namespace strata::comm {
 
@@ -36,10 +37,9 @@ long long exchange_wrong(const BenchOptions& options, const void* out, const std
 Cost predict_exchange(const BenchOptions& options, const std::vector<size_t>& counts, Algorithm algorithm,
                       const TopologyDesc& topology, const ModelOptions& model);
 
-// How the one-host pairwise exchange moves the call's blocks, as the cost
-// model decides per sender (stages_all_to_all_blocks): "staged", "read", or
-// "staged+read" when senders differ; empty where it does not read directly.
-std::string exchange_blocks(const BenchOptions& options, const std::vector<size_t>& counts, const TopologyDesc& topology,
-                            const ModelOptions& model);
+// How the one-host pairwise exchange moved the timed calls' blocks, from every
+// rank's tally summed: "staged", "read", or "staged N%" (of the blocks) when
+// calls or senders differed; empty where no block was exchanged that way.
+std::string exchange_blocks_label(const ExchangeTally& group_total);
 
 }  // namespace strata::comm

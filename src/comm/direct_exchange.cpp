@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/algorithms.h"
+#include "comm/exchange_tally.h"
 #include "comm/group_state.h"
 #include "comm/shared_segment.h"
 #include "core/streamed_copy.h"
@@ -63,6 +64,7 @@ bool publish_blocks(SharedSegment& segment, GroupState& group, int me, const std
   if (timed && room > 0) start = CopyPace::Clock::now();
   uint64_t used = 0;
   size_t staged_blocks = 0;
+  ExchangeTally tally;  // blocks that are not empty
   bool unstaged = false;
   for (size_t to = 0; to < layout.send.size(); ++to) {
     const uint64_t offset = layout.send[to].offset * width;
@@ -74,11 +76,14 @@ bool publish_blocks(SharedSegment& segment, GroupState& group, int me, const std
       table[to] = {used, bytes, 1};
       used += bytes;
       ++staged_blocks;
+      tally.staged += bytes > 0 ? 1 : 0;
     } else {
       table[to] = {offset, bytes, 0};
+      tally.read += bytes > 0 ? 1 : 0;
       unstaged = true;
     }
   }
+  ExchangeTallies::add(tally);
   if (timed && used > 0) {
     const auto end = CopyPace::Clock::now();
     const double copied = static_cast<double>(used);

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/exchange_tally.h"
 #include "mpi/comm_test_support.h"
 
 namespace strata::comm::testing {
@@ -144,6 +145,31 @@ TEST(AllToAllV, OwnBlocksPastTheStreamedCopySize) {
   std::vector<std::byte> out(want.size(), std::byte{0xee});
   world.all_to_all_v(in.data(), send_counts, out.data(), recv_counts, DType::F32, Algorithm::Auto);
   EXPECT_EQ(out, want);
+}
+
+// comm-bench labels its rows from this tally: each sender counts every block
+// it sends a peer that is not empty once, staged or read.
+TEST(AllToAllV, TheTallyCountsEveryPeerBlockOnce) {
+  Communicator& world = flat_world();
+  const int p = world.size(), me = world.rank();
+  auto counts = [](int from, int to) { return (from + to) % 3 == 0 ? size_t{0} : size_t{1000} + static_cast<size_t>(to); };
+  std::vector<size_t> send_counts, recv_counts;
+  uint64_t peer_blocks = 0;
+  for (int peer = 0; peer < p; ++peer) {
+    send_counts.push_back(counts(me, peer));
+    recv_counts.push_back(counts(peer, me));
+    peer_blocks += peer != me && counts(me, peer) > 0 ? 1 : 0;
+  }
+  size_t sent = 0, received = 0;
+  for (int peer = 0; peer < p; ++peer) sent += send_counts[static_cast<size_t>(peer)];
+  for (int peer = 0; peer < p; ++peer) received += recv_counts[static_cast<size_t>(peer)];
+  std::vector<std::byte> in = send_buffer(me, sent, 4), out(received * 4);
+  const bool direct = p > 1 && world.topology().nodes == 1 && world.topology().cross_memory;
+  ExchangeTallies::take();
+  world.all_to_all_v(in.data(), send_counts, out.data(), recv_counts, DType::F32, Algorithm::Pairwise);
+  const ExchangeTally tally = ExchangeTallies::take();
+  EXPECT_EQ(tally.staged + tally.read, direct ? peer_blocks : 0) << "staged " << tally.staged << ", read " << tally.read;
+  EXPECT_EQ(out, expected_output(counts, p, me, 4));
 }
 
 TEST(AllToAllV, CountsLearnedFromTheSenders) {
