@@ -25,10 +25,10 @@ namespace {
 
 // A rank's own block from this size up is copied with streaming stores
 // (core/streamed_copy.h): past the cache they save reading each output line
-// before writing it. 2 ranks on the 2-core EPYC VM against MPI_Alltoall (8
-// alternating launches each, median ratio): 8-64 MiB per rank (own blocks of
-// 4-32 MiB) 1.00-1.02 -> 1.10-1.16; with own blocks of 0.5-2 MiB no gain (the
-// pair's blocks still partly cached).
+// before writing it. 2 ranks on the 2-core EPYC VM against MPI_Alltoall
+// (launches alternating, 8 with and 4 without, median ratio): 8-64 MiB per
+// rank (own blocks of 4-32 MiB) 0.99-1.02 -> 1.10-1.16; with own blocks of
+// 0.5-2 MiB no gain (the pair's blocks still partly cached).
 constexpr size_t kStreamedOwnBlockBytes = size_t{4} << 20;
 
 // Fills this rank's block table, staging what fits when the cost model, with
