@@ -9,12 +9,6 @@
 namespace strata {
 namespace {
 
-// Bytes before `target`'s first 64-byte boundary, at most `bytes`.
-size_t unaligned_head(const void* target, size_t bytes) {
-  const size_t misalignment = reinterpret_cast<uintptr_t>(target) % 64;
-  return std::min(bytes, misalignment == 0 ? 0 : 64 - misalignment);
-}
-
 __attribute__((target("avx512f"))) size_t stream_avx512(const std::byte* x, std::byte* y, size_t i, size_t bytes) {
   for (; i + 64 <= bytes; i += 64) {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), _mm512_loadu_si512(x + i));
@@ -33,6 +27,11 @@ __attribute__((target("avx2"))) size_t stream_avx2(const std::byte* x, std::byte
 }
 
 }  // namespace
+
+size_t unaligned_head(const void* target, size_t bytes) {
+  const size_t misalignment = reinterpret_cast<uintptr_t>(target) % 64;
+  return std::min(bytes, misalignment == 0 ? 0 : 64 - misalignment);
+}
 
 void copy_streamed(const void* source, void* target, size_t bytes) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");

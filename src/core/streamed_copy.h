@@ -15,4 +15,8 @@ namespace strata {
 // from the destination's first 64-byte boundary on, and a fence ends the copy.
 void copy_streamed(const void* source, void* target, size_t bytes);
 
+// Bytes before `target`'s first 64-byte boundary, at most `bytes`: the head a
+// streamed write stores plainly (the cpu backend's streamed zeroing and widening too).
+size_t unaligned_head(const void* target, size_t bytes);
+
 }  // namespace strata

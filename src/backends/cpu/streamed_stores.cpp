@@ -2,22 +2,12 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/convert.h"
+#include "core/streamed_copy.h"
 
 namespace strata::cpu {
-
-namespace {
-
-// Bytes before `target`'s first 64-byte boundary, at most `bytes`.
-int64_t unaligned_head(const void* target, int64_t bytes) {
-  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(target) % 64);
-  return std::min(bytes, misalignment == 0 ? 0 : 64 - misalignment);
-}
-
-}  // namespace
 
 bool streams(size_t bytes) {
   static const bool has_stores = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
@@ -27,7 +17,7 @@ bool streams(size_t bytes) {
 __attribute__((target("avx512f"))) void zero_streamed(float* target, int64_t count) {
   const auto bytes = count * static_cast<int64_t>(sizeof(float));
   auto* y = reinterpret_cast<std::byte*>(target);
-  int64_t i = unaligned_head(y, bytes);
+  auto i = static_cast<int64_t>(unaligned_head(y, static_cast<size_t>(bytes)));
   std::memset(y, 0, static_cast<size_t>(i));
   for (; i + 64 <= bytes; i += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), _mm512_setzero_si512());
   std::memset(y + i, 0, static_cast<size_t>(bytes - i));
@@ -36,7 +26,7 @@ __attribute__((target("avx512f"))) void zero_streamed(float* target, int64_t cou
 
 __attribute__((target("avx512f,avx512bw"))) void widen_bf16_streamed(const bf16* x, float* y, int64_t count) {
   constexpr int64_t kLanes = 16;
-  const int64_t head_bytes = unaligned_head(y, count * int64_t{sizeof(float)});
+  const auto head_bytes = static_cast<int64_t>(unaligned_head(y, static_cast<size_t>(count) * sizeof(float)));
   // A float array 64-byte aligned nowhere (its address not a multiple of 4) takes plain stores throughout.
   int64_t i = head_bytes % int64_t{sizeof(float)} != 0 ? count : head_bytes / int64_t{sizeof(float)};
   widen_bf16(x, y, i);
